@@ -1,0 +1,139 @@
+package module
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+func init() {
+	caddy.RegisterModule(App{})
+}
+
+// App is the process-level side of Mulligan: it opens the stores the handlers of a config use
+// when the config starts. Opening at Start rather than in Provision keeps `caddy validate` (which
+// provisions but never starts) away from a running gateway's database, and the store package's
+// shared handles let a reloaded config open the directory the old one still holds. Each handler
+// closes its store in Cleanup, which Caddy runs after every app of the old config has stopped,
+// so the old server's last requests still find their store open.
+//
+// Handlers add it to the config themselves; it has nothing to configure.
+type App struct {
+	mu    *sync.Mutex
+	slots []*storeSlot
+}
+
+// CaddyModule returns the Caddy module information.
+func (App) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "mulligan", New: func() caddy.Module { return &App{mu: new(sync.Mutex)} }}
+}
+
+// Start opens every store the config's handlers asked for.
+func (a *App) Start() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, s := range a.slots {
+		if err := s.open(); err != nil {
+			for _, opened := range a.slots[:i] {
+				opened.close()
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// Stop leaves the stores open: the handlers close them in Cleanup, once the old config's
+// servers have stopped taking requests.
+func (a *App) Stop() error { return nil }
+
+// reserve registers a store to open when the config starts.
+func (a *App) reserve(opts store.Options) *storeSlot {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := &storeSlot{opts: opts, ready: make(chan struct{})}
+	a.slots = append(a.slots, s)
+	return s
+}
+
+// storeSlot is a store that opens when the config starts. Requests hold it while they use it:
+// when the config stops (a reload), the handle closes after the last of its requests finishes,
+// so a keyed call that straddles a reload still records its response.
+type storeSlot struct {
+	opts  store.Options
+	ready chan struct{}
+
+	mu      sync.Mutex
+	st      *store.Store
+	users   int
+	closing bool
+}
+
+func (s *storeSlot) open() error {
+	st, err := store.Open(s.opts)
+	if err != nil {
+		return fmt.Errorf("mulligan: %w", err)
+	}
+	s.st = st
+	close(s.ready)
+	return nil
+}
+
+func (s *storeSlot) close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return nil
+	}
+	s.closing = true
+	if s.users == 0 && s.st != nil {
+		return s.st.Close()
+	}
+	return nil
+}
+
+// storeStartWait bounds how long a request that arrives while its config is still starting
+// waits for the store.
+const storeStartWait = 10 * time.Second
+
+// acquire returns the store once it is open, and the function that gives it back. Apps start in
+// no fixed order, so a request can reach a handler a moment before its store is open.
+func (s *storeSlot) acquire() (*store.Store, func(), error) {
+	select {
+	case <-s.ready:
+	default:
+		t := time.NewTimer(storeStartWait)
+		defer t.Stop()
+		select {
+		case <-s.ready:
+		case <-t.C:
+			return nil, nil, store.ErrUnavailable
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return nil, nil, store.ErrClosed
+	}
+	s.users++
+	return s.st, s.releaseUser, nil
+}
+
+func (s *storeSlot) releaseUser() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.users--
+	if s.closing && s.users == 0 {
+		_ = s.st.Close()
+	}
+}
+
+// Interface guards
+var (
+	_ caddy.App    = (*App)(nil)
+	_ caddy.Module = (*App)(nil)
+)

@@ -1,0 +1,214 @@
+package module
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/dustin/go-humanize"
+)
+
+func init() {
+	httpcaddyfile.RegisterHandlerDirective("mulligan", parseCaddyfile)
+	// After authentication and encode (so recorded responses are the upstream's, compressed per
+	// client on the way out), before reverse_proxy, which it guards.
+	httpcaddyfile.RegisterDirectiveOrder("mulligan", httpcaddyfile.Before, "reverse_proxy")
+}
+
+func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	m := new(Handler)
+	err := m.UnmarshalCaddyfile(h.Dispenser)
+	return m, err
+}
+
+// UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
+//
+//	mulligan {
+//		storage        <dir>
+//		encryption_key <key>
+//		scope          <placeholder template>
+//		operations     <path prefix>
+//		durability     sync|relaxed
+//		idempotency {
+//			methods            <method...>
+//			header             <name>
+//			required
+//			ttl                <duration>
+//			lease              <duration>
+//			max_body           <size>
+//			fingerprint_ignore <json pointer...>
+//			mismatch_status    409|422
+//			wait_inflight      <duration>
+//			store_status       <class or code...>
+//		}
+//		async {
+//			timeout    <duration>
+//			max_result <size>
+//		}
+//	}
+func (m *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // the directive name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for d.NextBlock(0) {
+		var err error
+		switch d.Val() {
+		case "storage":
+			err = oneArg(d, &m.Storage)
+		case "encryption_key":
+			err = oneArg(d, &m.EncryptionKey)
+		case "scope":
+			err = oneArg(d, &m.Scope)
+		case "operations":
+			err = oneArg(d, &m.Operations)
+		case "durability":
+			err = oneArg(d, &m.Durability)
+			if err == nil && m.Durability != DurabilitySync && m.Durability != DurabilityRelaxed {
+				err = d.Errf("durability must be sync or relaxed, got %q", m.Durability)
+			}
+		case "idempotency":
+			m.Idempotency = new(IdempotencyConfig)
+			err = m.Idempotency.unmarshalCaddyfile(d)
+		case "async":
+			if m.Async == nil {
+				m.Async = new(AsyncConfig)
+			}
+			err = m.Async.unmarshalCaddyfile(d)
+		default:
+			err = d.Errf("unrecognized mulligan subdirective %q", d.Val())
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *IdempotencyConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		var err error
+		switch d.Val() {
+		case "methods":
+			c.Methods, err = someArgs(d)
+		case "header":
+			err = oneArg(d, &c.Header)
+		case "required":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			c.Required = true
+		case "ttl":
+			err = durationArg(d, &c.TTL)
+		case "lease":
+			err = durationArg(d, &c.Lease)
+		case "max_body":
+			err = sizeArg(d, &c.MaxBody)
+		case "fingerprint_ignore":
+			var ptrs []string
+			ptrs, err = someArgs(d)
+			c.FingerprintIgnore = append(c.FingerprintIgnore, ptrs...)
+		case "mismatch_status":
+			var s string
+			if err = oneArg(d, &s); err == nil {
+				c.MismatchStatus, err = strconv.Atoi(s)
+				if err != nil || (c.MismatchStatus != 409 && c.MismatchStatus != 422) {
+					err = d.Errf("mismatch_status must be 409 or 422, got %q", s)
+				}
+			}
+		case "wait_inflight":
+			err = durationArg(d, &c.WaitInflight)
+		case "store_status":
+			c.StoreStatus, err = someArgs(d)
+			if err == nil {
+				if _, perr := parseStatusPolicy(c.StoreStatus); perr != nil {
+					err = d.Err(perr.Error())
+				}
+			}
+		default:
+			err = d.Errf("unrecognized idempotency subdirective %q", d.Val())
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *AsyncConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		var err error
+		switch d.Val() {
+		case "timeout":
+			err = durationArg(d, &c.Timeout)
+		case "max_result":
+			err = sizeArg(d, &c.MaxResult)
+		default:
+			err = d.Errf("unrecognized async subdirective %q", d.Val())
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// oneArg reads exactly one argument.
+func oneArg(d *caddyfile.Dispenser, dst *string) error {
+	if !d.NextArg() {
+		return d.ArgErr()
+	}
+	*dst = d.Val()
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	return nil
+}
+
+// someArgs reads one or more arguments.
+func someArgs(d *caddyfile.Dispenser) ([]string, error) {
+	args := d.RemainingArgs()
+	if len(args) == 0 {
+		return nil, d.ArgErr()
+	}
+	return args, nil
+}
+
+func durationArg(d *caddyfile.Dispenser, dst *caddy.Duration) error {
+	var s string
+	if err := oneArg(d, &s); err != nil {
+		return err
+	}
+	dur, err := caddy.ParseDuration(s)
+	if err != nil || dur < 0 {
+		return d.Errf("invalid duration %q for %s", s, d.Val())
+	}
+	*dst = caddy.Duration(dur)
+	return nil
+}
+
+// sizeArg reads a byte size such as 16MiB or 1048576.
+func sizeArg(d *caddyfile.Dispenser, dst *int64) error {
+	var s string
+	if err := oneArg(d, &s); err != nil {
+		return err
+	}
+	n, err := humanize.ParseBytes(strings.TrimSpace(s))
+	if err != nil || n == 0 || n > 1<<40 {
+		return d.Errf("invalid size %q: use a positive size such as 16MiB", s)
+	}
+	*dst = int64(n)
+	return nil
+}
+
+// Interface guard
+var _ caddyfile.Unmarshaler = (*Handler)(nil)

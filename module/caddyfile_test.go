@@ -1,0 +1,128 @@
+package module
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// TestShippedCaddyfileAdapts checks that the repository's Caddyfile adapts to the JSON in
+// testdata/Caddyfile.json (run with -update after an intended change).
+func TestShippedCaddyfileAdapts(t *testing.T) {
+	os.Unsetenv("MULLIGAN_UPSTREAM")
+	src, err := os.ReadFile("../Caddyfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt(src, map[string]any{"filename": "Caddyfile"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warnings) > 0 {
+		t.Fatalf("warnings: %v", warnings)
+	}
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, out, "", "\t"); err != nil {
+		t.Fatal(err)
+	}
+	pretty.WriteByte('\n')
+	if *update {
+		if err := os.WriteFile("testdata/Caddyfile.json", pretty.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile("testdata/Caddyfile.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(pretty.Bytes(), want) {
+		t.Fatalf("the Caddyfile adapts to\n%s\nwant\n%s", pretty.Bytes(), want)
+	}
+}
+
+func TestCaddyfileParsesEveryOption(t *testing.T) {
+	d := caddyfile.NewTestDispenser(`mulligan {
+		storage /var/lib/mulligan
+		encryption_key 0123456789abcdef
+		scope {http.request.header.Authorization}
+		operations /v1/ops
+		durability relaxed
+		idempotency {
+			methods post PUT
+			header X-Key
+			required
+			ttl 1h
+			lease 2m
+			max_body 1MiB
+			fingerprint_ignore /a /b/c
+			mismatch_status 422
+			wait_inflight 3s
+			store_status 2xx 404
+		}
+		async {
+			timeout 5m
+			max_result 2MiB
+		}
+	}`)
+	var h Handler
+	if err := h.UnmarshalCaddyfile(d); err != nil {
+		t.Fatal(err)
+	}
+	i := h.Idempotency
+	if h.Storage != "/var/lib/mulligan" || h.Durability != "relaxed" || h.Operations != "/v1/ops" ||
+		!i.Required || i.Header != "X-Key" || i.MaxBody != 1<<20 || i.MismatchStatus != 422 ||
+		len(i.FingerprintIgnore) != 2 || len(i.StoreStatus) != 2 || h.Async.MaxResult != 2<<20 {
+		t.Fatalf("parsed %+v %+v %+v", h, *i, *h.Async)
+	}
+}
+
+func TestCaddyfileRejectsMistakes(t *testing.T) {
+	for _, src := range []string{
+		"mulligan extra",
+		"mulligan {\n bogus\n}",
+		"mulligan {\n durability maybe\n}",
+		"mulligan {\n idempotency {\n mismatch_status 418\n }\n}",
+		"mulligan {\n idempotency {\n ttl forever\n }\n}",
+		"mulligan {\n idempotency {\n max_body -5\n }\n}",
+		"mulligan {\n idempotency {\n store_status 2yy\n }\n}",
+		"mulligan {\n idempotency {\n required yes\n }\n}",
+		"mulligan {\n storage\n}",
+	} {
+		var h Handler
+		if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(src)); err == nil {
+			t.Errorf("accepted %q", src)
+		}
+	}
+}
+
+func FuzzCaddyfile(f *testing.F) {
+	for _, s := range []string{
+		"mulligan",
+		"mulligan {\n storage /x\n idempotency {\n ttl 1h\n max_body 1KiB\n }\n}",
+		"mulligan {\n idempotency {\n store_status 2xx 503\n fingerprint_ignore /a~1b\n }\n}",
+		"mulligan {\n async {\n max_result 99999999999999999999\n }\n}",
+		"mulligan {\n{\n}}}",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		tokens, err := caddyfile.Tokenize([]byte(src), "fuzz")
+		if err != nil {
+			return
+		}
+		var h Handler
+		if err := h.UnmarshalCaddyfile(caddyfile.NewDispenser(tokens)); err != nil {
+			return
+		}
+		if h.Idempotency != nil && h.Idempotency.MaxBody > 1<<40 {
+			t.Fatalf("accepted max_body %d", h.Idempotency.MaxBody)
+		}
+	})
+}

@@ -1,0 +1,168 @@
+package module
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+// Defaults, applied in Provision to every option left unset.
+const (
+	defaultHeader         = "Idempotency-Key"
+	defaultTTL            = 24 * time.Hour
+	defaultMaxBody        = 16 << 20
+	defaultMismatchStatus = 409
+	defaultAsyncTimeout   = 10 * time.Minute
+	defaultMaxResult      = 32 << 20
+	defaultOperationsPath = "/v1/operations"
+)
+
+// Durability modes.
+const (
+	// DurabilitySync fsyncs every record before the client is answered (group commit).
+	DurabilitySync = "sync"
+	// DurabilityRelaxed leaves fsync to the operating system: faster, but a power loss may drop
+	// the last records.
+	DurabilityRelaxed = "relaxed"
+)
+
+// IdempotencyConfig configures the Idempotency-Key gate.
+type IdempotencyConfig struct {
+	// Methods the gate covers. Default: POST, PATCH.
+	Methods []string `json:"methods,omitempty"`
+
+	// Header carrying the idempotency key. Default: Idempotency-Key.
+	Header string `json:"header,omitempty"`
+
+	// Required answers 400 IDEMPOTENCY_KEY_REQUIRED to a covered request without a key.
+	// Default: the key is optional and keyless requests pass through.
+	Required bool `json:"required,omitempty"`
+
+	// TTL is how long a completed key replays its response. Default: 24h.
+	TTL caddy.Duration `json:"ttl,omitempty"`
+
+	// Lease is how long an in-flight claim holds after the gateway crashed, and the longest a
+	// keyed upstream call may run. Default: the async timeout (10m).
+	Lease caddy.Duration `json:"lease,omitempty"`
+
+	// MaxBody is the largest request body accepted, in bytes; larger ones get
+	// 413 REQUEST_TOO_LARGE. Default: 16 MiB.
+	MaxBody int64 `json:"max_body,omitempty"`
+
+	// FingerprintIgnore lists JSON pointers (RFC 6901) left out of a JSON body's fingerprint,
+	// such as a per-attempt request id.
+	FingerprintIgnore []string `json:"fingerprint_ignore,omitempty"`
+
+	// MismatchStatus answers a key reused with a different payload: 409 (default) or 422
+	// (the IETF draft's choice).
+	MismatchStatus int `json:"mismatch_status,omitempty"`
+
+	// WaitInflight, when above zero, makes a duplicate of an in-flight request wait up to this
+	// long for the first one's response instead of answering 409 at once.
+	WaitInflight caddy.Duration `json:"wait_inflight,omitempty"`
+
+	// StoreStatus lists which upstream statuses are recorded for replay: classes ("2xx", "4xx")
+	// or exact codes ("503"). A class never covers 408, 425 or 429, which mean "try again";
+	// list them as codes to record them. Default: 2xx 4xx.
+	StoreStatus []string `json:"store_status,omitempty"`
+}
+
+// AsyncConfig holds the limits of upstream execution shared by keyed and converted calls.
+type AsyncConfig struct {
+	// Timeout bounds one upstream execution. Default: 10m.
+	Timeout caddy.Duration `json:"timeout,omitempty"`
+
+	// MaxResult is the largest upstream response recorded, in bytes. A larger keyed response
+	// still reaches the client but is not replayable and its key is released. Default: 32 MiB.
+	MaxResult int64 `json:"max_result,omitempty"`
+}
+
+func (c *IdempotencyConfig) setDefaults(async *AsyncConfig) {
+	if len(c.Methods) == 0 {
+		c.Methods = []string{"POST", "PATCH"}
+	}
+	for i, m := range c.Methods {
+		c.Methods[i] = strings.ToUpper(m)
+	}
+	if c.Header == "" {
+		c.Header = defaultHeader
+	}
+	if c.TTL == 0 {
+		c.TTL = caddy.Duration(defaultTTL)
+	}
+	if c.Lease == 0 {
+		c.Lease = async.Timeout
+	}
+	if c.MaxBody == 0 {
+		c.MaxBody = defaultMaxBody
+	}
+	if c.MismatchStatus == 0 {
+		c.MismatchStatus = defaultMismatchStatus
+	}
+	if len(c.StoreStatus) == 0 {
+		c.StoreStatus = []string{"2xx", "4xx"}
+	}
+}
+
+func (c *AsyncConfig) setDefaults() {
+	if c.Timeout == 0 {
+		c.Timeout = caddy.Duration(defaultAsyncTimeout)
+	}
+	if c.MaxResult == 0 {
+		c.MaxResult = defaultMaxResult
+	}
+}
+
+func (c *IdempotencyConfig) validate() error {
+	if c.MismatchStatus != 409 && c.MismatchStatus != 422 {
+		return fmt.Errorf("idempotency: mismatch_status must be 409 or 422, got %d", c.MismatchStatus)
+	}
+	if c.TTL < 0 || c.Lease < 0 || c.WaitInflight < 0 || c.MaxBody < 0 {
+		return fmt.Errorf("idempotency: ttl, lease, wait_inflight and max_body must not be negative")
+	}
+	if _, err := parseStatusPolicy(c.StoreStatus); err != nil {
+		return err
+	}
+	for _, p := range c.FingerprintIgnore {
+		if _, err := parsePointer(p); err != nil {
+			return fmt.Errorf("idempotency: fingerprint_ignore: %w", err)
+		}
+	}
+	return nil
+}
+
+// statusPolicy decides which upstream statuses are recorded for replay.
+type statusPolicy struct {
+	classes [6]bool
+	codes   map[int]bool
+}
+
+// retryLater are statuses that ask the client to come back: never recorded by a class.
+var retryLater = map[int]bool{408: true, 425: true, 429: true}
+
+func parseStatusPolicy(specs []string) (statusPolicy, error) {
+	p := statusPolicy{codes: map[int]bool{}}
+	for _, s := range specs {
+		s = strings.ToLower(strings.TrimSpace(s))
+		if len(s) == 3 && strings.HasSuffix(s, "xx") && s[0] >= '1' && s[0] <= '5' {
+			p.classes[s[0]-'0'] = true
+			continue
+		}
+		code, err := strconv.Atoi(s)
+		if err != nil || code < 100 || code > 599 {
+			return p, fmt.Errorf("idempotency: store_status: %q is neither a class like 2xx nor a status code", s)
+		}
+		p.codes[code] = true
+	}
+	return p, nil
+}
+
+func (p statusPolicy) records(status int) bool {
+	if p.codes[status] {
+		return true
+	}
+	return status >= 100 && status <= 599 && p.classes[status/100] && !retryLater[status]
+}

@@ -1,0 +1,133 @@
+package module
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"strconv"
+	"strings"
+)
+
+// fingerprinter computes the fingerprint of a request: SHA-256 over method, path, query,
+// Content-Type and body. A JSON body is canonicalised first (key order, whitespace) with the
+// configured JSON pointers dropped, so a client that re-serialises its payload on retry still
+// matches.
+type fingerprinter struct {
+	ignore [][]string // parsed JSON pointers
+}
+
+func newFingerprinter(pointers []string) (*fingerprinter, error) {
+	f := &fingerprinter{}
+	for _, p := range pointers {
+		tokens, err := parsePointer(p)
+		if err != nil {
+			return nil, err
+		}
+		f.ignore = append(f.ignore, tokens)
+	}
+	return f, nil
+}
+
+// sum returns the fingerprint.
+func (f *fingerprinter) sum(method, path, query, contentType string, body []byte) []byte {
+	mediaType, params, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		mediaType = strings.ToLower(strings.TrimSpace(contentType))
+	} else {
+		contentType = mime.FormatMediaType(mediaType, params)
+	}
+	if isJSON(mediaType) {
+		if canon, ok := f.canonicalJSON(body); ok {
+			body = canon
+		}
+	}
+	h := sha256.New()
+	for _, part := range []string{method, path, query, contentType} {
+		writeField(h, []byte(part))
+	}
+	writeField(h, body)
+	return h.Sum(nil)
+}
+
+// writeField length-prefixes each part, so no two different requests hash the same parts.
+func writeField(h interface{ Write([]byte) (int, error) }, b []byte) {
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+	_, _ = h.Write(n[:])
+	_, _ = h.Write(b)
+}
+
+func isJSON(mediaType string) bool {
+	return mediaType == "application/json" || strings.HasSuffix(mediaType, "+json")
+}
+
+// canonicalJSON re-encodes body with sorted keys, no insignificant whitespace, numbers as
+// written, and the ignored pointers removed. It reports false when body is not one JSON value.
+func (f *fingerprinter) canonicalJSON(body []byte) ([]byte, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, false // trailing data: not a single JSON value
+	}
+	for _, p := range f.ignore {
+		v = removePointer(v, p)
+	}
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, false
+	}
+	return out.Bytes(), true
+}
+
+// parsePointer splits an RFC 6901 JSON pointer into unescaped reference tokens.
+func parsePointer(p string) ([]string, error) {
+	if p == "" || p[0] != '/' {
+		return nil, fmt.Errorf("JSON pointer %q must start with /", p)
+	}
+	tokens := strings.Split(p[1:], "/")
+	for i, t := range tokens {
+		tokens[i] = strings.ReplaceAll(strings.ReplaceAll(t, "~1", "/"), "~0", "~")
+	}
+	return tokens, nil
+}
+
+// removePointer drops the member the pointer names; an array element becomes null so that the
+// other indices keep their meaning.
+func removePointer(v any, tokens []string) any {
+	if len(tokens) == 0 {
+		return v
+	}
+	head, last := tokens[0], len(tokens) == 1
+	switch node := v.(type) {
+	case map[string]any:
+		child, ok := node[head]
+		switch {
+		case !ok:
+		case last:
+			delete(node, head)
+		default:
+			node[head] = removePointer(child, tokens[1:])
+		}
+	case []any:
+		i, err := strconv.Atoi(head)
+		if err != nil || i < 0 || i >= len(node) {
+			return v
+		}
+		if last {
+			node[i] = nil
+		} else {
+			node[i] = removePointer(node[i], tokens[1:])
+		}
+	}
+	return v
+}

@@ -1,0 +1,166 @@
+package module
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	_ "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+
+	"github.com/mulligan-gw/mulligan/examples/modelserver"
+)
+
+// gateway is real Caddy, in this process, with the mulligan handler in front of a real model
+// server on loopback, storing in a real Badger directory.
+type gateway struct {
+	t        *testing.T
+	base     string // http://127.0.0.1:port
+	admin    string
+	port     int
+	dir      string
+	model    *modelserver.Server
+	upstream *httptest.Server
+	client   *http.Client
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startGateway starts a model server with cfg and Caddy with the given mulligan block body.
+func startGateway(t *testing.T, cfg modelserver.Config, mulliganBody string) *gateway {
+	t.Helper()
+	g := &gateway{t: t, model: modelserver.New(cfg), dir: t.TempDir(), port: freePort(t)}
+	g.upstream = httptest.NewServer(g.model)
+	g.base = fmt.Sprintf("http://127.0.0.1:%d", g.port)
+	g.admin = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	g.client = &http.Client{Timeout: 30 * time.Second}
+	if err := caddy.Load(g.config(mulliganBody), true); err != nil {
+		t.Fatalf("loading config: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = caddy.Stop()
+		g.upstream.Close()
+	})
+	return g
+}
+
+// config adapts the test Caddyfile to JSON.
+func (g *gateway) config(mulliganBody string) []byte {
+	g.t.Helper()
+	cf := fmt.Sprintf(`{
+	admin %s
+	persist_config off
+	auto_https off
+	storage file_system %s/caddy
+	log {
+		level ERROR
+	}
+}
+http://127.0.0.1:%d {
+	mulligan {
+		storage %s/badger
+		%s
+	}
+	reverse_proxy %s
+}
+`, g.admin, g.dir, g.port, g.dir, mulliganBody, strings.TrimPrefix(g.upstream.URL, "http://"))
+	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cf), nil)
+	if err != nil {
+		g.t.Fatalf("adapting: %v\n%s", err, cf)
+	}
+	return out
+}
+
+// reload loads a new config through Caddy's admin API, as an operator would.
+func (g *gateway) reload(mulliganBody string) {
+	g.t.Helper()
+	resp, err := http.Post("http://"+g.admin+"/load", "application/json", bytes.NewReader(g.config(mulliganBody)))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		g.t.Fatalf("reload: %d %s", resp.StatusCode, b)
+	}
+}
+
+// result is a finished response with its body read.
+type result struct {
+	*http.Response
+	body []byte
+	err  error
+}
+
+func (r result) errorCode() string {
+	var e errorBody
+	_ = json.Unmarshal(r.body, &e)
+	return string(e.Error.Code)
+}
+
+// post sends a chat completion with the given key (none when empty) and extra headers.
+func (g *gateway) post(path, key, body string, headers ...string) result {
+	req, err := http.NewRequest("POST", g.base+path, strings.NewReader(body))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	return g.do(req)
+}
+
+func (g *gateway) do(req *http.Request) result {
+	resp, err := g.client.Do(req)
+	if err != nil {
+		return result{err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return result{Response: resp, body: b, err: err}
+}
+
+func chat(content string) string {
+	return fmt.Sprintf(`{"model":"demo","messages":[{"role":"user","content":%q}]}`, content)
+}
+
+const chatPath = "/v1/chat/completions"
+
+// expectError checks a gateway answer against the §5 schema.
+func expectError(t *testing.T, r result, status int, code ErrorCode, retryable bool) {
+	t.Helper()
+	if r.err != nil {
+		t.Fatalf("request failed: %v", r.err)
+	}
+	var e errorBody
+	if err := json.Unmarshal(r.body, &e); err != nil {
+		t.Fatalf("not the error schema: %s", r.body)
+	}
+	if r.StatusCode != status || e.Error.Code != code || e.Error.Retryable != retryable {
+		t.Fatalf("got %d %s retryable=%v, want %d %s retryable=%v: %s", r.StatusCode, e.Error.Code, e.Error.Retryable, status, code, retryable, r.body)
+	}
+	if e.Error.Message == "" || e.Error.RequestID == "" || e.Error.RequestID != r.Header.Get(headerRequestID) {
+		t.Fatalf("message or request_id missing: %s (X-Request-Id %q)", r.body, r.Header.Get(headerRequestID))
+	}
+}

@@ -1,0 +1,201 @@
+// Package module is Mulligan's Caddy side: the http.handlers.mulligan handler, its Caddyfile
+// directive, the idempotency gate, and the app that owns the stores across config reloads. It is
+// the only package that imports Caddy.
+package module
+
+import (
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+}
+
+// Handler puts idempotency in front of the rest of the route (normally reverse_proxy to a model
+// server): a request carrying an Idempotency-Key runs upstream once, and its retries replay the
+// recorded response.
+type Handler struct {
+	// Storage is the Badger directory. Default: "mulligan" in Caddy's data directory.
+	Storage string `json:"storage,omitempty"`
+
+	// EncryptionKey turns on encryption at rest: 16, 24 or 32 bytes, given raw or as hex.
+	// Placeholders such as {env.MULLIGAN_KEY} are expanded.
+	EncryptionKey string `json:"encryption_key,omitempty"`
+
+	// Scope separates tenants: its value (placeholders expanded per request, for example
+	// {http.request.header.Authorization}) is hashed into every record key, and never stored raw.
+	// Default: one scope for everybody.
+	Scope string `json:"scope,omitempty"`
+
+	// Operations is the path prefix where operation resources are served. Default: /v1/operations.
+	Operations string `json:"operations,omitempty"`
+
+	// Durability is "sync" (default): a record is fsynced before the client is answered; or
+	// "relaxed": the OS flushes when it likes, and a power loss can drop the last records.
+	Durability string `json:"durability,omitempty"`
+
+	// Idempotency configures the Idempotency-Key gate.
+	Idempotency *IdempotencyConfig `json:"idempotency,omitempty"`
+
+	// Async configures upstream execution limits.
+	Async *AsyncConfig `json:"async,omitempty"`
+
+	slot    *storeSlot
+	gate    *gate
+	methods map[string]bool
+	logger  *zap.Logger
+	now     func() time.Time
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.mulligan",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+// Provision applies defaults and reserves the store, which opens when the config starts.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.logger = ctx.Logger()
+	h.now = time.Now
+	h.setDefaults()
+	key, err := parseEncryptionKey(caddy.NewReplacer().ReplaceAll(h.EncryptionKey, ""))
+	if err != nil {
+		return err
+	}
+	if err := h.Idempotency.validate(); err != nil {
+		return err
+	}
+	h.gate, err = newGate(h.Idempotency, h.Async)
+	if err != nil {
+		return err
+	}
+	h.methods = map[string]bool{}
+	for _, m := range h.Idempotency.Methods {
+		h.methods[m] = true
+	}
+	appIface, err := ctx.App("mulligan")
+	if err != nil {
+		return err
+	}
+	h.slot = appIface.(*App).reserve(store.Options{
+		Dir:           h.Storage,
+		EncryptionKey: key,
+		Sync:          h.Durability == DurabilitySync,
+		Logger:        badgerLogger{h.logger.Named("badger").Sugar()},
+	})
+	return nil
+}
+
+func (h *Handler) setDefaults() {
+	if h.Storage == "" {
+		h.Storage = filepath.Join(caddy.AppDataDir(), "mulligan")
+	}
+	if h.Operations == "" {
+		h.Operations = defaultOperationsPath
+	}
+	if h.Durability == "" {
+		h.Durability = DurabilitySync
+	}
+	if h.Async == nil {
+		h.Async = new(AsyncConfig)
+	}
+	h.Async.setDefaults()
+	if h.Idempotency == nil {
+		h.Idempotency = new(IdempotencyConfig)
+	}
+	h.Idempotency.setDefaults(h.Async)
+}
+
+// Validate checks the configuration for errors that defaults cannot fix.
+func (h *Handler) Validate() error {
+	if h.Durability != DurabilitySync && h.Durability != DurabilityRelaxed {
+		return fmt.Errorf("durability must be %q or %q, got %q", DurabilitySync, DurabilityRelaxed, h.Durability)
+	}
+	if !strings.HasPrefix(h.Operations, "/") {
+		return fmt.Errorf("operations must be a path starting with /, got %q", h.Operations)
+	}
+	return h.Idempotency.validate()
+}
+
+// parseEncryptionKey accepts 16, 24 or 32 raw bytes, or the same in hex.
+func parseEncryptionKey(s string) ([]byte, error) {
+	if s == "" {
+		return nil, nil
+	}
+	if b, err := hex.DecodeString(s); err == nil && (len(b) == 16 || len(b) == 24 || len(b) == 32) {
+		return b, nil
+	}
+	if n := len(s); n == 16 || n == 24 || n == 32 {
+		return []byte(s), nil
+	}
+	return nil, fmt.Errorf("encryption_key must be 16, 24 or 32 bytes (raw or hex), got %d characters", len(s))
+}
+
+// ServeHTTP tags the request with its id and sends covered requests through the gate.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	now := h.now()
+	id := requestID(r, now)
+	w.Header().Set(headerRequestID, id)
+	r.Header.Set(headerRequestID, id)
+	if !h.methods[r.Method] {
+		return next.ServeHTTP(w, r)
+	}
+	st, done, err := h.slot.acquire()
+	if err != nil {
+		h.storageFailed(w, r, err)
+		return nil
+	}
+	defer done()
+	return h.gate.serve(w, r, next, st, h.scopeOf(r), h.logger.With(zap.String("request_id", id)))
+}
+
+// scopeOf expands the scope placeholders for r.
+func (h *Handler) scopeOf(r *http.Request) string {
+	if h.Scope == "" {
+		return ""
+	}
+	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if repl == nil {
+		return ""
+	}
+	return repl.ReplaceAll(h.Scope, "")
+}
+
+func (h *Handler) storageFailed(w http.ResponseWriter, r *http.Request, err error) {
+	h.logger.Error("storage unavailable", zap.String("request_id", w.Header().Get(headerRequestID)), zap.Error(err))
+	writeError(w, apiError{Code: CodeStorage, Message: "The gateway's storage is unavailable; retry shortly.", RetryAfter: time.Second})
+}
+
+// badgerLogger gives Badger's log lines to Caddy's logger.
+type badgerLogger struct{ *zap.SugaredLogger }
+
+func (l badgerLogger) Warningf(f string, v ...any) { l.Warnf(f, v...) }
+
+// Cleanup gives back the store handle; it closes once the last request using it finishes.
+func (h *Handler) Cleanup() error {
+	if h.slot == nil {
+		return nil
+	}
+	return h.slot.close()
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.Validator             = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)

@@ -1,0 +1,97 @@
+package module
+
+import (
+	"bytes"
+	"net/http"
+	"strings"
+)
+
+// teeWriter sends an upstream response to the client as it arrives (flushing when the upstream
+// flushes, so SSE streams) and records it for replay up to a limit. When the client goes away
+// the upstream call goes on: writes to the client are dropped and recording continues, so a
+// retry can replay what the first attempt paid for.
+type teeWriter struct {
+	client     http.ResponseWriter
+	clientGone bool
+	// onHeader runs once, before the status line goes out, with the final status.
+	onHeader func(status int)
+
+	status  int
+	header  http.Header // snapshot of the recorded headers
+	body    bytes.Buffer
+	limit   int64
+	overran bool
+}
+
+func newTeeWriter(client http.ResponseWriter, limit int64, onHeader func(int)) *teeWriter {
+	return &teeWriter{client: client, limit: limit, onHeader: onHeader}
+}
+
+func (t *teeWriter) Header() http.Header { return t.client.Header() }
+
+func (t *teeWriter) WriteHeader(status int) {
+	if t.status != 0 {
+		return
+	}
+	if status >= 100 && status < 200 && status != http.StatusSwitchingProtocols {
+		t.client.WriteHeader(status) // informational: passed on, not recorded
+		return
+	}
+	t.status = status
+	t.header = recordableHeader(t.client.Header())
+	if t.onHeader != nil {
+		t.onHeader(status)
+	}
+	t.client.WriteHeader(status)
+}
+
+func (t *teeWriter) Write(p []byte) (int, error) {
+	if t.status == 0 {
+		t.WriteHeader(http.StatusOK)
+	}
+	if !t.overran {
+		if int64(t.body.Len()+len(p)) > t.limit {
+			t.overran = true
+			t.body = bytes.Buffer{}
+		} else {
+			t.body.Write(p)
+		}
+	}
+	if !t.clientGone {
+		if _, err := t.client.Write(p); err != nil {
+			t.clientGone = true
+		}
+	}
+	return len(p), nil
+}
+
+// Flush passes the upstream's flushes on, so streamed responses reach the client as they come.
+func (t *teeWriter) Flush() {
+	if t.status == 0 {
+		t.WriteHeader(http.StatusOK)
+	}
+	if !t.clientGone {
+		if err := http.NewResponseController(t.client).Flush(); err != nil {
+			t.clientGone = true
+		}
+	}
+}
+
+// hopByHop headers describe one connection and are never replayed (RFC 9110 §7.6.1), nor are
+// the gateway's own per-response headers.
+var hopByHop = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Transfer-Encoding": true,
+	"Te": true, "Trailer": true, "Upgrade": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
+	headerRequestID: true, headerExpires: true, headerReplayed: true,
+}
+
+func recordableHeader(h http.Header) http.Header {
+	out := make(http.Header, len(h))
+	for k, v := range h {
+		if hopByHop[k] || strings.HasPrefix(k, "Trailer:") {
+			continue
+		}
+		out[k] = append([]string(nil), v...)
+	}
+	return out
+}

@@ -1,0 +1,65 @@
+package module
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mulligan-gw/mulligan/examples/modelserver"
+)
+
+func TestReloadWhileRequestsFlowLosesNothing(t *testing.T) {
+	g := startGateway(t, modelserver.Config{Latency: 20 * time.Millisecond}, "")
+	before := g.post(chatPath, "before-reload", chat("before"))
+	if before.StatusCode != 200 {
+		t.Fatalf("before: %d", before.StatusCode)
+	}
+
+	stop := make(chan struct{})
+	var sent, failed atomic.Int64
+	var failures sync.Map
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("flow-%d-%d", w, i)
+				r := g.post(chatPath, key, chat(key))
+				sent.Add(1)
+				if r.err != nil || r.StatusCode != 200 {
+					failed.Add(1)
+					failures.Store(key, fmt.Sprintf("%v %v %s", r.err, r.Status, r.body))
+				}
+			}
+		})
+	}
+	for i := range 5 {
+		time.Sleep(50 * time.Millisecond)
+		g.reload(fmt.Sprintf("idempotency {\n ttl %dh\n}", 24+i))
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+
+	failures.Range(func(k, v any) bool { t.Errorf("%s: %s", k, v); return true })
+	t.Logf("%d requests across 5 reloads, %d failed", sent.Load(), failed.Load())
+	if failed.Load() != 0 {
+		t.Fatal("requests failed during reloads")
+	}
+	after := g.post(chatPath, "before-reload", chat("before"))
+	if after.Header.Get(headerReplayed) != "true" || string(after.body) != string(before.body) {
+		t.Fatalf("a key recorded before the reloads did not replay: %d %s", after.StatusCode, after.body)
+	}
+	// Every key answered during the reloads replays too: none was left claimed.
+	for _, key := range []string{"flow-0-0", "flow-7-1"} {
+		if r := g.post(chatPath, key, chat(key)); r.Header.Get(headerReplayed) != "true" {
+			t.Errorf("%s: %d replayed=%q", key, r.StatusCode, r.Header.Get(headerReplayed))
+		}
+	}
+}

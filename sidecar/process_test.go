@@ -1,0 +1,160 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mulligan-gw/mulligan/examples/modelserver"
+)
+
+// binary is the sidecar built once for the whole test run: crash tests need a real process to
+// SIGKILL.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "mulligan-bin")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "mulligan")
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the sidecar:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// gatewayProcess is the built binary running a Caddyfile on a data directory that outlives it.
+type gatewayProcess struct {
+	t       *testing.T
+	dataDir string
+	port    int
+	base    string
+	cmd     *exec.Cmd
+	log     *os.File
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// newGatewayProcess prepares (but does not start) a gateway in front of upstream.
+func newGatewayProcess(t *testing.T, upstream, mulliganBody string) *gatewayProcess {
+	dataDir := t.TempDir()
+	p := &gatewayProcess{t: t, dataDir: dataDir, port: freePort(t)}
+	p.base = fmt.Sprintf("http://127.0.0.1:%d", p.port)
+	cf := fmt.Sprintf(`{
+	admin 127.0.0.1:%d
+	persist_config off
+	auto_https off
+}
+http://127.0.0.1:%d {
+	mulligan {
+		storage %s/badger
+		%s
+	}
+	reverse_proxy %s
+}
+`, freePort(t), p.port, dataDir, mulliganBody, strings.TrimPrefix(upstream, "http://"))
+	if err := os.WriteFile(filepath.Join(dataDir, "Caddyfile"), []byte(cf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.kill)
+	return p
+}
+
+// start runs the binary and waits until it answers.
+func (p *gatewayProcess) start() {
+	p.t.Helper()
+	var err error
+	p.log, err = os.OpenFile(filepath.Join(p.dataDir, "gateway.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.cmd = exec.Command(binary, "run", "--config", filepath.Join(p.dataDir, "Caddyfile"), "--adapter", "caddyfile")
+	p.cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+p.dataDir+"/xdg-data", "XDG_CONFIG_HOME="+p.dataDir+"/xdg-config")
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", p.port)); err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("the gateway did not start; its log:\n%s", p.logText())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// kill ends the process with SIGKILL: no cleanup, no flush, like a crash or an OOM kill.
+func (p *gatewayProcess) kill() {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	_ = p.cmd.Wait()
+	p.cmd = nil
+	p.log.Close()
+}
+
+func (p *gatewayProcess) logText() string {
+	b, _ := os.ReadFile(filepath.Join(p.dataDir, "gateway.log"))
+	return string(b)
+}
+
+// post sends a keyed chat completion and reads the whole answer.
+func (p *gatewayProcess) post(key, content string, timeout time.Duration) (*http.Response, []byte, error) {
+	req, _ := http.NewRequest("POST", p.base+"/v1/chat/completions",
+		strings.NewReader(fmt.Sprintf(`{"messages":[{"role":"user","content":%q}]}`, content)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := (&http.Client{Timeout: timeout}).Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp, b, err
+}
+
+func startModelServer(t *testing.T, cfg modelserver.Config) (*modelserver.Server, string) {
+	m := modelserver.New(cfg)
+	s := httptest.NewServer(m)
+	t.Cleanup(s.Close)
+	return m, s.URL
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached within 15s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,207 @@
+package store
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// RecordState is where an idempotency record is in its life.
+type RecordState uint8
+
+const (
+	// InFlight: a request holds the claim and its upstream call has not finished.
+	InFlight RecordState = iota + 1
+	// Completed: the response is recorded and replays until the record expires.
+	Completed
+)
+
+// Response is an upstream response as recorded for replay.
+type Response struct {
+	Status int         `json:"status"`
+	Header http.Header `json:"header,omitempty"`
+	Body   []byte      `json:"-"`
+}
+
+// Record is the stored state of one idempotency key.
+type Record struct {
+	State       RecordState `json:"state"`
+	Fingerprint []byte      `json:"fp"`
+	Token       string      `json:"token,omitempty"`
+	ClaimedAt   time.Time   `json:"claimed_at"`
+	LeaseUntil  time.Time   `json:"lease_until,omitzero"`
+	ExpiresAt   time.Time   `json:"expires_at,omitzero"`
+	OperationID string      `json:"operation_id,omitempty"`
+	Response    *Response   `json:"response,omitempty"`
+}
+
+// ClaimOutcome says what ClaimKey found.
+type ClaimOutcome uint8
+
+const (
+	// Claimed: the caller now holds the key and must Complete or Release it.
+	Claimed ClaimOutcome = iota + 1
+	// Replay: the key completed with the same fingerprint; Record.Response replays.
+	Replay
+	// InProgress: another request holds the key with the same fingerprint.
+	InProgress
+	// Mismatch: the key is held or completed with a different fingerprint.
+	Mismatch
+)
+
+// Claim is ClaimKey's answer.
+type Claim struct {
+	Outcome ClaimOutcome
+	// Token identifies the caller's claim (Claimed only); Complete and Release must present it.
+	Token string
+	// Record is the stored record (Replay, InProgress, Mismatch).
+	Record *Record
+}
+
+// ErrNotHolder is returned when a claim was lost (its lease expired and another request took the
+// key over, or it was evicted) before the holder completed or released it.
+var ErrNotHolder = errors.New("idempotency claim is no longer held")
+
+// ClaimKey atomically claims key for a request whose fingerprint is fp: of any number of
+// concurrent callers exactly one gets Claimed. The claim lasts for lease; past it, a crashed
+// holder's claim may be taken over. Under a durable store the claim is on disk before it returns.
+func (s *Store) ClaimKey(key, fp []byte, lease time.Duration) (Claim, error) {
+	unlock := s.locks.lock(key)
+	defer unlock()
+	// Replays and conflicts are answered from a read-only transaction: no write, no fsync.
+	if claim, ok, err := s.answerWithoutClaim(key, fp); err != nil || ok {
+		return claim, err
+	}
+	// Absent, or an in-flight claim whose holder outlived its lease (a crash): take it. The key
+	// lock keeps the state read above current; one process owns the directory.
+	now := s.now()
+	rec := &Record{State: InFlight, Fingerprint: fp, Token: newToken(), ClaimedAt: now, LeaseUntil: now.Add(lease)}
+	err := s.update(func(txn *badger.Txn) error {
+		// The record outlives its lease a little, so a late retry still sees an expired claim.
+		return putRecord(txn, key, rec, lease+time.Minute)
+	})
+	if err != nil {
+		return Claim{}, err
+	}
+	return Claim{Outcome: Claimed, Token: rec.Token}, nil
+}
+
+// answerWithoutClaim reports the outcome of a claim that would not write: a mismatch, a replay
+// or a live in-flight holder.
+func (s *Store) answerWithoutClaim(key, fp []byte) (Claim, bool, error) {
+	rec, err := s.LookupKey(key)
+	switch {
+	case err != nil:
+		return Claim{}, false, err
+	case rec == nil:
+		return Claim{}, false, nil
+	case !bytes.Equal(rec.Fingerprint, fp):
+		return Claim{Outcome: Mismatch, Record: rec}, true, nil
+	case rec.State == Completed:
+		return Claim{Outcome: Replay, Record: rec}, true, nil
+	case s.now().Before(rec.LeaseUntil):
+		return Claim{Outcome: InProgress, Record: rec}, true, nil
+	}
+	return Claim{}, false, nil
+}
+
+// CompleteKey records resp for the key held under token; it replays until expires.
+func (s *Store) CompleteKey(key []byte, token string, resp Response, expires time.Time) error {
+	unlock := s.locks.lock(key)
+	defer unlock()
+	return s.update(func(txn *badger.Txn) error {
+		rec, err := heldRecord(txn, key, token)
+		if err != nil {
+			return err
+		}
+		rec.State, rec.Token, rec.LeaseUntil, rec.ExpiresAt = Completed, "", time.Time{}, expires
+		rec.Response = &resp
+		return putRecord(txn, key, rec, time.Until(expires))
+	})
+}
+
+// ReleaseKey drops the claim held under token, so the next request with the key runs again.
+func (s *Store) ReleaseKey(key []byte, token string) error {
+	unlock := s.locks.lock(key)
+	defer unlock()
+	return s.update(func(txn *badger.Txn) error {
+		if _, err := heldRecord(txn, key, token); err != nil {
+			return err
+		}
+		return txn.Delete(idempotencyKey(key))
+	})
+}
+
+// LookupKey returns the record of key, or nil when there is none.
+func (s *Store) LookupKey(key []byte) (*Record, error) {
+	var rec *Record
+	err := s.view(func(txn *badger.Txn) error {
+		var err error
+		rec, err = getRecord(txn, key)
+		return err
+	})
+	return rec, err
+}
+
+// EvictKey deletes the record of key whatever its state; it reports whether there was one.
+func (s *Store) EvictKey(key []byte) (bool, error) {
+	unlock := s.locks.lock(key)
+	defer unlock()
+	found := false
+	err := s.update(func(txn *badger.Txn) error {
+		rec, err := getRecord(txn, key)
+		if err != nil || rec == nil {
+			return err
+		}
+		found = true
+		return txn.Delete(idempotencyKey(key))
+	})
+	return found, err
+}
+
+func heldRecord(txn *badger.Txn, key []byte, token string) (*Record, error) {
+	rec, err := getRecord(txn, key)
+	if err != nil {
+		return nil, err
+	}
+	if rec == nil || rec.State != InFlight || rec.Token != token {
+		return nil, domainError{ErrNotHolder}
+	}
+	return rec, nil
+}
+
+func getRecord(txn *badger.Txn, key []byte) (*Record, error) {
+	item, err := txn.Get(idempotencyKey(key))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var rec *Record
+	err = item.Value(func(v []byte) error {
+		var derr error
+		rec, derr = decodeRecord(v)
+		return derr
+	})
+	return rec, err
+}
+
+func putRecord(txn *badger.Txn, key []byte, rec *Record, ttl time.Duration) error {
+	v, err := encodeRecord(rec)
+	if err != nil {
+		return err
+	}
+	return txn.SetEntry(badger.NewEntry(idempotencyKey(key), v).WithTTL(ttl))
+}
+
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,123 @@
+package store
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// shared is one open database and the handles counting on it.
+type shared struct {
+	dir    string
+	key    []byte
+	db     *badger.DB
+	refs   int
+	syncer *groupSyncer
+	locks  *keyLocks
+	stopGC chan struct{}
+	gcDone chan struct{}
+}
+
+var (
+	poolMu sync.Mutex
+	pool   = map[string]*shared{}
+)
+
+func acquire(opts Options) (*shared, error) {
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	poolMu.Lock()
+	defer poolMu.Unlock()
+	if sh, ok := pool[dir]; ok {
+		if !bytes.Equal(sh.key, opts.EncryptionKey) {
+			return nil, fmt.Errorf("store: %s is already open with a different encryption key", dir)
+		}
+		sh.refs++
+		return sh, nil
+	}
+	db, err := badger.Open(badgerOptions(dir, opts))
+	if err != nil {
+		return nil, fmt.Errorf("%w: opening %s: %v", ErrUnavailable, dir, err)
+	}
+	sh := &shared{
+		dir: dir, key: bytes.Clone(opts.EncryptionKey), db: db, refs: 1,
+		syncer: newGroupSyncer(db.Sync), locks: newKeyLocks(),
+		stopGC: make(chan struct{}), gcDone: make(chan struct{}),
+	}
+	go sh.collectGarbage()
+	pool[dir] = sh
+	return sh, nil
+}
+
+func release(sh *shared) error {
+	poolMu.Lock()
+	defer poolMu.Unlock()
+	sh.refs--
+	if sh.refs > 0 {
+		return nil
+	}
+	delete(pool, sh.dir)
+	close(sh.stopGC)
+	<-sh.gcDone
+	sh.syncer.stop()
+	return sh.db.Close()
+}
+
+// badgerOptions tunes Badger for a sidecar: small memtables and caches keep the resident set
+// modest, values above 1 KiB go to the value log so the LSM tree stays small.
+func badgerOptions(dir string, opts Options) badger.Options {
+	o := badger.DefaultOptions(dir).
+		WithSyncWrites(false). // durability comes from the group syncer, one fsync per batch
+		WithMemTableSize(16 << 20).
+		WithNumMemtables(3).
+		WithBlockCacheSize(32 << 20).
+		WithIndexCacheSize(16 << 20).
+		WithValueThreshold(1 << 10).
+		WithValueLogFileSize(256 << 20).
+		WithNumCompactors(2).
+		WithNumGoroutines(2).
+		WithMetricsEnabled(false).
+		WithLogger(logAdapter{opts.Logger})
+	if len(opts.EncryptionKey) > 0 {
+		o = o.WithEncryptionKey(opts.EncryptionKey)
+	}
+	return o
+}
+
+// collectGarbage reclaims value-log space left by expired and deleted records.
+func (sh *shared) collectGarbage() {
+	defer close(sh.gcDone)
+	t := time.NewTicker(5 * time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-sh.stopGC:
+			return
+		case <-t.C:
+			for sh.db.RunValueLogGC(0.5) == nil {
+			}
+		}
+	}
+}
+
+// logAdapter forwards Badger's warnings and errors and drops its chatter.
+type logAdapter struct{ l Logger }
+
+func (a logAdapter) Errorf(f string, v ...any) {
+	if a.l != nil {
+		a.l.Errorf(f, v...)
+	}
+}
+func (a logAdapter) Warningf(f string, v ...any) {
+	if a.l != nil {
+		a.l.Warningf(f, v...)
+	}
+}
+func (logAdapter) Infof(string, ...any)  {}
+func (logAdapter) Debugf(string, ...any) {}

@@ -1,0 +1,156 @@
+// Package store keeps everything Mulligan must not lose: idempotency records, operations, their
+// requests and results, and the webhook outbox. It is the only package that imports Badger, and
+// its API speaks in plain Go types so that a second backend can implement the same calls.
+package store
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// ErrUnavailable wraps every failure of the underlying database. Callers answer it with
+// 503 STORAGE_UNAVAILABLE: the request may be retried once storage is back.
+var ErrUnavailable = errors.New("storage unavailable")
+
+// ErrClosed is returned by calls made on a Store after Close.
+var ErrClosed = fmt.Errorf("%w: store is closed", ErrUnavailable)
+
+// Logger receives Badger's own log lines. Its method set is Badger's, so zap's sugared logger
+// and the standard library's adapters fit.
+type Logger interface {
+	Errorf(string, ...any)
+	Warningf(string, ...any)
+	Infof(string, ...any)
+	Debugf(string, ...any)
+}
+
+// Options configures a Store.
+type Options struct {
+	// Dir is the database directory. One database is opened per directory and shared by every
+	// Store opened on it (see Open).
+	Dir string
+	// EncryptionKey enables encryption at rest when set (AES; 16, 24 or 32 bytes).
+	EncryptionKey []byte
+	// Sync makes every write durable (fsynced) before the call that made it returns. Concurrent
+	// writers share one fsync (group commit).
+	Sync bool
+	// Logger receives the database's warnings and errors; nil discards them.
+	Logger Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Store is one user's handle on a shared database. Close releases the handle; the database
+// closes when its last handle does.
+type Store struct {
+	sh     *shared
+	sync   bool
+	now    func() time.Time
+	locks  *keyLocks
+	closed chan struct{}
+}
+
+// Open returns a handle on the database in opts.Dir, opening it if no other handle holds it.
+// Sharing one database per directory lets a new configuration provision while the old one still
+// runs (a Caddy reload) without tripping Badger's directory lock.
+func Open(opts Options) (*Store, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("store: no directory given")
+	}
+	switch len(opts.EncryptionKey) {
+	case 0, 16, 24, 32:
+	default:
+		return nil, fmt.Errorf("store: encryption key must be 16, 24 or 32 bytes, got %d", len(opts.EncryptionKey))
+	}
+	sh, err := acquire(opts)
+	if err != nil {
+		return nil, err
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{sh: sh, sync: opts.Sync, now: now, locks: sh.locks, closed: make(chan struct{})}, nil
+}
+
+// Close releases this handle. It is safe to call more than once.
+func (s *Store) Close() error {
+	select {
+	case <-s.closed:
+		return nil
+	default:
+		close(s.closed)
+	}
+	return release(s.sh)
+}
+
+// Dir reports the directory of the database.
+func (s *Store) Dir() string { return s.sh.dir }
+
+// Ping reports whether the database is open and accepts a durable write.
+func (s *Store) Ping() error {
+	return s.update(func(txn *badger.Txn) error {
+		return txn.Set([]byte(keyPing), []byte(s.now().UTC().Format(time.RFC3339Nano)))
+	})
+}
+
+// update runs fn in a read-write transaction, retrying on optimistic conflicts, then waits for
+// the group commit's fsync when the handle is durable.
+func (s *Store) update(fn func(txn *badger.Txn) error) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		err := s.sh.db.Update(fn)
+		if errors.Is(err, badger.ErrConflict) && attempt < 64 {
+			continue
+		}
+		if err != nil {
+			return wrap(err)
+		}
+		break
+	}
+	if s.sync {
+		return wrap(s.sh.syncer.wait())
+	}
+	return nil
+}
+
+// view runs fn in a read-only transaction.
+func (s *Store) view(fn func(txn *badger.Txn) error) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	return wrap(s.sh.db.View(fn))
+}
+
+func (s *Store) usable() error {
+	select {
+	case <-s.closed:
+		return ErrClosed
+	default:
+		return nil
+	}
+}
+
+// domainError marks errors that are answers, not storage failures; wrap leaves them alone.
+type domainError struct{ error }
+
+func (e domainError) Unwrap() error { return e.error }
+
+func wrap(err error) error {
+	var d domainError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &d):
+		return d.error
+	case errors.Is(err, ErrUnavailable):
+		return err
+	default:
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+}

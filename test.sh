@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The whole test suite: vet, formatting, every test under the race detector (real Caddy, real
+# Badger, real loopback HTTP, the built binary killed with SIGKILL), then each fuzz target for a
+# few seconds on top of its seed corpus.
+set -euo pipefail
+cd "$(dirname "$0")"
+fuzztime="${FUZZTIME:-5s}"
+
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change: $unformatted" >&2
+	exit 1
+fi
+go vet ./...
+go test -race -count=1 -timeout 20m ./...
+
+for target in FuzzParseKey FuzzFingerprint FuzzCaddyfile; do
+	go test -run='^$' -fuzz="^${target}\$" -fuzztime="$fuzztime" ./module
+done
