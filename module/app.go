@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/store"
 )
@@ -24,6 +26,7 @@ func init() {
 // Handlers add it to the config themselves; it has nothing to configure.
 type App struct {
 	mu    *sync.Mutex
+	ctx   caddy.Context
 	slots []*storeSlot
 }
 
@@ -32,12 +35,27 @@ func (App) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{ID: "mulligan", New: func() caddy.Module { return &App{mu: new(sync.Mutex)} }}
 }
 
-// Start opens every store the config's handlers asked for.
+// Provision keeps the config's context, to find its HTTP servers at Start.
+func (a *App) Provision(ctx caddy.Context) error {
+	a.ctx = ctx
+	return nil
+}
+
+// Start opens every store the config's handlers asked for, and hands the config's HTTP servers
+// to their runners.
 func (a *App) Start() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	var servers map[string]*caddyhttp.Server
+	if len(a.slots) > 0 {
+		httpApp, err := a.ctx.App("http")
+		if err != nil {
+			return err
+		}
+		servers = httpApp.(*caddyhttp.App).Servers
+	}
 	for i, s := range a.slots {
-		if err := s.open(); err != nil {
+		if err := s.open(servers); err != nil {
 			for _, opened := range a.slots[:i] {
 				opened.close()
 			}
@@ -51,11 +69,11 @@ func (a *App) Start() error {
 // servers have stopped taking requests.
 func (a *App) Stop() error { return nil }
 
-// reserve registers a store to open when the config starts.
-func (a *App) reserve(opts store.Options) *storeSlot {
+// reserve registers a store (and its runner) to open when the config starts.
+func (a *App) reserve(opts store.Options, async AsyncConfig, log *zap.Logger) *storeSlot {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s := &storeSlot{opts: opts, ready: make(chan struct{})}
+	s := &storeSlot{opts: opts, async: async, log: log, ready: make(chan struct{})}
 	a.slots = append(a.slots, s)
 	return s
 }
@@ -65,22 +83,39 @@ func (a *App) reserve(opts store.Options) *storeSlot {
 // so a keyed call that straddles a reload still records its response.
 type storeSlot struct {
 	opts  store.Options
+	async AsyncConfig
+	log   *zap.Logger
 	ready chan struct{}
 
 	mu      sync.Mutex
 	st      *store.Store
+	run     *runner
 	users   int
 	closing bool
 }
 
-func (s *storeSlot) open() error {
+func (s *storeSlot) open(servers map[string]*caddyhttp.Server) error {
 	st, err := store.Open(s.opts)
 	if err != nil {
 		return fmt.Errorf("mulligan: %w", err)
 	}
-	s.st = st
+	run, err := acquireRunner(s.opts, s.async, servers, s.log)
+	if err != nil {
+		_ = st.Close()
+		return fmt.Errorf("mulligan: starting the runner: %w", err)
+	}
+	s.st, s.run = st, run
 	close(s.ready)
 	return nil
+}
+
+// shut releases the runner and the store handle; s.mu is held.
+func (s *storeSlot) shut() error {
+	if s.st == nil {
+		return nil
+	}
+	s.run.release()
+	return s.st.Close()
 }
 
 func (s *storeSlot) close() error {
@@ -90,8 +125,8 @@ func (s *storeSlot) close() error {
 		return nil
 	}
 	s.closing = true
-	if s.users == 0 && s.st != nil {
-		return s.st.Close()
+	if s.users == 0 {
+		return s.shut()
 	}
 	return nil
 }
@@ -100,9 +135,10 @@ func (s *storeSlot) close() error {
 // waits for the store.
 const storeStartWait = 10 * time.Second
 
-// acquire returns the store once it is open, and the function that gives it back. Apps start in
-// no fixed order, so a request can reach a handler a moment before its store is open.
-func (s *storeSlot) acquire() (*store.Store, func(), error) {
+// acquire returns the store and its runner once they are open, and the function that gives them
+// back. Apps start in no fixed order, so a request can reach a handler a moment before its store
+// is open.
+func (s *storeSlot) acquire() (*store.Store, *runner, func(), error) {
 	select {
 	case <-s.ready:
 	default:
@@ -111,16 +147,16 @@ func (s *storeSlot) acquire() (*store.Store, func(), error) {
 		select {
 		case <-s.ready:
 		case <-t.C:
-			return nil, nil, store.ErrUnavailable
+			return nil, nil, nil, store.ErrUnavailable
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
-		return nil, nil, store.ErrClosed
+		return nil, nil, nil, store.ErrClosed
 	}
 	s.users++
-	return s.st, s.releaseUser, nil
+	return s.st, s.run, s.releaseUser, nil
 }
 
 func (s *storeSlot) releaseUser() {
@@ -128,12 +164,13 @@ func (s *storeSlot) releaseUser() {
 	defer s.mu.Unlock()
 	s.users--
 	if s.closing && s.users == 0 {
-		_ = s.st.Close()
+		_ = s.shut()
 	}
 }
 
 // Interface guards
 var (
-	_ caddy.App    = (*App)(nil)
-	_ caddy.Module = (*App)(nil)
+	_ caddy.App         = (*App)(nil)
+	_ caddy.Provisioner = (*App)(nil)
+	_ caddy.Module      = (*App)(nil)
 )

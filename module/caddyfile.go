@@ -45,8 +45,14 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //			store_status       <class or code...>
 //		}
 //		async {
-//			timeout    <duration>
-//			max_result <size>
+//			mode        prefer|always|after <duration>
+//			concurrency <n>
+//			queue       <n>
+//			timeout     <duration>
+//			retries     <n>
+//			retention   <duration>
+//			max_result  <size>
+//			on_crash    requeue|fail
 //		}
 //	}
 func (m *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
@@ -148,10 +154,26 @@ func (c *AsyncConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		var err error
 		switch d.Val() {
+		case "mode":
+			err = c.unmarshalMode(d)
+		case "concurrency":
+			err = intArg(d, &c.Concurrency, 1)
+		case "queue":
+			err = intArg(d, &c.Queue, 1)
 		case "timeout":
 			err = durationArg(d, &c.Timeout)
+		case "retries":
+			c.Retries = new(int)
+			err = intArg(d, c.Retries, 0)
+		case "retention":
+			err = durationArg(d, &c.Retention)
 		case "max_result":
 			err = sizeArg(d, &c.MaxResult)
+		case "on_crash":
+			err = oneArg(d, &c.OnCrash)
+			if err == nil && c.OnCrash != CrashRequeue && c.OnCrash != CrashFail {
+				err = d.Errf("on_crash must be requeue or fail, got %q", c.OnCrash)
+			}
 		default:
 			err = d.Errf("unrecognized async subdirective %q", d.Val())
 		}
@@ -159,6 +181,39 @@ func (c *AsyncConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// unmarshalMode reads "prefer", "always" or "after <duration>".
+func (c *AsyncConfig) unmarshalMode(d *caddyfile.Dispenser) error {
+	if !d.NextArg() {
+		return d.ArgErr()
+	}
+	c.Mode = d.Val()
+	switch c.Mode {
+	case ModePrefer, ModeAlways:
+		if d.NextArg() {
+			return d.ArgErr()
+		}
+		return nil
+	case ModeAfter:
+		return durationArg(d, &c.After)
+	}
+	return d.Errf("mode must be prefer, always or after <duration>, got %q", c.Mode)
+}
+
+// intArg reads one whole number of at least min.
+func intArg(d *caddyfile.Dispenser, dst *int, min int) error {
+	name := d.Val()
+	var s string
+	if err := oneArg(d, &s); err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < min {
+		return d.Errf("%s must be a whole number of at least %d, got %q", name, min, s)
+	}
+	*dst = n
 	return nil
 }
 
@@ -184,13 +239,14 @@ func someArgs(d *caddyfile.Dispenser) ([]string, error) {
 }
 
 func durationArg(d *caddyfile.Dispenser, dst *caddy.Duration) error {
+	name := d.Val()
 	var s string
 	if err := oneArg(d, &s); err != nil {
 		return err
 	}
 	dur, err := caddy.ParseDuration(s)
 	if err != nil || dur < 0 {
-		return d.Errf("invalid duration %q for %s", s, d.Val())
+		return d.Errf("invalid duration %q for %s", s, name)
 	}
 	*dst = caddy.Duration(dur)
 	return nil

@@ -70,15 +70,54 @@ type IdempotencyConfig struct {
 	StoreStatus []string `json:"store_status,omitempty"`
 }
 
-// AsyncConfig holds the limits of upstream execution shared by keyed and converted calls.
+// AsyncConfig configures async conversion: which calls become 202 Accepted plus an operation,
+// and how the runner executes them.
 type AsyncConfig struct {
+	// Mode says which requests are converted: "prefer" (default) converts requests that send
+	// Prefer: respond-async (RFC 7240); "always" converts every covered request; "after" runs the
+	// request and answers it directly if the upstream finishes within After, else converts it.
+	// Prefer: wait=N sets that window per request.
+	Mode string `json:"mode,omitempty"`
+
+	// After is the window of mode "after". Default: 2s.
+	After caddy.Duration `json:"after,omitempty"`
+
+	// Concurrency is how many queued operations run upstream at once. Default: 4.
+	Concurrency int `json:"concurrency,omitempty"`
+
+	// Queue is how many operations may wait; past it new ones get 503 QUEUE_FULL. Default: 10000.
+	Queue int `json:"queue,omitempty"`
+
 	// Timeout bounds one upstream execution. Default: 10m.
 	Timeout caddy.Duration `json:"timeout,omitempty"`
 
-	// MaxResult is the largest upstream response recorded, in bytes. A larger keyed response
-	// still reaches the client but is not replayable and its key is released. Default: 32 MiB.
+	// Retries is how many times an operation's upstream call is retried on 408, 429, 502, 503,
+	// 504 or a connection error, with exponential backoff and full jitter. Default: 3.
+	Retries *int `json:"retries,omitempty"`
+
+	// Retention is how long a final operation and its result are kept; then it reads as expired
+	// for 7 more days, then 404. Default: 24h.
+	Retention caddy.Duration `json:"retention,omitempty"`
+
+	// MaxResult is the largest upstream response recorded, in bytes. An operation whose response
+	// is larger fails with RESULT_TOO_LARGE; a larger keyed synchronous response still reaches the
+	// client but is not replayable and its key is released. Default: 32 MiB.
 	MaxResult int64 `json:"max_result,omitempty"`
+
+	// OnCrash says what happens to operations that were running when the gateway died:
+	// "requeue" (default) runs them again; "fail" fails them with WORKER_LOST, for upstreams that
+	// are not safe to rerun.
+	OnCrash string `json:"on_crash,omitempty"`
 }
+
+// Async modes and crash policies.
+const (
+	ModePrefer   = "prefer"
+	ModeAlways   = "always"
+	ModeAfter    = "after"
+	CrashRequeue = "requeue"
+	CrashFail    = "fail"
+)
 
 func (c *IdempotencyConfig) setDefaults(async *AsyncConfig) {
 	if len(c.Methods) == 0 {
@@ -108,12 +147,46 @@ func (c *IdempotencyConfig) setDefaults(async *AsyncConfig) {
 }
 
 func (c *AsyncConfig) setDefaults() {
+	if c.Mode == "" {
+		c.Mode = ModePrefer
+	}
+	if c.After == 0 {
+		c.After = caddy.Duration(2 * time.Second)
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 4
+	}
+	if c.Queue == 0 {
+		c.Queue = 10000
+	}
 	if c.Timeout == 0 {
 		c.Timeout = caddy.Duration(defaultAsyncTimeout)
+	}
+	if c.Retries == nil {
+		three := 3
+		c.Retries = &three
+	}
+	if c.Retention == 0 {
+		c.Retention = caddy.Duration(24 * time.Hour)
 	}
 	if c.MaxResult == 0 {
 		c.MaxResult = defaultMaxResult
 	}
+	if c.OnCrash == "" {
+		c.OnCrash = CrashRequeue
+	}
+}
+
+func (c *AsyncConfig) validate() error {
+	switch {
+	case c.Mode != ModePrefer && c.Mode != ModeAlways && c.Mode != ModeAfter:
+		return fmt.Errorf("async: mode must be prefer, always or after, got %q", c.Mode)
+	case c.OnCrash != CrashRequeue && c.OnCrash != CrashFail:
+		return fmt.Errorf("async: on_crash must be requeue or fail, got %q", c.OnCrash)
+	case c.Concurrency < 1 || c.Queue < 1 || *c.Retries < 0 || c.Timeout <= 0 || c.After <= 0 || c.Retention <= 0:
+		return fmt.Errorf("async: concurrency and queue must be at least 1; retries not negative; timeout, after and retention positive")
+	}
+	return nil
 }
 
 func (c *IdempotencyConfig) validate() error {

@@ -1,7 +1,8 @@
 package module
 
 import (
-	"encoding/json"
+	"github.com/mulligan-gw/mulligan/store"
+
 	"net/http"
 	"strconv"
 	"time"
@@ -24,6 +25,9 @@ const (
 	CodeNotFinished       ErrorCode = "OPERATION_NOT_FINISHED"
 	CodeCallbackNotAllow  ErrorCode = "CALLBACK_URL_NOT_ALLOWED"
 	CodeQueueFull         ErrorCode = "QUEUE_FULL"
+	// Beyond the contract's table: malformed calls of the operations API.
+	CodeInvalidRequest   ErrorCode = "INVALID_REQUEST"
+	CodeMethodNotAllowed ErrorCode = "METHOD_NOT_ALLOWED"
 )
 
 type errorSpec struct {
@@ -43,6 +47,8 @@ var catalogue = map[ErrorCode]errorSpec{
 	CodeNotFinished:       {http.StatusConflict, true},
 	CodeCallbackNotAllow:  {http.StatusUnprocessableEntity, false},
 	CodeQueueFull:         {http.StatusServiceUnavailable, true},
+	CodeInvalidRequest:    {http.StatusBadRequest, false},
+	CodeMethodNotAllowed:  {http.StatusMethodNotAllowed, false},
 }
 
 // apiError is one answer of the catalogue, ready to write.
@@ -80,17 +86,36 @@ func writeError(w http.ResponseWriter, e apiError) {
 	if details == nil {
 		details = map[string]any{}
 	}
-	body, _ := json.Marshal(errorBody{Error: errorFields{
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", retryAfterValue(e.RetryAfter))
+	}
+	writeJSON(w, status, errorBody{Error: errorFields{
 		Code: e.Code, Message: e.Message, Retryable: spec.retryable, Details: details,
 		RequestID: w.Header().Get(headerRequestID),
 	}})
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	h.Set("Content-Length", strconv.Itoa(len(body)+1))
-	if e.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(int((e.RetryAfter+time.Second-1)/time.Second)))
-	}
-	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
+}
+
+// retryAfterValue renders d as whole seconds, rounded up (RFC 9110 §10.2.3).
+func retryAfterValue(d time.Duration) string {
+	return strconv.Itoa(int((d + time.Second - 1) / time.Second))
+}
+
+// Why an operation failed (CONTRACT.md §3): codes of the operation's error, not HTTP answers.
+const (
+	CodeUpstreamRejected    ErrorCode = "UPSTREAM_REJECTED"
+	CodeUpstreamUnavailable ErrorCode = "UPSTREAM_UNAVAILABLE"
+	CodeUpstreamError       ErrorCode = "UPSTREAM_ERROR"
+	CodeOperationTimeout    ErrorCode = "OPERATION_TIMEOUT"
+	CodeResultTooLarge      ErrorCode = "RESULT_TOO_LARGE"
+	CodeWorkerLost          ErrorCode = "WORKER_LOST"
+)
+
+var failureRetryable = map[ErrorCode]bool{
+	CodeUpstreamRejected: false, CodeUpstreamUnavailable: true, CodeUpstreamError: true,
+	CodeOperationTimeout: true, CodeResultTooLarge: false, CodeWorkerLost: true,
+}
+
+// catalogueError is an operation's failure with the catalogue's retryability.
+func catalogueError(code ErrorCode, message string) *store.OperationError {
+	return &store.OperationError{Code: string(code), Message: message, Retryable: failureRetryable[code]}
 }

@@ -5,6 +5,7 @@ package module
 
 import (
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -53,6 +54,7 @@ type Handler struct {
 
 	slot    *storeSlot
 	gate    *gate
+	conv    *converter
 	methods map[string]bool
 	logger  *zap.Logger
 	now     func() time.Time
@@ -75,13 +77,14 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := h.Idempotency.validate(); err != nil {
+	if err := h.Validate(); err != nil {
 		return err
 	}
 	h.gate, err = newGate(h.Idempotency, h.Async)
 	if err != nil {
 		return err
 	}
+	h.conv = &converter{cfg: h.Async, prefix: strings.TrimSuffix(h.Operations, "/"), gate: h.gate, now: h.now}
 	h.methods = map[string]bool{}
 	for _, m := range h.Idempotency.Methods {
 		h.methods[m] = true
@@ -95,7 +98,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		EncryptionKey: key,
 		Sync:          h.Durability == DurabilitySync,
 		Logger:        badgerLogger{h.logger.Named("badger").Sugar()},
-	})
+	}, *h.Async, h.logger)
 	return nil
 }
 
@@ -127,6 +130,9 @@ func (h *Handler) Validate() error {
 	if !strings.HasPrefix(h.Operations, "/") {
 		return fmt.Errorf("operations must be a path starting with /, got %q", h.Operations)
 	}
+	if err := h.Async.validate(); err != nil {
+		return err
+	}
 	return h.Idempotency.validate()
 }
 
@@ -144,22 +150,65 @@ func parseEncryptionKey(s string) ([]byte, error) {
 	return nil, fmt.Errorf("encryption_key must be 16, 24 or 32 bytes (raw or hex), got %d characters", len(s))
 }
 
-// ServeHTTP tags the request with its id and sends covered requests through the gate.
+// ServeHTTP serves the operations API, and sends covered requests through the idempotency
+// gate and async conversion. Requests the runner replays through the server pass straight on.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if r.Context().Value(execKey{}) != nil {
+		return next.ServeHTTP(w, r)
+	}
 	now := h.now()
 	id := requestID(r, now)
 	w.Header().Set(headerRequestID, id)
 	r.Header.Set(headerRequestID, id)
-	if !h.methods[r.Method] {
+	isOps := h.isOperationsPath(r.URL.Path)
+	if !isOps && !h.methods[r.Method] {
 		return next.ServeHTTP(w, r)
 	}
-	st, done, err := h.slot.acquire()
+	st, run, done, err := h.slot.acquire()
 	if err != nil {
-		h.storageFailed(w, r, err)
+		h.storageFailed(w, err)
 		return nil
 	}
 	defer done()
-	return h.gate.serve(w, r, next, st, h.scopeOf(r), h.logger.With(zap.String("request_id", id)))
+	log := h.logger.With(zap.String("request_id", id))
+	if isOps {
+		h.serveOperations(w, r, st, run, scopeHash(h.scopeOf(r)), log)
+		return nil
+	}
+	w.Header().Add("Vary", "Prefer")
+	return h.serveCovered(w, r, next, st, run, log)
+}
+
+// serveCovered runs a covered request: directly, through the gate, or as an operation.
+func (h *Handler) serveCovered(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, st *store.Store, run *runner, log *zap.Logger) error {
+	key, ok := h.gate.keyOf(w, r)
+	if !ok {
+		return nil
+	}
+	convert, window := conversion(h.Async, r.Header.Values("Prefer"))
+	if key == "" && !convert {
+		return next.ServeHTTP(w, r)
+	}
+	kr, err := h.gate.prepare(w, r, key, h.scopeOf(r), log)
+	if errors.Is(err, errAnswered) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case !convert:
+		return h.gate.claimAndRun(w, kr, next, st)
+	case window == 0:
+		return h.conv.accept(w, kr, st, run)
+	default:
+		return h.conv.runThenConvert(w, kr, next, st, run, window)
+	}
+}
+
+func (h *Handler) isOperationsPath(p string) bool {
+	prefix := h.conv.prefix
+	return p == prefix || strings.HasPrefix(p, prefix+"/")
 }
 
 // scopeOf expands the scope placeholders for r.
@@ -174,7 +223,7 @@ func (h *Handler) scopeOf(r *http.Request) string {
 	return repl.ReplaceAll(h.Scope, "")
 }
 
-func (h *Handler) storageFailed(w http.ResponseWriter, r *http.Request, err error) {
+func (h *Handler) storageFailed(w http.ResponseWriter, err error) {
 	h.logger.Error("storage unavailable", zap.String("request_id", w.Header().Get(headerRequestID)), zap.Error(err))
 	writeError(w, apiError{Code: CodeStorage, Message: "The gateway's storage is unavailable; retry shortly.", RetryAfter: time.Second})
 }

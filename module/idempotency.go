@@ -3,6 +3,7 @@ package module
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -56,49 +57,53 @@ func newGate(c *IdempotencyConfig, a *AsyncConfig) (*gate, error) {
 	}, nil
 }
 
-// keyedRequest is a covered request with a valid key and its body read.
+// keyedRequest is a covered request with its body read and, when it has a key, its record key
+// and fingerprint.
 type keyedRequest struct {
 	r         *http.Request
-	key       string
+	key       string // empty: no Idempotency-Key
+	scope     string // hash of the tenant scope
 	recordKey []byte
 	fp        []byte
 	body      []byte
 	log       *zap.Logger
 }
 
-// serve runs one covered request through the gate.
-func (g *gate) serve(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, st *store.Store, scope string, log *zap.Logger) error {
+// keyOf returns the request's idempotency key ("" when it has none and none is required). It
+// answers the client itself, and reports false, when the key is missing but required or invalid.
+func (g *gate) keyOf(w http.ResponseWriter, r *http.Request) (string, bool) {
 	values := r.Header.Values(g.header)
-	if len(values) == 0 {
-		if g.required {
-			writeError(w, apiError{Code: CodeKeyRequired, Message: fmt.Sprintf("%s %s requires an %s header.", r.Method, r.URL.Path, g.header)})
-			return nil
-		}
-		return next.ServeHTTP(w, r)
-	}
-	if len(values) > 1 {
+	switch {
+	case len(values) == 0 && g.required:
+		writeError(w, apiError{Code: CodeKeyRequired, Message: fmt.Sprintf("%s %s requires an %s header.", r.Method, r.URL.Path, g.header)})
+		return "", false
+	case len(values) == 0:
+		return "", true
+	case len(values) > 1:
 		writeError(w, apiError{Code: CodeKeyInvalid, Message: fmt.Sprintf("Send exactly one %s header.", g.header)})
-		return nil
+		return "", false
 	}
 	key, err := parseKey(values[0])
 	if err != nil {
 		writeError(w, apiError{Code: CodeKeyInvalid, Message: err.Error() + "; send 1 to 255 printable ASCII characters."})
-		return nil
+		return "", false
 	}
+	return key, true
+}
+
+// prepare reads the body and computes what the gate needs of a covered request.
+func (g *gate) prepare(w http.ResponseWriter, r *http.Request, key, scope string, log *zap.Logger) (*keyedRequest, error) {
 	body, err := g.readBody(w, r)
-	if errors.Is(err, errAnswered) {
-		return nil
-	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	kr := &keyedRequest{
-		r: r, key: key, body: body,
-		recordKey: recordKey(scope, r.Method, r.URL.Path, key),
-		fp:        g.fp.sum(r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Get("Content-Type"), body),
-		log:       log.With(zap.String("idempotency_key", key)),
+	kr := &keyedRequest{r: r, key: key, scope: scopeHash(scope), body: body, log: log}
+	if key != "" {
+		kr.recordKey = recordKey(scope, r.Method, r.URL.Path, key)
+		kr.fp = g.fp.sum(r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Get("Content-Type"), body)
+		kr.log = log.With(zap.String("idempotency_key", key))
 	}
-	return g.claimAndRun(w, kr, next, st)
+	return kr, nil
 }
 
 // errAnswered means the gate already wrote the answer.
@@ -124,11 +129,16 @@ func (g *gate) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) 
 	return body, nil
 }
 
+// scopeHash is the stored form of a tenant scope: its raw value is never stored.
+func scopeHash(scope string) string {
+	h := sha256.Sum256([]byte(scope))
+	return hex.EncodeToString(h[:16])
+}
+
 // recordKey names a record by (scope hash, method, route path, key): tenants never share one.
 func recordKey(scope, method, path, key string) []byte {
-	scopeHash := sha256.Sum256([]byte(scope))
 	h := sha256.New()
-	writeField(h, scopeHash[:])
+	writeField(h, []byte(scopeHash(scope)))
 	for _, part := range []string{method, path, key} {
 		writeField(h, []byte(part))
 	}
@@ -143,25 +153,30 @@ func (g *gate) claimAndRun(w http.ResponseWriter, kr *keyedRequest, next caddyht
 		if err != nil {
 			return g.storageFailed(w, kr, err)
 		}
-		switch claim.Outcome {
-		case store.Claimed:
+		switch {
+		case claim.Outcome == store.Claimed:
 			return g.run(w, kr, next, st, claim.Token)
-		case store.Replay:
-			kr.log.Debug("replaying recorded response")
-			replay(w, claim.Record)
-			return nil
-		case store.Mismatch:
-			writeError(w, apiError{Code: CodeKeyReused, Status: g.mismatch,
-				Message: "This Idempotency-Key was used with a different request; use a new key for a new request."})
-			return nil
-		case store.InProgress:
-			if g.now().Before(deadline) && g.awaitFlight(kr, deadline) {
-				continue
-			}
-			writeError(w, apiError{Code: CodeInProgress, RetryAfter: time.Second,
-				Message: "A request with this Idempotency-Key is still being processed; retry later."})
-			return nil
+		case claim.Outcome == store.InProgress && g.now().Before(deadline) && g.awaitFlight(kr, deadline):
+			continue
 		}
+		g.answer(w, kr, claim)
+		return nil
+	}
+}
+
+// answer responds to a request whose key is not the caller's to run: replay, mismatch or
+// in progress.
+func (g *gate) answer(w http.ResponseWriter, kr *keyedRequest, claim store.Claim) {
+	switch claim.Outcome {
+	case store.Replay:
+		kr.log.Debug("replaying recorded response")
+		replay(w, claim.Record)
+	case store.Mismatch:
+		writeError(w, apiError{Code: CodeKeyReused, Status: g.mismatch,
+			Message: "This Idempotency-Key was used with a different request; use a new key for a new request."})
+	default:
+		writeError(w, apiError{Code: CodeInProgress, RetryAfter: time.Second,
+			Message: "A request with this Idempotency-Key is still being processed; retry later."})
 	}
 }
 
@@ -210,19 +225,28 @@ func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handl
 	if err == nil && tee.status == 0 {
 		tee.WriteHeader(http.StatusOK) // the handler wrote nothing: net/http's implicit 200
 	}
-	switch {
-	case err != nil || !g.policy.records(tee.status) || tee.overran:
-		if rerr := st.ReleaseKey(kr.recordKey, token); rerr != nil {
-			kr.log.Warn("releasing idempotency key", zap.Error(rerr))
-		}
-		kr.log.Debug("upstream outcome not recorded; key released", zap.Int("status", tee.status), zap.Bool("too_large", tee.overran))
-		return err
+	res := attemptResult{status: tee.status, header: tee.header, body: tee.body.Bytes(), over: tee.overran}
+	if err != nil {
+		res.status = 0
 	}
-	resp := store.Response{Status: tee.status, Header: tee.header, Body: tee.body.Bytes()}
+	g.settleKey(st, kr, token, res, expires)
+	return err
+}
+
+// settleKey records res for the key held under token when the policy keeps it, else releases
+// the key so that the next retry runs again.
+func (g *gate) settleKey(st *store.Store, kr *keyedRequest, token string, res attemptResult, expires time.Time) {
+	if res.status == 0 || res.over || !g.policy.records(res.status) {
+		if err := st.ReleaseKey(kr.recordKey, token); err != nil {
+			kr.log.Warn("releasing idempotency key", zap.Error(err))
+		}
+		kr.log.Debug("upstream outcome not recorded; key released", zap.Int("status", res.status), zap.Bool("too_large", res.over))
+		return
+	}
+	resp := store.Response{Status: res.status, Header: res.header, Body: res.body}
 	if err := st.CompleteKey(kr.recordKey, token, resp, expires); err != nil {
 		kr.log.Error("recording response", zap.Error(err))
 	}
-	return nil
 }
 
 // setBody gives r a fresh, replayable copy of body.

@@ -95,3 +95,46 @@ func recordableHeader(h http.Header) http.Header {
 	}
 	return out
 }
+
+// bufferWriter records a whole response in memory, up to a limit; past it the response is
+// marked over and writes fail, which makes the proxy stop reading from the upstream.
+type bufferWriter struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+	limit  int64
+	over   bool
+}
+
+func newBufferWriter(limit int64) *bufferWriter {
+	return &bufferWriter{header: http.Header{}, limit: limit}
+}
+
+func (b *bufferWriter) Header() http.Header { return b.header }
+
+func (b *bufferWriter) WriteHeader(status int) {
+	if b.status == 0 && (status < 100 || status >= 200) {
+		b.status = status
+	}
+}
+
+func (b *bufferWriter) Write(p []byte) (int, error) {
+	if b.status == 0 {
+		b.WriteHeader(http.StatusOK)
+	}
+	if b.over {
+		return 0, errResultTooLarge
+	}
+	if int64(b.body.Len()+len(p)) > b.limit {
+		b.over, b.body = true, bytes.Buffer{}
+		return 0, errResultTooLarge
+	}
+	return b.body.Write(p)
+}
+
+// Flush is a no-op: the response is kept, not streamed.
+func (b *bufferWriter) Flush() {}
+
+func (b *bufferWriter) result() attemptResult {
+	return attemptResult{status: b.status, header: recordableHeader(b.header), body: b.body.Bytes(), over: b.over}
+}

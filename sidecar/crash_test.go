@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,5 +54,81 @@ func TestKilledGatewayKeepsItsKeys(t *testing.T) {
 	resp, _, _ = p.post("mid-flight", "interrupted", 10*time.Second)
 	if resp.Header.Get("Idempotent-Replayed") != "true" {
 		t.Fatal("the rerun was not recorded")
+	}
+}
+
+// TestKilledGatewayLosesNoOperation kills the real process while 500 operations are queued or
+// running, restarts it on the same data directory, and checks that every one of them ends, each
+// upstream call re-run at most once, and only the ones the crash interrupted.
+func TestKilledGatewayLosesNoOperation(t *testing.T) {
+	const n = 500
+	model, upstream := startModelServer(t, modelserver.Config{Latency: 50 * time.Millisecond})
+	p := newGatewayProcess(t, upstream, "async {\n concurrency 4\n}")
+	p.start()
+
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := range n {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			resp, body, err := p.send("POST", "/v1/chat/completions", fmt.Sprintf("op-%d", i), fmt.Sprintf(`{"messages":[{"role":"user","content":"op %d"}]}`, i), "Prefer", "respond-async")
+			if err != nil || resp.StatusCode != 202 {
+				t.Errorf("submit %d: %v %v %s", i, err, resp, body)
+				return
+			}
+			var op struct {
+				OperationID string `json:"operation_id"`
+			}
+			_ = json.Unmarshal(body, &op)
+			ids[i] = op.OperationID
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	waitFor(t, "some operations ran", func() bool { return model.Stats().Completed >= 40 })
+	p.kill()
+	before := model.Stats()
+	p.start()
+
+	statuses := map[string]int{}
+	deadline := time.Now().Add(60 * time.Second)
+	for _, id := range ids {
+		for {
+			_, body, err := p.send("GET", "/v1/operations/"+id, "", "")
+			var op struct {
+				Status string `json:"status"`
+				Done   bool   `json:"done"`
+			}
+			if err == nil && json.Unmarshal(body, &op) == nil && op.Done {
+				statuses[op.Status]++
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("operation %s not final a minute after the restart: %s", id, body)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	after := model.Stats()
+	rerun := 0
+	for i := range n {
+		switch c := after.ByKey[fmt.Sprintf("op-%d", i)]; {
+		case c == 2:
+			rerun++
+		case c != 1:
+			t.Errorf("op-%d ran %d times", i, c)
+		}
+	}
+	t.Logf("killed with %d of %d upstream calls finished; after restart: %v, %d upstream executions in all, %d operations re-run",
+		before.Completed, n, statuses, after.Received, rerun)
+	if statuses["succeeded"] != n {
+		t.Fatalf("not all succeeded: %v", statuses)
+	}
+	if rerun > 4 {
+		t.Fatalf("%d operations re-ran, more than could have been running (concurrency 4)", rerun)
 	}
 }

@@ -128,10 +128,27 @@ func (p *gatewayProcess) logText() string {
 
 // post sends a keyed chat completion and reads the whole answer.
 func (p *gatewayProcess) post(key, content string, timeout time.Duration) (*http.Response, []byte, error) {
-	req, _ := http.NewRequest("POST", p.base+"/v1/chat/completions",
-		strings.NewReader(fmt.Sprintf(`{"messages":[{"role":"user","content":%q}]}`, content)))
+	return p.sendWithin(timeout, "POST", "/v1/chat/completions", key, fmt.Sprintf(`{"messages":[{"role":"user","content":%q}]}`, content))
+}
+
+// send makes one request (with an Idempotency-Key when key is set, and extra header pairs)
+// and reads the whole answer.
+func (p *gatewayProcess) send(method, path, key, body string, headers ...string) (*http.Response, []byte, error) {
+	return p.sendWithin(10*time.Second, method, path, key, body, headers...)
+}
+
+func (p *gatewayProcess) sendWithin(timeout time.Duration, method, path, key, body string, headers ...string) (*http.Response, []byte, error) {
+	req, err := http.NewRequest(method, p.base+path, strings.NewReader(body))
+	if err != nil {
+		return nil, nil, err
+	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
 	resp, err := (&http.Client{Timeout: timeout}).Do(req)
 	if err != nil {
 		return nil, nil, err

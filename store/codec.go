@@ -7,29 +7,26 @@ import (
 	"fmt"
 )
 
-// Records are stored as a length-prefixed JSON header followed by the raw response body, so a
-// large body is neither base64-inflated nor re-parsed.
+// Values are stored as a version byte, a length-prefixed JSON header, then raw bytes (a body),
+// so a large body is neither base64-inflated nor re-parsed.
 const codecVersion = 1
-
-func encodeRecord(rec *Record) ([]byte, error) {
-	meta, err := json.Marshal(rec)
-	if err != nil {
-		return nil, err
-	}
-	var body []byte
-	if rec.Response != nil {
-		body = rec.Response.Body
-	}
-	out := make([]byte, 0, 1+binary.MaxVarintLen64+len(meta)+len(body))
-	out = append(out, codecVersion)
-	out = binary.AppendUvarint(out, uint64(len(meta)))
-	out = append(out, meta...)
-	return append(out, body...), nil
-}
 
 var errCorrupt = errors.New("corrupt record")
 
-func decodeRecord(v []byte) (*Record, error) {
+func encode(meta any, raw []byte) ([]byte, error) {
+	m, err := json.Marshal(meta)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, 1+binary.MaxVarintLen64+len(m)+len(raw))
+	out = append(out, codecVersion)
+	out = binary.AppendUvarint(out, uint64(len(m)))
+	out = append(out, m...)
+	return append(out, raw...), nil
+}
+
+// decode fills meta and returns a copy of the raw bytes.
+func decode(v []byte, meta any) ([]byte, error) {
 	if len(v) < 2 || v[0] != codecVersion {
 		return nil, errCorrupt
 	}
@@ -37,13 +34,29 @@ func decodeRecord(v []byte) (*Record, error) {
 	if sz <= 0 || uint64(len(v)-1-sz) < n {
 		return nil, errCorrupt
 	}
-	meta := v[1+sz : 1+sz+int(n)]
-	var rec Record
-	if err := json.Unmarshal(meta, &rec); err != nil {
+	end := 1 + sz + int(n)
+	if err := json.Unmarshal(v[1+sz:end], meta); err != nil {
 		return nil, fmt.Errorf("%w: %v", errCorrupt, err)
 	}
+	return append([]byte(nil), v[end:]...), nil
+}
+
+func encodeRecord(rec *Record) ([]byte, error) {
+	var body []byte
 	if rec.Response != nil {
-		rec.Response.Body = append([]byte(nil), v[1+sz+int(n):]...)
+		body = rec.Response.Body
+	}
+	return encode(rec, body)
+}
+
+func decodeRecord(v []byte) (*Record, error) {
+	var rec Record
+	body, err := decode(v, &rec)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Response != nil {
+		rec.Response.Body = body
 	}
 	return &rec, nil
 }

@@ -1,12 +1,33 @@
 package store
 
 // Key layout. Every key starts with a one-letter family and a slash, so families never collide
-// and each can be scanned by prefix.
+// and each can be scanned by prefix. Operation ids sort by creation time, so the queue and the
+// scope index are in time order.
 const (
-	prefixIdempotency = "i/" // i/<32-byte record key>          -> idempotency record
+	prefixIdempotency = "i/" // i/<32-byte record key>        -> idempotency record
+	prefixOperation   = "o/" // o/<op id>                     -> operation
+	prefixRequest     = "r/" // r/<op id>                     -> the request to send (until final)
+	prefixResult      = "x/" // x/<op id>                     -> the upstream response (for retention)
+	prefixQueue       = "q/" // q/<op id>                     -> (empty) queued, FIFO
+	prefixRunning     = "u/" // u/<op id>                     -> (empty) running
+	prefixScope       = "s/" // s/<scope hash>/<op id>        -> (empty) the scope's operations
 	keyPing           = "m/ping"
 )
 
-func idempotencyKey(k []byte) []byte {
-	return append([]byte(prefixIdempotency), k...)
+func idempotencyKey(k []byte) []byte { return append([]byte(prefixIdempotency), k...) }
+func operationKey(id string) []byte  { return []byte(prefixOperation + id) }
+func requestKey(id string) []byte    { return []byte(prefixRequest + id) }
+func resultKey(id string) []byte     { return []byte(prefixResult + id) }
+
+func scopeIndexKey(scope, id string) []byte { return []byte(prefixScope + scope + "/" + id) }
+
+// indexPrefix is the index family of the statuses that have one.
+func indexPrefix(s Status) []byte {
+	switch s {
+	case StatusQueued:
+		return []byte(prefixQueue)
+	case StatusRunning:
+		return []byte(prefixRunning)
+	}
+	return nil
 }

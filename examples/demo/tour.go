@@ -42,7 +42,70 @@ func runTour(gateway string, model *modelserver.Server) error {
 
 	s := model.Stats()
 	fmt.Printf("\nThe model server ran %d requests for %d keyed calls from clients.\n", s.Received, 6)
+	return asyncTour(gateway, run, prompt)
+}
+
+// asyncTour shows request -> 202 -> poll -> result, and a cancel.
+func asyncTour(gateway, run, prompt string) error {
+	fmt.Printf("\n== 6. A slow call made asynchronous: 202 Accepted and an operation to poll\n")
+	fmt.Printf("$ curl -si %s/v1/chat/completions -H 'Prefer: respond-async' -H 'Idempotency-Key: job-%s' -d '%s'\n", gateway, run, prompt)
+	resp, body, err := do("POST", gateway+"/v1/chat/completions", prompt, "Prefer", "respond-async", "Idempotency-Key", "job-"+run)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("   HTTP %s\n   Location: %s\n   Preference-Applied: %s\n   %s\n", resp.Status, resp.Header.Get("Location"), resp.Header.Get("Preference-Applied"), strings.TrimSpace(string(body)))
+	status := gateway + resp.Header.Get("Location")
+	for i := 0; i < 50; i++ {
+		fmt.Printf("$ curl -s %s\n", status)
+		_, body, err = do("GET", status, "")
+		if err != nil {
+			return err
+		}
+		fmt.Printf("   %s\n", abbreviate(strings.TrimSpace(string(body))))
+		if strings.Contains(string(body), `"done":true`) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	fmt.Printf("$ curl -s %s/result\n", status)
+	if _, body, err = do("GET", status+"/result", ""); err != nil {
+		return err
+	}
+	fmt.Printf("   %s\n", abbreviate(strings.TrimSpace(string(body))))
+
+	fmt.Printf("\n== 7. Cancel a running operation: the connection to the model server is closed\n")
+	resp, _, err = do("POST", gateway+"/v1/chat/completions", prompt, "Prefer", "respond-async")
+	if err != nil {
+		return err
+	}
+	time.Sleep(300 * time.Millisecond)
+	cancel := gateway + resp.Header.Get("Location") + "/cancel"
+	fmt.Printf("$ curl -si -X POST %s\n", cancel)
+	resp, body, err = do("POST", cancel, "")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("   HTTP %s\n   %s\n", resp.Status, abbreviate(strings.TrimSpace(string(body))))
 	return nil
+}
+
+// do sends one request with header pairs and reads the answer.
+func do(method, url, body string, headers ...string) (*http.Response, []byte, error) {
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp, b, err
 }
 
 func show(gateway string, s step) {
@@ -59,18 +122,10 @@ func show(gateway string, s step) {
 }
 
 func send(gateway string, s step) (string, error) {
-	req, err := http.NewRequest("POST", gateway+"/v1/chat/completions", strings.NewReader(s.body))
+	resp, body, err := do("POST", gateway+"/v1/chat/completions", s.body, "Idempotency-Key", s.key)
 	if err != nil {
 		return "", err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", s.key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
 	var b strings.Builder
 	fmt.Fprintf(&b, "   HTTP %s\n", resp.Status)
 	for _, h := range []string{"Idempotent-Replayed", "Idempotency-Expires", "Retry-After", "X-Execution-Id", "X-Request-Id"} {

@@ -1,0 +1,183 @@
+package module
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+var errUpstreamUnreachable = errors.New("the upstream could not be reached")
+
+// converter turns covered requests into operations (CONTRACT.md §3).
+type converter struct {
+	cfg    *AsyncConfig
+	prefix string // where operations are served
+	gate   *gate
+	now    func() time.Time
+}
+
+// newOperation is the operation a request becomes, not stored yet.
+func (c *converter) newOperation(kr *keyedRequest, status store.Status) *store.Operation {
+	now := c.now()
+	op := &store.Operation{
+		ID: newID("op_", now), Scope: kr.scope, Status: status, Version: 1,
+		Method: kr.r.Method, Path: kr.r.URL.Path, IdempotencyKey: kr.key, SubmittedAt: now,
+		Retention: time.Duration(c.cfg.Retention),
+	}
+	if srv, ok := kr.r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok {
+		op.Server = srv.Name()
+	}
+	if status == store.StatusRunning {
+		op.StartedAt, op.Attempts = now, 1
+	}
+	return op
+}
+
+// notForwarded are request headers that concern the gateway, not the upstream. Accept-Encoding
+// goes too, so stored results are plain and their JSON can be shown inline.
+var notForwarded = []string{"Prefer", "Callback-Url", "Accept-Encoding", "Connection", "Keep-Alive", "Te", "Trailer", "Upgrade"}
+
+// storedRequest is the request as the runner will send it again: the URI as the client sent
+// it, so the route matches it the same way.
+func storedRequest(kr *keyedRequest) *store.Request {
+	r := kr.r
+	uri := r.RequestURI
+	if orig, ok := r.Context().Value(caddyhttp.OriginalRequestCtxKey).(http.Request); ok && orig.RequestURI != "" {
+		uri = orig.RequestURI
+	}
+	h := r.Header.Clone()
+	for _, name := range notForwarded {
+		h.Del(name)
+	}
+	return &store.Request{Method: r.Method, URL: uri, Host: r.Host, Proto: r.Proto, RemoteAddr: r.RemoteAddr, Header: h, Body: kr.body}
+}
+
+// accepted is the 202 answer for op, as sent and as recorded for the key.
+func (c *converter) accepted(op *store.Operation, expires time.Time) store.Response {
+	l := linksFor(c.prefix, op.ID)
+	body, _ := json.Marshal(acceptedView{
+		OperationID: op.ID, Status: op.Status, StatusURL: l.Self, SubmittedAt: op.SubmittedAt.UTC(),
+		IdempotencyKey: op.IdempotencyKey, Links: l,
+	})
+	h := http.Header{}
+	h.Set("Location", l.Self)
+	h.Set("Retry-After", retryAfterValue(pollAfter))
+	h.Set("Preference-Applied", "respond-async")
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Vary", "Prefer")
+	if !expires.IsZero() {
+		h.Set(headerExpires, expires.UTC().Format(http.TimeFormat))
+	}
+	return store.Response{Status: http.StatusAccepted, Header: h, Body: append(body, '\n')}
+}
+
+func writeResponse(w http.ResponseWriter, resp store.Response) {
+	h := w.Header()
+	for k, v := range resp.Header {
+		h[k] = v
+	}
+	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	w.WriteHeader(resp.Status)
+	_, _ = w.Write(resp.Body)
+}
+
+// keyAccept ties op's acceptance to the request's key, if it has one.
+func (c *converter) keyAccept(kr *keyedRequest, op *store.Operation, token string) (*store.KeyAccept, store.Response) {
+	if kr.key == "" {
+		return nil, c.accepted(op, time.Time{})
+	}
+	expires := c.now().Add(c.gate.ttl).Truncate(time.Second)
+	resp := c.accepted(op, expires)
+	return &store.KeyAccept{Key: kr.recordKey, Fingerprint: kr.fp, Token: token, Response: resp, Expires: expires}, resp
+}
+
+// accept stores the request as a queued operation (durably, with its key) and answers 202.
+func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st *store.Store, run *runner) error {
+	if n := run.queued.Load(); n >= int64(c.cfg.Queue) {
+		writeError(w, apiError{Code: CodeQueueFull, RetryAfter: 5 * time.Second, Details: map[string]any{"queue": c.cfg.Queue},
+			Message: "The operation queue is full; retry later."})
+		return nil
+	}
+	op := c.newOperation(kr, store.StatusQueued)
+	ka, resp := c.keyAccept(kr, op, "")
+	claim, err := st.AcceptOperation(op, storedRequest(kr), ka)
+	if err != nil {
+		return c.gate.storageFailed(w, kr, err)
+	}
+	if claim.Outcome != store.Claimed {
+		c.gate.answer(w, kr, claim)
+		return nil
+	}
+	run.queued.Add(1)
+	run.kick()
+	kr.log.Info("operation accepted", zap.String("operation_id", op.ID), zap.String("new_status", string(op.Status)))
+	writeResponse(w, resp)
+	return nil
+}
+
+// runThenConvert runs the request and answers it directly if the upstream finishes within
+// window; otherwise it stores the running call as an operation, answers 202, and lets the
+// runner see the call through.
+func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st *store.Store, run *runner, window time.Duration) error {
+	token := ""
+	if kr.key != "" {
+		claim, err := st.ClaimKey(kr.recordKey, kr.fp, c.gate.lease)
+		if err != nil {
+			return c.gate.storageFailed(w, kr, err)
+		}
+		if claim.Outcome != store.Claimed {
+			c.gate.answer(w, kr, claim)
+			return nil
+		}
+		token = claim.Token
+	}
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(kr.r.Context()))
+	first := make(chan attemptResult, 1)
+	go func() { first <- c.attemptNext(ctx, kr, next) }()
+
+	t := time.NewTimer(window)
+	defer t.Stop()
+	select {
+	case res := <-first:
+		defer cancel(nil)
+		if kr.key != "" {
+			c.gate.settleKey(st, kr, token, res, c.now().Add(c.gate.ttl).Truncate(time.Second))
+		}
+		if res.status == 0 {
+			return caddyhttp.Error(http.StatusBadGateway, errUpstreamUnreachable)
+		}
+		writeResponse(w, store.Response{Status: res.status, Header: res.header, Body: res.body})
+		return nil
+	case <-t.C:
+	case <-kr.r.Context().Done(): // the client left: convert, so the call's outcome is kept
+	}
+	op := c.newOperation(kr, store.StatusRunning)
+	ka, resp := c.keyAccept(kr, op, token)
+	if _, err := st.AcceptOperation(op, storedRequest(kr), ka); err != nil {
+		cancel(err)
+		return c.gate.storageFailed(w, kr, err)
+	}
+	run.launchConverted(op, ctx, cancel, first)
+	kr.log.Info("call converted to an operation", zap.String("operation_id", op.ID), zap.String("new_status", string(op.Status)))
+	writeResponse(w, resp)
+	return nil
+}
+
+// attemptNext sends the request to the rest of the route, recording the answer in memory.
+func (c *converter) attemptNext(ctx context.Context, kr *keyedRequest, next caddyhttp.Handler) attemptResult {
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(c.cfg.Timeout))
+	defer cancel()
+	up := kr.r.WithContext(ctx)
+	setBody(up, kr.body)
+	rec := newBufferWriter(c.cfg.MaxResult)
+	return serveRecorded(rec, func() error { return next.ServeHTTP(rec, up) })
+}

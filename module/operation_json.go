@@ -1,0 +1,129 @@
+package module
+
+import (
+	"bytes"
+	"encoding/json"
+	"mime"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// inlineBodyLimit is the largest JSON result shown inline in an operation; larger ones, and
+// non-JSON ones, are served by links.result.
+const inlineBodyLimit = 1 << 20
+
+// operationView is the one JSON form of an operation: GET answers it, lists hold it, webhook
+// events carry it.
+type operationView struct {
+	OperationID       string          `json:"operation_id"`
+	Status            store.Status    `json:"status"`
+	Done              bool            `json:"done"`
+	Version           int64           `json:"version"`
+	Method            string          `json:"method"`
+	Path              string          `json:"path"`
+	IdempotencyKey    string          `json:"idempotency_key,omitempty"`
+	SubmittedAt       time.Time       `json:"submitted_at"`
+	StartedAt         *time.Time      `json:"started_at"`
+	FinishedAt        *time.Time      `json:"finished_at"`
+	ExpiresAt         *time.Time      `json:"expires_at"`
+	CancelRequestedAt *time.Time      `json:"cancel_requested_at,omitempty"`
+	Attempts          int             `json:"attempts"`
+	Response          *responseView   `json:"response"`
+	Error             *operationError `json:"error"`
+	Links             links           `json:"links"`
+}
+
+type responseView struct {
+	Status      int             `json:"status"`
+	ContentType string          `json:"content_type,omitempty"`
+	Body        json.RawMessage `json:"body,omitempty"`
+}
+
+type operationError struct {
+	Code      string `json:"code"`
+	Message   string `json:"message"`
+	Retryable bool   `json:"retryable"`
+}
+
+type links struct {
+	Self   string `json:"self"`
+	Cancel string `json:"cancel"`
+	Result string `json:"result"`
+}
+
+// acceptedView is the 202 body.
+type acceptedView struct {
+	OperationID    string       `json:"operation_id"`
+	Status         store.Status `json:"status"`
+	Done           bool         `json:"done"`
+	StatusURL      string       `json:"status_url"`
+	SubmittedAt    time.Time    `json:"submitted_at"`
+	IdempotencyKey string       `json:"idempotency_key,omitempty"`
+	Links          links        `json:"links"`
+}
+
+func linksFor(prefix, id string) links {
+	self := prefix + "/" + id
+	return links{Self: self, Cancel: self + "/cancel", Result: self + "/result"}
+}
+
+// viewOf renders op as seen at now; result is its stored response when loaded (final only).
+func viewOf(prefix string, op *store.Operation, result *store.Response, now time.Time) operationView {
+	op = op.As(now)
+	v := operationView{
+		OperationID: op.ID, Status: op.Status, Done: op.Status.Final(), Version: op.Version,
+		Method: op.Method, Path: op.Path, IdempotencyKey: op.IdempotencyKey,
+		SubmittedAt: op.SubmittedAt.UTC(), StartedAt: timePtr(op.StartedAt), FinishedAt: timePtr(op.FinishedAt),
+		ExpiresAt: timePtr(op.ExpiresAt()), CancelRequestedAt: timePtr(op.CancelRequestedAt),
+		Attempts: op.Attempts, Links: linksFor(prefix, op.ID),
+	}
+	if op.Error != nil {
+		v.Error = &operationError{Code: op.Error.Code, Message: op.Error.Message, Retryable: op.Error.Retryable}
+	}
+	if op.Result != nil && op.Status.Final() {
+		v.Response = &responseView{Status: op.Result.Status, ContentType: op.Result.ContentType}
+		if result != nil && inlineJSON(op.Result.ContentType, result.Body) {
+			v.Response.Body = compactJSON(result.Body)
+		}
+	}
+	return v
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func inlineJSON(contentType string, body []byte) bool {
+	mt, _, _ := mime.ParseMediaType(contentType)
+	return isJSON(mt) && len(body) <= inlineBodyLimit && json.Valid(body)
+}
+
+func compactJSON(b []byte) json.RawMessage {
+	var out bytes.Buffer
+	if json.Compact(&out, b) != nil {
+		return nil
+	}
+	return out.Bytes()
+}
+
+// pollAfter is the Retry-After hint for an operation that is not final yet.
+const pollAfter = 2 * time.Second
+
+// writeJSON writes v with status; the one encoder for the operations API.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, _ := json.Marshal(v)
+	body = append(body, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}

@@ -1,0 +1,238 @@
+package module
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// cancelWait is how long a cancel request waits for a running call to stop before answering
+// 202 with cancel_requested_at (CONTRACT.md §3).
+const cancelWait = 2 * time.Second
+
+// opsRequest is one call of the operations API, already matched to the caller's scope.
+type opsRequest struct {
+	w     http.ResponseWriter
+	r     *http.Request
+	st    *store.Store
+	run   *runner
+	scope string
+	log   *zap.Logger
+}
+
+// serveOperations routes the operations API:
+//
+//	GET    {prefix}                 the caller's operations, newest first
+//	GET    {prefix}/{id}            one operation
+//	GET    {prefix}/{id}/result     its upstream response, as sent
+//	POST   {prefix}/{id}/cancel     cancel it (also DELETE {prefix}/{id})
+func (h *Handler) serveOperations(w http.ResponseWriter, r *http.Request, st *store.Store, run *runner, scope string, log *zap.Logger) {
+	q := &opsRequest{w: w, r: r, st: st, run: run, scope: scope, log: log}
+	rest := strings.Trim(strings.TrimPrefix(r.URL.Path, h.conv.prefix), "/")
+	id, action, _ := strings.Cut(rest, "/")
+	switch {
+	case id == "" && r.Method == http.MethodGet:
+		h.listOperations(q)
+	case id == "":
+		methodNotAllowed(w, "GET")
+	case action == "" && r.Method == http.MethodGet:
+		h.getOperation(q, id)
+	case action == "" && r.Method == http.MethodDelete, action == "cancel" && r.Method == http.MethodPost:
+		h.cancelOperation(q, id)
+	case action == "result" && r.Method == http.MethodGet:
+		h.getResult(q, id)
+	case action == "":
+		methodNotAllowed(w, "GET, DELETE")
+	case action == "cancel":
+		methodNotAllowed(w, "POST")
+	case action == "result":
+		methodNotAllowed(w, "GET")
+	default:
+		notFound(w, id)
+	}
+}
+
+func methodNotAllowed(w http.ResponseWriter, allow string) {
+	w.Header().Set("Allow", allow)
+	writeError(w, apiError{Code: CodeMethodNotAllowed, Message: "Use " + allow + " here."})
+}
+
+func notFound(w http.ResponseWriter, id string) {
+	writeError(w, apiError{Code: CodeOperationNotFound, Message: "No operation " + id + "."})
+}
+
+// load returns the operation if it exists in the caller's scope; otherwise it answers 404,
+// the same for another scope's operation as for a missing one.
+func (q *opsRequest) load(id string) *store.Operation {
+	op, err := q.st.GetOperation(id)
+	switch {
+	case errors.Is(err, store.ErrNotFound) || (err == nil && op.Scope != q.scope):
+		notFound(q.w, id)
+		return nil
+	case err != nil:
+		q.fail(err)
+		return nil
+	}
+	return op
+}
+
+func (q *opsRequest) fail(err error) {
+	q.log.Error("storage unavailable", zap.Error(err))
+	writeError(q.w, apiError{Code: CodeStorage, Message: "The gateway's storage is unavailable; retry shortly.", RetryAfter: time.Second})
+}
+
+func (h *Handler) getOperation(q *opsRequest, id string) {
+	op := q.load(id)
+	if op == nil {
+		return
+	}
+	h.writeOperation(q, http.StatusOK, op)
+}
+
+// writeOperation answers op's view, its inline JSON result loaded when there is one to show.
+func (h *Handler) writeOperation(q *opsRequest, status int, op *store.Operation) {
+	now := h.now()
+	var result *store.Response
+	if cur := op.As(now); cur.Result != nil && cur.Result.Size <= inlineBodyLimit {
+		if res, err := q.st.LoadResult(op.ID); err == nil {
+			result = res
+		}
+	}
+	if !op.Status.Final() {
+		q.w.Header().Set("Retry-After", retryAfterValue(pollAfter))
+	}
+	writeJSON(q.w, status, viewOf(h.conv.prefix, op, result, now))
+}
+
+func (h *Handler) getResult(q *opsRequest, id string) {
+	op := q.load(id)
+	if op == nil {
+		return
+	}
+	cur := op.As(h.now())
+	if !cur.Status.Final() {
+		writeError(q.w, apiError{Code: CodeNotFinished, RetryAfter: pollAfter,
+			Message: "The operation is " + string(cur.Status) + "; its result is not there yet."})
+		return
+	}
+	res, err := q.st.LoadResult(id)
+	if errors.Is(err, store.ErrNotFound) || cur.Result == nil {
+		writeError(q.w, apiError{Code: CodeOperationNotFound, Details: map[string]any{"status": cur.Status},
+			Message: "Operation " + id + " has no upstream response (it is " + string(cur.Status) + ")."})
+		return
+	}
+	if err != nil {
+		q.fail(err)
+		return
+	}
+	writeResponse(q.w, *res)
+}
+
+func (h *Handler) listOperations(q *opsRequest) {
+	v := q.r.URL.Query()
+	status := store.Status(v.Get("status"))
+	if status != "" && !status.Valid() {
+		writeError(q.w, apiError{Code: CodeInvalidRequest, Message: "status must be one of queued, running, succeeded, failed, canceled, expired."})
+		return
+	}
+	limit := 50
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 100 {
+			writeError(q.w, apiError{Code: CodeInvalidRequest, Message: "limit must be a whole number from 1 to 100."})
+			return
+		}
+		limit = n
+	}
+	ops, err := q.st.ListOperations(q.scope, status, v.Get("after"), limit)
+	if err != nil {
+		q.fail(err)
+		return
+	}
+	now := h.now()
+	out := struct {
+		Operations []operationView `json:"operations"`
+		NextAfter  string          `json:"next_after,omitempty"`
+	}{Operations: make([]operationView, 0, len(ops))}
+	for _, op := range ops {
+		out.Operations = append(out.Operations, viewOf(h.conv.prefix, op, nil, now))
+	}
+	if len(ops) == limit {
+		out.NextAfter = ops[len(ops)-1].ID
+	}
+	writeJSON(q.w, http.StatusOK, out)
+}
+
+// cancelOperation cancels a queued operation at once, or stops a running one's upstream call
+// (closing the connection to the model server), answering 202 if it has not stopped in 2s.
+func (h *Handler) cancelOperation(q *opsRequest, id string) {
+	op := q.load(id)
+	if op == nil {
+		return
+	}
+	if op.Status == store.StatusQueued {
+		canceled, err := q.st.Transition(id, store.Change{To: store.StatusCanceled})
+		if err == nil {
+			q.run.queued.Add(-1)
+			q.log.Info("operation transition", zap.String("operation_id", id), zap.String("old_status", "queued"), zap.String("new_status", "canceled"))
+			h.writeOperation(q, http.StatusOK, canceled)
+			return
+		}
+		if !errors.Is(err, store.ErrIllegalTransition) {
+			q.fail(err)
+			return
+		}
+		// It started meanwhile: cancel it as a running one.
+	}
+	if op.As(h.now()).Status.Final() {
+		writeError(q.w, apiError{Code: CodeAlreadyFinal, Details: map[string]any{"status": op.As(h.now()).Status},
+			Message: "The operation is already " + string(op.As(h.now()).Status) + "."})
+		return
+	}
+	if _, err := q.st.RequestCancel(id, h.now()); err != nil {
+		q.fail(err)
+		return
+	}
+	op, err := h.awaitCancel(q, id)
+	if err != nil {
+		q.fail(err)
+		return
+	}
+	status := http.StatusOK
+	if !op.Status.Final() {
+		status = http.StatusAccepted
+	}
+	h.writeOperation(q, status, op)
+}
+
+// awaitCancel stops id's execution and waits up to cancelWait for it to become final.
+func (h *Handler) awaitCancel(q *opsRequest, id string) (*store.Operation, error) {
+	deadline := time.NewTimer(cancelWait)
+	defer deadline.Stop()
+	for {
+		done := q.run.cancel(id)
+		if done != nil {
+			select {
+			case <-done:
+			case <-deadline.C:
+			}
+			return q.st.GetOperation(id)
+		}
+		// Not executing here yet (between dequeue and start): look again shortly.
+		op, err := q.st.GetOperation(id)
+		if err != nil || op.Status.Final() {
+			return op, err
+		}
+		select {
+		case <-deadline.C:
+			return op, nil
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,265 @@
+package module
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// runner executes the operations of one store: a FIFO queue kept in the store, drained by at
+// most `concurrency` upstream calls at once. It belongs to the store's lifetime, not to one
+// config: a reload hands the new config's servers to the same runner, calls under way finish,
+// and the new handler chain runs what is queued. One runner exists per storage directory; the
+// last config started sets its limits.
+type runner struct {
+	dir  string
+	refs int
+	st   *store.Store
+	log  *zap.Logger
+
+	mu      sync.Mutex
+	cfg     AsyncConfig
+	servers map[string]*caddyhttp.Server
+	running map[string]*execution
+	pooled  int // running executions started from the queue (converted calls run outside it)
+
+	queued   atomic.Int64
+	wake     chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
+	inFlight sync.WaitGroup
+}
+
+// execution is one operation being executed.
+type execution struct {
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+	pooled bool
+}
+
+// Causes of an execution's cancellation.
+var (
+	errCanceledByUser = errors.New("canceled by request")
+	errRunnerStopping = errors.New("the gateway is stopping")
+	errResultTooLarge = errors.New("the upstream response is over max_result")
+)
+
+var (
+	runnersMu sync.Mutex
+	runners   = map[string]*runner{}
+)
+
+// acquireRunner returns the runner of the store in opts.Dir, starting it (and recovering what a
+// crash left running) if it is not running yet, and gives it cfg and servers.
+func acquireRunner(opts store.Options, cfg AsyncConfig, servers map[string]*caddyhttp.Server, log *zap.Logger) (*runner, error) {
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	runnersMu.Lock()
+	defer runnersMu.Unlock()
+	if r, ok := runners[dir]; ok {
+		r.refs++
+		r.configure(cfg, servers)
+		return r, nil
+	}
+	st, err := store.Open(opts)
+	if err != nil {
+		return nil, err
+	}
+	r := &runner{
+		dir: dir, refs: 1, st: st, log: log.Named("runner"), cfg: cfg, servers: servers,
+		running: map[string]*execution{}, wake: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	if err := r.recoverCrashed(); err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	runners[dir] = r
+	go r.loop()
+	return r, nil
+}
+
+// release drops one reference; the last one stops the runner, handing running operations back
+// to the queue, and closes its store handle.
+func (r *runner) release() {
+	runnersMu.Lock()
+	r.refs--
+	last := r.refs == 0
+	if last {
+		delete(runners, r.dir)
+	}
+	runnersMu.Unlock()
+	if !last {
+		return
+	}
+	close(r.stop)
+	<-r.done
+	r.mu.Lock()
+	for _, ex := range r.running {
+		ex.cancel(errRunnerStopping)
+	}
+	r.mu.Unlock()
+	r.inFlight.Wait()
+	_ = r.st.Close()
+}
+
+func (r *runner) configure(cfg AsyncConfig, servers map[string]*caddyhttp.Server) {
+	r.mu.Lock()
+	r.cfg, r.servers = cfg, servers
+	r.mu.Unlock()
+	r.kick()
+}
+
+func (r *runner) config() AsyncConfig {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cfg
+}
+
+// kick wakes the loop to look at the queue.
+func (r *runner) kick() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// recoverCrashed settles operations a dead process left running: asked to cancel -> canceled;
+// else re-queued, or failed with WORKER_LOST under on_crash fail.
+func (r *runner) recoverCrashed() error {
+	ids, err := r.st.OperationsIn(store.StatusRunning)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		op, err := r.st.GetOperation(id)
+		if err != nil {
+			return err
+		}
+		change := store.Change{To: store.StatusQueued}
+		switch {
+		case !op.CancelRequestedAt.IsZero():
+			change = store.Change{To: store.StatusCanceled}
+		case r.cfg.OnCrash == CrashFail:
+			change = store.Change{To: store.StatusFailed, Error: catalogueError(CodeWorkerLost, "The gateway stopped while this operation was running.")}
+		}
+		if _, err := r.st.Transition(id, change); err != nil {
+			return err
+		}
+		r.log.Info("recovered operation", zap.String("operation_id", id), zap.String("old_status", string(op.Status)), zap.String("new_status", string(change.To)))
+	}
+	queued, err := r.st.OperationsIn(store.StatusQueued)
+	r.queued.Store(int64(len(queued)))
+	return err
+}
+
+func (r *runner) loop() {
+	defer close(r.done)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		if r.startNext() {
+			continue
+		}
+		select {
+		case <-r.stop:
+			return
+		case <-r.wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// startNext starts the oldest queued operation if a slot is free; it reports whether it did.
+func (r *runner) startNext() bool {
+	r.mu.Lock()
+	free := r.pooled < r.cfg.Concurrency
+	r.mu.Unlock()
+	if !free {
+		return false
+	}
+	op, err := r.st.NextQueued()
+	if err != nil {
+		r.log.Error("reading the queue", zap.Error(err))
+		return false
+	}
+	if op == nil {
+		return false
+	}
+	r.queued.Add(-1)
+	r.launch(op)
+	return true
+}
+
+// launch executes a queued op in the background, in a slot of the pool.
+func (r *runner) launch(op *store.Operation) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	r.start(op, ctx, &execution{cancel: cancel, done: make(chan struct{}), pooled: true}, nil)
+}
+
+// launchConverted sees through a call converted after it started: first delivers the outcome
+// of the attempt under way, which runs on ctx. It runs outside the pool: it was never queued.
+func (r *runner) launchConverted(op *store.Operation, ctx context.Context, cancel context.CancelCauseFunc, first <-chan attemptResult) {
+	r.start(op, ctx, &execution{cancel: cancel, done: make(chan struct{})}, first)
+}
+
+func (r *runner) start(op *store.Operation, ctx context.Context, ex *execution, first <-chan attemptResult) {
+	r.adopt(op.ID, ex)
+	r.inFlight.Add(1)
+	go func() {
+		defer r.inFlight.Done()
+		defer r.settle(op.ID, ex)
+		r.execute(ctx, op, first)
+	}()
+}
+
+func (r *runner) adopt(id string, ex *execution) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.running[id] = ex
+	if ex.pooled {
+		r.pooled++
+	}
+}
+
+func (r *runner) settle(id string, ex *execution) {
+	r.mu.Lock()
+	delete(r.running, id)
+	if ex.pooled {
+		r.pooled--
+	}
+	r.mu.Unlock()
+	ex.cancel(nil)
+	close(ex.done)
+	r.kick()
+}
+
+// cancel stops a running operation's upstream call; it returns a channel closed when the
+// execution has ended, or nil when this runner is not executing id.
+func (r *runner) cancel(id string) <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ex, ok := r.running[id]
+	if !ok {
+		return nil
+	}
+	ex.cancel(errCanceledByUser)
+	return ex.done
+}
+
+// server returns the current config's server of that name.
+func (r *runner) server(name string) *caddyhttp.Server {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.servers[name]
+}

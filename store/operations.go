@@ -1,0 +1,414 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// TombstoneFor is how long an expired operation still answers (as expired) before it is gone.
+const TombstoneFor = 7 * 24 * time.Hour
+
+// Operation is one asynchronous upstream call.
+type Operation struct {
+	ID                string          `json:"id"`
+	Scope             string          `json:"scope"`            // hash of the tenant scope
+	Server            string          `json:"server,omitempty"` // the Caddy server that accepted it
+	Status            Status          `json:"status"`
+	Version           int64           `json:"version"`
+	Method            string          `json:"method"`
+	Path              string          `json:"path"`
+	IdempotencyKey    string          `json:"idempotency_key,omitempty"`
+	SubmittedAt       time.Time       `json:"submitted_at"`
+	StartedAt         time.Time       `json:"started_at,omitzero"`
+	FinishedAt        time.Time       `json:"finished_at,omitzero"`
+	CancelRequestedAt time.Time       `json:"cancel_requested_at,omitzero"`
+	Attempts          int             `json:"attempts"`
+	Retention         time.Duration   `json:"retention"`
+	Error             *OperationError `json:"error,omitempty"`
+	Result            *ResultMeta     `json:"result,omitempty"`
+}
+
+// OperationError is why an operation failed.
+type OperationError struct {
+	Code      string `json:"code"`
+	Message   string `json:"message"`
+	Retryable bool   `json:"retryable"`
+}
+
+// ResultMeta describes the stored upstream response of a finished operation.
+type ResultMeta struct {
+	Status      int    `json:"status"`
+	ContentType string `json:"content_type,omitempty"`
+	Size        int    `json:"size"`
+}
+
+// ExpiresAt is when a final operation's result goes and it reads as expired; zero before final.
+func (op *Operation) ExpiresAt() time.Time {
+	if op.FinishedAt.IsZero() {
+		return time.Time{}
+	}
+	return op.FinishedAt.Add(op.Retention)
+}
+
+// As returns op as seen at now: past its retention a final operation reads as expired, one
+// version later, without its result or error.
+func (op *Operation) As(now time.Time) *Operation {
+	if !op.Status.Final() || now.Before(op.ExpiresAt()) {
+		return op
+	}
+	c := *op
+	c.Status, c.Version, c.Result, c.Error = StatusExpired, op.Version+1, nil, nil
+	return &c
+}
+
+// Request is an accepted request as it will be sent upstream.
+type Request struct {
+	Method     string      `json:"method"`
+	URL        string      `json:"url"` // request URI: path and query
+	Host       string      `json:"host"`
+	Proto      string      `json:"proto,omitempty"`
+	RemoteAddr string      `json:"remote_addr,omitempty"`
+	Header     http.Header `json:"header"`
+	Body       []byte      `json:"-"`
+}
+
+// Domain errors of operations.
+var (
+	ErrNotFound          = errors.New("operation not found")
+	ErrIllegalTransition = errors.New("illegal status transition")
+)
+
+// KeyAccept ties an accepted operation to its idempotency key: the key is completed with the
+// 202 response in the same transaction that stores the operation.
+type KeyAccept struct {
+	Key, Fingerprint []byte
+	// Token is the caller's claim when the key is already held (a call converted after it
+	// started); empty to claim and complete the key in one step.
+	Token    string
+	Response Response
+	Expires  time.Time
+}
+
+// AcceptOperation durably stores op (queued or running) and the request it will send, and
+// completes key with the 202 answer, all in one transaction. With a key that already has a
+// record (and no token), nothing is stored and the claim outcome is returned instead.
+func (s *Store) AcceptOperation(op *Operation, req *Request, key *KeyAccept) (Claim, error) {
+	if key != nil {
+		unlock := s.locks.lock(key.Key)
+		defer unlock()
+		if key.Token == "" {
+			if claim, ok, err := s.answerWithoutClaim(key.Key, key.Fingerprint); err != nil || ok {
+				return claim, err
+			}
+		}
+	}
+	err := s.update(func(txn *badger.Txn) error {
+		if key != nil {
+			if err := completeInTxn(txn, key, op.ID, s.now()); err != nil {
+				return err
+			}
+		}
+		if err := putRequest(txn, op.ID, req); err != nil {
+			return err
+		}
+		if err := txn.Set(scopeIndexKey(op.Scope, op.ID), nil); err != nil {
+			return err
+		}
+		return putOperation(txn, op, nil)
+	})
+	if err != nil {
+		return Claim{}, err
+	}
+	return Claim{Outcome: Claimed}, nil
+}
+
+func completeInTxn(txn *badger.Txn, k *KeyAccept, opID string, now time.Time) error {
+	rec := &Record{Fingerprint: k.Fingerprint, ClaimedAt: now}
+	if k.Token != "" {
+		held, err := heldRecord(txn, k.Key, k.Token)
+		if err != nil {
+			return err
+		}
+		rec = held
+	}
+	rec.State, rec.Token, rec.LeaseUntil, rec.ExpiresAt = Completed, "", time.Time{}, k.Expires
+	rec.OperationID = opID
+	resp := k.Response
+	rec.Response = &resp
+	return putRecord(txn, k.Key, rec, time.Until(k.Expires))
+}
+
+// Change is one step of the state machine, with what it brings along.
+type Change struct {
+	To Status
+	// Error is set on failed operations.
+	Error *OperationError
+	// Result is the upstream response, stored with a final status (failed ones too).
+	Result *Response
+	// At is the moment of the change; zero means now.
+	At time.Time
+}
+
+// Transition moves operation id to c.To if the state machine allows it, bumping its version,
+// keeping the queue and running indexes in step, and storing the result with a final status.
+// A final operation's request is dropped and its result kept for the operation's retention.
+func (s *Store) Transition(id string, c Change) (*Operation, error) {
+	var out *Operation
+	err := s.update(func(txn *badger.Txn) error {
+		op, err := getOperation(txn, id)
+		if err != nil {
+			return err
+		}
+		if !CanTransition(op.Status, c.To) {
+			return domainError{fmt.Errorf("%w: %s -> %s", ErrIllegalTransition, op.Status, c.To)}
+		}
+		prev := op.Status
+		at := c.At
+		if at.IsZero() {
+			at = s.now()
+		}
+		op.Status, op.Version = c.To, op.Version+1
+		switch c.To {
+		case StatusRunning:
+			op.StartedAt, op.Attempts = at, op.Attempts+1
+		case StatusQueued:
+			op.StartedAt = time.Time{}
+		}
+		if c.To.Final() {
+			op.FinishedAt, op.Error = at, c.Error
+			if err := s.finalize(txn, op, c.Result); err != nil {
+				return err
+			}
+		}
+		if err := putOperation(txn, op, &prev); err != nil {
+			return err
+		}
+		out = op
+		return nil
+	})
+	return out, err
+}
+
+// finalize stores the result with the retention TTL, drops the request, and gives the
+// operation and its scope index entry the tombstone's lifetime.
+func (s *Store) finalize(txn *badger.Txn, op *Operation, result *Response) error {
+	if result != nil {
+		op.Result = &ResultMeta{Status: result.Status, ContentType: result.Header.Get("Content-Type"), Size: len(result.Body)}
+		v, err := encode(result, result.Body)
+		if err != nil {
+			return err
+		}
+		if err := txn.SetEntry(badger.NewEntry(resultKey(op.ID), v).WithTTL(op.Retention)); err != nil {
+			return err
+		}
+	}
+	if err := txn.Delete(requestKey(op.ID)); err != nil {
+		return err
+	}
+	return txn.SetEntry(badger.NewEntry(scopeIndexKey(op.Scope, op.ID), nil).WithTTL(op.Retention + TombstoneFor))
+}
+
+// RequestCancel marks a running operation as asked to stop, so a restart does not run it again.
+func (s *Store) RequestCancel(id string, at time.Time) (*Operation, error) {
+	var out *Operation
+	err := s.update(func(txn *badger.Txn) error {
+		op, err := getOperation(txn, id)
+		if err != nil {
+			return err
+		}
+		if op.Status.Final() {
+			out = op
+			return nil
+		}
+		if op.CancelRequestedAt.IsZero() {
+			op.CancelRequestedAt, op.Version = at, op.Version+1
+		}
+		out = op
+		return putOperation(txn, op, &op.Status)
+	})
+	return out, err
+}
+
+// GetOperation returns operation id, or ErrNotFound.
+func (s *Store) GetOperation(id string) (*Operation, error) {
+	var op *Operation
+	err := s.view(func(txn *badger.Txn) error {
+		var err error
+		op, err = getOperation(txn, id)
+		return err
+	})
+	return op, err
+}
+
+// LoadRequest returns the stored request of a queued or running operation.
+func (s *Store) LoadRequest(id string) (*Request, error) {
+	var req Request
+	err := s.view(func(txn *badger.Txn) error {
+		return getValue(txn, requestKey(id), func(v []byte) error {
+			body, err := decode(v, &req)
+			req.Body = body
+			return err
+		})
+	})
+	return &req, err
+}
+
+// LoadResult returns the stored upstream response of a final operation, or ErrNotFound when it
+// has none (never reached the upstream, or past retention).
+func (s *Store) LoadResult(id string) (*Response, error) {
+	var resp Response
+	err := s.view(func(txn *badger.Txn) error {
+		return getValue(txn, resultKey(id), func(v []byte) error {
+			body, err := decode(v, &resp)
+			resp.Body = body
+			return err
+		})
+	})
+	return &resp, err
+}
+
+// NextQueued moves the oldest queued operation to running and returns it, or nil when the
+// queue is empty.
+func (s *Store) NextQueued() (*Operation, error) {
+	for {
+		var id string
+		err := s.view(func(txn *badger.Txn) error {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefixQueue)})
+			defer it.Close()
+			it.Rewind()
+			if it.Valid() {
+				id = string(it.Item().Key()[len(prefixQueue):])
+			}
+			return nil
+		})
+		if err != nil || id == "" {
+			return nil, err
+		}
+		op, err := s.Transition(id, Change{To: StatusRunning})
+		if errors.Is(err, ErrIllegalTransition) {
+			continue // canceled between the read and the claim: the index entry is gone now
+		}
+		return op, err
+	}
+}
+
+// OperationsIn returns the ids of operations in status (queued or running), oldest first.
+func (s *Store) OperationsIn(status Status) ([]string, error) {
+	prefix := indexPrefix(status)
+	var ids []string
+	err := s.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			ids = append(ids, string(it.Item().Key()[len(prefix):]))
+		}
+		return nil
+	})
+	return ids, err
+}
+
+// ListOperations returns scope's operations newest first, after the id `after` (exclusive,
+// for paging), optionally only those in status, at most limit.
+func (s *Store) ListOperations(scope string, status Status, after string, limit int) ([]*Operation, error) {
+	prefix := scopeIndexKey(scope, "")
+	var ops []*Operation
+	err := s.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
+		defer it.Close()
+		seek := append(append([]byte(nil), prefix...), 0xff)
+		if after != "" {
+			seek = scopeIndexKey(scope, after)
+		}
+		for it.Seek(seek); it.Valid() && len(ops) < limit; it.Next() {
+			id := string(it.Item().Key()[len(prefix):])
+			if id == after {
+				continue
+			}
+			op, err := getOperation(txn, id)
+			if errors.Is(err, ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if status == "" || op.As(s.now()).Status == status {
+				ops = append(ops, op)
+			}
+		}
+		return nil
+	})
+	return ops, err
+}
+
+func getOperation(txn *badger.Txn, id string) (*Operation, error) {
+	var op Operation
+	err := getValue(txn, operationKey(id), func(v []byte) error {
+		_, err := decode(v, &op)
+		return err
+	})
+	return &op, err
+}
+
+// putOperation writes op and moves its queue/running index entry from prev's to its own.
+func putOperation(txn *badger.Txn, op *Operation, prev *Status) error {
+	if prev != nil && *prev != op.Status {
+		if p := indexPrefix(*prev); p != nil {
+			if err := txn.Delete(append(p, op.ID...)); err != nil {
+				return err
+			}
+		}
+	}
+	if p := indexPrefix(op.Status); p != nil {
+		if err := txn.Set(append(p, op.ID...), nil); err != nil {
+			return err
+		}
+	}
+	v, err := encode(op, nil)
+	if err != nil {
+		return err
+	}
+	e := badger.NewEntry(operationKey(op.ID), v)
+	if op.Status.Final() {
+		e = e.WithTTL(time.Until(op.ExpiresAt()) + TombstoneFor)
+	}
+	return txn.SetEntry(e)
+}
+
+func putRequest(txn *badger.Txn, id string, req *Request) error {
+	v, err := encode(req, req.Body)
+	if err != nil {
+		return err
+	}
+	return txn.Set(requestKey(id), v)
+}
+
+// getValue reads key into fn, mapping a missing key to ErrNotFound.
+func getValue(txn *badger.Txn, key []byte, fn func([]byte) error) error {
+	item, err := txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return domainError{ErrNotFound}
+	}
+	if err != nil {
+		return err
+	}
+	return item.Value(fn)
+}
+
+// RecordAttempt counts one more upstream attempt of a running operation (a retry).
+func (s *Store) RecordAttempt(id string) (*Operation, error) {
+	var out *Operation
+	err := s.update(func(txn *badger.Txn) error {
+		op, err := getOperation(txn, id)
+		if err != nil {
+			return err
+		}
+		op.Attempts++
+		out = op
+		return putOperation(txn, op, &op.Status)
+	})
+	return out, err
+}
