@@ -70,10 +70,10 @@ func (a *App) Start() error {
 func (a *App) Stop() error { return nil }
 
 // reserve registers a store (and its runner) to open when the config starts.
-func (a *App) reserve(opts store.Options, async AsyncConfig, log *zap.Logger) *storeSlot {
+func (a *App) reserve(opts store.Options, set runnerSettings, log *zap.Logger) *storeSlot {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s := &storeSlot{opts: opts, async: async, log: log, ready: make(chan struct{})}
+	s := &storeSlot{opts: opts, settings: set, log: log, ready: make(chan struct{})}
 	a.slots = append(a.slots, s)
 	return s
 }
@@ -82,10 +82,10 @@ func (a *App) reserve(opts store.Options, async AsyncConfig, log *zap.Logger) *s
 // when the config stops (a reload), the handle closes after the last of its requests finishes,
 // so a keyed call that straddles a reload still records its response.
 type storeSlot struct {
-	opts  store.Options
-	async AsyncConfig
-	log   *zap.Logger
-	ready chan struct{}
+	opts     store.Options
+	settings runnerSettings
+	log      *zap.Logger
+	ready    chan struct{}
 
 	mu      sync.Mutex
 	st      *store.Store
@@ -99,7 +99,7 @@ func (s *storeSlot) open(servers map[string]*caddyhttp.Server) error {
 	if err != nil {
 		return fmt.Errorf("mulligan: %w", err)
 	}
-	run, err := acquireRunner(s.opts, s.async, servers, s.log)
+	run, err := acquireRunner(s.opts, s.settings, servers, s.log)
 	if err != nil {
 		_ = st.Close()
 		return fmt.Errorf("mulligan: starting the runner: %w", err)

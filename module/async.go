@@ -20,8 +20,31 @@ var errUpstreamUnreachable = errors.New("the upstream could not be reached")
 type converter struct {
 	cfg    *AsyncConfig
 	prefix string // where operations are served
+	hooks  *hooks // nil without webhooks
 	gate   *gate
 	now    func() time.Time
+}
+
+// headerCallback names the endpoint URL a request wants its operation's events sent to.
+const headerCallback = "Callback-Url"
+
+// callbackFor resolves the request's Callback-Url, or the site's default endpoint. A URL that
+// matches no configured endpoint is refused with 422 before anything is stored.
+func (c *converter) callbackFor(w http.ResponseWriter, r *http.Request) (*store.Callback, bool) {
+	raw := r.Header.Get(headerCallback)
+	if c.hooks == nil {
+		if raw == "" {
+			return nil, true
+		}
+	} else if ep, target, ok := c.hooks.callbackFor(raw); ok {
+		if ep == nil {
+			return nil, true
+		}
+		return &store.Callback{Endpoint: ep.name, URL: target}, true
+	}
+	writeError(w, apiError{Code: CodeCallbackNotAllow, Details: map[string]any{"callback_url": raw},
+		Message: "Callback-Url matches no configured webhook endpoint."})
+	return nil, false
 }
 
 // newOperation is the operation a request becomes, not stored yet.
@@ -38,6 +61,7 @@ func (c *converter) newOperation(kr *keyedRequest, status store.Status) *store.O
 	if status == store.StatusRunning {
 		op.StartedAt, op.Attempts = now, 1
 	}
+	op.Callback = kr.callback
 	return op
 }
 

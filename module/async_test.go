@@ -44,8 +44,16 @@ func decodeOp(t *testing.T, r result) opBody {
 func (g *gateway) submit(t *testing.T, key string, headers ...string) (result, opBody) {
 	t.Helper()
 	r := g.post(chatPath, key, chat("async "+key), append([]string{"Prefer", "respond-async"}, headers...)...)
-	if r.err != nil || r.StatusCode != http.StatusAccepted {
-		t.Fatalf("submit: %v %v %s", r.err, r.Status, r.body)
+	// A reload can reset a connection in the old listener's backlog (Caddy binds each config's
+	// listener with SO_REUSEPORT); a keyed submit is safe to retry, as any client would.
+	for retry := 0; r.err != nil && key != "" && retry < 3; retry++ {
+		r = g.post(chatPath, key, chat("async "+key), append([]string{"Prefer", "respond-async"}, headers...)...)
+	}
+	if r.err != nil {
+		t.Fatalf("submit: %v", r.err)
+	}
+	if r.StatusCode != http.StatusAccepted {
+		t.Fatalf("submit: %s %s", r.Status, r.body)
 	}
 	return r, decodeOp(t, r)
 }

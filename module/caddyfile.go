@@ -54,6 +54,19 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //			max_result  <size>
 //			on_crash    requeue|fail
 //		}
+//		webhooks {
+//			endpoint <name> <url or pattern> {
+//				secret <whsec_...> [<whsec_...>...]
+//			}
+//			default      <endpoint name>
+//			events       <event type...>
+//			timeout      <duration>
+//			max_attempts <n>
+//			max_age      <duration>
+//			breaker      <failures> <cooldown>
+//			backoff      <min> <max>
+//			allow_private
+//		}
 //	}
 func (m *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the directive name
@@ -84,6 +97,9 @@ func (m *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				m.Async = new(AsyncConfig)
 			}
 			err = m.Async.unmarshalCaddyfile(d)
+		case "webhooks":
+			m.Webhooks = new(WebhooksConfig)
+			err = m.Webhooks.unmarshalCaddyfile(d)
 		default:
 			err = d.Errf("unrecognized mulligan subdirective %q", d.Val())
 		}
@@ -181,6 +197,106 @@ func (c *AsyncConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return err
 		}
 	}
+	return nil
+}
+
+func (c *WebhooksConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		var err error
+		switch d.Val() {
+		case "endpoint":
+			err = c.unmarshalEndpoint(d)
+		case "default":
+			err = oneArg(d, &c.Default)
+		case "events":
+			c.Events, err = someArgs(d)
+		case "timeout":
+			err = durationArg(d, &c.Timeout)
+		case "max_attempts":
+			err = intArg(d, &c.MaxAttempts, 1)
+		case "max_age":
+			err = durationArg(d, &c.MaxAge)
+		case "breaker":
+			err = c.unmarshalBreaker(d)
+		case "backoff":
+			err = c.unmarshalBackoff(d)
+		case "allow_private":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			c.AllowPrivate = true
+		default:
+			err = d.Errf("unrecognized webhooks subdirective %q", d.Val())
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// twoArgs reads exactly two arguments.
+func twoArgs(d *caddyfile.Dispenser) (string, string, error) {
+	args := d.RemainingArgs()
+	if len(args) != 2 {
+		return "", "", d.ArgErr()
+	}
+	return args[0], args[1], nil
+}
+
+// unmarshalBreaker reads "breaker <failures> <cooldown>".
+func (c *WebhooksConfig) unmarshalBreaker(d *caddyfile.Dispenser) error {
+	failures, cooldown, err := twoArgs(d)
+	if err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(failures)
+	dur, derr := caddy.ParseDuration(cooldown)
+	if err != nil || n < 1 || derr != nil || dur <= 0 {
+		return d.Errf("breaker takes a number of failures and a cooldown, like: breaker 5 30s")
+	}
+	c.BreakerFailures, c.BreakerCooldown = n, caddy.Duration(dur)
+	return nil
+}
+
+// unmarshalBackoff reads "backoff <min> <max>".
+func (c *WebhooksConfig) unmarshalBackoff(d *caddyfile.Dispenser) error {
+	lo, hi, err := twoArgs(d)
+	if err != nil {
+		return err
+	}
+	minWait, err := caddy.ParseDuration(lo)
+	maxWait, merr := caddy.ParseDuration(hi)
+	if err != nil || merr != nil || minWait <= 0 || maxWait < minWait {
+		return d.Errf("backoff takes a minimum and a maximum wait, like: backoff 1s 10m")
+	}
+	c.BackoffMin, c.BackoffMax = caddy.Duration(minWait), caddy.Duration(maxWait)
+	return nil
+}
+
+// unmarshalEndpoint reads "endpoint <name> <url> { secret <s>... }".
+func (c *WebhooksConfig) unmarshalEndpoint(d *caddyfile.Dispenser) error {
+	var ep EndpointConfig
+	if !d.Args(&ep.Name, &ep.URL) || d.NextArg() {
+		return d.ArgErr()
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		if d.Val() != "secret" {
+			return d.Errf("unrecognized endpoint subdirective %q", d.Val())
+		}
+		secrets, err := someArgs(d)
+		if err != nil {
+			return err
+		}
+		ep.Secrets = append(ep.Secrets, secrets...)
+	}
+	if len(ep.Secrets) == 0 {
+		return d.Errf("endpoint %q needs a secret", ep.Name)
+	}
+	c.Endpoints = append(c.Endpoints, ep)
 	return nil
 }
 

@@ -2,8 +2,11 @@ package module
 
 import (
 	"bytes"
+	"time"
+
 	"encoding/json"
 	"flag"
+	"github.com/caddyserver/caddy/v2"
 	"os"
 	"testing"
 
@@ -67,8 +70,30 @@ func TestCaddyfileParsesEveryOption(t *testing.T) {
 			store_status 2xx 404
 		}
 		async {
+			mode after 3s
+			concurrency 2
+			queue 50
 			timeout 5m
+			retries 0
+			retention 1h
 			max_result 2MiB
+			on_crash fail
+		}
+		webhooks {
+			endpoint consumer_a https://consumer.example.com/webhooks/* {
+				secret whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD
+			}
+			endpoint b https://b.example.com/hook {
+				secret whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
+			}
+			default b
+			events operation.succeeded operation.running
+			timeout 5s
+			max_attempts 3
+			max_age 1h
+			breaker 7 10s
+			backoff 2s 1m
+			allow_private
 		}
 	}`)
 	var h Handler
@@ -80,6 +105,18 @@ func TestCaddyfileParsesEveryOption(t *testing.T) {
 		!i.Required || i.Header != "X-Key" || i.MaxBody != 1<<20 || i.MismatchStatus != 422 ||
 		len(i.FingerprintIgnore) != 2 || len(i.StoreStatus) != 2 || h.Async.MaxResult != 2<<20 {
 		t.Fatalf("parsed %+v %+v %+v", h, *i, *h.Async)
+	}
+	a, wh := h.Async, h.Webhooks
+	if a.Mode != ModeAfter || a.After != caddy.Duration(3*time.Second) || a.Concurrency != 2 || a.Queue != 50 || *a.Retries != 0 || a.OnCrash != CrashFail {
+		t.Fatalf("async %+v", *a)
+	}
+	if len(wh.Endpoints) != 2 || len(wh.Endpoints[0].Secrets) != 2 || wh.Default != "b" || wh.BreakerFailures != 7 ||
+		wh.BackoffMax != caddy.Duration(time.Minute) || !wh.AllowPrivate || wh.MaxAttempts != 3 || len(wh.Events) != 2 {
+		t.Fatalf("webhooks %+v", *wh)
+	}
+	wh.setDefaults()
+	if _, err := newHooks(wh, caddy.NewReplacer()); err != nil {
+		t.Fatalf("provisioning the webhooks: %v", err)
 	}
 }
 
@@ -94,6 +131,10 @@ func TestCaddyfileRejectsMistakes(t *testing.T) {
 		"mulligan {\n idempotency {\n store_status 2yy\n }\n}",
 		"mulligan {\n idempotency {\n required yes\n }\n}",
 		"mulligan {\n storage\n}",
+		"mulligan {\n async {\n mode sometimes\n }\n}",
+		"mulligan {\n async {\n concurrency 0\n }\n}",
+		"mulligan {\n webhooks {\n endpoint a https://x.example.com\n }\n}",
+		"mulligan {\n webhooks {\n breaker 5\n }\n}",
 	} {
 		var h Handler
 		if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(src)); err == nil {

@@ -134,6 +134,7 @@ func (r *runner) finish(id string, change store.Change, log *zap.Logger) {
 	if change.To == store.StatusQueued {
 		r.queued.Add(1)
 	}
+	r.courier.kick()
 	fields := []zap.Field{zap.String("old_status", string(store.StatusRunning)), zap.String("new_status", string(op.Status)), zap.Int("attempts", op.Attempts)}
 	if op.Error != nil {
 		fields = append(fields, zap.String("error_code", op.Error.Code))

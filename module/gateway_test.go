@@ -33,23 +33,32 @@ type gateway struct {
 	client   *http.Client
 }
 
-func freePort(t testing.TB) int {
+// freePorts returns n distinct free loopback ports, holding each until all are chosen. Call it
+// after every other listener of the test is up: Caddy binds with SO_REUSEPORT, so a port still
+// bound by another socket of this process would be shared with it.
+func freePorts(t testing.TB, n int) []int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // startGateway starts a model server with cfg and Caddy with the given mulligan block body.
 func startGateway(t *testing.T, cfg modelserver.Config, mulliganBody string) *gateway {
 	t.Helper()
-	g := &gateway{t: t, model: modelserver.New(cfg), dir: t.TempDir(), port: freePort(t)}
+	g := &gateway{t: t, model: modelserver.New(cfg), dir: t.TempDir()}
 	g.upstream = httptest.NewServer(g.model)
+	ports := freePorts(t, 2)
+	g.port = ports[0]
 	g.base = fmt.Sprintf("http://127.0.0.1:%d", g.port)
-	g.admin = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	g.admin = fmt.Sprintf("127.0.0.1:%d", ports[1])
 	g.client = &http.Client{Timeout: 30 * time.Second}
 	if err := caddy.Load(g.config(mulliganBody), true); err != nil {
 		t.Fatalf("loading config: %v", err)

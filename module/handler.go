@@ -49,8 +49,11 @@ type Handler struct {
 	// Idempotency configures the Idempotency-Key gate.
 	Idempotency *IdempotencyConfig `json:"idempotency,omitempty"`
 
-	// Async configures upstream execution limits.
+	// Async configures async conversion and the runner.
 	Async *AsyncConfig `json:"async,omitempty"`
+
+	// Webhooks configures signed event delivery about operations.
+	Webhooks *WebhooksConfig `json:"webhooks,omitempty"`
 
 	slot    *storeSlot
 	gate    *gate
@@ -85,6 +88,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.conv = &converter{cfg: h.Async, prefix: strings.TrimSuffix(h.Operations, "/"), gate: h.gate, now: h.now}
+	if h.Webhooks != nil {
+		h.Webhooks.setDefaults()
+		if h.conv.hooks, err = newHooks(h.Webhooks, caddy.NewReplacer()); err != nil {
+			return err
+		}
+	}
 	h.methods = map[string]bool{}
 	for _, m := range h.Idempotency.Methods {
 		h.methods[m] = true
@@ -98,7 +107,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		EncryptionKey: key,
 		Sync:          h.Durability == DurabilitySync,
 		Logger:        badgerLogger{h.logger.Named("badger").Sugar()},
-	}, *h.Async, h.logger)
+	}, runnerSettings{async: *h.Async, prefix: h.conv.prefix, hooks: h.conv.hooks}, h.logger)
 	return nil
 }
 
@@ -189,6 +198,12 @@ func (h *Handler) serveCovered(w http.ResponseWriter, r *http.Request, next cadd
 	if key == "" && !convert {
 		return next.ServeHTTP(w, r)
 	}
+	var callback *store.Callback
+	if convert {
+		if callback, ok = h.conv.callbackFor(w, r); !ok {
+			return nil
+		}
+	}
 	kr, err := h.gate.prepare(w, r, key, h.scopeOf(r), log)
 	if errors.Is(err, errAnswered) {
 		return nil
@@ -196,6 +211,7 @@ func (h *Handler) serveCovered(w http.ResponseWriter, r *http.Request, next cadd
 	if err != nil {
 		return err
 	}
+	kr.callback = callback
 	switch {
 	case !convert:
 		return h.gate.claimAndRun(w, kr, next, st)

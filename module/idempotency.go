@@ -66,6 +66,7 @@ type keyedRequest struct {
 	recordKey []byte
 	fp        []byte
 	body      []byte
+	callback  *store.Callback // where the operation's events go, for converted requests
 	log       *zap.Logger
 }
 

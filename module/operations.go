@@ -180,6 +180,7 @@ func (h *Handler) cancelOperation(q *opsRequest, id string) {
 		canceled, err := q.st.Transition(id, store.Change{To: store.StatusCanceled})
 		if err == nil {
 			q.run.queued.Add(-1)
+			q.run.courier.kick()
 			q.log.Info("operation transition", zap.String("operation_id", id), zap.String("old_status", "queued"), zap.String("new_status", "canceled"))
 			h.writeOperation(q, http.StatusOK, canceled)
 			return

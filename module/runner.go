@@ -2,6 +2,7 @@ package module
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"sync"
@@ -25,8 +26,12 @@ type runner struct {
 	st   *store.Store
 	log  *zap.Logger
 
+	courier *courier
+
 	mu      sync.Mutex
 	cfg     AsyncConfig
+	prefix  string // where operations are served, for the links in events
+	hooks   *hooks
 	servers map[string]*caddyhttp.Server
 	running map[string]*execution
 	pooled  int // running executions started from the queue (converted calls run outside it)
@@ -57,9 +62,16 @@ var (
 	runners   = map[string]*runner{}
 )
 
+// runnerSettings is what a config gives its runner.
+type runnerSettings struct {
+	async  AsyncConfig
+	prefix string
+	hooks  *hooks
+}
+
 // acquireRunner returns the runner of the store in opts.Dir, starting it (and recovering what a
-// crash left running) if it is not running yet, and gives it cfg and servers.
-func acquireRunner(opts store.Options, cfg AsyncConfig, servers map[string]*caddyhttp.Server, log *zap.Logger) (*runner, error) {
+// crash left running) if it is not running yet, and gives it the config's settings and servers.
+func acquireRunner(opts store.Options, set runnerSettings, servers map[string]*caddyhttp.Server, log *zap.Logger) (*runner, error) {
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {
 		return nil, err
@@ -68,7 +80,7 @@ func acquireRunner(opts store.Options, cfg AsyncConfig, servers map[string]*cadd
 	defer runnersMu.Unlock()
 	if r, ok := runners[dir]; ok {
 		r.refs++
-		r.configure(cfg, servers)
+		r.configure(set, servers)
 		return r, nil
 	}
 	st, err := store.Open(opts)
@@ -76,11 +88,15 @@ func acquireRunner(opts store.Options, cfg AsyncConfig, servers map[string]*cadd
 		return nil, err
 	}
 	r := &runner{
-		dir: dir, refs: 1, st: st, log: log.Named("runner"), cfg: cfg, servers: servers,
+		dir: dir, refs: 1, st: st, log: log.Named("runner"),
 		running: map[string]*execution{}, wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}),
+		courier: newCourier(st, log),
 	}
+	r.configure(set, servers)
+	st.SetAnnouncer(r.announce)
 	if err := r.recoverCrashed(); err != nil {
+		r.courier.stop()
 		_ = st.Close()
 		return nil, err
 	}
@@ -110,14 +126,43 @@ func (r *runner) release() {
 	}
 	r.mu.Unlock()
 	r.inFlight.Wait()
+	r.courier.stop()
 	_ = r.st.Close()
 }
 
-func (r *runner) configure(cfg AsyncConfig, servers map[string]*caddyhttp.Server) {
+func (r *runner) configure(set runnerSettings, servers map[string]*caddyhttp.Server) {
 	r.mu.Lock()
-	r.cfg, r.servers = cfg, servers
+	r.cfg, r.prefix, r.hooks, r.servers = set.async, set.prefix, set.hooks, servers
 	r.mu.Unlock()
+	r.courier.configure(set.hooks)
 	r.kick()
+}
+
+// eventTypes names the event announcing each status.
+var eventTypes = map[store.Status]string{
+	store.StatusSucceeded: EventSucceeded, store.StatusFailed: EventFailed,
+	store.StatusCanceled: EventCanceled, store.StatusRunning: EventRunning,
+}
+
+// announce is the store's announcer: the event for op's new status, written in the same
+// transaction, when the operation has a callback and the config delivers that event type.
+func (r *runner) announce(op *store.Operation, result *store.Response) *store.Event {
+	r.mu.Lock()
+	h, prefix := r.hooks, r.prefix
+	r.mu.Unlock()
+	typ := eventTypes[op.Status]
+	if op.Callback == nil || h == nil || !h.events[typ] {
+		return nil
+	}
+	now := time.Now()
+	payload, err := json.Marshal(viewOf(prefix, op, result, now))
+	if err != nil {
+		return nil
+	}
+	return &store.Event{
+		ID: newID("evt_", now), Type: typ, OperationID: op.ID, Version: op.Version,
+		Endpoint: op.Callback.Endpoint, URL: op.Callback.URL, OccurredAt: now, Operation: payload,
+	}
 }
 
 func (r *runner) config() AsyncConfig {

@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/webhook"
 )
 
 // TestKilledGatewayKeepsItsKeys kills the real process (SIGKILL) while a keyed upstream call is
@@ -131,4 +136,63 @@ func TestKilledGatewayLosesNoOperation(t *testing.T) {
 	if rerun > 4 {
 		t.Fatalf("%d operations re-ran, more than could have been running (concurrency 4)", rerun)
 	}
+}
+
+// TestKilledGatewayDeliversPendingEventsAfterRestart kills the process while the receiver is
+// down and events wait in the outbox; after the restart every event is delivered.
+func TestKilledGatewayDeliversPendingEventsAfterRestart(t *testing.T) {
+	const n = 50
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	parsed, err := webhook.ParseSecret(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var up atomic.Bool
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if !up.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		if webhook.Verify([]webhook.Secret{parsed}, r.Header, body, time.Now()) != nil {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		mu.Lock()
+		seen[r.Header.Get("webhook-id")] = true
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer receiver.Close()
+	_, upstream := startModelServer(t, modelserver.Config{})
+	p := newGatewayProcess(t, upstream, fmt.Sprintf("webhooks {\n endpoint rx %s/hook {\n secret %s\n }\n default rx\n allow_private\n backoff 200ms 1s\n breaker 100 1s\n}", receiver.URL, secret))
+	p.start()
+	var ids []string
+	for i := range n {
+		_, body, err := p.send("POST", "/v1/chat/completions", fmt.Sprintf("evt-%d", i), `{"messages":[]}`, "Prefer", "respond-async")
+		var op struct {
+			OperationID string `json:"operation_id"`
+		}
+		if err != nil || json.Unmarshal(body, &op) != nil {
+			t.Fatalf("submit: %v %s", err, body)
+		}
+		ids = append(ids, op.OperationID)
+	}
+	for _, id := range ids {
+		waitFor(t, "the operation finished", func() bool {
+			_, body, err := p.send("GET", "/v1/operations/"+id, "", "")
+			return err == nil && bytes.Contains(body, []byte(`"done":true`))
+		})
+	}
+	p.kill() // every event is in the outbox, none delivered
+	up.Store(true)
+	p.start()
+	waitFor(t, "every event delivered", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) == n
+	})
+	t.Logf("%d events pending at the kill, %d delivered after the restart", n, len(seen))
 }

@@ -48,20 +48,28 @@ type gatewayProcess struct {
 	log     *os.File
 }
 
-func freePort(t testing.TB) int {
+// freePorts returns n distinct free loopback ports, holding each until all are chosen. Call it
+// after the test's other listeners are up: Caddy binds with SO_REUSEPORT, so a port another
+// socket of the same user still holds would be shared with it.
+func freePorts(t testing.TB, n int) []int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // newGatewayProcess prepares (but does not start) a gateway in front of upstream.
 func newGatewayProcess(t *testing.T, upstream, mulliganBody string) *gatewayProcess {
 	dataDir := t.TempDir()
-	p := &gatewayProcess{t: t, dataDir: dataDir, port: freePort(t)}
+	ports := freePorts(t, 2)
+	p := &gatewayProcess{t: t, dataDir: dataDir, port: ports[0]}
 	p.base = fmt.Sprintf("http://127.0.0.1:%d", p.port)
 	cf := fmt.Sprintf(`{
 	admin 127.0.0.1:%d
@@ -75,7 +83,7 @@ http://127.0.0.1:%d {
 	}
 	reverse_proxy %s
 }
-`, freePort(t), p.port, dataDir, mulliganBody, strings.TrimPrefix(upstream, "http://"))
+`, ports[1], p.port, dataDir, mulliganBody, strings.TrimPrefix(upstream, "http://"))
 	if err := os.WriteFile(filepath.Join(dataDir, "Caddyfile"), []byte(cf), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,10 @@ const (
 	prefixQueue       = "q/" // q/<op id>                     -> (empty) queued, FIFO
 	prefixRunning     = "u/" // u/<op id>                     -> (empty) running
 	prefixScope       = "s/" // s/<scope hash>/<op id>        -> (empty) the scope's operations
+	prefixEvent       = "e/" // e/<event id>                  -> webhook event
+	prefixPending     = "p/" // p/<due, 8 bytes>/<event id>   -> (empty) pending, by due time
+	prefixDead        = "d/" // d/<event id>                  -> (empty) dead letter
+	prefixEndpoint    = "n/" // n/<endpoint name>             -> endpoint state
 	keyPing           = "m/ping"
 )
 

@@ -30,6 +30,7 @@ type Operation struct {
 	Retention         time.Duration   `json:"retention"`
 	Error             *OperationError `json:"error,omitempty"`
 	Result            *ResultMeta     `json:"result,omitempty"`
+	Callback          *Callback       `json:"callback,omitempty"`
 }
 
 // OperationError is why an operation failed.
@@ -188,7 +189,7 @@ func (s *Store) Transition(id string, c Change) (*Operation, error) {
 			return err
 		}
 		out = op
-		return nil
+		return s.announce(txn, op, c.Result)
 	})
 	return out, err
 }

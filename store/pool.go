@@ -20,6 +20,8 @@ type shared struct {
 	locks  *keyLocks
 	stopGC chan struct{}
 	gcDone chan struct{}
+
+	announcer announcerSlot
 }
 
 var (

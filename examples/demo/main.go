@@ -1,7 +1,8 @@
 // Command demo is the one-command tour of Mulligan: it starts the example model server on
-// 127.0.0.1:8000 and Caddy with the Mulligan module on :8080 (the repository's Caddyfile, the
-// embedded Badger store in Caddy's data directory), walks through what the gateway does with
-// real requests, then keeps both running for your own curl commands until Ctrl-C.
+// 127.0.0.1:8000, the example webhook consumer on 127.0.0.1:9000, and Caddy with the Mulligan
+// module on :8080 (examples/demo/Caddyfile: the repository's default plus a webhook endpoint;
+// the embedded Badger store in Caddy's data directory), walks through what the gateway does with
+// real requests, then keeps everything running for your own curl commands until Ctrl-C.
 //
 //	go run ./examples/demo
 package main
@@ -25,12 +26,15 @@ import (
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
+	"github.com/mulligan-gw/mulligan/examples/consumer"
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
 	_ "github.com/mulligan-gw/mulligan/module"
+	"github.com/mulligan-gw/mulligan/webhook"
 )
 
 func main() {
-	caddyfile := flag.String("config", "Caddyfile", "the Caddyfile to run")
+	caddyfile := flag.String("config", "examples/demo/Caddyfile", "the Caddyfile to run")
+	hookAddr := flag.String("consumer", "127.0.0.1:9000", "where the example webhook consumer listens")
 	modelAddr := flag.String("model", "127.0.0.1:8000", "where the example model server listens")
 	latency := flag.Duration("latency", 1500*time.Millisecond, "the model server's answer time")
 	tour := flag.Bool("tour", true, "walk through the features once started")
@@ -45,6 +49,9 @@ func main() {
 	go func() { _ = http.Serve(ln, model) }()
 	fmt.Printf("model server on http://%s (latency %s)\n", *modelAddr, *latency)
 
+	if err := startConsumer(*hookAddr); err != nil {
+		log.Fatalf("webhook consumer: %v", err)
+	}
 	if err := startCaddy(*caddyfile); err != nil {
 		log.Fatalf("gateway: %v", err)
 	}
@@ -61,6 +68,39 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	<-ctx.Done()
+}
+
+// demoSecret is the demo Caddyfile's webhook secret.
+const demoSecret = "whsec_ZGVtby1zZWNyZXQtZGVtby1zZWNyZXQtMTIzNA=="
+
+// startConsumer runs the example consumer, printing every event it processes.
+func startConsumer(addr string) error {
+	secret, err := webhook.ParseSecret(demoSecret)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "mulligan-demo-consumer")
+	if err != nil {
+		return err
+	}
+	c, err := consumer.New(consumer.Config{
+		Secrets: []webhook.Secret{secret}, Dir: dir, Gateway: "http://127.0.0.1:8080",
+		Process: func(ev consumer.Event) {
+			fmt.Printf("   >> webhook received and verified: %s %s %s (version %d, attempt %d)\n",
+				ev.EventID, ev.EventType, ev.Operation.OperationID, ev.Operation.Version, ev.DeliveryAttempt)
+		},
+		Logf: func(string, ...any) {},
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	go func() { _ = http.Serve(ln, c) }()
+	fmt.Printf("webhook consumer on http://%s/webhooks\n", addr)
+	return nil
 }
 
 func startCaddy(path string) error {

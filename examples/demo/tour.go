@@ -72,6 +72,7 @@ func asyncTour(gateway, run, prompt string) error {
 		return err
 	}
 	fmt.Printf("   %s\n", abbreviate(strings.TrimSpace(string(body))))
+	time.Sleep(300 * time.Millisecond) // the signed webhook of the final status arrives meanwhile
 
 	fmt.Printf("\n== 7. Cancel a running operation: the connection to the model server is closed\n")
 	resp, _, err = do("POST", gateway+"/v1/chat/completions", prompt, "Prefer", "respond-async")
@@ -86,6 +87,7 @@ func asyncTour(gateway, run, prompt string) error {
 		return err
 	}
 	fmt.Printf("   HTTP %s\n   %s\n", resp.Status, abbreviate(strings.TrimSpace(string(body))))
+	time.Sleep(300 * time.Millisecond)
 	return nil
 }
 

@@ -1,0 +1,211 @@
+package module
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+func init() {
+	caddy.RegisterModule(AdminAPI{})
+}
+
+// AdminAPI serves Mulligan's operator routes on Caddy's admin endpoint, under /mulligan/:
+//
+//	GET  /mulligan/stats                              queue, runs, outbox, breakers, endpoints
+//	GET  /mulligan/dead-letters?after=&limit=         dead-lettered webhook events
+//	POST /mulligan/dead-letters/redeliver             redeliver every dead letter
+//	POST /mulligan/dead-letters/{event id}/redeliver  redeliver one
+//	GET  /mulligan/attempts                           the latest delivery attempts
+//	POST /mulligan/endpoints/{name}/enable            re-enable an endpoint disabled by a 410
+//
+// With several storage directories in use, ?storage=<dir> picks one.
+type AdminAPI struct{}
+
+// CaddyModule returns the Caddy module information.
+func (AdminAPI) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "admin.api.mulligan", New: func() caddy.Module { return new(AdminAPI) }}
+}
+
+// Routes returns the admin routes.
+func (a *AdminAPI) Routes() []caddy.AdminRoute {
+	return []caddy.AdminRoute{{Pattern: "/mulligan/", Handler: caddy.AdminHandlerFunc(a.serve)}}
+}
+
+func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
+	run, err := runnerFor(r.URL.Query().Get("storage"))
+	if err != nil {
+		return err
+	}
+	parts := strings.Split(strings.Trim(strings.TrimPrefix(r.URL.Path, "/mulligan/"), "/"), "/")
+	route := func(method string, shape ...string) bool {
+		if r.Method != method || len(parts) != len(shape) {
+			return false
+		}
+		for i, p := range shape {
+			if p != "*" && p != parts[i] {
+				return false
+			}
+		}
+		return true
+	}
+	switch {
+	case route("GET", "stats"):
+		return adminJSON(w, run.stats())
+	case route("GET", "dead-letters"):
+		return a.deadLetters(w, r, run)
+	case route("POST", "dead-letters", "redeliver"):
+		return a.redeliverAll(w, run)
+	case route("POST", "dead-letters", "*", "redeliver"):
+		return a.redeliver(w, run, parts[1])
+	case route("GET", "attempts"):
+		return adminJSON(w, map[string]any{"attempts": run.courier.recentAttempts()})
+	case route("POST", "endpoints", "*", "enable"):
+		return a.enable(w, run, parts[1])
+	}
+	return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no such mulligan admin route: %s %s", r.Method, r.URL.Path)}
+}
+
+// runnerFor returns the runner of dir, or the only one when dir is empty.
+func runnerFor(dir string) (*runner, error) {
+	runnersMu.Lock()
+	defer runnersMu.Unlock()
+	if dir != "" {
+		for d, r := range runners {
+			if d == dir {
+				return r, nil
+			}
+		}
+		return nil, caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no mulligan storage at %s", dir)}
+	}
+	if len(runners) == 1 {
+		for _, r := range runners {
+			return r, nil
+		}
+	}
+	dirs := make([]string, 0, len(runners))
+	for d := range runners {
+		dirs = append(dirs, d)
+	}
+	sort.Strings(dirs)
+	return nil, caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf("%d mulligan storages are open; pick one with ?storage= (%s)", len(dirs), strings.Join(dirs, ", "))}
+}
+
+func adminJSON(w http.ResponseWriter, v any) error {
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(v)
+}
+
+func storeFailure(err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: err}
+	}
+	return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: err}
+}
+
+func (a *AdminAPI) deadLetters(w http.ResponseWriter, r *http.Request, run *runner) error {
+	limit, err := strconv.Atoi(r.URL.Query().Get("limit"))
+	if err != nil || limit < 1 || limit > 1000 {
+		limit = 100
+	}
+	events, err := run.st.DeadLetters(r.URL.Query().Get("after"), limit)
+	if err != nil {
+		return storeFailure(err)
+	}
+	return adminJSON(w, map[string]any{"dead_letters": events})
+}
+
+// redeliver puts a dead letter back in the outbox, due now, with a fresh attempt budget.
+func (a *AdminAPI) redeliver(w http.ResponseWriter, run *runner, id string) error {
+	ev, err := run.st.UpdateEvent(id, func(e *store.Event) {
+		if e.State == store.EventDead {
+			e.State, e.NextAttempt, e.Attempts, e.DeadReason = store.EventPending, time.Now(), 0, ""
+		}
+	})
+	if err != nil {
+		return storeFailure(err)
+	}
+	run.courier.kick()
+	return adminJSON(w, ev)
+}
+
+func (a *AdminAPI) redeliverAll(w http.ResponseWriter, run *runner) error {
+	n := 0
+	for {
+		events, err := run.st.DeadLetters("", 500)
+		if err != nil {
+			return storeFailure(err)
+		}
+		if len(events) == 0 {
+			break
+		}
+		for _, ev := range events {
+			if _, err := run.st.UpdateEvent(ev.ID, func(e *store.Event) {
+				e.State, e.NextAttempt, e.Attempts, e.DeadReason = store.EventPending, time.Now(), 0, ""
+			}); err != nil {
+				return storeFailure(err)
+			}
+			n++
+		}
+	}
+	run.courier.kick()
+	return adminJSON(w, map[string]any{"redelivering": n})
+}
+
+// enable re-enables an endpoint a 410 disabled; its waiting events become due now.
+func (a *AdminAPI) enable(w http.ResponseWriter, run *runner, name string) error {
+	if err := run.st.SetEndpointState(name, store.EndpointState{}); err != nil {
+		return storeFailure(err)
+	}
+	n, err := run.st.RescheduleEndpoint(name, time.Now())
+	if err != nil {
+		return storeFailure(err)
+	}
+	run.courier.kick()
+	return adminJSON(w, map[string]any{"endpoint": name, "enabled": true, "events_due": n})
+}
+
+// stats is a snapshot of the runner and its outbox.
+func (r *runner) stats() map[string]any {
+	r.mu.Lock()
+	running, pooled, cfg := len(r.running), r.pooled, r.cfg
+	r.mu.Unlock()
+	pending, dead, _ := r.st.CountEvents()
+	out := map[string]any{
+		"storage": r.dir, "queued": r.queued.Load(), "queue_limit": cfg.Queue, "running": running,
+		"running_from_queue": pooled, "concurrency": cfg.Concurrency,
+		"webhooks": map[string]any{"pending": pending, "dead_letters": dead, "endpoints": r.courier.endpointStates()},
+	}
+	return out
+}
+
+// endpointStates reports each configured endpoint's breaker and whether a 410 disabled it.
+func (c *courier) endpointStates() map[string]any {
+	c.mu.Lock()
+	h, d := c.hooks, c.deliverer
+	c.mu.Unlock()
+	out := map[string]any{}
+	if h == nil {
+		return out
+	}
+	for name := range h.endpoints {
+		st, _ := c.st.GetEndpointState(name)
+		out[name] = map[string]any{"breaker": d.BreakerState(name), "disabled": st.Disabled}
+	}
+	return out
+}
+
+// Interface guards
+var (
+	_ caddy.Module      = (*AdminAPI)(nil)
+	_ caddy.AdminRouter = (*AdminAPI)(nil)
+)

@@ -1,0 +1,345 @@
+package module
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/webhook"
+)
+
+// Delivery concurrency: in all, and per endpoint, so one slow endpoint cannot take every slot.
+const (
+	maxDeliveries            = 64
+	maxDeliveriesPerEndpoint = 16
+	recentAttemptsKept       = 200
+)
+
+// courier delivers the outbox: it reads due events from the store, signs and sends each through
+// the webhook package, and writes back the outcome: delivered, retry later (durably scheduled
+// with backoff), dead letter, or endpoint disabled (410). It lives as long as its runner.
+type courier struct {
+	st  *store.Store
+	log *zap.Logger
+	now func() time.Time
+
+	mu          sync.Mutex
+	hooks       *hooks
+	deliverer   *webhook.Deliverer
+	breakerKey  [2]int64
+	inflight    map[string]bool
+	perEndpoint map[string]int
+	recent      []attemptLog
+
+	wake   chan struct{}
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	sends  sync.WaitGroup
+}
+
+// attemptLog is one delivery attempt, kept in memory for the admin API.
+type attemptLog struct {
+	At        time.Time `json:"at"`
+	EventID   string    `json:"event_id"`
+	Endpoint  string    `json:"endpoint"`
+	Result    string    `json:"result"`
+	Status    int       `json:"status,omitempty"`
+	LatencyMS int64     `json:"latency_ms"`
+	Error     string    `json:"error,omitempty"`
+}
+
+func newCourier(st *store.Store, log *zap.Logger) *courier {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &courier{
+		st: st, log: log.Named("webhooks"), now: time.Now,
+		inflight: map[string]bool{}, perEndpoint: map[string]int{},
+		wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{}),
+	}
+	go c.loop()
+	return c
+}
+
+// configure installs a config's endpoints; the circuit breakers are kept unless their settings
+// change.
+func (c *courier) configure(h *hooks) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.hooks = h
+	if h == nil {
+		return
+	}
+	key := [2]int64{int64(h.cfg.BreakerFailures), int64(h.cfg.BreakerCooldown)}
+	if c.deliverer == nil || key != c.breakerKey {
+		c.deliverer = webhook.NewDeliverer(webhook.Options{
+			BreakerFailures: uint32(h.cfg.BreakerFailures), BreakerCooldown: time.Duration(h.cfg.BreakerCooldown),
+			UserAgent: "Mulligan-Webhooks/1",
+		})
+		c.breakerKey = key
+	}
+	c.kickLocked()
+}
+
+func (c *courier) kick() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.kickLocked()
+}
+
+func (c *courier) kickLocked() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// stop ends delivery; attempts under way are abandoned uncounted and run again later.
+func (c *courier) stop() {
+	c.cancel()
+	<-c.done
+	c.sends.Wait()
+}
+
+func (c *courier) loop() {
+	defer close(c.done)
+	for {
+		wait := c.dispatchDue()
+		t := time.NewTimer(wait)
+		select {
+		case <-c.ctx.Done():
+			t.Stop()
+			return
+		case <-c.wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// dispatchDue starts deliveries of due events while slots are free, and says how long to wait
+// before looking again.
+func (c *courier) dispatchDue() time.Duration {
+	c.mu.Lock()
+	active := c.hooks != nil
+	c.mu.Unlock()
+	if !active {
+		return time.Second
+	}
+	events, err := c.st.DueEvents(c.now(), 4*maxDeliveries)
+	if err != nil {
+		c.log.Error("reading the outbox", zap.Error(err))
+		return time.Second
+	}
+	wait := time.Duration(0)
+	for _, ev := range events {
+		switch c.claim(ev) {
+		case claimed:
+			c.sends.Add(1)
+			go c.deliver(ev)
+		case busy:
+			wait = max(wait, time.Second) // a finishing delivery kicks the loop
+		case breakerOpen:
+			wait = breakerPoll
+		}
+	}
+	if wait > 0 {
+		return wait
+	}
+	return c.untilNextDue()
+}
+
+// breakerPoll paces the look at events waiting for an open breaker's probe.
+const breakerPoll = 100 * time.Millisecond
+
+type claimResult int
+
+const (
+	claimed claimResult = iota
+	busy
+	breakerOpen
+)
+
+// claim reserves a delivery slot for ev. An event whose endpoint's breaker is open (or probing)
+// waits, uncharged.
+func (c *courier) claim(ev *store.Event) claimResult {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inflight[ev.ID] || c.perEndpoint[ev.Endpoint] >= maxDeliveriesPerEndpoint || len(c.inflight) >= maxDeliveries {
+		return busy
+	}
+	if c.deliverer.BreakerState(ev.Endpoint) != "closed" && c.perEndpoint[ev.Endpoint] > 0 {
+		return breakerOpen // half-open with its probe under way, or open
+	}
+	if c.deliverer.BreakerState(ev.Endpoint) == "open" {
+		return breakerOpen
+	}
+	c.inflight[ev.ID] = true
+	c.perEndpoint[ev.Endpoint]++
+	return claimed
+}
+
+func (c *courier) release(ev *store.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.inflight, ev.ID)
+	c.perEndpoint[ev.Endpoint]--
+	c.kickLocked()
+}
+
+func (c *courier) untilNextDue() time.Duration {
+	next, err := c.st.NextDue()
+	if err != nil || next.IsZero() {
+		return time.Second
+	}
+	return min(max(time.Until(next), time.Millisecond), time.Second)
+}
+
+// deliver makes one attempt at ev and records what came of it.
+func (c *courier) deliver(claimed *store.Event) {
+	defer c.sends.Done()
+	defer c.release(claimed)
+	// The list ev came from may predate a delivery that just finished: read it again now that
+	// this goroutine holds the event's slot.
+	ev, err := c.st.GetEvent(claimed.ID)
+	if err != nil || ev.State != store.EventPending || ev.NextAttempt.After(c.now()) {
+		return
+	}
+	c.mu.Lock()
+	h, d := c.hooks, c.deliverer
+	c.mu.Unlock()
+	ep := h.endpoints[ev.Endpoint]
+	now := c.now()
+	switch {
+	case ep == nil:
+		c.deadLetter(ev, "the endpoint is no longer configured")
+		return
+	case now.Sub(ev.OccurredAt) > time.Duration(h.cfg.MaxAge):
+		c.deadLetter(ev, "undelivered past max_age")
+		return
+	}
+	if state, err := c.st.GetEndpointState(ev.Endpoint); err == nil && state.Disabled {
+		c.reschedule(ev, now.Add(time.Minute), 0, nil) // waits for the endpoint to be re-enabled
+		return
+	}
+	var body []byte
+	body, err = renderEvent(ev, ev.Attempts+1)
+	if err != nil {
+		c.deadLetter(ev, "the event cannot be rendered: "+err.Error())
+		return
+	}
+	out := d.Deliver(c.ctx, webhook.Endpoint{Name: ep.name, URL: ev.URL, Secrets: ep.secrets,
+		Timeout: time.Duration(h.cfg.Timeout), AllowPrivate: h.cfg.AllowPrivate}, webhook.Message{ID: ev.ID, Body: body})
+	if c.ctx.Err() != nil || out.Result == webhook.BreakerOpen {
+		return // stopping, or the breaker opened meanwhile: the event waits, uncharged
+	}
+	c.remember(ev, out)
+	c.record(ev, out, h)
+}
+
+// record writes the outcome of an attempt to the outbox.
+func (c *courier) record(ev *store.Event, out webhook.Outcome, h *hooks) {
+	attempts := ev.Attempts + max(out.Attempts, 1)
+	switch out.Result {
+	case webhook.Delivered:
+		c.update(ev, func(e *store.Event) {
+			e.State, e.Attempts, e.LastStatus, e.LastError, e.DeliveredAt = store.EventDelivered, attempts, out.StatusCode, "", c.now()
+		})
+	case webhook.Disabled:
+		c.log.Warn("endpoint answered 410 Gone: disabled until re-enabled", zap.String("endpoint", ev.Endpoint))
+		_ = c.st.SetEndpointState(ev.Endpoint, store.EndpointState{Disabled: true, DisabledAt: c.now(), Reason: "410 Gone"})
+		c.reschedule(ev, c.now().Add(time.Minute), attempts, &out)
+	case webhook.DeadLetter:
+		reason := "the receiver refused the event"
+		if errors.Is(out.Err, webhook.ErrBlockedAddress) {
+			reason = "the target address is blocked by the SSRF guard (allow_private permits it)"
+		}
+		c.deadLetterAfter(ev, attempts, &out, reason)
+	default: // RetryLater
+		if attempts >= h.cfg.MaxAttempts {
+			c.deadLetterAfter(ev, attempts, &out, "max_attempts reached")
+			return
+		}
+		wait := webhook.Backoff(time.Duration(h.cfg.BackoffMin), time.Duration(h.cfg.BackoffMax), attempts-1, out.RetryAfter)
+		c.reschedule(ev, c.now().Add(wait), attempts, &out)
+	}
+}
+
+func (c *courier) reschedule(ev *store.Event, at time.Time, attempts int, out *webhook.Outcome) {
+	c.update(ev, func(e *store.Event) {
+		e.NextAttempt = at
+		if attempts > 0 {
+			e.Attempts = attempts
+		}
+		setLast(e, out)
+	})
+}
+
+func (c *courier) deadLetter(ev *store.Event, reason string) {
+	c.deadLetterAfter(ev, ev.Attempts, nil, reason)
+}
+
+func (c *courier) deadLetterAfter(ev *store.Event, attempts int, out *webhook.Outcome, reason string) {
+	c.log.Warn("event dead-lettered", zap.String("event_id", ev.ID), zap.String("operation_id", ev.OperationID),
+		zap.String("endpoint", ev.Endpoint), zap.Int("attempts", attempts), zap.String("reason", reason))
+	c.update(ev, func(e *store.Event) {
+		e.State, e.Attempts, e.DeadReason = store.EventDead, attempts, reason
+		setLast(e, out)
+	})
+}
+
+func setLast(e *store.Event, out *webhook.Outcome) {
+	if out == nil {
+		return
+	}
+	e.LastStatus, e.LastError = out.StatusCode, ""
+	if out.Err != nil {
+		e.LastError = out.Err.Error()
+	}
+}
+
+func (c *courier) update(ev *store.Event, fn func(*store.Event)) {
+	if _, err := c.st.UpdateEvent(ev.ID, fn); err != nil && !errors.Is(err, store.ErrClosed) {
+		c.log.Error("recording a delivery", zap.String("event_id", ev.ID), zap.Error(err))
+	}
+}
+
+// remember keeps the attempt for the admin API's recent attempts.
+func (c *courier) remember(ev *store.Event, out webhook.Outcome) {
+	a := attemptLog{At: c.now(), EventID: ev.ID, Endpoint: ev.Endpoint, Result: out.Result.String(), Status: out.StatusCode, LatencyMS: out.Latency.Milliseconds()}
+	if out.Err != nil {
+		a.Error = out.Err.Error()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.recent) >= recentAttemptsKept {
+		c.recent = c.recent[1:]
+	}
+	c.recent = append(c.recent, a)
+}
+
+// recentAttempts returns the latest attempts, oldest first.
+func (c *courier) recentAttempts() []attemptLog {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]attemptLog(nil), c.recent...)
+}
+
+// eventEnvelope is the body of a delivery (CONTRACT.md §4).
+type eventEnvelope struct {
+	EventID         string          `json:"event_id"`
+	EventType       string          `json:"event_type"`
+	EventVersion    string          `json:"event_version"`
+	OccurredAt      time.Time       `json:"occurred_at"`
+	DeliveryAttempt int             `json:"delivery_attempt"`
+	Operation       json.RawMessage `json:"operation"`
+}
+
+func renderEvent(ev *store.Event, attempt int) ([]byte, error) {
+	return json.Marshal(eventEnvelope{EventID: ev.ID, EventType: ev.Type, EventVersion: "1.0",
+		OccurredAt: ev.OccurredAt.UTC(), DeliveryAttempt: attempt, Operation: ev.Operation})
+}

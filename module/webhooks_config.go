@@ -1,0 +1,236 @@
+package module
+
+import (
+	"fmt"
+	"net/url"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/mulligan-gw/mulligan/webhook"
+)
+
+// Event types.
+const (
+	EventSucceeded = "operation.succeeded"
+	EventFailed    = "operation.failed"
+	EventCanceled  = "operation.canceled"
+	EventRunning   = "operation.running"
+)
+
+// WebhooksConfig configures signed webhook delivery (CONTRACT.md §4).
+type WebhooksConfig struct {
+	// Endpoints a request may name with Callback-Url (the URL must match an endpoint's
+	// pattern) or that the site uses by default.
+	Endpoints []EndpointConfig `json:"endpoints,omitempty"`
+
+	// Default names the endpoint used when a request sends no Callback-Url. Its URL must not
+	// contain a wildcard. Default: none (no events without Callback-Url).
+	Default string `json:"default,omitempty"`
+
+	// Events lists the event types delivered. Default: operation.succeeded, operation.failed,
+	// operation.canceled; operation.running may be added.
+	Events []string `json:"events,omitempty"`
+
+	// Timeout bounds one delivery attempt. Default: 15s.
+	Timeout caddy.Duration `json:"timeout,omitempty"`
+
+	// MaxAttempts is how many attempts an event gets before it is dead-lettered. Default: 10.
+	MaxAttempts int `json:"max_attempts,omitempty"`
+
+	// MaxAge dead-letters an event still undelivered this long after it occurred. Default: 72h.
+	MaxAge caddy.Duration `json:"max_age,omitempty"`
+
+	// BreakerFailures consecutive failed attempts open an endpoint's circuit breaker. Default: 5.
+	BreakerFailures int `json:"breaker_failures,omitempty"`
+
+	// BreakerCooldown is how long an open breaker waits before one probe. Default: 30s.
+	BreakerCooldown caddy.Duration `json:"breaker_cooldown,omitempty"`
+
+	// BackoffMin and BackoffMax bound the wait between attempts: exponential with full jitter,
+	// never shorter than the receiver's Retry-After. Default: 1s and 10m.
+	BackoffMin caddy.Duration `json:"backoff_min,omitempty"`
+	BackoffMax caddy.Duration `json:"backoff_max,omitempty"`
+
+	// AllowPrivate lets deliveries reach loopback, private, link-local and other
+	// special-purpose addresses. Off by default: the address is checked after DNS resolution,
+	// at dial time, against SSRF.
+	AllowPrivate bool `json:"allow_private,omitempty"`
+}
+
+// EndpointConfig is one webhook receiver.
+type EndpointConfig struct {
+	// Name identifies the endpoint in events, logs, metrics and the admin API.
+	Name string `json:"name"`
+
+	// URL is the receiver's URL, or a pattern of them with * standing for any characters of
+	// the path (https://consumer.example.com/webhooks/*).
+	URL string `json:"url"`
+
+	// Secrets sign every delivery, one signature each (whsec_ and base64, as Standard Webhooks
+	// defines); several at once allow rotation. Placeholders such as {env.WHSEC} are expanded.
+	Secrets []string `json:"secrets"`
+}
+
+func (c *WebhooksConfig) setDefaults() {
+	if len(c.Events) == 0 {
+		c.Events = []string{EventSucceeded, EventFailed, EventCanceled}
+	}
+	if c.Timeout == 0 {
+		c.Timeout = caddy.Duration(webhook.DefaultTimeout)
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 10
+	}
+	if c.MaxAge == 0 {
+		c.MaxAge = caddy.Duration(72 * time.Hour)
+	}
+	if c.BreakerFailures == 0 {
+		c.BreakerFailures = 5
+	}
+	if c.BreakerCooldown == 0 {
+		c.BreakerCooldown = caddy.Duration(30 * time.Second)
+	}
+	if c.BackoffMin == 0 {
+		c.BackoffMin = caddy.Duration(time.Second)
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = caddy.Duration(10 * time.Minute)
+	}
+}
+
+// endpoint is a provisioned endpoint: parsed pattern and secrets.
+type endpoint struct {
+	name    string
+	pattern *url.URL
+	secrets []webhook.Secret
+}
+
+// hooks is the provisioned webhook configuration.
+type hooks struct {
+	cfg       WebhooksConfig
+	endpoints map[string]*endpoint
+	order     []*endpoint
+	events    map[string]bool
+}
+
+func newHooks(c *WebhooksConfig, repl *caddy.Replacer) (*hooks, error) {
+	h := &hooks{cfg: *c, endpoints: map[string]*endpoint{}, events: map[string]bool{}}
+	for _, e := range c.Events {
+		switch e {
+		case EventSucceeded, EventFailed, EventCanceled, EventRunning:
+			h.events[e] = true
+		default:
+			return nil, fmt.Errorf("webhooks: unknown event type %q", e)
+		}
+	}
+	if c.MaxAttempts < 1 || c.BreakerFailures < 1 || c.Timeout <= 0 || c.MaxAge <= 0 || c.BreakerCooldown <= 0 || c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin {
+		return nil, fmt.Errorf("webhooks: max_attempts and breaker failures must be at least 1, durations positive, backoff min <= max")
+	}
+	for _, ec := range c.Endpoints {
+		ep, err := newEndpoint(ec, repl)
+		if err != nil {
+			return nil, err
+		}
+		if h.endpoints[ep.name] != nil {
+			return nil, fmt.Errorf("webhooks: endpoint %q is defined twice", ep.name)
+		}
+		h.endpoints[ep.name] = ep
+		h.order = append(h.order, ep)
+	}
+	if c.Default != "" {
+		ep := h.endpoints[c.Default]
+		if ep == nil {
+			return nil, fmt.Errorf("webhooks: default endpoint %q is not defined", c.Default)
+		}
+		if strings.Contains(ep.pattern.String(), "*") {
+			return nil, fmt.Errorf("webhooks: default endpoint %q has a wildcard URL; give it a concrete URL", c.Default)
+		}
+	}
+	return h, nil
+}
+
+func newEndpoint(ec EndpointConfig, repl *caddy.Replacer) (*endpoint, error) {
+	if ec.Name == "" {
+		return nil, fmt.Errorf("webhooks: an endpoint has no name")
+	}
+	u, err := url.Parse(ec.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Contains(u.Host, "*") || u.User != nil {
+		return nil, fmt.Errorf("webhooks: endpoint %q: URL %q must be an absolute http(s) URL without credentials or a wildcard host", ec.Name, ec.URL)
+	}
+	ep := &endpoint{name: ec.Name, pattern: u}
+	for _, raw := range ec.Secrets {
+		for _, s := range strings.Fields(repl.ReplaceAll(raw, "")) {
+			secret, err := webhook.ParseSecret(s)
+			if err != nil {
+				return nil, fmt.Errorf("webhooks: endpoint %q: %w", ec.Name, err)
+			}
+			ep.secrets = append(ep.secrets, secret)
+		}
+	}
+	if len(ep.secrets) == 0 {
+		return nil, fmt.Errorf("webhooks: endpoint %q has no secret", ec.Name)
+	}
+	return ep, nil
+}
+
+// callbackFor picks the endpoint for a request's Callback-Url (or the default when it has
+// none). It reports false when a Callback-Url matches no endpoint.
+func (h *hooks) callbackFor(raw string) (*endpoint, string, bool) {
+	if raw == "" {
+		if h.cfg.Default == "" {
+			return nil, "", true
+		}
+		ep := h.endpoints[h.cfg.Default]
+		return ep, ep.pattern.String(), true
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.User != nil || u.Fragment != "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, "", false
+	}
+	for _, ep := range h.order {
+		if ep.matches(u) {
+			return ep, u.String(), true
+		}
+	}
+	return nil, "", false
+}
+
+// matches compares scheme and host exactly and the cleaned path against the pattern's, where *
+// stands for any characters.
+func (e *endpoint) matches(u *url.URL) bool {
+	p := e.pattern
+	if u.Scheme != p.Scheme || !strings.EqualFold(u.Host, p.Host) {
+		return false
+	}
+	cleaned := path.Clean("/" + u.Path)
+	if strings.HasSuffix(u.Path, "/") && cleaned != "/" {
+		cleaned += "/"
+	}
+	if cleaned != u.Path && u.Path != "" {
+		return false // dot segments or doubled slashes: refuse rather than guess
+	}
+	return glob(p.Path, u.Path) && (p.RawQuery == "" || p.RawQuery == u.RawQuery)
+}
+
+// glob matches s against pattern, where * stands for any run of characters.
+func glob(pattern, s string) bool {
+	parts := strings.Split(pattern, "*")
+	if len(parts) == 1 {
+		return pattern == s
+	}
+	if !strings.HasPrefix(s, parts[0]) {
+		return false
+	}
+	s = s[len(parts[0]):]
+	for _, mid := range parts[1 : len(parts)-1] {
+		i := strings.Index(s, mid)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(mid):]
+	}
+	return strings.HasSuffix(s, parts[len(parts)-1])
+}

@@ -1,0 +1,282 @@
+package module
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/mulligan-gw/mulligan/examples/modelserver"
+)
+
+const (
+	secretA = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	secretB = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"
+)
+
+// receiver is a webhook consumer on loopback: it verifies every delivery with the Standard
+// Webhooks reference library, answers what answer() says, and dedupes by webhook-id.
+type receiver struct {
+	srv      *httptest.Server
+	mu       sync.Mutex
+	verifier *standardwebhooks.Webhook
+	answer   func(r *http.Request) int
+	attempts atomic.Int64
+	seen     map[string]int // webhook-id -> deliveries accepted with 2xx
+	events   []map[string]any
+	badSigs  int
+	sigs     []string // webhook-signature headers received
+}
+
+func newReceiver(t *testing.T, secret string, answer func(*http.Request) int) *receiver {
+	t.Helper()
+	wh, err := standardwebhooks.NewWebhook(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := &receiver{verifier: wh, answer: answer, seen: map[string]int{}}
+	rc.srv = httptest.NewServer(http.HandlerFunc(rc.serve))
+	t.Cleanup(rc.srv.Close)
+	return rc
+}
+
+func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
+	rc.attempts.Add(1)
+	body, _ := io.ReadAll(r.Body)
+	status := http.StatusNoContent
+	if rc.answer != nil {
+		status = rc.answer(r)
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.sigs = append(rc.sigs, r.Header.Get("webhook-signature"))
+	if rc.verifier.Verify(body, r.Header) != nil {
+		rc.badSigs++
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	if status < 300 {
+		id := r.Header.Get("webhook-id")
+		if rc.seen[id] == 0 {
+			var ev map[string]any
+			_ = json.Unmarshal(body, &ev)
+			rc.events = append(rc.events, ev)
+		}
+		rc.seen[id]++
+	}
+	w.WriteHeader(status)
+}
+
+func (rc *receiver) delivered() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return len(rc.events)
+}
+
+func webhooksBlock(url, extra string, secrets ...string) string {
+	return fmt.Sprintf("webhooks {\n endpoint hooks %s {\n secret %s\n }\n default hooks\n allow_private\n %s\n}", url, strings.Join(secrets, " "), extra)
+}
+
+func TestFinalStatusIsDeliveredSignedPerStandardWebhooks(t *testing.T) {
+	rc := newReceiver(t, secretA, nil)
+	g := startGateway(t, modelserver.Config{}, webhooksBlock(rc.srv.URL+"/hook", "", secretA))
+	_, op := g.submit(t, "hooked")
+	final := g.await(t, op.OperationID)
+	waitFor(t, func() bool { return rc.delivered() == 1 })
+	rc.mu.Lock()
+	ev := rc.events[0]
+	rc.mu.Unlock()
+	operation, _ := ev["operation"].(map[string]any)
+	if ev["event_type"] != "operation.succeeded" || ev["event_version"] != "1.0" || ev["delivery_attempt"] != float64(1) ||
+		!strings.HasPrefix(fmt.Sprint(ev["event_id"]), "evt_") || operation["operation_id"] != op.OperationID ||
+		operation["version"] != float64(final.Version) || operation["status"] != "succeeded" {
+		t.Fatalf("event: %v", ev)
+	}
+	if rc.badSigs != 0 {
+		t.Fatalf("%d deliveries failed the reference library's verification", rc.badSigs)
+	}
+}
+
+func TestRotationSignsWithEverySecret(t *testing.T) {
+	rcOld := newReceiver(t, secretA, nil)
+	g := startGateway(t, modelserver.Config{}, webhooksBlock(rcOld.srv.URL+"/hook", "", secretB, secretA))
+	_, op := g.submit(t, "")
+	g.await(t, op.OperationID)
+	// The receiver knows only the old secret, and verifies.
+	waitFor(t, func() bool { return rcOld.delivered() == 1 })
+	rcOld.mu.Lock()
+	defer rcOld.mu.Unlock()
+	if n := len(strings.Fields(rcOld.sigs[0])); n != 2 {
+		t.Fatalf("%d signatures for two secrets: %q", n, rcOld.sigs[0])
+	}
+}
+
+func TestCallbackUrlOutsideTheEndpointsIsRefusedBeforeAnything(t *testing.T) {
+	rc := newReceiver(t, secretA, nil)
+	g := startGateway(t, modelserver.Config{}, "webhooks {\n endpoint hooks "+rc.srv.URL+"/hooks/* {\n secret "+secretA+"\n }\n allow_private\n}")
+	for _, url := range []string{"https://evil.example.com/hooks/x", rc.srv.URL + "/other", rc.srv.URL + "/hooks/../admin", "not a url"} {
+		r := g.post(chatPath, "", chat("x"), "Prefer", "respond-async", "Callback-Url", url)
+		expectError(t, r, 422, CodeCallbackNotAllow, false)
+	}
+	if n := g.model.Stats().Received; n != 0 {
+		t.Fatalf("a refused request reached the upstream %d times", n)
+	}
+	r := g.post(chatPath, "", chat("x"), "Prefer", "respond-async", "Callback-Url", rc.srv.URL+"/hooks/job-7")
+	g.await(t, decodeOp(t, r).OperationID)
+	waitFor(t, func() bool { return rc.delivered() == 1 })
+}
+
+func TestGoneDisablesTheEndpointUntilReenabled(t *testing.T) {
+	var gone atomic.Bool
+	gone.Store(true)
+	rc := newReceiver(t, secretA, func(*http.Request) int {
+		if gone.Load() {
+			return http.StatusGone
+		}
+		return http.StatusOK
+	})
+	g := startGateway(t, modelserver.Config{}, webhooksBlock(rc.srv.URL+"/hook", "", secretA))
+	_, op := g.submit(t, "")
+	g.await(t, op.OperationID)
+	waitFor(t, func() bool { return rc.attempts.Load() == 1 })
+	stats := g.adminCall("GET", "/mulligan/stats")
+	if !strings.Contains(stats, `"disabled":true`) {
+		t.Fatalf("stats after 410: %s", stats)
+	}
+	gone.Store(false)
+	g.adminCall("POST", "/mulligan/endpoints/hooks/enable")
+	waitFor(t, func() bool { return rc.delivered() == 1 })
+}
+
+func TestRedirectIsAFailureAndIsNotFollowed(t *testing.T) {
+	var followed atomic.Int64
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { followed.Add(1) }))
+	defer target.Close()
+	rc := newReceiver(t, secretA, func(r *http.Request) int { return http.StatusFound })
+	g := startGateway(t, modelserver.Config{}, webhooksBlock(rc.srv.URL+"/hook", "max_attempts 2\n backoff 10ms 20ms", secretA))
+	_, op := g.submit(t, "")
+	g.await(t, op.OperationID)
+	waitFor(t, func() bool { return strings.Contains(g.adminCall("GET", "/mulligan/dead-letters"), op.OperationID) })
+	if followed.Load() != 0 || rc.attempts.Load() != 2 {
+		t.Fatalf("redirect followed %d times; %d attempts", followed.Load(), rc.attempts.Load())
+	}
+}
+
+func TestRefusedEventIsDeadLetteredAndRedelivered(t *testing.T) {
+	var refuse atomic.Bool
+	refuse.Store(true)
+	rc := newReceiver(t, secretA, func(*http.Request) int {
+		if refuse.Load() {
+			return http.StatusBadRequest
+		}
+		return http.StatusOK
+	})
+	g := startGateway(t, modelserver.Config{}, webhooksBlock(rc.srv.URL+"/hook", "", secretA))
+	_, op := g.submit(t, "")
+	g.await(t, op.OperationID)
+	waitFor(t, func() bool { return strings.Contains(g.adminCall("GET", "/mulligan/dead-letters"), op.OperationID) })
+	if rc.attempts.Load() != 1 {
+		t.Fatalf("a 400 was retried: %d attempts", rc.attempts.Load())
+	}
+	refuse.Store(false)
+	g.adminCall("POST", "/mulligan/dead-letters/redeliver")
+	waitFor(t, func() bool { return rc.delivered() == 1 })
+	if strings.Contains(g.adminCall("GET", "/mulligan/dead-letters"), op.OperationID) {
+		t.Fatal("still a dead letter after redelivery")
+	}
+}
+
+func TestPrivateTargetsAreRefusedWithoutAllowPrivate(t *testing.T) {
+	rc := newReceiver(t, secretA, nil)
+	port := rc.srv.URL[strings.LastIndex(rc.srv.URL, ":")+1:]
+	for _, host := range []string{"127.0.0.1", "localhost"} {
+		t.Run(host, func(t *testing.T) {
+			url := "http://" + host + ":" + port + "/hook"
+			g := startGateway(t, modelserver.Config{}, "webhooks {\n endpoint hooks "+url+" {\n secret "+secretA+"\n }\n default hooks\n}")
+			_, op := g.submit(t, "")
+			g.await(t, op.OperationID)
+			waitFor(t, func() bool { return strings.Contains(g.adminCall("GET", "/mulligan/dead-letters"), op.OperationID) })
+			if !strings.Contains(g.adminCall("GET", "/mulligan/dead-letters"), "SSRF") {
+				t.Fatalf("dead letter without the SSRF reason: %s", g.adminCall("GET", "/mulligan/dead-letters"))
+			}
+		})
+	}
+	if rc.attempts.Load() != 0 {
+		t.Fatalf("the private receiver got %d requests", rc.attempts.Load())
+	}
+}
+
+// TestFlakyReceiverWithAnOutageGetsEveryEventOnce: 500 operations; the receiver fails half its
+// requests at random and is down for 10 s in the middle. Every event is delivered, each seen
+// once after dedupe, and the breaker bounds what is sent while it is down.
+func TestFlakyReceiverWithAnOutageGetsEveryEventOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes about 20s")
+	}
+	const n = 500
+	var down atomic.Bool
+	var whileDown atomic.Int64
+	rc := newReceiver(t, secretA, func(*http.Request) int {
+		if down.Load() {
+			whileDown.Add(1)
+			return http.StatusServiceUnavailable
+		}
+		if rand.IntN(2) == 0 {
+			return http.StatusInternalServerError
+		}
+		return http.StatusNoContent
+	})
+	g := startGateway(t, modelserver.Config{}, webhooksBlock(rc.srv.URL+"/hook", "breaker 5 1s\n backoff 50ms 1s\n max_attempts 100", secretA)+"\nasync {\n concurrency 8\n}")
+	for i := range n {
+		g.submit(t, fmt.Sprintf("flaky-%d", i))
+		if i == n/2 {
+			down.Store(true)
+			time.AfterFunc(10*time.Second, func() { down.Store(false) })
+		}
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for rc.delivered() < n && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	dupes := 0
+	for _, c := range rc.seen {
+		dupes += c - 1
+	}
+	t.Logf("delivered %d distinct events of %d in %d attempts (%d duplicates deduped by webhook-id); %d attempts reached the receiver during its 10 s outage",
+		len(rc.events), n, rc.attempts.Load(), dupes, whileDown.Load())
+	if len(rc.events) != n || rc.badSigs != 0 || dupes != 0 {
+		t.Fatalf("delivered %d of %d, %d bad signatures, %d acknowledged twice", len(rc.events), n, rc.badSigs, dupes)
+	}
+	// Open after 5 failures, one probe per 1 s cooldown: about 5 + 10 probes in 10 s, plus the
+	// deliveries already under way when it went down (at most 16 for one endpoint).
+	if whileDown.Load() > 40 {
+		t.Fatalf("%d attempts during the outage: the breaker did not hold them back", whileDown.Load())
+	}
+}
+
+// adminCall calls Caddy's admin API and returns the body.
+func (g *gateway) adminCall(method, path string) string {
+	g.t.Helper()
+	req, _ := http.NewRequest(method, "http://"+g.admin+path, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		g.t.Fatalf("admin %s %s: %d %s", method, path, resp.StatusCode, b)
+	}
+	return string(b)
+}

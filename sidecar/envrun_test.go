@@ -1,0 +1,342 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/webhook"
+)
+
+// sidecarProcess is the built binary run as `mulligan sidecar`, configured by environment
+// variables alone, on a data directory that outlives it. It reuses gatewayProcess's requests,
+// kill and log; only the command line and the environment differ.
+type sidecarProcess struct {
+	*gatewayProcess
+	env   []string
+	admin string
+}
+
+// newSidecarProcess prepares (but does not start) `mulligan sidecar` with the given NAME=value
+// variables on top of loopback ports and a temporary data directory. Call it once the test's
+// other listeners are up (see freePorts).
+func newSidecarProcess(t *testing.T, env ...string) *sidecarProcess {
+	ports := freePorts(t, 2)
+	p := &gatewayProcess{t: t, dataDir: t.TempDir(), port: ports[0]}
+	p.base = fmt.Sprintf("http://127.0.0.1:%d", p.port)
+	s := &sidecarProcess{gatewayProcess: p, admin: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
+	s.env = append(cleanEnviron(),
+		"XDG_DATA_HOME="+p.dataDir+"/xdg-data", "XDG_CONFIG_HOME="+p.dataDir+"/xdg-config",
+		fmt.Sprintf("MULLIGAN_LISTEN=127.0.0.1:%d", p.port),
+		fmt.Sprintf("MULLIGAN_ADMIN=127.0.0.1:%d", ports[1]),
+		"MULLIGAN_DATA_DIR="+filepath.Join(p.dataDir, "badger"),
+	)
+	s.env = append(s.env, env...)
+	t.Cleanup(p.kill)
+	return s
+}
+
+// cleanEnviron is this process's environment without MULLIGAN_* variables, so a developer's
+// shell cannot change what a test configures.
+func cleanEnviron() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "MULLIGAN_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// start runs `mulligan sidecar` and waits until it answers.
+func (s *sidecarProcess) start() {
+	s.t.Helper()
+	var err error
+	s.log, err = os.OpenFile(filepath.Join(s.dataDir, "gateway.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.cmd = exec.Command(binary, "sidecar")
+	s.cmd.Env = s.env
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", s.port)); err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("the sidecar did not start; its log:\n%s", s.logText())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// terminate sends SIGTERM, as the kubelet does, and returns the exit code; the process must
+// be gone within `within`.
+func (s *sidecarProcess) terminate(within time.Duration) int {
+	s.t.Helper()
+	cmd := s.cmd
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		s.t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-exited:
+	case <-time.After(within):
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-exited
+		s.cmd = nil
+		s.log.Close()
+		s.t.Fatalf("still running %s after SIGTERM; its log:\n%s", within, s.logText())
+	}
+	s.cmd = nil
+	s.log.Close()
+	if exitErr, ok := errors.AsType[*exec.ExitError](err); ok {
+		return exitErr.ExitCode()
+	}
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return 0
+}
+
+// operation reads an operation's status as the operations API reports it.
+func (s *sidecarProcess) operation(location string) (status string, done bool) {
+	_, body, err := s.send("GET", location, "", "")
+	var op struct {
+		Status string `json:"status"`
+		Done   bool   `json:"done"`
+	}
+	if err != nil || json.Unmarshal(body, &op) != nil {
+		return "", false
+	}
+	return op.Status, op.Done
+}
+
+// TestSidecarRunsTheWalkthroughFromEnvironmentAlone runs the README walkthrough against
+// `mulligan sidecar` configured only by MULLIGAN_* variables (no Caddyfile), stops it with
+// SIGTERM as Kubernetes does, and restarts it on the same data directory.
+func TestSidecarRunsTheWalkthroughFromEnvironmentAlone(t *testing.T) {
+	model, upstream := startModelServer(t, modelserver.Config{Latency: 200 * time.Millisecond})
+	const key = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+	keyFile := filepath.Join(t.TempDir(), "encryption-key")
+	if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := newSidecarProcess(t, "MULLIGAN_UPSTREAM="+upstream, "MULLIGAN_GRACE_PERIOD=5s", "MULLIGAN_ENCRYPTION_KEY_FILE="+keyFile)
+	s.start()
+
+	// 1. A first keyed request runs upstream once.
+	resp, first, err := s.post("order-42", "hi", 10*time.Second)
+	if err != nil || resp.StatusCode != 200 || resp.Header.Get("Idempotency-Expires") == "" {
+		t.Fatalf("first request: %v %v %s", err, resp, first)
+	}
+	// 2. The retry, key order and spacing changed, is replayed byte for byte.
+	resp, body, err := s.send("POST", "/v1/chat/completions", "order-42", `{ "messages": [ {"content":"hi", "role":"user"} ] }`)
+	if err != nil || resp.StatusCode != 200 || resp.Header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(body, first) {
+		t.Fatalf("retry: %v %v %s", err, resp, body)
+	}
+	// 3. Same key, different payload.
+	resp, body, err = s.post("order-42", "bye", 10*time.Second)
+	if err != nil || resp.StatusCode != 409 || !bytes.Contains(body, []byte("IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD")) {
+		t.Fatalf("different payload: %v %v %s", err, resp, body)
+	}
+	// 6. Asynchronous: 202 and an operation to poll, then its result.
+	resp, body, err = s.send("POST", "/v1/chat/completions", "job-1", `{"messages":[{"role":"user","content":"a long essay"}]}`, "Prefer", "respond-async")
+	location := ""
+	if resp != nil {
+		location = resp.Header.Get("Location")
+	}
+	if err != nil || resp.StatusCode != 202 || !strings.HasPrefix(location, "/v1/operations/op_") {
+		t.Fatalf("async submit: %v %v %s", err, resp, body)
+	}
+	waitFor(t, "the operation finished", func() bool { _, done := s.operation(location); return done })
+	if status, _ := s.operation(location); status != "succeeded" {
+		t.Fatalf("the operation ended %q", status)
+	}
+	resp, body, err = s.send("GET", location+"/result", "", "")
+	if err != nil || resp.StatusCode != 200 || !bytes.Contains(body, []byte(`"choices"`)) {
+		t.Fatalf("result: %v %v %s", err, resp, body)
+	}
+
+	// The admin API serves the config, which names the key file but holds no key.
+	res, err := http.Get(s.admin + "/config/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	config, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if !bytes.Contains(config, []byte("{file."+keyFile+"}")) || bytes.Contains(config, []byte(key)) {
+		t.Fatalf("the served config: %s", config)
+	}
+
+	// SIGTERM, as the kubelet sends it: a graceful stop well within the grace period.
+	if code := s.terminate(20 * time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM; log:\n%s", code, s.logText())
+	}
+	if !strings.Contains(s.logText(), `"signal":"SIGTERM"`) {
+		t.Fatalf("the log does not show the SIGTERM shutdown:\n%s", s.logText())
+	}
+
+	// Restarted on the same volume (and key), it still replays the key and serves the operation.
+	s.start()
+	resp, body, err = s.post("order-42", "hi", 10*time.Second)
+	if err != nil || resp.StatusCode != 200 || resp.Header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(body, first) {
+		t.Fatalf("after the restart: %v %v %s", err, resp, body)
+	}
+	if status, _ := s.operation(location); status != "succeeded" {
+		t.Fatalf("after the restart the operation reads %q", status)
+	}
+	if n := model.Stats().ByKey["order-42"]; n != 1 {
+		t.Fatalf("the model ran order-42 %d times", n)
+	}
+}
+
+// TestSidecarSignsWebhooksWithTheMountedSecrets delivers operations' final events to
+// MULLIGAN_WEBHOOK_URL, signed with every secret of MULLIGAN_WEBHOOK_SECRET_FILE (a consumer
+// that still knows only the older secret verifies them), and after the file is rotated and the
+// sidecar gets SIGUSR1, with the new secret.
+func TestSidecarSignsWebhooksWithTheMountedSecrets(t *testing.T) {
+	probe := mustLoad(t, "MULLIGAN_UPSTREAM", "127.0.0.1:8000", "MULLIGAN_WEBHOOK_URL", "http://127.0.0.1:1/hooks", "MULLIGAN_WEBHOOK_SECRET", secretNew)
+	if _, _, err := probe.Adapt(); err != nil && strings.Contains(err.Error(), `unrecognized mulligan subdirective "webhooks"`) {
+		t.Skip("the module does not parse a webhooks block yet")
+	}
+	secretNext := "whsec_" + base64.StdEncoding.EncodeToString([]byte("next-signing-key-of-32-bytes-lon"))
+	var (
+		mu       sync.Mutex
+		accepted []webhook.Secret // what the consumer verifies with
+		events   []string         // "<event_type> <operation_id>" of each verified delivery
+	)
+	consumerKnows := func(secret string) {
+		s, err := webhook.ParseSecret(secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		accepted = []webhook.Secret{s}
+		mu.Unlock()
+	}
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		if webhook.Verify(accepted, r.Header, body, time.Now()) != nil {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		var ev struct {
+			Type      string `json:"event_type"`
+			Operation struct {
+				ID string `json:"operation_id"`
+			} `json:"operation"`
+		}
+		_ = json.Unmarshal(body, &ev)
+		events = append(events, ev.Type+" "+ev.Operation.ID)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(receiver.Close)
+	_, upstream := startModelServer(t, modelserver.Config{Latency: 50 * time.Millisecond})
+	secrets := filepath.Join(t.TempDir(), "webhook-secrets")
+	if err := os.WriteFile(secrets, []byte(secretNew+"\n"+secretOld+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := newSidecarProcess(t, "MULLIGAN_UPSTREAM="+upstream, "MULLIGAN_WEBHOOK_URL="+receiver.URL+"/hooks",
+		"MULLIGAN_WEBHOOK_SECRET_FILE="+secrets, "MULLIGAN_WEBHOOK_ALLOW_PRIVATE=true")
+	s.start()
+
+	delivered := func(secret string) {
+		t.Helper()
+		consumerKnows(secret)
+		resp, body, err := s.send("POST", "/v1/chat/completions", "", `{"messages":[{"role":"user","content":"notify me"}]}`, "Prefer", "respond-async")
+		var op struct {
+			ID string `json:"operation_id"`
+		}
+		if err != nil || resp.StatusCode != 202 || json.Unmarshal(body, &op) != nil {
+			t.Fatalf("async submit: %v %v %s", err, resp, body)
+		}
+		want := "operation.succeeded " + op.ID
+		waitFor(t, want+" verified with one secret", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Contains(events, want)
+		})
+	}
+	delivered(secretOld)
+
+	// Rotation: the mounted file changes, SIGUSR1 reloads it.
+	if err := os.WriteFile(secrets, []byte(secretNext+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the reload", func() bool { return strings.Contains(s.logText(), "successfully reloaded config") })
+	delivered(secretNext)
+}
+
+// TestSidecarRefusesABadEnvironmentBeforeStarting checks that the binary exits 1 at once,
+// naming every bad variable and showing no secret.
+func TestSidecarRefusesABadEnvironmentBeforeStarting(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "sidecar")
+	cmd.Env = append(cleanEnviron(), "HOME="+t.TempDir(), "MULLIGAN_ASYNC_QUEUE=lots", "MULLIGAN_WEBHOOK_SECRET="+secretNew)
+	out, err := cmd.CombinedOutput()
+	exitErr, ok := errors.AsType[*exec.ExitError](err)
+	if !ok || exitErr.ExitCode() != 1 {
+		t.Fatalf("want exit code 1, got %v:\n%s", err, out)
+	}
+	for _, name := range []string{"MULLIGAN_UPSTREAM", "MULLIGAN_ASYNC_QUEUE", "MULLIGAN_WEBHOOK_SECRET"} {
+		if !bytes.Contains(out, []byte(name)) {
+			t.Errorf("%s is not named in:\n%s", name, out)
+		}
+	}
+	if bytes.Contains(out, []byte(secretNew)) {
+		t.Fatalf("the output shows the secret:\n%s", out)
+	}
+}
+
+// TestSidecarPrintShowsTheConfigWithoutSecrets checks `mulligan sidecar --print`.
+func TestSidecarPrintShowsTheConfigWithoutSecrets(t *testing.T) {
+	secrets := filepath.Join(t.TempDir(), "webhook-secrets")
+	if err := os.WriteFile(secrets, []byte(secretNew), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "sidecar", "--print")
+	cmd.Env = append(cleanEnviron(), "MULLIGAN_UPSTREAM=http://model:8000", "MULLIGAN_ENCRYPTION_KEY=0123456789abcdef",
+		"MULLIGAN_WEBHOOK_URL=https://consumer.example.com/hook", "MULLIGAN_WEBHOOK_SECRET_FILE="+secrets)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mustLoad(t, "MULLIGAN_UPSTREAM", "http://model:8000", "MULLIGAN_ENCRYPTION_KEY", "0123456789abcdef",
+		"MULLIGAN_WEBHOOK_URL", "https://consumer.example.com/hook", "MULLIGAN_WEBHOOK_SECRET_FILE", secrets)
+	if string(out) != c.Caddyfile() || bytes.Contains(out, []byte(secretNew)) || bytes.Contains(out, []byte("0123456789abcdef")) {
+		t.Fatalf("--print printed:\n%s", out)
+	}
+}
