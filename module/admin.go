@@ -27,6 +27,8 @@ func init() {
 //	POST /mulligan/dead-letters/{event id}/redeliver  redeliver one
 //	GET  /mulligan/attempts                           the latest delivery attempts
 //	POST /mulligan/endpoints/{name}/enable            re-enable an endpoint disabled by a 410
+//	GET  /mulligan/operations?status=&limit=&after=   operations of every scope, newest first
+//	POST /mulligan/keys/evict                         forget an idempotency key: {"scope", "method", "path", "key"}
 //
 // With several storage directories in use, ?storage=<dir> picks one.
 type AdminAPI struct{}
@@ -71,6 +73,10 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 		return adminJSON(w, map[string]any{"attempts": run.courier.recentAttempts()})
 	case route("POST", "endpoints", "*", "enable"):
 		return a.enable(w, run, parts[1])
+	case route("GET", "operations"):
+		return a.operations(w, r, run)
+	case route("POST", "keys", "evict"):
+		return a.evict(w, r, run)
 	}
 	return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no such mulligan admin route: %s %s", r.Method, r.URL.Path)}
 }
@@ -172,6 +178,45 @@ func (a *AdminAPI) enable(w http.ResponseWriter, run *runner, name string) error
 	}
 	run.courier.kick()
 	return adminJSON(w, map[string]any{"endpoint": name, "enabled": true, "events_due": n})
+}
+
+// operations lists operations across scopes, in the same form clients see.
+func (a *AdminAPI) operations(w http.ResponseWriter, r *http.Request, run *runner) error {
+	q := r.URL.Query()
+	status := store.Status(q.Get("status"))
+	if status != "" && !status.Valid() {
+		return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf("unknown status %q", status)}
+	}
+	limit, err := strconv.Atoi(q.Get("limit"))
+	if err != nil || limit < 1 || limit > 1000 {
+		limit = 100
+	}
+	ops, err := run.st.ListAllOperations(status, q.Get("after"), limit)
+	if err != nil {
+		return storeFailure(err)
+	}
+	run.mu.Lock()
+	prefix := run.prefix
+	run.mu.Unlock()
+	views := make([]operationView, 0, len(ops))
+	for _, op := range ops {
+		views = append(views, viewOf(prefix, op, nil, time.Now()))
+	}
+	return adminJSON(w, map[string]any{"operations": views})
+}
+
+// evict forgets one idempotency key, named as a request names it: its raw scope value (hashed
+// here, as the gateway does), method, path and key.
+func (a *AdminAPI) evict(w http.ResponseWriter, r *http.Request, run *runner) error {
+	var k struct{ Scope, Method, Path, Key string }
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&k); err != nil || k.Method == "" || k.Path == "" || k.Key == "" {
+		return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf(`send {"scope":"...","method":"POST","path":"/v1/...","key":"..."}`)}
+	}
+	found, err := run.st.EvictKey(recordKey(k.Scope, strings.ToUpper(k.Method), k.Path, k.Key))
+	if err != nil {
+		return storeFailure(err)
+	}
+	return adminJSON(w, map[string]any{"evicted": found})
 }
 
 // stats is a snapshot of the runner and its outbox.

@@ -47,14 +47,16 @@ func (a *App) Start() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var servers map[string]*caddyhttp.Server
+	var grace time.Duration
 	if len(a.slots) > 0 {
 		httpApp, err := a.ctx.App("http")
 		if err != nil {
 			return err
 		}
-		servers = httpApp.(*caddyhttp.App).Servers
+		servers, grace = httpApp.(*caddyhttp.App).Servers, time.Duration(httpApp.(*caddyhttp.App).GracePeriod)
 	}
 	for i, s := range a.slots {
+		s.settings.grace = grace
 		if err := s.open(servers); err != nil {
 			for _, opened := range a.slots[:i] {
 				opened.close()

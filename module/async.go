@@ -127,6 +127,7 @@ func (c *converter) keyAccept(kr *keyedRequest, op *store.Operation, token strin
 // accept stores the request as a queued operation (durably, with its key) and answers 202.
 func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st *store.Store, run *runner) error {
 	if n := run.queued.Load(); n >= int64(c.cfg.Queue) {
+		countRequest(outcomeQueueFull)
 		writeError(w, apiError{Code: CodeQueueFull, RetryAfter: 5 * time.Second, Details: map[string]any{"queue": c.cfg.Queue},
 			Message: "The operation queue is full; retry later."})
 		return nil
@@ -141,6 +142,7 @@ func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st *store.St
 		c.gate.answer(w, kr, claim)
 		return nil
 	}
+	countRequest(outcomeAccepted)
 	run.queued.Add(1)
 	run.kick()
 	kr.log.Info("operation accepted", zap.String("operation_id", op.ID), zap.String("new_status", string(op.Status)))
@@ -173,6 +175,7 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 	select {
 	case res := <-first:
 		defer cancel(nil)
+		countRequest(outcomeNew)
 		if kr.key != "" {
 			c.gate.settleKey(st, kr, token, res, c.now().Add(c.gate.ttl).Truncate(time.Second))
 		}
@@ -190,6 +193,7 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 		cancel(err)
 		return c.gate.storageFailed(w, kr, err)
 	}
+	countRequest(outcomeAccepted)
 	run.launchConverted(op, ctx, cancel, first)
 	kr.log.Info("call converted to an operation", zap.String("operation_id", op.ID), zap.String("new_status", string(op.Status)))
 	writeResponse(w, resp)

@@ -98,6 +98,18 @@ func (c *courier) kickLocked() {
 	}
 }
 
+// flush keeps delivering until no event is due or the deadline passes.
+func (c *courier) flush(deadline time.Time) {
+	for time.Now().Before(deadline) {
+		due, err := c.st.DueEvents(c.now(), 1)
+		if err != nil || len(due) == 0 {
+			return
+		}
+		c.kick()
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // stop ends delivery; attempts under way are abandoned uncounted and run again later.
 func (c *courier) stop() {
 	c.cancel()
@@ -238,6 +250,7 @@ func (c *courier) deliver(claimed *store.Event) {
 		return // stopping, or the breaker opened meanwhile: the event waits, uncharged
 	}
 	c.remember(ev, out)
+	metrics.attempts.WithLabelValues(ev.Endpoint, out.Result.String()).Add(float64(max(out.Attempts, 1)))
 	c.record(ev, out, h)
 }
 
@@ -284,6 +297,7 @@ func (c *courier) deadLetter(ev *store.Event, reason string) {
 }
 
 func (c *courier) deadLetterAfter(ev *store.Event, attempts int, out *webhook.Outcome, reason string) {
+	metrics.deadLetters.WithLabelValues(ev.Endpoint).Inc()
 	c.log.Warn("event dead-lettered", zap.String("event_id", ev.ID), zap.String("operation_id", ev.OperationID),
 		zap.String("endpoint", ev.Endpoint), zap.Int("attempts", attempts), zap.String("reason", reason))
 	c.update(ev, func(e *store.Event) {
@@ -320,6 +334,21 @@ func (c *courier) remember(ev *store.Event, out webhook.Outcome) {
 		c.recent = c.recent[1:]
 	}
 	c.recent = append(c.recent, a)
+}
+
+// breakerStates reports each configured endpoint's breaker state.
+func (c *courier) breakerStates() map[string]string {
+	c.mu.Lock()
+	h, d := c.hooks, c.deliverer
+	c.mu.Unlock()
+	out := map[string]string{}
+	if h == nil || d == nil {
+		return out
+	}
+	for name := range h.endpoints {
+		out[name] = d.BreakerState(name)
+	}
+	return out
 }
 
 // recentAttempts returns the latest attempts, oldest first.

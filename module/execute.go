@@ -40,6 +40,9 @@ func (r *runner) execute(parent context.Context, op *store.Operation, first <-ch
 	ctx, cancel := context.WithTimeout(parent, time.Duration(cfg.Timeout))
 	defer cancel()
 	log := r.log.With(zap.String("operation_id", op.ID))
+	if first == nil {
+		metrics.queueWait.Observe(op.StartedAt.Sub(op.SubmittedAt).Seconds())
+	}
 	req, err := r.st.LoadRequest(op.ID)
 	if err != nil {
 		log.Error("loading the operation's request", zap.Error(err))
@@ -58,6 +61,7 @@ func (r *runner) execute(parent context.Context, op *store.Operation, first <-ch
 			if !r.backoff(ctx, attempt, res) {
 				change, _ = outcome(ctx, parent, attemptResult{})
 			} else {
+				metrics.retries.Inc()
 				if _, err := r.st.RecordAttempt(op.ID); err != nil {
 					log.Warn("counting an attempt", zap.Error(err))
 				}
@@ -133,9 +137,14 @@ func (r *runner) finish(id string, change store.Change, log *zap.Logger) {
 	}
 	if change.To == store.StatusQueued {
 		r.queued.Add(1)
+	} else {
+		countFinal(op)
 	}
 	r.courier.kick()
 	fields := []zap.Field{zap.String("old_status", string(store.StatusRunning)), zap.String("new_status", string(op.Status)), zap.Int("attempts", op.Attempts)}
+	if !op.FinishedAt.IsZero() && !op.StartedAt.IsZero() {
+		fields = append(fields, zap.Duration("duration", op.FinishedAt.Sub(op.StartedAt)))
+	}
 	if op.Error != nil {
 		fields = append(fields, zap.String("error_code", op.Error.Code))
 	}

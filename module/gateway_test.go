@@ -31,6 +31,7 @@ type gateway struct {
 	model    *modelserver.Server
 	upstream *httptest.Server
 	client   *http.Client
+	globals  string // extra global options
 }
 
 // freePorts returns n distinct free loopback ports, holding each until all are chosen. Call it
@@ -53,7 +54,13 @@ func freePorts(t testing.TB, n int) []int {
 // startGateway starts a model server with cfg and Caddy with the given mulligan block body.
 func startGateway(t *testing.T, cfg modelserver.Config, mulliganBody string) *gateway {
 	t.Helper()
-	g := &gateway{t: t, model: modelserver.New(cfg), dir: t.TempDir()}
+	return startGatewayWithGlobals(t, cfg, "log {\n level ERROR\n }", mulliganBody)
+}
+
+// startGatewayWithGlobals is startGateway with extra global options.
+func startGatewayWithGlobals(t *testing.T, cfg modelserver.Config, globals, mulliganBody string) *gateway {
+	t.Helper()
+	g := &gateway{t: t, model: modelserver.New(cfg), dir: t.TempDir(), globals: globals}
 	g.upstream = httptest.NewServer(g.model)
 	ports := freePorts(t, 2)
 	g.port = ports[0]
@@ -77,10 +84,9 @@ func (g *gateway) config(mulliganBody string) []byte {
 	admin %s
 	persist_config off
 	auto_https off
+	grace_period 500ms
 	storage file_system %s/caddy
-	log {
-		level ERROR
-	}
+	%s
 }
 http://127.0.0.1:%d {
 	mulligan {
@@ -89,7 +95,7 @@ http://127.0.0.1:%d {
 	}
 	reverse_proxy %s
 }
-`, g.admin, g.dir, g.port, g.dir, mulliganBody, strings.TrimPrefix(g.upstream.URL, "http://"))
+`, g.admin, g.dir, g.globals, g.port, g.dir, mulliganBody, strings.TrimPrefix(g.upstream.URL, "http://"))
 	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cf), nil)
 	if err != nil {
 		g.t.Fatalf("adapting: %v\n%s", err, cf)

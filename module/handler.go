@@ -98,6 +98,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	for _, m := range h.Idempotency.Methods {
 		h.methods[m] = true
 	}
+	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
+		return err
+	}
 	appIface, err := ctx.App("mulligan")
 	if err != nil {
 		return err
@@ -169,6 +172,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	id := requestID(r, now)
 	w.Header().Set(headerRequestID, id)
 	r.Header.Set(headerRequestID, id)
+	if isHealthPath(r.URL.Path) {
+		h.serveHealth(w, r)
+		return nil
+	}
 	isOps := h.isOperationsPath(r.URL.Path)
 	if !isOps && !h.methods[r.Method] {
 		return next.ServeHTTP(w, r)
@@ -196,6 +203,7 @@ func (h *Handler) serveCovered(w http.ResponseWriter, r *http.Request, next cadd
 	}
 	convert, window := conversion(h.Async, r.Header.Values("Prefer"))
 	if key == "" && !convert {
+		countRequest(outcomePassthrough)
 		return next.ServeHTTP(w, r)
 	}
 	var callback *store.Callback
@@ -240,6 +248,7 @@ func (h *Handler) scopeOf(r *http.Request) string {
 }
 
 func (h *Handler) storageFailed(w http.ResponseWriter, err error) {
+	countRequest(outcomeStorage)
 	h.logger.Error("storage unavailable", zap.String("request_id", w.Header().Get(headerRequestID)), zap.Error(err))
 	writeError(w, apiError{Code: CodeStorage, Message: "The gateway's storage is unavailable; retry shortly.", RetryAfter: time.Second})
 }

@@ -76,16 +76,19 @@ func (g *gate) keyOf(w http.ResponseWriter, r *http.Request) (string, bool) {
 	values := r.Header.Values(g.header)
 	switch {
 	case len(values) == 0 && g.required:
+		countRequest(outcomeRejected)
 		writeError(w, apiError{Code: CodeKeyRequired, Message: fmt.Sprintf("%s %s requires an %s header.", r.Method, r.URL.Path, g.header)})
 		return "", false
 	case len(values) == 0:
 		return "", true
 	case len(values) > 1:
+		countRequest(outcomeRejected)
 		writeError(w, apiError{Code: CodeKeyInvalid, Message: fmt.Sprintf("Send exactly one %s header.", g.header)})
 		return "", false
 	}
 	key, err := parseKey(values[0])
 	if err != nil {
+		countRequest(outcomeRejected)
 		writeError(w, apiError{Code: CodeKeyInvalid, Message: err.Error() + "; send 1 to 255 printable ASCII characters."})
 		return "", false
 	}
@@ -156,6 +159,7 @@ func (g *gate) claimAndRun(w http.ResponseWriter, kr *keyedRequest, next caddyht
 		}
 		switch {
 		case claim.Outcome == store.Claimed:
+			countRequest(outcomeNew)
 			return g.run(w, kr, next, st, claim.Token)
 		case claim.Outcome == store.InProgress && g.now().Before(deadline) && g.awaitFlight(kr, deadline):
 			continue
@@ -170,12 +174,15 @@ func (g *gate) claimAndRun(w http.ResponseWriter, kr *keyedRequest, next caddyht
 func (g *gate) answer(w http.ResponseWriter, kr *keyedRequest, claim store.Claim) {
 	switch claim.Outcome {
 	case store.Replay:
+		countRequest(outcomeReplayed)
 		kr.log.Debug("replaying recorded response")
 		replay(w, claim.Record)
 	case store.Mismatch:
+		countRequest(outcomeMismatch)
 		writeError(w, apiError{Code: CodeKeyReused, Status: g.mismatch,
 			Message: "This Idempotency-Key was used with a different request; use a new key for a new request."})
 	default:
+		countRequest(outcomeInProgress)
 		writeError(w, apiError{Code: CodeInProgress, RetryAfter: time.Second,
 			Message: "A request with this Idempotency-Key is still being processed; retry later."})
 	}
@@ -202,6 +209,7 @@ func (g *gate) awaitFlight(kr *keyedRequest, deadline time.Time) bool {
 }
 
 func (g *gate) storageFailed(w http.ResponseWriter, kr *keyedRequest, err error) error {
+	countRequest(outcomeStorage)
 	kr.log.Error("storage unavailable", zap.Error(err))
 	writeError(w, apiError{Code: CodeStorage, Message: "The gateway's storage is unavailable; retry shortly.", RetryAfter: time.Second})
 	return nil
@@ -247,7 +255,9 @@ func (g *gate) settleKey(st *store.Store, kr *keyedRequest, token string, res at
 	resp := store.Response{Status: res.status, Header: res.header, Body: res.body}
 	if err := st.CompleteKey(kr.recordKey, token, resp, expires); err != nil {
 		kr.log.Error("recording response", zap.Error(err))
+		return
 	}
+	kr.log.Debug("response recorded for replay", zap.Int("status", res.status), zap.Int("bytes", len(res.body)))
 }
 
 // setBody gives r a fresh, replayable copy of body.

@@ -179,6 +179,7 @@ func (h *Handler) cancelOperation(q *opsRequest, id string) {
 	if op.Status == store.StatusQueued {
 		canceled, err := q.st.Transition(id, store.Change{To: store.StatusCanceled})
 		if err == nil {
+			countFinal(canceled)
 			q.run.queued.Add(-1)
 			q.run.courier.kick()
 			q.log.Info("operation transition", zap.String("operation_id", id), zap.String("old_status", "queued"), zap.String("new_status", "canceled"))

@@ -32,6 +32,7 @@ type runner struct {
 	cfg     AsyncConfig
 	prefix  string // where operations are served, for the links in events
 	hooks   *hooks
+	grace   time.Duration
 	servers map[string]*caddyhttp.Server
 	running map[string]*execution
 	pooled  int // running executions started from the queue (converted calls run outside it)
@@ -67,7 +68,11 @@ type runnerSettings struct {
 	async  AsyncConfig
 	prefix string
 	hooks  *hooks
+	grace  time.Duration // how long a stopping gateway lets running operations finish
 }
+
+// defaultGrace applies when the config sets no grace_period.
+const defaultGrace = 5 * time.Second
 
 // acquireRunner returns the runner of the store in opts.Dir, starting it (and recovering what a
 // crash left running) if it is not running yet, and gives it the config's settings and servers.
@@ -95,6 +100,7 @@ func acquireRunner(opts store.Options, set runnerSettings, servers map[string]*c
 	}
 	r.configure(set, servers)
 	st.SetAnnouncer(r.announce)
+	st.SetSyncObserver(func(n int) { metrics.fsyncBatch.Observe(float64(n)) })
 	if err := r.recoverCrashed(); err != nil {
 		r.courier.stop()
 		_ = st.Close()
@@ -105,8 +111,9 @@ func acquireRunner(opts store.Options, set runnerSettings, servers map[string]*c
 	return r, nil
 }
 
-// release drops one reference; the last one stops the runner, handing running operations back
-// to the queue, and closes its store handle.
+// release drops one reference; the last one stops the runner: no operation starts any more,
+// running ones get the grace period to finish and are then handed back to the queue, the
+// courier gets what is left of it to deliver due events, and the store handle closes.
 func (r *runner) release() {
 	runnersMu.Lock()
 	r.refs--
@@ -121,11 +128,21 @@ func (r *runner) release() {
 	close(r.stop)
 	<-r.done
 	r.mu.Lock()
-	for _, ex := range r.running {
-		ex.cancel(errRunnerStopping)
-	}
+	deadline := time.Now().Add(r.grace)
 	r.mu.Unlock()
-	r.inFlight.Wait()
+	finished := make(chan struct{})
+	go func() { r.inFlight.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(time.Until(deadline)):
+		r.mu.Lock()
+		for _, ex := range r.running {
+			ex.cancel(errRunnerStopping)
+		}
+		r.mu.Unlock()
+		<-finished
+	}
+	r.courier.flush(deadline)
 	r.courier.stop()
 	_ = r.st.Close()
 }
@@ -133,6 +150,10 @@ func (r *runner) release() {
 func (r *runner) configure(set runnerSettings, servers map[string]*caddyhttp.Server) {
 	r.mu.Lock()
 	r.cfg, r.prefix, r.hooks, r.servers = set.async, set.prefix, set.hooks, servers
+	r.grace = set.grace
+	if r.grace <= 0 {
+		r.grace = defaultGrace
+	}
 	r.mu.Unlock()
 	r.courier.configure(set.hooks)
 	r.kick()
@@ -171,6 +192,16 @@ func (r *runner) config() AsyncConfig {
 	return r.cfg
 }
 
+// alive reports whether the runner's loop is running.
+func (r *runner) alive() bool {
+	select {
+	case <-r.done:
+		return false
+	default:
+		return true
+	}
+}
+
 // kick wakes the loop to look at the queue.
 func (r *runner) kick() {
 	select {
@@ -198,8 +229,12 @@ func (r *runner) recoverCrashed() error {
 		case r.cfg.OnCrash == CrashFail:
 			change = store.Change{To: store.StatusFailed, Error: catalogueError(CodeWorkerLost, "The gateway stopped while this operation was running.")}
 		}
-		if _, err := r.st.Transition(id, change); err != nil {
+		final, err := r.st.Transition(id, change)
+		if err != nil {
 			return err
+		}
+		if final.Status.Final() {
+			countFinal(final)
 		}
 		r.log.Info("recovered operation", zap.String("operation_id", id), zap.String("old_status", string(op.Status)), zap.String("new_status", string(change.To)))
 	}
@@ -242,6 +277,8 @@ func (r *runner) startNext() bool {
 		return false
 	}
 	r.queued.Add(-1)
+	r.log.Info("operation transition", zap.String("operation_id", op.ID), zap.String("old_status", string(store.StatusQueued)),
+		zap.String("new_status", string(op.Status)), zap.Int("attempts", op.Attempts), zap.Duration("queue_wait", op.StartedAt.Sub(op.SubmittedAt)))
 	r.launch(op)
 	return true
 }

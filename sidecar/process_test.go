@@ -66,7 +66,7 @@ func freePorts(t testing.TB, n int) []int {
 }
 
 // newGatewayProcess prepares (but does not start) a gateway in front of upstream.
-func newGatewayProcess(t *testing.T, upstream, mulliganBody string) *gatewayProcess {
+func newGatewayProcess(t *testing.T, upstream, mulliganBody string, globals ...string) *gatewayProcess {
 	dataDir := t.TempDir()
 	ports := freePorts(t, 2)
 	p := &gatewayProcess{t: t, dataDir: dataDir, port: ports[0]}
@@ -75,6 +75,7 @@ func newGatewayProcess(t *testing.T, upstream, mulliganBody string) *gatewayProc
 	admin 127.0.0.1:%d
 	persist_config off
 	auto_https off
+	%s
 }
 http://127.0.0.1:%d {
 	mulligan {
@@ -83,7 +84,7 @@ http://127.0.0.1:%d {
 	}
 	reverse_proxy %s
 }
-`, ports[1], p.port, dataDir, mulliganBody, strings.TrimPrefix(upstream, "http://"))
+`, ports[1], strings.Join(globals, "\n"), p.port, dataDir, mulliganBody, strings.TrimPrefix(upstream, "http://"))
 	if err := os.WriteFile(filepath.Join(dataDir, "Caddyfile"), []byte(cf), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +117,24 @@ func (p *gatewayProcess) start() {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// terminate sends SIGTERM and waits for the process to exit, at most limit; it returns how long
+// the exit took.
+func (p *gatewayProcess) terminate(limit time.Duration) time.Duration {
+	p.t.Helper()
+	start := time.Now()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	exited := make(chan error, 1)
+	go func() { exited <- p.cmd.Wait() }()
+	select {
+	case <-exited:
+	case <-time.After(limit):
+		p.t.Fatalf("the gateway did not exit within %s of SIGTERM", limit)
+	}
+	p.cmd = nil
+	p.log.Close()
+	return time.Since(start)
 }
 
 // kill ends the process with SIGKILL: no cleanup, no flush, like a crash or an OOM kill.

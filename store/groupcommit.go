@@ -4,6 +4,7 @@ import (
 	"errors"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 )
 
 // groupSyncer makes writes durable in groups: every writer that committed registers and waits;
@@ -16,6 +17,7 @@ type groupSyncer struct {
 	kick    chan struct{}
 	done    chan struct{}
 	stopped chan struct{}
+	observe atomic.Pointer[func(int)]
 }
 
 var errSyncerStopped = errors.New("store is closing")
@@ -69,6 +71,9 @@ func (g *groupSyncer) flush(failWith error) {
 	err := failWith
 	if err == nil {
 		err = g.sync()
+		if o := g.observe.Load(); o != nil && *o != nil {
+			(*o)(len(batch))
+		}
 	}
 	for _, ch := range batch {
 		ch <- err

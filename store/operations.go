@@ -315,14 +315,23 @@ func (s *Store) OperationsIn(status Status) ([]string, error) {
 // ListOperations returns scope's operations newest first, after the id `after` (exclusive,
 // for paging), optionally only those in status, at most limit.
 func (s *Store) ListOperations(scope string, status Status, after string, limit int) ([]*Operation, error) {
-	prefix := scopeIndexKey(scope, "")
+	return s.listOperations(scopeIndexKey(scope, ""), status, after, limit)
+}
+
+// ListAllOperations is ListOperations across every scope, for operators.
+func (s *Store) ListAllOperations(status Status, after string, limit int) ([]*Operation, error) {
+	return s.listOperations([]byte(prefixOperation), status, after, limit)
+}
+
+// listOperations walks an index whose keys end in operation ids, newest first.
+func (s *Store) listOperations(prefix []byte, status Status, after string, limit int) ([]*Operation, error) {
 	var ops []*Operation
 	err := s.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
 		defer it.Close()
 		seek := append(append([]byte(nil), prefix...), 0xff)
 		if after != "" {
-			seek = scopeIndexKey(scope, after)
+			seek = append(append([]byte(nil), prefix...), after...)
 		}
 		for it.Seek(seek); it.Valid() && len(ops) < limit; it.Next() {
 			id := string(it.Item().Key()[len(prefix):])

@@ -90,6 +90,15 @@ func (s *Store) Close() error {
 // Dir reports the directory of the database.
 func (s *Store) Dir() string { return s.sh.dir }
 
+// Size reports the database's size on disk in bytes.
+func (s *Store) Size() int64 {
+	lsm, vlog := s.sh.db.Size()
+	return lsm + vlog
+}
+
+// SetSyncObserver has observe called with the number of writes each group fsync covers.
+func (s *Store) SetSyncObserver(observe func(writes int)) { s.sh.syncer.observe.Store(&observe) }
+
 // Ping reports whether the database is open and accepts a durable write.
 func (s *Store) Ping() error {
 	return s.update(func(txn *badger.Txn) error {

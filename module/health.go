@@ -1,0 +1,50 @@
+package module
+
+import (
+	"net/http"
+	"time"
+)
+
+// Health paths, served on the gateway's own port for Kubernetes probes.
+const (
+	// pathLive answers 200 while the handler serves requests.
+	pathLive = "/mulligan/livez"
+	// pathReady answers 200 when the store accepts a durable write, the runner is running and
+	// the queue is below its limit; 503 otherwise, with the reason.
+	pathReady = "/mulligan/healthz"
+)
+
+func isHealthPath(p string) bool { return p == pathLive || p == pathReady }
+
+// serveHealth answers the probes.
+func (h *Handler) serveHealth(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		methodNotAllowed(w, "GET, HEAD")
+		return
+	}
+	if r.URL.Path == pathLive {
+		writeJSON(w, http.StatusOK, map[string]any{"status": "alive"})
+		return
+	}
+	st, run, done, err := h.slot.acquire()
+	if err != nil {
+		h.storageFailed(w, err)
+		return
+	}
+	defer done()
+	if err := st.Ping(); err != nil {
+		h.storageFailed(w, err)
+		return
+	}
+	if !run.alive() {
+		writeError(w, apiError{Code: CodeStorage, RetryAfter: time.Second, Message: "The operation runner is not running."})
+		return
+	}
+	cfg := run.config()
+	if q := run.queued.Load(); q >= int64(cfg.Queue) {
+		writeError(w, apiError{Code: CodeQueueFull, RetryAfter: 5 * time.Second, Details: map[string]any{"queued": q, "queue": cfg.Queue},
+			Message: "The operation queue is full."})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "queued": run.queued.Load(), "queue_limit": cfg.Queue})
+}

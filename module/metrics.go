@@ -1,0 +1,149 @@
+package module
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// Metrics are created once per process and registered in every config's registry (Caddy makes
+// a new one per config load), tolerating a second registration within one config. Counters
+// therefore keep counting across reloads.
+var metrics = struct {
+	requests      *prometheus.CounterVec
+	operations    *prometheus.CounterVec
+	queueWait     prometheus.Histogram
+	execution     prometheus.Histogram
+	retries       prometheus.Counter
+	attempts      *prometheus.CounterVec
+	deadLetters   *prometheus.CounterVec
+	fsyncBatch    prometheus.Histogram
+	runnerMetrics prometheus.Collector
+}{
+	requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "mulligan", Name: "requests_total",
+		Help: "Covered requests by idempotency outcome: new, replayed, in_progress, mismatch, rejected (bad or missing key), passthrough (no key, not async), accepted (became an operation), queue_full, storage_unavailable.",
+	}, []string{"outcome"}),
+	operations: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "mulligan", Name: "operations_finished_total",
+		Help: "Operations that reached a final status, by status and error code.",
+	}, []string{"status", "error_code"}),
+	queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "mulligan", Name: "operation_queue_wait_seconds",
+		Help: "Time from submission to the start of an operation's execution.", Buckets: prometheus.ExponentialBuckets(0.005, 3, 12),
+	}),
+	execution: prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "mulligan", Name: "operation_execution_seconds",
+		Help: "Time from the start of an operation's execution to its final status.", Buckets: prometheus.ExponentialBuckets(0.01, 3, 12),
+	}),
+	retries: prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "mulligan", Name: "upstream_retries_total", Help: "Upstream attempts of operations beyond the first.",
+	}),
+	attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "mulligan", Name: "webhook_attempts_total",
+		Help: "Webhook delivery attempts by endpoint and result: delivered, retry_later, disabled, dead_letter.",
+	}, []string{"endpoint", "result"}),
+	deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "mulligan", Name: "webhook_dead_letters_total", Help: "Webhook events dead-lettered, by endpoint.",
+	}, []string{"endpoint"}),
+	fsyncBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "mulligan", Name: "store_fsync_batch_size",
+		Help: "Durable writes covered by one fsync (group commit).", Buckets: prometheus.ExponentialBuckets(1, 2, 10),
+	}),
+	runnerMetrics: runnerCollector{},
+}
+
+// Request outcomes, the values of mulligan_requests_total's label.
+const (
+	outcomeNew         = "new"
+	outcomeReplayed    = "replayed"
+	outcomeInProgress  = "in_progress"
+	outcomeMismatch    = "mismatch"
+	outcomeRejected    = "rejected"
+	outcomePassthrough = "passthrough"
+	outcomeAccepted    = "accepted"
+	outcomeQueueFull   = "queue_full"
+	outcomeStorage     = "storage_unavailable"
+)
+
+func countRequest(outcome string) { metrics.requests.WithLabelValues(outcome).Inc() }
+
+// countFinal records an operation that reached a final status.
+func countFinal(op *store.Operation) {
+	code := ""
+	if op.Error != nil {
+		code = op.Error.Code
+	}
+	metrics.operations.WithLabelValues(string(op.Status), code).Inc()
+	if !op.StartedAt.IsZero() && !op.FinishedAt.IsZero() {
+		metrics.execution.Observe(op.FinishedAt.Sub(op.StartedAt).Seconds())
+	}
+}
+
+var registerOnce sync.Mutex
+
+// registerMetrics adds Mulligan's collectors to a config's registry.
+func registerMetrics(reg *prometheus.Registry) error {
+	if reg == nil {
+		return nil
+	}
+	registerOnce.Lock()
+	defer registerOnce.Unlock()
+	for _, c := range []prometheus.Collector{metrics.requests, metrics.operations, metrics.queueWait, metrics.execution,
+		metrics.retries, metrics.attempts, metrics.deadLetters, metrics.fsyncBatch, metrics.runnerMetrics} {
+		if err := reg.Register(c); err != nil {
+			var already prometheus.AlreadyRegisteredError
+			if !errors.As(err, &already) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// runnerCollector reads the runners' state at scrape time.
+type runnerCollector struct{}
+
+var (
+	descQueue   = prometheus.NewDesc("mulligan_queue_depth", "Operations waiting in the queue.", []string{"storage"}, nil)
+	descRunning = prometheus.NewDesc("mulligan_operations_running", "Operations being executed.", []string{"storage"}, nil)
+	descPending = prometheus.NewDesc("mulligan_webhook_events_pending", "Webhook events waiting for delivery.", []string{"storage"}, nil)
+	descDead    = prometheus.NewDesc("mulligan_webhook_events_dead", "Webhook events in the dead-letter list.", []string{"storage"}, nil)
+	descBreaker = prometheus.NewDesc("mulligan_webhook_breaker_state", "Circuit breaker state per endpoint: 0 closed, 1 half-open, 2 open.", []string{"storage", "endpoint"}, nil)
+	descSize    = prometheus.NewDesc("mulligan_store_size_bytes", "Size of the Badger store on disk (LSM and value log).", []string{"storage"}, nil)
+)
+
+func (runnerCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descQueue, descRunning, descPending, descDead, descBreaker, descSize} {
+		ch <- d
+	}
+}
+
+func (runnerCollector) Collect(ch chan<- prometheus.Metric) {
+	runnersMu.Lock()
+	list := make([]*runner, 0, len(runners))
+	for _, r := range runners {
+		list = append(list, r)
+	}
+	runnersMu.Unlock()
+	for _, r := range list {
+		r.mu.Lock()
+		running := len(r.running)
+		r.mu.Unlock()
+		ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(r.queued.Load()), r.dir)
+		ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(running), r.dir)
+		if pending, dead, err := r.st.CountEvents(); err == nil {
+			ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(pending), r.dir)
+			ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(dead), r.dir)
+		}
+		ch <- prometheus.MustNewConstMetric(descSize, prometheus.GaugeValue, float64(r.st.Size()), r.dir)
+		for name, state := range r.courier.breakerStates() {
+			ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, breakerValue[state], r.dir, name)
+		}
+	}
+}
+
+var breakerValue = map[string]float64{"closed": 0, "half-open": 1, "open": 2}
