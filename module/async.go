@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"strconv"
 	"time"
@@ -166,7 +167,7 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 		}
 		token = claim.Token
 	}
-	ctx, cancel := context.WithCancelCause(context.WithoutCancel(kr.r.Context()))
+	ctx, cancel := context.WithCancelCause(ownVars(context.WithoutCancel(kr.r.Context())))
 	first := make(chan attemptResult, 1)
 	go func() { first <- c.attemptNext(ctx, kr, next) }()
 
@@ -198,6 +199,16 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 	kr.log.Info("call converted to an operation", zap.String("operation_id", op.ID), zap.String("new_status", string(op.Status)))
 	writeResponse(w, resp)
 	return nil
+}
+
+// ownVars gives a call that may outlive its request its own copy of Caddy's vars map: Caddy
+// still reads the request's map (access logs) after the handler returns.
+func ownVars(ctx context.Context) context.Context {
+	vars, ok := ctx.Value(caddyhttp.VarsCtxKey).(map[string]any)
+	if !ok {
+		return ctx
+	}
+	return context.WithValue(ctx, caddyhttp.VarsCtxKey, maps.Clone(vars))
 }
 
 // attemptNext sends the request to the rest of the route, recording the answer in memory.

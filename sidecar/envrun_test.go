@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -30,7 +29,6 @@ import (
 // kill and log; only the command line and the environment differ.
 type sidecarProcess struct {
 	*gatewayProcess
-	env   []string
 	admin string
 }
 
@@ -39,7 +37,7 @@ type sidecarProcess struct {
 // other listeners are up (see freePorts).
 func newSidecarProcess(t *testing.T, env ...string) *sidecarProcess {
 	ports := freePorts(t, 2)
-	p := &gatewayProcess{t: t, dataDir: t.TempDir(), port: ports[0]}
+	p := &gatewayProcess{t: t, dataDir: t.TempDir(), port: ports[0], args: []string{"sidecar"}}
 	p.base = fmt.Sprintf("http://127.0.0.1:%d", p.port)
 	s := &sidecarProcess{gatewayProcess: p, admin: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
 	s.env = append(cleanEnviron(),
@@ -63,64 +61,6 @@ func cleanEnviron() []string {
 		}
 	}
 	return env
-}
-
-// start runs `mulligan sidecar` and waits until it answers.
-func (s *sidecarProcess) start() {
-	s.t.Helper()
-	var err error
-	s.log, err = os.OpenFile(filepath.Join(s.dataDir, "gateway.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	s.cmd = exec.Command(binary, "sidecar")
-	s.cmd.Env = s.env
-	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatal(err)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", s.port)); err == nil {
-			c.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("the sidecar did not start; its log:\n%s", s.logText())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// terminate sends SIGTERM, as the kubelet does, and returns the exit code; the process must
-// be gone within `within`.
-func (s *sidecarProcess) terminate(within time.Duration) int {
-	s.t.Helper()
-	cmd := s.cmd
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		s.t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	var err error
-	select {
-	case err = <-exited:
-	case <-time.After(within):
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		<-exited
-		s.cmd = nil
-		s.log.Close()
-		s.t.Fatalf("still running %s after SIGTERM; its log:\n%s", within, s.logText())
-	}
-	s.cmd = nil
-	s.log.Close()
-	if exitErr, ok := errors.AsType[*exec.ExitError](err); ok {
-		return exitErr.ExitCode()
-	}
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	return 0
 }
 
 // operation reads an operation's status as the operations API reports it.
@@ -194,7 +134,7 @@ func TestSidecarRunsTheWalkthroughFromEnvironmentAlone(t *testing.T) {
 	}
 
 	// SIGTERM, as the kubelet sends it: a graceful stop well within the grace period.
-	if code := s.terminate(20 * time.Second); code != 0 {
+	if code, _ := s.terminate(20 * time.Second); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM; log:\n%s", code, s.logText())
 	}
 	if !strings.Contains(s.logText(), `"signal":"SIGTERM"`) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -46,6 +47,8 @@ type gatewayProcess struct {
 	base    string
 	cmd     *exec.Cmd
 	log     *os.File
+	args    []string // the command line; default: run the Caddyfile in dataDir
+	env     []string // the environment; default: this process's, with XDG dirs in dataDir
 }
 
 // freePorts returns n distinct free loopback ports, holding each until all are chosen. Call it
@@ -100,8 +103,15 @@ func (p *gatewayProcess) start() {
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	p.cmd = exec.Command(binary, "run", "--config", filepath.Join(p.dataDir, "Caddyfile"), "--adapter", "caddyfile")
-	p.cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+p.dataDir+"/xdg-data", "XDG_CONFIG_HOME="+p.dataDir+"/xdg-config")
+	args := p.args
+	if args == nil {
+		args = []string{"run", "--config", filepath.Join(p.dataDir, "Caddyfile"), "--adapter", "caddyfile"}
+	}
+	p.cmd = exec.Command(binary, args...)
+	p.cmd.Env = p.env
+	if p.env == nil {
+		p.cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+p.dataDir+"/xdg-data", "XDG_CONFIG_HOME="+p.dataDir+"/xdg-config")
+	}
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)
@@ -119,22 +129,36 @@ func (p *gatewayProcess) start() {
 	}
 }
 
-// terminate sends SIGTERM and waits for the process to exit, at most limit; it returns how long
-// the exit took.
-func (p *gatewayProcess) terminate(limit time.Duration) time.Duration {
+// terminate sends SIGTERM, as the kubelet does, and returns the exit code and how long the exit
+// took; the process must be gone within `within`.
+func (p *gatewayProcess) terminate(within time.Duration) (int, time.Duration) {
 	p.t.Helper()
-	start := time.Now()
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	exited := make(chan error, 1)
-	go func() { exited <- p.cmd.Wait() }()
-	select {
-	case <-exited:
-	case <-time.After(limit):
-		p.t.Fatalf("the gateway did not exit within %s of SIGTERM", limit)
+	start, cmd := time.Now(), p.cmd
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		p.t.Fatal(err)
 	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-exited:
+	case <-time.After(within):
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-exited
+		p.cmd = nil
+		p.log.Close()
+		p.t.Fatalf("still running %s after SIGTERM; its log:\n%s", within, p.logText())
+	}
+	took := time.Since(start)
 	p.cmd = nil
 	p.log.Close()
-	return time.Since(start)
+	if exitErr, ok := errors.AsType[*exec.ExitError](err); ok {
+		return exitErr.ExitCode(), took
+	}
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return 0, took
 }
 
 // kill ends the process with SIGKILL: no cleanup, no flush, like a crash or an OOM kill.

@@ -29,7 +29,7 @@ func TestSIGTERMFinishesOrRequeuesAndLosesNothing(t *testing.T) {
 		ids = append(ids, op.OperationID)
 	}
 	waitFor(t, "some operations ran", func() bool { return model.Stats().Completed >= 8 })
-	took := p.terminate(15 * time.Second)
+	_, took := p.terminate(15 * time.Second)
 	done := model.Stats().Completed
 	t.Logf("SIGTERM with %d of %d upstream calls finished: exited in %s (grace period 2s)", done, n, took.Round(time.Millisecond))
 
