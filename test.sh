@@ -14,6 +14,6 @@ fi
 go vet ./...
 go test -race -count=1 -timeout 20m ./...
 
-for target in FuzzParseKey FuzzFingerprint FuzzCaddyfile; do
-	go test -run='^$' -fuzz="^${target}\$" -fuzztime="$fuzztime" ./module
+for target in module:FuzzParseKey module:FuzzFingerprint module:FuzzCaddyfile store:FuzzDecodeRecord; do
+	go test -run='^$' -fuzz="^${target#*:}\$" -fuzztime="$fuzztime" "./${target%%:*}"
 done

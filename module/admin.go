@@ -191,7 +191,7 @@ func (a *AdminAPI) operations(w http.ResponseWriter, r *http.Request, run *runne
 	if err != nil || limit < 1 || limit > 1000 {
 		limit = 100
 	}
-	ops, err := run.st.ListAllOperations(status, q.Get("after"), limit)
+	ops, next, err := run.st.ListAllOperations(status, q.Get("after"), limit)
 	if err != nil {
 		return storeFailure(err)
 	}
@@ -202,7 +202,7 @@ func (a *AdminAPI) operations(w http.ResponseWriter, r *http.Request, run *runne
 	for _, op := range ops {
 		views = append(views, viewOf(prefix, op, nil, time.Now()))
 	}
-	return adminJSON(w, map[string]any{"operations": views})
+	return adminJSON(w, map[string]any{"operations": views, "next_after": next})
 }
 
 // evict forgets one idempotency key, named as a request names it: its raw scope value (hashed

@@ -144,8 +144,7 @@ func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st *store.St
 		return nil
 	}
 	countRequest(outcomeAccepted)
-	run.queued.Add(1)
-	run.kick()
+	run.enqueue(op.ID)
 	kr.log.Info("operation accepted", zap.String("operation_id", op.ID), zap.String("new_status", string(op.Status)))
 	writeResponse(w, resp)
 	return nil

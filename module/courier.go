@@ -35,6 +35,8 @@ type courier struct {
 	inflight    map[string]bool
 	perEndpoint map[string]int
 	recent      []attemptLog
+	scanFrom    time.Time // no pending event is due before this (see advanceScan)
+	fullScanAt  time.Time
 
 	wake   chan struct{}
 	ctx    context.Context
@@ -101,7 +103,7 @@ func (c *courier) kickLocked() {
 // flush keeps delivering until no event is due or the deadline passes.
 func (c *courier) flush(deadline time.Time) {
 	for time.Now().Before(deadline) {
-		due, err := c.st.DueEvents(c.now(), 1)
+		due, err := c.st.DueEvents(time.Time{}, c.now(), 1)
 		if err != nil || len(due) == 0 {
 			return
 		}
@@ -142,7 +144,8 @@ func (c *courier) dispatchDue() time.Duration {
 	if !active {
 		return time.Second
 	}
-	events, err := c.st.DueEvents(c.now(), 4*maxDeliveries)
+	from := c.advanceScan()
+	events, err := c.st.DueEvents(from, c.now(), 4*maxDeliveries)
 	if err != nil {
 		c.log.Error("reading the outbox", zap.Error(err))
 		return time.Second
@@ -203,8 +206,33 @@ func (c *courier) release(ev *store.Event) {
 	c.kickLocked()
 }
 
+// scanMargin covers an event announced in a transaction that commits after the courier looked:
+// its due time is when it was announced, a moment before.
+const scanMargin = 5 * time.Second
+
+// advanceScan returns where the outbox scan starts: a little before the soonest pending event,
+// so that the tombstones of delivered events are not walked again and again. Once a minute it
+// starts from the beginning, in case anything was missed.
+func (c *courier) advanceScan() time.Time {
+	now := c.now()
+	if now.After(c.fullScanAt) {
+		c.scanFrom, c.fullScanAt = time.Time{}, now.Add(time.Minute)
+	}
+	next, err := c.st.NextDue(c.scanFrom)
+	switch {
+	case err != nil:
+		return time.Time{}
+	case next.IsZero() || next.After(now):
+		next = now
+	}
+	if from := next.Add(-scanMargin); from.After(c.scanFrom) {
+		c.scanFrom = from
+	}
+	return c.scanFrom
+}
+
 func (c *courier) untilNextDue() time.Duration {
-	next, err := c.st.NextDue()
+	next, err := c.st.NextDue(c.scanFrom)
 	if err != nil || next.IsZero() {
 		return time.Second
 	}

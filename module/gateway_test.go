@@ -18,6 +18,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/store"
 )
 
 // gateway is real Caddy, in this process, with the mulligan handler in front of a real model
@@ -73,6 +74,12 @@ func startGatewayWithGlobals(t *testing.T, cfg modelserver.Config, globals, mull
 	t.Cleanup(func() {
 		_ = caddy.Stop()
 		g.upstream.Close()
+		// A request still running when Caddy stopped keeps the store open until it ends; the
+		// directory must outlive it, or Badger retries its last flush forever.
+		deadline := time.Now().Add(30 * time.Second)
+		for store.IsOpen(g.dir+"/badger") && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
 	})
 	return g
 }

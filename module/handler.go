@@ -186,7 +186,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return nil
 	}
 	defer done()
-	log := h.logger.With(zap.String("request_id", id))
+	log := newReqLog(h.logger, zap.String("request_id", id))
 	if isOps {
 		h.serveOperations(w, r, st, run, scopeHash(h.scopeOf(r)), log)
 		return nil
@@ -196,7 +196,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 }
 
 // serveCovered runs a covered request: directly, through the gate, or as an operation.
-func (h *Handler) serveCovered(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, st *store.Store, run *runner, log *zap.Logger) error {
+func (h *Handler) serveCovered(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, st *store.Store, run *runner, log reqLog) error {
 	key, ok := h.gate.keyOf(w, r)
 	if !ok {
 		return nil

@@ -67,7 +67,7 @@ type keyedRequest struct {
 	fp        []byte
 	body      []byte
 	callback  *store.Callback // where the operation's events go, for converted requests
-	log       *zap.Logger
+	log       reqLog
 }
 
 // keyOf returns the request's idempotency key ("" when it has none and none is required). It
@@ -96,7 +96,7 @@ func (g *gate) keyOf(w http.ResponseWriter, r *http.Request) (string, bool) {
 }
 
 // prepare reads the body and computes what the gate needs of a covered request.
-func (g *gate) prepare(w http.ResponseWriter, r *http.Request, key, scope string, log *zap.Logger) (*keyedRequest, error) {
+func (g *gate) prepare(w http.ResponseWriter, r *http.Request, key, scope string, log reqLog) (*keyedRequest, error) {
 	body, err := g.readBody(w, r)
 	if err != nil {
 		return nil, err
@@ -105,7 +105,7 @@ func (g *gate) prepare(w http.ResponseWriter, r *http.Request, key, scope string
 	if key != "" {
 		kr.recordKey = recordKey(scope, r.Method, r.URL.Path, key)
 		kr.fp = g.fp.sum(r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Get("Content-Type"), body)
-		kr.log = log.With(zap.String("idempotency_key", key))
+		kr.log = log.with(zap.String("idempotency_key", key))
 	}
 	return kr, nil
 }
@@ -239,6 +239,9 @@ func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handl
 		res.status = 0
 	}
 	g.settleKey(st, kr, token, res, expires)
+	if err == nil {
+		tee.release() // only now that the record is durable
+	}
 	return err
 }
 

@@ -23,7 +23,7 @@ type opsRequest struct {
 	st    *store.Store
 	run   *runner
 	scope string
-	log   *zap.Logger
+	log   reqLog
 }
 
 // serveOperations routes the operations API:
@@ -32,7 +32,7 @@ type opsRequest struct {
 //	GET    {prefix}/{id}            one operation
 //	GET    {prefix}/{id}/result     its upstream response, as sent
 //	POST   {prefix}/{id}/cancel     cancel it (also DELETE {prefix}/{id})
-func (h *Handler) serveOperations(w http.ResponseWriter, r *http.Request, st *store.Store, run *runner, scope string, log *zap.Logger) {
+func (h *Handler) serveOperations(w http.ResponseWriter, r *http.Request, st *store.Store, run *runner, scope string, log reqLog) {
 	q := &opsRequest{w: w, r: r, st: st, run: run, scope: scope, log: log}
 	rest := strings.Trim(strings.TrimPrefix(r.URL.Path, h.conv.prefix), "/")
 	id, action, _ := strings.Cut(rest, "/")
@@ -150,7 +150,7 @@ func (h *Handler) listOperations(q *opsRequest) {
 		}
 		limit = n
 	}
-	ops, err := q.st.ListOperations(q.scope, status, v.Get("after"), limit)
+	ops, next, err := q.st.ListOperations(q.scope, status, v.Get("after"), limit)
 	if err != nil {
 		q.fail(err)
 		return
@@ -159,12 +159,9 @@ func (h *Handler) listOperations(q *opsRequest) {
 	out := struct {
 		Operations []operationView `json:"operations"`
 		NextAfter  string          `json:"next_after,omitempty"`
-	}{Operations: make([]operationView, 0, len(ops))}
+	}{Operations: make([]operationView, 0, len(ops)), NextAfter: next}
 	for _, op := range ops {
 		out.Operations = append(out.Operations, viewOf(h.conv.prefix, op, nil, now))
-	}
-	if len(ops) == limit {
-		out.NextAfter = ops[len(ops)-1].ID
 	}
 	writeJSON(q.w, http.StatusOK, out)
 }

@@ -6,14 +6,18 @@ import (
 	"strings"
 )
 
-// teeWriter sends an upstream response to the client as it arrives (flushing when the upstream
-// flushes, so SSE streams) and records it for replay up to a limit. When the client goes away
-// the upstream call goes on: writes to the client are dropped and recording continues, so a
-// retry can replay what the first attempt paid for.
+// teeWriter records an upstream response for replay, up to a limit, and gets it to the client.
+// A streamed response (SSE, NDJSON) goes out as it arrives, flushed when the upstream flushes.
+// Any other response is held until release, so the caller can make the record durable first:
+// under durability sync no client has an answer that a crash could take from its retry. A held
+// response that passes the limit cannot be replayed anyway and goes out at once.
+//
+// When the client goes away the upstream call goes on: writes to the client are dropped and
+// recording continues, so a retry can replay what the first attempt paid for.
 type teeWriter struct {
 	client     http.ResponseWriter
 	clientGone bool
-	// onHeader runs once, before the status line goes out, with the final status.
+	// onHeader runs once, before the status line is decided, with the final status.
 	onHeader func(status int)
 
 	status  int
@@ -21,6 +25,8 @@ type teeWriter struct {
 	body    bytes.Buffer
 	limit   int64
 	overran bool
+	holding bool // the response waits for release
+	sent    int  // bytes of body already sent to the client
 }
 
 func newTeeWriter(client http.ResponseWriter, limit int64, onHeader func(int)) *teeWriter {
@@ -42,27 +48,50 @@ func (t *teeWriter) WriteHeader(status int) {
 	if t.onHeader != nil {
 		t.onHeader(status)
 	}
-	t.client.WriteHeader(status)
+	t.holding = !isStreamed(t.header.Get("Content-Type"))
+	if !t.holding {
+		t.client.WriteHeader(status)
+	}
 }
 
 func (t *teeWriter) Write(p []byte) (int, error) {
 	if t.status == 0 {
 		t.WriteHeader(http.StatusOK)
 	}
-	if !t.overran {
-		if int64(t.body.Len()+len(p)) > t.limit {
-			t.overran = true
-			t.body = bytes.Buffer{}
-		} else {
-			t.body.Write(p)
-		}
+	if t.overran {
+		t.toClient(p)
+		return len(p), nil
 	}
-	if !t.clientGone {
-		if _, err := t.client.Write(p); err != nil {
-			t.clientGone = true
-		}
+	t.body.Write(p)
+	if int64(t.body.Len()) > t.limit {
+		t.overran = true
+		t.release() // too large to replay: stop holding, send what came so far
+		t.body = bytes.Buffer{}
+		return len(p), nil
+	}
+	if !t.holding {
+		t.toClient(p)
 	}
 	return len(p), nil
+}
+
+// release sends a held response to the client; for a streamed one it does nothing.
+func (t *teeWriter) release() {
+	if !t.holding {
+		return
+	}
+	t.holding = false
+	t.client.WriteHeader(t.status)
+	t.toClient(t.body.Bytes())
+}
+
+func (t *teeWriter) toClient(p []byte) {
+	if t.clientGone {
+		return
+	}
+	if _, err := t.client.Write(p); err != nil {
+		t.clientGone = true
+	}
 }
 
 // Flush passes the upstream's flushes on, so streamed responses reach the client as they come.
@@ -70,11 +99,24 @@ func (t *teeWriter) Flush() {
 	if t.status == 0 {
 		t.WriteHeader(http.StatusOK)
 	}
-	if !t.clientGone {
-		if err := http.NewResponseController(t.client).Flush(); err != nil {
-			t.clientGone = true
-		}
+	if t.holding || t.clientGone {
+		return
 	}
+	if err := http.NewResponseController(t.client).Flush(); err != nil {
+		t.clientGone = true
+	}
+}
+
+// streamedTypes are media types of responses that go out as they arrive instead of after their
+// record is durable: token streams of model servers.
+var streamedTypes = map[string]bool{
+	"text/event-stream": true, "application/x-ndjson": true, "application/jsonl": true,
+	"application/json-seq": true, "application/stream+json": true,
+}
+
+func isStreamed(contentType string) bool {
+	mt, _, _ := strings.Cut(contentType, ";")
+	return streamedTypes[strings.ToLower(strings.TrimSpace(mt))]
 }
 
 // hopByHop headers describe one connection and are never replayed (RFC 9110 §7.6.1), nor are

@@ -34,6 +34,7 @@ type runner struct {
 	hooks   *hooks
 	grace   time.Duration
 	servers map[string]*caddyhttp.Server
+	fifo    []string // ids of queued operations, oldest first; canceled ones are skipped when reached
 	running map[string]*execution
 	pooled  int // running executions started from the queue (converted calls run outside it)
 
@@ -239,8 +240,36 @@ func (r *runner) recoverCrashed() error {
 		r.log.Info("recovered operation", zap.String("operation_id", id), zap.String("old_status", string(op.Status)), zap.String("new_status", string(change.To)))
 	}
 	queued, err := r.st.OperationsIn(store.StatusQueued)
+	r.fifo = queued
 	r.queued.Store(int64(len(queued)))
 	return err
+}
+
+// enqueue adds an accepted operation to the in-memory FIFO. The store holds the durable queue
+// (its q/ index, read back at start); this copy spares the loop a scan of it, which would walk
+// Badger's tombstones of every operation already dequeued.
+func (r *runner) enqueue(id string) {
+	r.mu.Lock()
+	r.fifo = append(r.fifo, id)
+	r.mu.Unlock()
+	r.queued.Add(1)
+	r.kick()
+}
+
+// dequeue returns the oldest id in the FIFO, or "" when a slot is not free or it is empty.
+func (r *runner) dequeue() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pooled >= r.cfg.Concurrency || len(r.fifo) == 0 {
+		return ""
+	}
+	id := r.fifo[0]
+	r.fifo[0] = ""
+	r.fifo = r.fifo[1:]
+	if len(r.fifo) == 0 {
+		r.fifo = nil // let the backing array go
+	}
+	return id
 }
 
 func (r *runner) loop() {
@@ -260,20 +289,22 @@ func (r *runner) loop() {
 	}
 }
 
-// startNext starts the oldest queued operation if a slot is free; it reports whether it did.
+// startNext starts the oldest queued operation if a slot is free; it reports whether it took
+// one from the queue.
 func (r *runner) startNext() bool {
-	r.mu.Lock()
-	free := r.pooled < r.cfg.Concurrency
-	r.mu.Unlock()
-	if !free {
+	id := r.dequeue()
+	if id == "" {
 		return false
 	}
-	op, err := r.st.NextQueued()
+	op, err := r.st.Transition(id, store.Change{To: store.StatusRunning})
+	if errors.Is(err, store.ErrIllegalTransition) || errors.Is(err, store.ErrNotFound) {
+		return true // canceled while it waited: already taken off the count
+	}
 	if err != nil {
-		r.log.Error("reading the queue", zap.Error(err))
-		return false
-	}
-	if op == nil {
+		r.log.Error("starting an operation", zap.String("operation_id", id), zap.Error(err))
+		r.mu.Lock()
+		r.fifo = append([]string{id}, r.fifo...) // try again on the next tick
+		r.mu.Unlock()
 		return false
 	}
 	r.queued.Add(-1)

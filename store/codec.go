@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"time"
 )
 
 // Values are stored as a version byte, a length-prefixed JSON header, then raw bytes (a body),
@@ -41,22 +43,134 @@ func decode(v []byte, meta any) ([]byte, error) {
 	return append([]byte(nil), v[end:]...), nil
 }
 
+// Idempotency records, read and written on every keyed request, have a binary form of their
+// own (version 2): a byte per field kind, lengths as uvarints, times as Unix nanoseconds.
+const recordVersion = 2
+
 func encodeRecord(rec *Record) ([]byte, error) {
 	var body []byte
-	if rec.Response != nil {
-		body = rec.Response.Body
+	out := make([]byte, 0, 128)
+	out = append(out, recordVersion, byte(rec.State))
+	out = appendBytes(out, rec.Fingerprint)
+	out = appendBytes(out, []byte(rec.Token))
+	out = appendBytes(out, []byte(rec.OperationID))
+	for _, t := range []time.Time{rec.ClaimedAt, rec.LeaseUntil, rec.ExpiresAt} {
+		out = binary.AppendVarint(out, unixNano(t))
 	}
-	return encode(rec, body)
+	if rec.Response == nil {
+		return append(out, 0), nil
+	}
+	out = append(out, 1)
+	out = binary.AppendUvarint(out, uint64(rec.Response.Status))
+	out = binary.AppendUvarint(out, uint64(len(rec.Response.Header)))
+	for name, values := range rec.Response.Header {
+		out = appendBytes(out, []byte(name))
+		out = binary.AppendUvarint(out, uint64(len(values)))
+		for _, v := range values {
+			out = appendBytes(out, []byte(v))
+		}
+	}
+	body = rec.Response.Body
+	return append(out, body...), nil
 }
 
 func decodeRecord(v []byte) (*Record, error) {
-	var rec Record
-	body, err := decode(v, &rec)
-	if err != nil {
-		return nil, err
+	d := &decoder{b: v}
+	if d.byte() != recordVersion {
+		return nil, errCorrupt
 	}
-	if rec.Response != nil {
-		rec.Response.Body = body
+	rec := &Record{State: RecordState(d.byte())}
+	rec.Fingerprint = d.bytes()
+	rec.Token, rec.OperationID = string(d.bytes()), string(d.bytes())
+	rec.ClaimedAt, rec.LeaseUntil, rec.ExpiresAt = d.time(), d.time(), d.time()
+	if d.byte() == 1 {
+		resp := &Response{Status: int(d.uvarint())}
+		n := d.uvarint()
+		if n > uint64(len(v)) {
+			return nil, errCorrupt
+		}
+		resp.Header = make(http.Header, n)
+		for range n {
+			name, count := string(d.bytes()), d.uvarint()
+			if count > uint64(len(v)) {
+				return nil, errCorrupt
+			}
+			values := make([]string, 0, count)
+			for range count {
+				values = append(values, string(d.bytes()))
+			}
+			resp.Header[name] = values
+		}
+		resp.Body = append([]byte(nil), d.rest()...)
+		rec.Response = resp
 	}
-	return &rec, nil
+	if d.err {
+		return nil, errCorrupt
+	}
+	return rec, nil
 }
+
+func appendBytes(out, b []byte) []byte {
+	out = binary.AppendUvarint(out, uint64(len(b)))
+	return append(out, b...)
+}
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// decoder reads encodeRecord's fields; past the end or on a bad length it sets err and yields
+// zero values.
+type decoder struct {
+	b   []byte
+	err bool
+}
+
+func (d *decoder) byte() byte {
+	if len(d.b) == 0 {
+		d.err = true
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *decoder) uvarint() uint64 {
+	n, sz := binary.Uvarint(d.b)
+	if sz <= 0 {
+		d.err = true
+		return 0
+	}
+	d.b = d.b[sz:]
+	return n
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.err = true
+		return nil
+	}
+	out := append([]byte(nil), d.b[:n]...)
+	d.b = d.b[n:]
+	return out
+}
+
+func (d *decoder) time() time.Time {
+	n, sz := binary.Varint(d.b)
+	if sz <= 0 {
+		d.err = true
+		return time.Time{}
+	}
+	d.b = d.b[sz:]
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+func (d *decoder) rest() []byte { return d.b }

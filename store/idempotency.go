@@ -30,14 +30,14 @@ type Response struct {
 
 // Record is the stored state of one idempotency key.
 type Record struct {
-	State       RecordState `json:"state"`
-	Fingerprint []byte      `json:"fp"`
-	Token       string      `json:"token,omitempty"`
-	ClaimedAt   time.Time   `json:"claimed_at"`
-	LeaseUntil  time.Time   `json:"lease_until,omitzero"`
-	ExpiresAt   time.Time   `json:"expires_at,omitzero"`
-	OperationID string      `json:"operation_id,omitempty"`
-	Response    *Response   `json:"response,omitempty"`
+	State       RecordState
+	Fingerprint []byte
+	Token       string
+	ClaimedAt   time.Time
+	LeaseUntil  time.Time
+	ExpiresAt   time.Time
+	OperationID string
+	Response    *Response
 }
 
 // ClaimOutcome says what ClaimKey found.
@@ -73,41 +73,43 @@ var ErrNotHolder = errors.New("idempotency claim is no longer held")
 func (s *Store) ClaimKey(key, fp []byte, lease time.Duration) (Claim, error) {
 	unlock := s.locks.lock(key)
 	defer unlock()
-	// Replays and conflicts are answered from a read-only transaction: no write, no fsync.
-	if claim, ok, err := s.answerWithoutClaim(key, fp); err != nil || ok {
-		return claim, err
-	}
-	// Absent, or an in-flight claim whose holder outlived its lease (a crash): take it. The key
-	// lock keeps the state read above current; one process owns the directory.
-	now := s.now()
-	rec := &Record{State: InFlight, Fingerprint: fp, Token: newToken(), ClaimedAt: now, LeaseUntil: now.Add(lease)}
-	err := s.update(func(txn *badger.Txn) error {
-		// The record outlives its lease a little, so a late retry still sees an expired claim.
-		return putRecord(txn, key, rec, lease+time.Minute)
+	var claim Claim
+	err := s.updateIf(func(txn *badger.Txn) (bool, error) {
+		rec, err := getRecord(txn, key)
+		if err != nil {
+			return false, err
+		}
+		now := s.now()
+		var answered bool
+		if claim, answered = answerFor(rec, fp, now); answered {
+			return false, nil // a replay or a conflict: nothing written, no fsync
+		}
+		// Absent, or an in-flight claim whose holder outlived its lease (a crash): take it. The
+		// record outlives its lease a little, so a late retry still sees an expired claim.
+		rec = &Record{State: InFlight, Fingerprint: fp, Token: newToken(), ClaimedAt: now, LeaseUntil: now.Add(lease)}
+		claim = Claim{Outcome: Claimed, Token: rec.Token}
+		return true, putRecord(txn, key, rec, lease+time.Minute)
 	})
 	if err != nil {
 		return Claim{}, err
 	}
-	return Claim{Outcome: Claimed, Token: rec.Token}, nil
+	return claim, nil
 }
 
-// answerWithoutClaim reports the outcome of a claim that would not write: a mismatch, a replay
-// or a live in-flight holder.
-func (s *Store) answerWithoutClaim(key, fp []byte) (Claim, bool, error) {
-	rec, err := s.LookupKey(key)
+// answerFor is the outcome for a request with fingerprint fp when rec is the key's record,
+// unless the request may claim the key (no record, or a holder whose lease ran out).
+func answerFor(rec *Record, fp []byte, now time.Time) (Claim, bool) {
 	switch {
-	case err != nil:
-		return Claim{}, false, err
 	case rec == nil:
-		return Claim{}, false, nil
+		return Claim{}, false
 	case !bytes.Equal(rec.Fingerprint, fp):
-		return Claim{Outcome: Mismatch, Record: rec}, true, nil
+		return Claim{Outcome: Mismatch, Record: rec}, true
 	case rec.State == Completed:
-		return Claim{Outcome: Replay, Record: rec}, true, nil
-	case s.now().Before(rec.LeaseUntil):
-		return Claim{Outcome: InProgress, Record: rec}, true, nil
+		return Claim{Outcome: Replay, Record: rec}, true
+	case now.Before(rec.LeaseUntil):
+		return Claim{Outcome: InProgress, Record: rec}, true
 	}
-	return Claim{}, false, nil
+	return Claim{}, false
 }
 
 // CompleteKey records resp for the key held under token; it replays until expires.

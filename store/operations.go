@@ -102,8 +102,12 @@ func (s *Store) AcceptOperation(op *Operation, req *Request, key *KeyAccept) (Cl
 		unlock := s.locks.lock(key.Key)
 		defer unlock()
 		if key.Token == "" {
-			if claim, ok, err := s.answerWithoutClaim(key.Key, key.Fingerprint); err != nil || ok {
-				return claim, err
+			rec, err := s.LookupKey(key.Key)
+			if err != nil {
+				return Claim{}, err
+			}
+			if claim, answered := answerFor(rec, key.Fingerprint, s.now()); answered {
+				return claim, nil
 			}
 		}
 	}
@@ -272,31 +276,6 @@ func (s *Store) LoadResult(id string) (*Response, error) {
 	return &resp, err
 }
 
-// NextQueued moves the oldest queued operation to running and returns it, or nil when the
-// queue is empty.
-func (s *Store) NextQueued() (*Operation, error) {
-	for {
-		var id string
-		err := s.view(func(txn *badger.Txn) error {
-			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefixQueue)})
-			defer it.Close()
-			it.Rewind()
-			if it.Valid() {
-				id = string(it.Item().Key()[len(prefixQueue):])
-			}
-			return nil
-		})
-		if err != nil || id == "" {
-			return nil, err
-		}
-		op, err := s.Transition(id, Change{To: StatusRunning})
-		if errors.Is(err, ErrIllegalTransition) {
-			continue // canceled between the read and the claim: the index entry is gone now
-		}
-		return op, err
-	}
-}
-
 // OperationsIn returns the ids of operations in status (queued or running), oldest first.
 func (s *Store) OperationsIn(status Status) ([]string, error) {
 	prefix := indexPrefix(status)
@@ -312,20 +291,26 @@ func (s *Store) OperationsIn(status Status) ([]string, error) {
 	return ids, err
 }
 
+// listScanBudget bounds the operations one list call reads: filtering by status may have to
+// skip many, and a page may then hold fewer than limit, with a cursor to go on from.
+const listScanBudget = 2000
+
 // ListOperations returns scope's operations newest first, after the id `after` (exclusive,
-// for paging), optionally only those in status, at most limit.
-func (s *Store) ListOperations(scope string, status Status, after string, limit int) ([]*Operation, error) {
+// for paging), optionally only those in status, at most limit. When it stopped before the end
+// of the list, next is the id to pass as `after` for the rest.
+func (s *Store) ListOperations(scope string, status Status, after string, limit int) (ops []*Operation, next string, err error) {
 	return s.listOperations(scopeIndexKey(scope, ""), status, after, limit)
 }
 
 // ListAllOperations is ListOperations across every scope, for operators.
-func (s *Store) ListAllOperations(status Status, after string, limit int) ([]*Operation, error) {
+func (s *Store) ListAllOperations(status Status, after string, limit int) ([]*Operation, string, error) {
 	return s.listOperations([]byte(prefixOperation), status, after, limit)
 }
 
 // listOperations walks an index whose keys end in operation ids, newest first.
-func (s *Store) listOperations(prefix []byte, status Status, after string, limit int) ([]*Operation, error) {
+func (s *Store) listOperations(prefix []byte, status Status, after string, limit int) ([]*Operation, string, error) {
 	var ops []*Operation
+	next := ""
 	err := s.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
 		defer it.Close()
@@ -333,11 +318,13 @@ func (s *Store) listOperations(prefix []byte, status Status, after string, limit
 		if after != "" {
 			seek = append(append([]byte(nil), prefix...), after...)
 		}
-		for it.Seek(seek); it.Valid() && len(ops) < limit; it.Next() {
+		scanned, last := 0, ""
+		for it.Seek(seek); it.Valid() && len(ops) < limit && scanned < listScanBudget; it.Next() {
 			id := string(it.Item().Key()[len(prefix):])
 			if id == after {
 				continue
 			}
+			scanned, last = scanned+1, id
 			op, err := getOperation(txn, id)
 			if errors.Is(err, ErrNotFound) {
 				continue
@@ -349,9 +336,12 @@ func (s *Store) listOperations(prefix []byte, status Status, after string, limit
 				ops = append(ops, op)
 			}
 		}
+		if it.Valid() { // stopped before the end: the rest follows the last one examined
+			next = last
+		}
 		return nil
 	})
-	return ops, err
+	return ops, next, err
 }
 
 func getOperation(txn *badger.Txn, id string) (*Operation, error) {

@@ -45,7 +45,7 @@ func TestOperationLifecycle(t *testing.T) {
 	if ids, _ := st.OperationsIn(StatusQueued); len(ids) != 3 || ids[0] != "op_0" {
 		t.Fatalf("queue %v", ids)
 	}
-	op, err := st.NextQueued()
+	op, err := st.Transition("op_0", Change{To: StatusRunning})
 	if err != nil || op.ID != "op_0" || op.Status != StatusRunning || op.Version != 2 || op.Attempts != 1 {
 		t.Fatalf("next: %+v %v", op, err)
 	}
@@ -73,18 +73,21 @@ func TestOperationLifecycle(t *testing.T) {
 	if ids, _ := st.OperationsIn(StatusQueued); len(ids) != 1 || ids[0] != "op_2" {
 		t.Fatalf("queue after cancel %v", ids)
 	}
-	list, _ := st.ListOperations("scope", "", "", 10)
+	list, _, _ := st.ListOperations("scope", "", "", 10)
 	if len(list) != 3 || list[0].ID != "op_2" || list[2].ID != "op_0" {
 		t.Fatalf("list newest first: %v", ids(list))
 	}
-	page, _ := st.ListOperations("scope", "", "op_2", 1)
-	if len(page) != 1 || page[0].ID != "op_1" {
-		t.Fatalf("page after op_2: %v", ids(page))
+	page, next, _ := st.ListOperations("scope", "", "op_2", 1)
+	if len(page) != 1 || page[0].ID != "op_1" || next != "op_1" {
+		t.Fatalf("page after op_2: %v, next %q", ids(page), next)
 	}
-	if other, _ := st.ListOperations("other", "", "", 10); len(other) != 0 {
+	if rest, next, _ := st.ListOperations("scope", "", "op_1", 10); len(rest) != 1 || next != "" {
+		t.Fatalf("last page: %v, next %q", ids(rest), next)
+	}
+	if other, _, _ := st.ListOperations("other", "", "", 10); len(other) != 0 {
 		t.Fatal("another scope saw operations")
 	}
-	if q, _ := st.ListOperations("scope", StatusQueued, "", 10); len(q) != 1 || q[0].ID != "op_2" {
+	if q, _, _ := st.ListOperations("scope", StatusQueued, "", 10); len(q) != 1 || q[0].ID != "op_2" {
 		t.Fatalf("status filter: %v", ids(q))
 	}
 }

@@ -73,13 +73,15 @@ func (s *Store) announce(txn *badger.Txn, op *Operation, result *Response) error
 	return putEvent(txn, ev, nil)
 }
 
-// DueEvents returns up to limit pending events whose next attempt is due at now, soonest first.
-func (s *Store) DueEvents(now time.Time, limit int) ([]*Event, error) {
+// DueEvents returns up to limit pending events whose next attempt is due between from and now,
+// soonest first. A caller that knows no pending event is due before from spares the scan the
+// tombstones of events delivered earlier (Badger keeps them until compaction).
+func (s *Store) DueEvents(from, now time.Time, limit int) ([]*Event, error) {
 	var out []*Event
 	err := s.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefixPending)})
 		defer it.Close()
-		for it.Rewind(); it.Valid() && len(out) < limit; it.Next() {
+		for it.Seek(pendingKey(from, "")); it.Valid() && len(out) < limit; it.Next() {
 			k := it.Item().Key()[len(prefixPending):]
 			if len(k) < 8 || int64(binary.BigEndian.Uint64(k[:8])) > now.UnixNano() {
 				break
@@ -98,13 +100,13 @@ func (s *Store) DueEvents(now time.Time, limit int) ([]*Event, error) {
 	return out, err
 }
 
-// NextDue reports when the soonest pending event is due (zero when none is pending).
-func (s *Store) NextDue() (time.Time, error) {
+// NextDue reports when the soonest pending event due at or after from is due (zero when none).
+func (s *Store) NextDue(from time.Time) (time.Time, error) {
 	var at time.Time
 	err := s.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefixPending), PrefetchValues: false})
 		defer it.Close()
-		if it.Rewind(); it.Valid() {
+		if it.Seek(pendingKey(from, "")); it.Valid() {
 			k := it.Item().Key()[len(prefixPending):]
 			at = time.Unix(0, int64(binary.BigEndian.Uint64(k[:8])))
 		}
@@ -255,18 +257,23 @@ func putEvent(txn *badger.Txn, ev *Event, prev *Event) error {
 	return txn.SetEntry(e)
 }
 
-// pendingKey orders pending events by due time.
+// pendingKey orders pending events by due time; times before 1970 (the zero time among them)
+// sort first.
 func pendingKey(due time.Time, id string) []byte {
+	var ns uint64
+	if due.After(time.Unix(0, 0)) {
+		ns = uint64(due.UnixNano())
+	}
 	k := make([]byte, 0, len(prefixPending)+9+len(id))
 	k = append(k, prefixPending...)
-	k = binary.BigEndian.AppendUint64(k, uint64(due.UnixNano()))
+	k = binary.BigEndian.AppendUint64(k, ns)
 	k = append(k, '/')
 	return append(k, id...)
 }
 
 // RescheduleEndpoint makes every pending event of endpoint due at `at`; it returns how many.
 func (s *Store) RescheduleEndpoint(endpoint string, at time.Time) (int, error) {
-	events, err := s.DueEvents(time.Unix(0, 1<<62), 1<<30)
+	events, err := s.DueEvents(time.Time{}, time.Unix(0, 1<<62), 1<<30)
 	if err != nil {
 		return 0, err
 	}

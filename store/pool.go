@@ -57,6 +57,19 @@ func acquire(opts Options) (*shared, error) {
 	return sh, nil
 }
 
+// IsOpen reports whether a database is open in dir, for tests and tools that must not touch
+// the directory meanwhile.
+func IsOpen(dir string) bool {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return false
+	}
+	poolMu.Lock()
+	defer poolMu.Unlock()
+	_, ok := pool[abs]
+	return ok
+}
+
 func release(sh *shared) error {
 	poolMu.Lock()
 	defer poolMu.Unlock()

@@ -109,11 +109,22 @@ func (s *Store) Ping() error {
 // update runs fn in a read-write transaction, retrying on optimistic conflicts, then waits for
 // the group commit's fsync when the handle is durable.
 func (s *Store) update(fn func(txn *badger.Txn) error) error {
+	return s.updateIf(func(txn *badger.Txn) (bool, error) { return true, fn(txn) })
+}
+
+// updateIf is update for a transaction that may decide to write nothing (fn reports whether it
+// wrote): then there is nothing to wait an fsync for.
+func (s *Store) updateIf(fn func(txn *badger.Txn) (bool, error)) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
+	wrote := false
 	for attempt := 0; ; attempt++ {
-		err := s.sh.db.Update(fn)
+		err := s.sh.db.Update(func(txn *badger.Txn) error {
+			var err error
+			wrote, err = fn(txn)
+			return err
+		})
 		if errors.Is(err, badger.ErrConflict) && attempt < 64 {
 			continue
 		}
@@ -122,7 +133,7 @@ func (s *Store) update(fn func(txn *badger.Txn) error) error {
 		}
 		break
 	}
-	if s.sync {
+	if s.sync && wrote {
 		return wrap(s.sh.syncer.wait())
 	}
 	return nil

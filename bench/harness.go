@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/mulligan-gw/mulligan/examples/modelserver"
+)
+
+// Report is the outcome of a run, as printed.
+type Report struct {
+	// Rows are the scenarios, in the order they ran.
+	Rows []Row
+	// Scale holds the -scale measurements (empty without -scale).
+	Scale []ScaleRow
+}
+
+// Row is one scenario measured on both gateways.
+type Row struct {
+	// Scenario names the measurement.
+	Scenario string
+	// Plain and Mulligan are the two gateways' results; nil when not measured.
+	Plain, Mulligan *Result
+	// Note says what the numbers mean, or why they are missing.
+	Note string
+}
+
+// Result is what one gateway achieved in one scenario.
+type Result struct {
+	// RPS is expected answers (or completed operations, or deliveries) per second.
+	RPS float64
+	// P50 and P99 are latencies of the expected answers.
+	P50, P99 time.Duration
+	// OK and Errors count expected and unexpected answers (transport errors included).
+	OK, Errors int
+	// FirstError quotes the first unexpected answer.
+	FirstError string
+}
+
+func resultOf(s sample) *Result {
+	return &Result{RPS: s.rps(), P50: s.percentile(50), P99: s.percentile(99), OK: s.ok, Errors: s.errs, FirstError: s.firstErr}
+}
+
+// harness owns everything a run starts: the model server, the gateways, their temp dirs.
+type harness struct {
+	cfg      Config
+	progress io.Writer
+	client   *http.Client
+	tmp      string
+	binary   string
+	model    *modelserver.Server
+	modelSrv *http.Server
+	upstream string // host:port of the model server
+	plain    *gateway
+	mulligan *gateway
+	runID    string
+	seq      atomic.Int64
+}
+
+// Run builds the sidecar, starts the model server and both gateways, measures cfg.Scenarios
+// (and the scale run with cfg.Scale), prints the tables to out and returns them.
+func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	printHeader(out, cfg)
+	h := &harness{cfg: cfg, progress: cfg.Progress, client: newClient(cfg.Concurrency), runID: strconv.FormatInt(time.Now().UnixNano(), 36)}
+	if h.progress == nil {
+		h.progress = io.Discard
+	}
+	defer h.close()
+	if err := h.start(ctx); err != nil {
+		return nil, err
+	}
+	rep := &Report{}
+	var err error
+	for _, name := range cfg.Scenarios {
+		var rows []Row
+		if rows, err = h.scenario(ctx, name); err != nil {
+			err = fmt.Errorf("%s: %w", name, err)
+			break
+		}
+		rep.Rows = append(rep.Rows, rows...)
+	}
+	printTable(out, rep.Rows)
+	if err == nil && cfg.Scale {
+		rep.Scale, err = h.scale(ctx)
+		printScale(out, rep.Scale)
+	}
+	return rep, err
+}
+
+// scenario runs one named scenario.
+func (h *harness) scenario(ctx context.Context, name string) ([]Row, error) {
+	switch name {
+	case ScenarioPassthrough:
+		return h.passthrough(ctx)
+	case ScenarioNewKeys:
+		return h.newKeys(ctx)
+	case ScenarioReplays:
+		return h.replays(ctx)
+	case ScenarioAsync:
+		return h.async(ctx)
+	case ScenarioWebhooks:
+		return h.webhooks(ctx)
+	}
+	return nil, fmt.Errorf("unknown scenario")
+}
+
+// start builds the binary and starts the model server and both gateways.
+func (h *harness) start(ctx context.Context) error {
+	var err error
+	if h.tmp, err = os.MkdirTemp("", "mulligan-bench-"); err != nil {
+		return err
+	}
+	h.logf("building the sidecar binary")
+	if h.binary, err = buildSidecar(ctx, h.tmp); err != nil {
+		return err
+	}
+	if err := h.startModel(); err != nil {
+		return err
+	}
+	if h.plain, err = h.startGateway(ctx, "plain", func(int) string { return plainSite(h.upstream) }); err != nil {
+		return err
+	}
+	h.mulligan, err = h.startGateway(ctx, "mulligan", func(int) string {
+		return mulliganSite(h.upstream, filepath.Join(h.tmp, "mulligan", "badger"), "")
+	})
+	if err != nil {
+		return err
+	}
+	return h.warmUp(ctx)
+}
+
+// startGateway starts a gateway named name in its own directory under the run's temp dir.
+func (h *harness) startGateway(ctx context.Context, name string, site func(port int) string) (*gateway, error) {
+	dir := filepath.Join(h.tmp, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	h.logf("starting the %s gateway", name)
+	return startGateway(ctx, h.binary, dir, name, site)
+}
+
+// startModel serves the example model server, answering at once, on a loopback port.
+func (h *harness) startModel() error {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	h.model = modelserver.New(modelserver.Config{Latency: 0})
+	h.modelSrv = &http.Server{Handler: h.model, ReadHeaderTimeout: 10 * time.Second}
+	h.upstream = l.Addr().String()
+	go func() { _ = h.modelSrv.Serve(l) }()
+	return nil
+}
+
+// warmUp opens the client's connections and lets both processes settle before measuring.
+func (h *harness) warmUp(ctx context.Context) error {
+	d := min(time.Second, h.cfg.Duration)
+	for _, g := range []*gateway{h.plain, h.mulligan} {
+		s := closedLoop(ctx, h.cfg.Concurrency, d, 0, g.base, &h.seq, h.chat())
+		if s.ok == 0 {
+			return fmt.Errorf("warm-up of %s: no request succeeded: %s", g.name, s.firstErr)
+		}
+	}
+	return ctx.Err()
+}
+
+// close stops everything start started and removes the temp dir.
+func (h *harness) close() {
+	h.plain.stop()
+	h.mulligan.stop()
+	if h.modelSrv != nil {
+		_ = h.modelSrv.Close()
+	}
+	h.client.CloseIdleConnections()
+	if h.tmp != "" {
+		_ = os.RemoveAll(h.tmp)
+	}
+}
+
+// alternate measures round on each gateway cfg.Rounds times, interleaved, swapping which goes
+// first every round so that drift hits both alike.
+func (h *harness) alternate(ctx context.Context, name string, round func(g *gateway) (sample, error)) (plain, mull sample, err error) {
+	for r := range h.cfg.Rounds {
+		order := []*gateway{h.plain, h.mulligan}
+		if r%2 == 1 {
+			order[0], order[1] = order[1], order[0]
+		}
+		for _, g := range order {
+			s, err := round(g)
+			if err == nil {
+				err = ctx.Err()
+			}
+			if err != nil {
+				return plain, mull, err
+			}
+			h.logf("%s: round %d/%d %-8s %8.0f/s  p99 %s  errors %d", name, r+1, h.cfg.Rounds, g.name, s.rps(), fmtDuration(s.percentile(99)), s.errs)
+			if g == h.plain {
+				plain.add(s)
+			} else {
+				mull.add(s)
+			}
+		}
+	}
+	return plain, mull, nil
+}
+
+// closedRounds is alternate with a closed loop of fn per round.
+func (h *harness) closedRounds(ctx context.Context, name string, fn call) (plain, mull sample, err error) {
+	return h.alternate(ctx, name, func(g *gateway) (sample, error) {
+		return closedLoop(ctx, h.cfg.Concurrency, h.cfg.Duration, 0, g.base, &h.seq, fn), nil
+	})
+}
+
+func (h *harness) logf(format string, args ...any) {
+	fmt.Fprintf(h.progress, "[%s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}

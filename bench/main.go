@@ -1,0 +1,144 @@
+// Command bench measures Mulligan side by side with plain Caddy: the same binary (Caddy v2 with
+// the module), started twice on loopback, once with a bare reverse_proxy and once with
+// `mulligan` in front of it, both in front of the example model server answering at once. It
+// drives both at the same concurrency in alternating short rounds, so machine noise hits both
+// alike, and prints requests per second, p50 and p99 latency and the ratio to plain Caddy.
+//
+//	go run ./bench                               # every scenario, ~2-3 minutes on 2 cores
+//	go run ./bench -scenarios replays -rounds 5  # one scenario, longer
+//	go run ./bench -scale                        # also seed 10k and 1M keys: RSS and lookup p99
+//
+// All traffic stays on 127.0.0.1. The processes it starts are stopped when it ends, also on
+// Ctrl-C.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Scenario names accepted by -scenarios.
+const (
+	ScenarioPassthrough = "passthrough"
+	ScenarioNewKeys     = "newkeys"
+	ScenarioReplays     = "replays"
+	ScenarioAsync       = "async"
+	ScenarioWebhooks    = "webhooks"
+)
+
+// AllScenarios is the default -scenarios list, in the order they run.
+var AllScenarios = []string{ScenarioPassthrough, ScenarioNewKeys, ScenarioReplays, ScenarioAsync, ScenarioWebhooks}
+
+// Config is one run of the harness.
+type Config struct {
+	// Concurrency is the number of clients sending at once (closed loop), per gateway.
+	Concurrency int
+	// Duration is the length of one round of one gateway.
+	Duration time.Duration
+	// Rounds is how many rounds each gateway gets per scenario, interleaved with the other's.
+	Rounds int
+	// Scenarios lists what to measure (see AllScenarios).
+	Scenarios []string
+	// ReplayKeys is how many keys the replays scenario records first and then cycles through.
+	ReplayKeys int
+	// Operations is how many operations the end-to-end async and webhook scenarios submit.
+	Operations int
+	// AsyncOps caps the operations one accept round submits: every accepted operation is
+	// executed afterwards (the runner drains a few hundred per second with its default
+	// concurrency of 4) and the default queue holds 10000.
+	AsyncOps int
+	// Scale seeds the store with ScaleKeys keys and ScaleOps operations (and 10k first) and
+	// measures the gateway's memory and replay latency.
+	Scale bool
+	// ScaleKeys is the large key count of the scale run.
+	ScaleKeys int
+	// ScaleOps is how many finished operations the large scale run seeds.
+	ScaleOps int
+	// Progress receives one line per step; nil discards them.
+	Progress io.Writer
+}
+
+// DefaultConfig is what `go run ./bench` runs without flags.
+func DefaultConfig() Config {
+	return Config{
+		Concurrency: 64, Duration: 3 * time.Second, Rounds: 3, Scenarios: AllScenarios,
+		ReplayKeys: 1000, Operations: 1000, AsyncOps: 4000, ScaleKeys: 1_000_000, ScaleOps: 100_000,
+	}
+}
+
+func main() {
+	cfg := DefaultConfig()
+	var scenarios string
+	flag.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "clients sending at once, per gateway")
+	flag.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of one round")
+	flag.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "rounds per gateway and scenario, interleaved plain/mulligan")
+	flag.StringVar(&scenarios, "scenarios", strings.Join(AllScenarios, ","), "comma-separated scenarios: "+strings.Join(AllScenarios, ", "))
+	flag.IntVar(&cfg.ReplayKeys, "keys", cfg.ReplayKeys, "keys recorded, then replayed, by the replays scenario")
+	flag.IntVar(&cfg.Operations, "ops", cfg.Operations, "operations submitted by the end-to-end async and webhook scenarios")
+	flag.IntVar(&cfg.AsyncOps, "async-ops", cfg.AsyncOps, "most operations accepted per async accept round (the queue holds 10000)")
+	flag.BoolVar(&cfg.Scale, "scale", false, "also seed 10k, then -scale-keys keys and -scale-ops operations, and measure RSS and replay p99 (slow)")
+	flag.IntVar(&cfg.ScaleKeys, "scale-keys", cfg.ScaleKeys, "keys of the large scale run")
+	flag.IntVar(&cfg.ScaleOps, "scale-ops", cfg.ScaleOps, "finished operations seeded by the large scale run")
+	flag.Parse()
+	cfg.Scenarios = splitList(scenarios)
+	cfg.Progress = os.Stderr
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if _, err := Run(ctx, cfg, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// validate rejects a configuration the harness cannot run.
+func (c Config) validate() error {
+	switch {
+	case c.Concurrency < 1:
+		return fmt.Errorf("-concurrency must be at least 1")
+	case c.Duration <= 0 || c.Rounds < 1:
+		return fmt.Errorf("-duration and -rounds must be positive")
+	case c.ReplayKeys < 1 || c.Operations < 1 || c.AsyncOps < 1:
+		return fmt.Errorf("-keys, -ops and -async-ops must be positive")
+	case c.Scale && (c.ScaleKeys < scaleSmallKeys || c.ScaleOps < 0):
+		return fmt.Errorf("-scale-keys must be at least %d and -scale-ops not negative", scaleSmallKeys)
+	}
+	known := map[string]bool{}
+	for _, s := range AllScenarios {
+		known[s] = true
+	}
+	for _, s := range c.Scenarios {
+		if !known[s] {
+			return fmt.Errorf("unknown scenario %q (known: %s)", s, strings.Join(AllScenarios, ", "))
+		}
+	}
+	return nil
+}
+
+// flagLine is the command that reproduces cfg, every flag spelled out.
+func (c Config) flagLine() string {
+	line := fmt.Sprintf("go run ./bench -concurrency %d -duration %s -rounds %d -scenarios %s -keys %d -ops %d -async-ops %d",
+		c.Concurrency, c.Duration, c.Rounds, strings.Join(c.Scenarios, ","), c.ReplayKeys, c.Operations, c.AsyncOps)
+	if c.Scale {
+		line += fmt.Sprintf(" -scale -scale-keys %d -scale-ops %d", c.ScaleKeys, c.ScaleOps)
+	}
+	return line
+}

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/mulligan-gw/mulligan/webhook"
+)
+
+// benchSecret signs the webhook scenario's deliveries. It is a throwaway, used on loopback only.
+const benchSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// receiver is a loopback webhook consumer: it verifies every delivery and remembers when the
+// first verified event of each operation arrived.
+type receiver struct {
+	secrets []webhook.Secret
+	mu      sync.Mutex
+	first   map[string]time.Time // operation id -> first verified delivery
+	events  map[string]string    // webhook-id -> operation id
+	bad     int
+	badErr  string
+	total   int
+	resent  int // verified deliveries of a webhook-id already delivered
+	extra   int // verified events for an operation that already had one (another webhook-id)
+}
+
+// ServeHTTP verifies one delivery (Standard Webhooks signature) and records it.
+func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	now := time.Now()
+	if err == nil {
+		err = webhook.Verify(rc.secrets, r.Header, body, now)
+	}
+	var ev struct {
+		Operation opView `json:"operation"`
+	}
+	if err == nil {
+		err = json.Unmarshal(body, &ev)
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.total++
+	if err != nil {
+		rc.bad++
+		rc.badErr = err.Error()
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	rc.note(r.Header.Get(webhook.HeaderID), ev.Operation.OperationID, now)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// note records a verified delivery of event id about operation op; the caller holds mu.
+func (rc *receiver) note(id, op string, now time.Time) {
+	_, seenEvent := rc.events[id]
+	_, seenOp := rc.first[op]
+	switch {
+	case seenEvent:
+		rc.resent++
+	case seenOp:
+		rc.extra++
+	default:
+		rc.first[op] = now
+	}
+	rc.events[id] = op
+}
+
+func (rc *receiver) delivered() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return len(rc.first)
+}
+
+// webhookBlock is the webhooks configuration inside `mulligan { }`: every final operation is
+// delivered to the local receiver.
+func webhookBlock(receiverURL string) string {
+	return fmt.Sprintf("\t\twebhooks {\n\t\t\tendpoint local %s {\n\t\t\t\tsecret %s\n\t\t\t}\n\t\t\tdefault local\n\t\t\tallow_private\n\t\t}\n",
+		receiverURL, benchSecret)
+}
+
+// webhooks measures signed deliveries per second: Operations operations are submitted to a
+// third gateway configured with a default endpoint, and timed until each has been delivered
+// and verified. Plain Caddy has no counterpart.
+func (h *harness) webhooks(ctx context.Context) ([]Row, error) {
+	row := Row{Scenario: fmt.Sprintf("webhooks (%d signed deliveries)", h.cfg.Operations)}
+	secret, err := webhook.ParseSecret(benchSecret)
+	if err != nil {
+		return nil, err
+	}
+	rc := &receiver{secrets: []webhook.Secret{secret}, first: map[string]time.Time{}, events: map[string]string{}}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: rc, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	defer srv.Close()
+
+	hookURL := fmt.Sprintf("http://%s/hook", l.Addr())
+	g, err := h.startGateway(ctx, "webhooks", func(int) string {
+		return mulliganSite(h.upstream, filepath.Join(h.tmp, "webhooks", "badger"), webhookBlock(hookURL))
+	})
+	if errors.Is(err, errGatewayExited) {
+		row.Note = "skipped: the gateway rejected the webhooks config: " + err.Error()
+		h.logf("webhooks: %s", row.Note)
+		return []Row{row}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer g.stop()
+	s := h.deliverAll(ctx, g, rc)
+	row.Mulligan = resultOf(s)
+	row.Note = "deliveries/s, submit to verified delivery; no plain counterpart"
+	row.Note += rc.anomalies()
+	return []Row{row}, nil
+}
+
+// deliverAll submits Operations operations to g and waits until the receiver has a verified
+// delivery for each, or doneTimeout passes.
+func (h *harness) deliverAll(ctx context.Context, g *gateway, rc *receiver) sample {
+	n := h.cfg.Operations
+	subs := make([]submission, n)
+	start := time.Now()
+	sub := forEach(ctx, h.cfg.Concurrency, n, func(i int) error {
+		at := time.Now()
+		id, err := h.submit(ctx, g.base, fmt.Sprint("hook ", h.seq.Add(1)))
+		subs[i] = submission{id: id, at: at}
+		return err
+	})
+	want := n - sub.errs
+	deadline := time.Now().Add(doneTimeout)
+	for rc.delivered() < want && ctx.Err() == nil && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.logf("webhooks: %d of %d operations delivered, %d deliveries received", rc.delivered(), want, rc.total)
+	res := sample{errs: sub.errs, firstErr: sub.firstErr}
+	last := start
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for _, s := range subs {
+		at, ok := rc.first[s.id]
+		switch {
+		case s.id == "":
+		case !ok:
+			res.record(0, fmt.Errorf("operation %s: no verified delivery within %s", s.id, doneTimeout))
+		default:
+			res.record(at.Sub(s.at), nil)
+			last = maxTime(last, at)
+		}
+	}
+	res.elapsed = last.Sub(start)
+	return res
+}
+
+// anomalies describes deliveries beyond one verified event per operation.
+func (rc *receiver) anomalies() string {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	var out string
+	if rc.bad > 0 {
+		out += fmt.Sprintf("; %d deliveries failed verification: %s", rc.bad, rc.badErr)
+	}
+	if rc.resent > 0 {
+		out += fmt.Sprintf("; %d redeliveries of an event already answered 204", rc.resent)
+	}
+	if rc.extra > 0 {
+		out += fmt.Sprintf("; %d extra events for operations already notified", rc.extra)
+	}
+	return out
+}
