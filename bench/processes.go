@@ -53,6 +53,7 @@ type gateway struct {
 	dir    string
 	port   int
 	base   string // http://127.0.0.1:port
+	admin  string // http://127.0.0.1:admin port
 	cmd    *exec.Cmd
 	exited chan struct{}
 	log    *os.File
@@ -93,7 +94,8 @@ func startGateway(ctx context.Context, binary, dir, name string, site func(port 
 	if err != nil {
 		return nil, err
 	}
-	g := &gateway{name: name, dir: dir, port: ports[0], base: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), exited: make(chan struct{})}
+	g := &gateway{name: name, dir: dir, port: ports[0], base: fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
+		admin: fmt.Sprintf("http://127.0.0.1:%d", ports[1]), exited: make(chan struct{})}
 	conf := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(conf, []byte(siteConfig(ports[1], g.port, site(g.port))), 0o644); err != nil {
 		return nil, err
@@ -165,18 +167,21 @@ func (g *gateway) stop() {
 }
 
 // rssBytes is the process's resident set size, from /proc/<pid>/status (Linux only).
-func (g *gateway) rssBytes() (int64, error) {
+func (g *gateway) rssBytes() (int64, error) { return g.procStatus("VmRSS") }
+
+// procStatus reads one size field of /proc/<pid>/status, such as VmRSS, RssAnon or RssFile.
+func (g *gateway) procStatus(field string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", g.cmd.Process.Pid))
 	if err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
 			return kb << 10, err
 		}
 	}
-	return 0, errors.New("no VmRSS line")
+	return 0, fmt.Errorf("no %s line", field)
 }
 
 // freePorts returns n distinct loopback ports free at the time of the call.

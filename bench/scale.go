@@ -93,6 +93,10 @@ func (h *harness) measureScale(ctx context.Context, dir, storeDir string, row *S
 	if row.RSSLoaded, err = g.rssBytes(); err != nil {
 		return err
 	}
+	anon, _ := g.procStatus("RssAnon")
+	file, _ := g.procStatus("RssFile")
+	h.logf("scale %d keys: RSS after load %d MiB = %d MiB anonymous (heap, caches, memtables) + %d MiB file-backed (mapped store files)",
+		row.Keys, row.RSSLoaded>>20, anon>>20, file>>20)
 	if row.List, err = h.listLatency(ctx, g.base); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package module
 
 import (
 	"bytes"
+	"fmt"
 	"time"
 
 	"encoding/json"
@@ -154,6 +155,9 @@ func FuzzCaddyfile(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, src string) {
+		// A parser that stalls on some input is a bug too: crash with the input to keep it.
+		watchdog := time.AfterFunc(3*time.Second, func() { panic(fmt.Sprintf("parsing took over 3s: %q", src)) })
+		defer watchdog.Stop()
 		tokens, err := caddyfile.Tokenize([]byte(src), "fuzz")
 		if err != nil {
 			return

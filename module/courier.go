@@ -15,8 +15,8 @@ import (
 
 // Delivery concurrency: in all, and per endpoint, so one slow endpoint cannot take every slot.
 const (
-	maxDeliveries            = 64
-	maxDeliveriesPerEndpoint = 16
+	maxDeliveries            = 128
+	maxDeliveriesPerEndpoint = 32
 	recentAttemptsKept       = 200
 )
 
@@ -145,17 +145,17 @@ func (c *courier) dispatchDue() time.Duration {
 		return time.Second
 	}
 	from := c.advanceScan()
-	events, err := c.st.DueEvents(from, c.now(), 4*maxDeliveries)
+	due, err := c.st.DueEvents(from, c.now(), 4*maxDeliveries)
 	if err != nil {
 		c.log.Error("reading the outbox", zap.Error(err))
 		return time.Second
 	}
 	wait := time.Duration(0)
-	for _, ev := range events {
-		switch c.claim(ev) {
+	for _, d := range due {
+		switch c.claim(d) {
 		case claimed:
 			c.sends.Add(1)
-			go c.deliver(ev)
+			go c.deliver(d)
 		case busy:
 			wait = max(wait, time.Second) // a finishing delivery kicks the loop
 		case breakerOpen:
@@ -181,7 +181,7 @@ const (
 
 // claim reserves a delivery slot for ev. An event whose endpoint's breaker is open (or probing)
 // waits, uncharged.
-func (c *courier) claim(ev *store.Event) claimResult {
+func (c *courier) claim(ev store.Due) claimResult {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.inflight[ev.ID] || c.perEndpoint[ev.Endpoint] >= maxDeliveriesPerEndpoint || len(c.inflight) >= maxDeliveries {
@@ -198,7 +198,7 @@ func (c *courier) claim(ev *store.Event) claimResult {
 	return claimed
 }
 
-func (c *courier) release(ev *store.Event) {
+func (c *courier) release(ev store.Due) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.inflight, ev.ID)
@@ -240,7 +240,7 @@ func (c *courier) untilNextDue() time.Duration {
 }
 
 // deliver makes one attempt at ev and records what came of it.
-func (c *courier) deliver(claimed *store.Event) {
+func (c *courier) deliver(claimed store.Due) {
 	defer c.sends.Done()
 	defer c.release(claimed)
 	// The list ev came from may predate a delivery that just finished: read it again now that

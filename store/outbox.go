@@ -73,27 +73,36 @@ func (s *Store) announce(txn *badger.Txn, op *Operation, result *Response) error
 	return putEvent(txn, ev, nil)
 }
 
+// Due is a pending event in the schedule: enough to decide whether to deliver it now.
+type Due struct {
+	ID       string
+	Endpoint string
+	At       time.Time
+}
+
 // DueEvents returns up to limit pending events whose next attempt is due between from and now,
-// soonest first. A caller that knows no pending event is due before from spares the scan the
-// tombstones of events delivered earlier (Badger keeps them until compaction).
-func (s *Store) DueEvents(from, now time.Time, limit int) ([]*Event, error) {
-	var out []*Event
+// soonest first, read from the schedule index alone. A caller that knows no pending event is
+// due before from spares the scan the tombstones of events delivered earlier (Badger keeps them
+// until compaction).
+func (s *Store) DueEvents(from, now time.Time, limit int) ([]Due, error) {
+	var out []Due
 	err := s.view(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefixPending)})
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefixPending), PrefetchValues: true, PrefetchSize: 64})
 		defer it.Close()
 		for it.Seek(pendingKey(from, "")); it.Valid() && len(out) < limit; it.Next() {
 			k := it.Item().Key()[len(prefixPending):]
-			if len(k) < 8 || int64(binary.BigEndian.Uint64(k[:8])) > now.UnixNano() {
-				break
-			}
-			ev, err := getEvent(txn, string(k[9:]))
-			if errors.Is(err, ErrNotFound) {
+			if len(k) < 9 {
 				continue
 			}
+			at := time.Unix(0, int64(binary.BigEndian.Uint64(k[:8])))
+			if at.After(now) {
+				break
+			}
+			endpoint, err := it.Item().ValueCopy(nil)
 			if err != nil {
 				return err
 			}
-			out = append(out, ev)
+			out = append(out, Due{ID: string(k[9:]), Endpoint: string(endpoint), At: at})
 		}
 		return nil
 	})
@@ -238,7 +247,7 @@ func putEvent(txn *badger.Txn, ev *Event, prev *Event) error {
 	}
 	switch ev.State {
 	case EventPending:
-		if err := txn.Set(pendingKey(ev.NextAttempt, ev.ID), nil); err != nil {
+		if err := txn.Set(pendingKey(ev.NextAttempt, ev.ID), []byte(ev.Endpoint)); err != nil {
 			return err
 		}
 	case EventDead:
@@ -273,12 +282,12 @@ func pendingKey(due time.Time, id string) []byte {
 
 // RescheduleEndpoint makes every pending event of endpoint due at `at`; it returns how many.
 func (s *Store) RescheduleEndpoint(endpoint string, at time.Time) (int, error) {
-	events, err := s.DueEvents(time.Time{}, time.Unix(0, 1<<62), 1<<30)
+	due, err := s.DueEvents(time.Time{}, time.Unix(0, 1<<62), 1<<30)
 	if err != nil {
 		return 0, err
 	}
 	n := 0
-	for _, ev := range events {
+	for _, ev := range due {
 		if ev.Endpoint != endpoint {
 			continue
 		}

@@ -28,8 +28,11 @@ func TestStatusChangeAndItsEventAreOneWrite(t *testing.T) {
 	st.Transition("op_1", Change{To: StatusSucceeded, Result: &Response{Status: 200}})
 	st.Transition("op_2", Change{To: StatusFailed, Error: &OperationError{Code: "X"}})
 	due, err := st.DueEvents(time.Time{}, time.Now(), 10)
-	if err != nil || len(due) != 2 || due[0].Version != 3 || due[0].State != EventPending {
+	if err != nil || len(due) != 2 || due[0].Endpoint != "e" {
 		t.Fatalf("due: %+v %v", due, err)
+	}
+	if ev, err := st.GetEvent(due[0].ID); err != nil || ev.Version != 3 || ev.State != EventPending {
+		t.Fatalf("event: %+v %v", ev, err)
 	}
 	if later, _ := st.DueEvents(time.Now().Add(time.Hour), time.Now().Add(2*time.Hour), 10); len(later) != 0 {
 		t.Fatal("a scan from after the events found them")
