@@ -154,11 +154,27 @@ func (s *storeSlot) acquire() (*store.Store, *runner, func(), error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closing {
-		return nil, nil, nil, store.ErrClosed
+	if s.closing && s.users == 0 {
+		return s.straggler()
 	}
 	s.users++
 	return s.st, s.run, s.releaseUser, nil
+}
+
+// straggler serves a request that reached this config after its handles were given back (a
+// reload whose grace period ran out with the request's connection still open): on a handle of
+// its own and the runner the newer config runs, as long as there is one.
+func (s *storeSlot) straggler() (*store.Store, *runner, func(), error) {
+	run := liveRunner(s.opts.Dir)
+	if run == nil {
+		return nil, nil, nil, store.ErrClosed
+	}
+	st, err := store.Open(s.opts)
+	if err != nil {
+		run.release()
+		return nil, nil, nil, err
+	}
+	return st, run, func() { _ = st.Close(); run.release() }, nil
 }
 
 func (s *storeSlot) releaseUser() {

@@ -112,6 +112,21 @@ func acquireRunner(opts store.Options, set runnerSettings, servers map[string]*c
 	return r, nil
 }
 
+// liveRunner returns the running runner of dir with one more reference, or nil.
+func liveRunner(dir string) *runner {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil
+	}
+	runnersMu.Lock()
+	defer runnersMu.Unlock()
+	r := runners[abs]
+	if r != nil {
+		r.refs++
+	}
+	return r
+}
+
 // release drops one reference; the last one stops the runner: no operation starts any more,
 // running ones get the grace period to finish and are then handed back to the queue, the
 // courier gets what is left of it to deliver due events, and the store handle closes.
