@@ -2,6 +2,8 @@ package module
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -152,4 +154,31 @@ func TestLogsNeverHoldSecretsScopesOrBodies(t *testing.T) {
 		}
 	}
 	t.Logf("%d log lines checked", strings.Count(string(logs), "\n"))
+}
+
+func TestAdminListsEveryScopeAndEvictsKeys(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, "scope {http.request.header.Authorization}")
+	_, a := g.submit(t, "", "Authorization", "Bearer alice")
+	_, b := g.submit(t, "", "Authorization", "Bearer bob")
+	list := g.adminCall("GET", "/mulligan/operations")
+	if !strings.Contains(list, a.OperationID) || !strings.Contains(list, b.OperationID) {
+		t.Fatalf("the admin list lacks an operation: %s", list)
+	}
+	g.post(chatPath, "evict-me", chat("x"), "Authorization", "Bearer alice")
+	req := `{"scope":"Bearer alice","method":"POST","path":"/v1/chat/completions","key":"evict-me"}`
+	resp, err := http.Post("http://"+g.admin+"/mulligan/keys/evict", "application/json", strings.NewReader(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `"evicted":true`) {
+		t.Fatalf("evict: %d %s", resp.StatusCode, body)
+	}
+	if r := g.post(chatPath, "evict-me", chat("x"), "Authorization", "Bearer alice"); r.Header.Get(headerReplayed) != "" {
+		t.Fatal("an evicted key still replayed")
+	}
+	if n := g.model.Stats().ByKey["evict-me"]; n != 2 {
+		t.Fatalf("the evicted key ran %d times, want 2", n)
+	}
 }

@@ -280,3 +280,20 @@ func (g *gateway) adminCall(method, path string) string {
 	}
 	return string(b)
 }
+
+func TestRunningEventsAreDeliveredWhenAskedFor(t *testing.T) {
+	rc := newReceiver(t, secretA, nil)
+	g := startGateway(t, modelserver.Config{}, webhooksBlock(rc.srv.URL+"/hook", "events operation.running operation.succeeded", secretA))
+	_, op := g.submit(t, "")
+	g.await(t, op.OperationID)
+	waitFor(t, func() bool { return rc.delivered() == 2 })
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	versions := map[string]float64{}
+	for _, ev := range rc.events {
+		versions[fmt.Sprint(ev["event_type"])] = ev["operation"].(map[string]any)["version"].(float64)
+	}
+	if versions["operation.running"] != 2 || versions["operation.succeeded"] != 3 {
+		t.Fatalf("events and versions: %v", versions)
+	}
+}
