@@ -87,9 +87,6 @@ func (s *Store) Close() error {
 	return release(s.sh)
 }
 
-// Dir reports the directory of the database.
-func (s *Store) Dir() string { return s.sh.dir }
-
 // Size reports the database's size on disk in bytes.
 func (s *Store) Size() int64 {
 	lsm, vlog := s.sh.db.Size()
