@@ -64,16 +64,23 @@ func (h *harness) asyncEndToEnd(ctx context.Context) (Row, error) {
 	return row, err
 }
 
-// submitAndAwait submits n operations to g and waits until all are done.
-func (h *harness) submitAndAwait(ctx context.Context, g *gateway, n int) sample {
+// submitAll submits n operations to g, remembering when each was sent; an operation that
+// was not accepted has an empty id.
+func (h *harness) submitAll(ctx context.Context, g *gateway, n int, label string) ([]submission, sample) {
 	subs := make([]submission, n)
-	start := time.Now()
 	sub := forEach(ctx, h.cfg.Concurrency, n, func(i int) error {
 		at := time.Now()
-		id, err := h.submit(ctx, g.base, fmt.Sprint("e2e ", h.seq.Add(1)))
+		id, err := h.submit(ctx, g.base, fmt.Sprint(label, h.seq.Add(1)))
 		subs[i] = submission{id: id, at: at}
 		return err
 	})
+	return subs, sub
+}
+
+// submitAndAwait submits n operations to g and waits until all are done.
+func (h *harness) submitAndAwait(ctx context.Context, g *gateway, n int) sample {
+	start := time.Now()
+	subs, sub := h.submitAll(ctx, g, n, "e2e ")
 	accepted := subs[:0]
 	for _, s := range subs {
 		if s.id != "" {

@@ -80,17 +80,28 @@ func (s *sample) percentile(p float64) time.Duration {
 // closedLoop runs `workers` clients, each sending its next request as soon as the previous one
 // is answered, for d or until limit requests are sent (0: no limit).
 func closedLoop(ctx context.Context, workers int, d time.Duration, limit int64, base string, seq *atomic.Int64, fn call) sample {
-	start := time.Now()
-	deadline := start.Add(d)
-	parts := make([]sample, workers)
+	deadline := time.Now().Add(d)
 	var sent atomic.Int64
+	return measured(workers, func(s *sample) bool {
+		if ctx.Err() != nil || !time.Now().Before(deadline) || (limit != 0 && sent.Add(1) > limit) {
+			return false
+		}
+		t0 := time.Now()
+		err := fn(ctx, base, seq.Add(1)-1)
+		s.record(time.Since(t0), err)
+		return true
+	})
+}
+
+// measured runs `workers` goroutines, each calling step with its own sample until step
+// reports false, and merges the samples.
+func measured(workers int, step func(s *sample) bool) sample {
+	start := time.Now()
+	parts := make([]sample, workers)
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
-			for ctx.Err() == nil && time.Now().Before(deadline) && (limit == 0 || sent.Add(1) <= limit) {
-				t0 := time.Now()
-				err := fn(ctx, base, seq.Add(1)-1)
-				parts[w].record(time.Since(t0), err)
+			for step(&parts[w]) {
 			}
 		})
 	}
@@ -196,22 +207,14 @@ func expectStatus(resp *http.Response, body []byte, want int) error {
 // forEach calls fn(i) for every i in [0, n), `workers` at a time, and measures the calls.
 func forEach(ctx context.Context, workers, n int, fn func(i int) error) sample {
 	var next atomic.Int64
-	start := time.Now()
-	parts := make([]sample, workers)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < n && ctx.Err() == nil; i = int(next.Add(1) - 1) {
-				t0 := time.Now()
-				err := fn(i)
-				parts[w].record(time.Since(t0), err)
-			}
-		})
-	}
-	wg.Wait()
-	total := sample{elapsed: time.Since(start)}
-	for _, p := range parts {
-		total.add(p)
-	}
-	return total
+	return measured(workers, func(s *sample) bool {
+		i := int(next.Add(1) - 1)
+		if i >= n || ctx.Err() != nil {
+			return false
+		}
+		t0 := time.Now()
+		err := fn(i)
+		s.record(time.Since(t0), err)
+		return true
+	})
 }

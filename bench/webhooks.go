@@ -162,10 +162,7 @@ func (h *harness) drainOutbox(ctx context.Context, g *gateway, rc *receiver) Row
 	rc.mu.Unlock()
 	rc.refuse.Store(true)
 	n := h.cfg.Operations
-	sub := forEach(ctx, h.cfg.Concurrency, n, func(i int) error {
-		_, err := h.submit(ctx, g.base, fmt.Sprint("drain ", h.seq.Add(1)))
-		return err
-	})
+	_, sub := h.submitAll(ctx, g, n, "drain ")
 	want := n - sub.errs
 	deadline := time.Now().Add(doneTimeout)
 	for rc.refusedCount() < want && ctx.Err() == nil && time.Now().Before(deadline) {
@@ -195,14 +192,8 @@ func (rc *receiver) refusedCount() int {
 // delivery for each, or doneTimeout passes.
 func (h *harness) deliverAll(ctx context.Context, g *gateway, rc *receiver) sample {
 	n := h.cfg.Operations
-	subs := make([]submission, n)
 	start := time.Now()
-	sub := forEach(ctx, h.cfg.Concurrency, n, func(i int) error {
-		at := time.Now()
-		id, err := h.submit(ctx, g.base, fmt.Sprint("hook ", h.seq.Add(1)))
-		subs[i] = submission{id: id, at: at}
-		return err
-	})
+	subs, sub := h.submitAll(ctx, g, n, "hook ")
 	want := n - sub.errs
 	deadline := time.Now().Add(doneTimeout)
 	for rc.delivered() < want && ctx.Err() == nil && time.Now().Before(deadline) {

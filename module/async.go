@@ -105,11 +105,14 @@ func (c *converter) accepted(op *store.Operation, expires time.Time) store.Respo
 	return store.Response{Status: http.StatusAccepted, Header: h, Body: append(body, '\n')}
 }
 
+// writeResponse writes a recorded response whole, over the headers already set (the gateway's
+// own, which recorded ones never carry).
 func writeResponse(w http.ResponseWriter, resp store.Response) {
 	h := w.Header()
 	for k, v := range resp.Header {
 		h[k] = v
 	}
+	h.Del("Transfer-Encoding")
 	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
 	w.WriteHeader(resp.Status)
 	_, _ = w.Write(resp.Body)

@@ -77,7 +77,7 @@ func (r *runner) execute(parent context.Context, op *store.Operation, first <-ch
 func (r *runner) backoff(ctx context.Context, attempt int, res attemptResult) bool {
 	var retryAfter time.Duration
 	if res.header != nil {
-		retryAfter = parseRetryAfter(res.header.Get("Retry-After"))
+		retryAfter = webhook.ParseRetryAfter(res.header.Get("Retry-After"), time.Now())
 	}
 	t := time.NewTimer(webhook.Backoff(retryBase, retryCap, attempt, min(retryAfter, retryCap)))
 	defer t.Stop()
@@ -188,18 +188,4 @@ func serveRecorded(rec *bufferWriter, serve func() error) (res attemptResult) {
 		return attemptResult{}
 	}
 	return rec.result()
-}
-
-func parseRetryAfter(v string) time.Duration {
-	if v == "" {
-		return 0
-	}
-	var secs int
-	if _, err := fmt.Sscanf(v, "%d", &secs); err == nil && secs >= 0 {
-		return time.Duration(secs) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return time.Until(t)
-	}
-	return 0
 }

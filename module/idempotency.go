@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -272,15 +271,8 @@ func setBody(r *http.Request, body []byte) {
 
 // replay writes a recorded response byte for byte, marked as a replay.
 func replay(w http.ResponseWriter, rec *store.Record) {
-	resp := rec.Response
 	h := w.Header()
-	for k, v := range resp.Header {
-		h[k] = v
-	}
 	h.Set(headerReplayed, "true")
 	h.Set(headerExpires, rec.ExpiresAt.UTC().Format(http.TimeFormat))
-	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
-	h.Del("Transfer-Encoding")
-	w.WriteHeader(resp.Status)
-	_, _ = w.Write(resp.Body)
+	writeResponse(w, *rec.Response)
 }

@@ -41,14 +41,20 @@ func Backoff(minWait, maxWait time.Duration, attempt int, retryAfter time.Durati
 	return max(wait, min(retryAfter, MaxRetryAfter))
 }
 
-// retryAfter reads a response's Retry-After, either delay seconds or an HTTP
-// date relative to now (RFC 9110 §10.2.3), capped at MaxRetryAfter. It
-// returns 0 when resp is nil or the header is absent or unparsable.
+// retryAfter reads a response's Retry-After (see ParseRetryAfter); 0 when
+// resp is nil.
 func retryAfter(resp *http.Response, now time.Time) time.Duration {
 	if resp == nil {
 		return 0
 	}
-	v := strings.TrimSpace(resp.Header.Get("Retry-After"))
+	return ParseRetryAfter(resp.Header.Get("Retry-After"), now)
+}
+
+// ParseRetryAfter reads a Retry-After value, either delay seconds or an HTTP
+// date relative to now (RFC 9110 §10.2.3), capped at MaxRetryAfter. It
+// returns 0 when the value is absent or unparsable.
+func ParseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0
 	}
