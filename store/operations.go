@@ -31,6 +31,10 @@ type Operation struct {
 	Error             *OperationError `json:"error,omitempty"`
 	Result            *ResultMeta     `json:"result,omitempty"`
 	Callback          *Callback       `json:"callback,omitempty"`
+	// Holder is the worker (one runner of one replica) executing a running operation, and
+	// LeaseUntil how long its claim lasts unless renewed (Queue.RenewLeases).
+	Holder     string    `json:"holder,omitempty"`
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
 }
 
 // OperationError is why an operation failed.
@@ -156,6 +160,13 @@ type Change struct {
 	Result *Response
 	// At is the moment of the change; zero means now.
 	At time.Time
+	// Holder, when set, fences the change to the worker holding the operation: it fails with
+	// ErrNotHolder when the operation is held by another worker or by none (a late worker whose
+	// operation was taken over changes nothing).
+	Holder string
+	// LeaseExpired, with Holder, applies the change only while Holder's lease has run out: a
+	// takeover never races a renewal.
+	LeaseExpired bool
 }
 
 // Transition moves operation id to c.To if the state machine allows it, bumping its version,

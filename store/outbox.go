@@ -40,6 +40,16 @@ type Event struct {
 	LastError   string          `json:"last_error,omitempty"`
 	DeadReason  string          `json:"dead_reason,omitempty"`
 	DeliveredAt time.Time       `json:"delivered_at,omitzero"`
+	// AgeFrom is when a redelivered event's max_age starts again (zero: from OccurredAt).
+	AgeFrom time.Time `json:"age_from,omitzero"`
+}
+
+// AgeStart is when the event's max_age is counted from: its redelivery, else its occurrence.
+func (ev *Event) AgeStart() time.Time {
+	if ev.AgeFrom.After(ev.OccurredAt) {
+		return ev.AgeFrom
+	}
+	return ev.OccurredAt
 }
 
 // Callback is where an operation's events go.

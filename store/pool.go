@@ -21,7 +21,8 @@ type shared struct {
 	stopGC chan struct{}
 	gcDone chan struct{}
 
-	announcer announcerSlot
+	announcer   announcerSlot
+	eventLeases eventLeases
 }
 
 var (

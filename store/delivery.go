@@ -1,0 +1,127 @@
+package store
+
+import (
+	"sync"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// eventLeases are the Badger backend's delivery claims. One process owns a Badger directory, so
+// they live in memory: a crash drops them with the process that held them.
+type eventLeases struct {
+	mu    sync.Mutex
+	until map[string]eventLease
+}
+
+type eventLease struct {
+	worker string
+	until  time.Time
+}
+
+// take gives id to worker until `until` unless another worker holds an unexpired lease.
+func (l *eventLeases) take(id, worker string, now, until time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.until == nil {
+		l.until = map[string]eventLease{}
+	}
+	if cur, ok := l.until[id]; ok && cur.worker != worker && now.Before(cur.until) {
+		return false
+	}
+	l.until[id] = eventLease{worker: worker, until: until}
+	return true
+}
+
+func (l *eventLeases) drop(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.until, id)
+}
+
+// ClaimEvent takes pending, due event id for delivery by worker (see Outbox).
+func (s *Store) ClaimEvent(id, worker string, lease time.Duration) (*Event, error) {
+	ev, err := s.GetEvent(id)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	if ev.State != EventPending || ev.NextAttempt.After(now) {
+		return nil, nil
+	}
+	if !s.sh.eventLeases.take(id, worker, now, now.Add(lease)) {
+		return nil, nil
+	}
+	return ev, nil
+}
+
+// MarkDelivered records an acknowledged delivery (see Outbox).
+func (s *Store) MarkDelivered(id string, a Attempt) error {
+	return s.settleEvent(id, func(ev *Event) {
+		ev.State, ev.DeliveredAt = EventDelivered, a.At
+		ev.setAttempt(a)
+	})
+}
+
+// Reschedule puts a pending event back in the schedule, due at next (see Outbox).
+func (s *Store) Reschedule(id string, next time.Time, a Attempt) error {
+	return s.settleEvent(id, func(ev *Event) {
+		ev.NextAttempt = next
+		ev.setAttempt(a)
+	})
+}
+
+// DeadLetter moves a pending event to the dead letters (see Outbox).
+func (s *Store) DeadLetter(id, reason string, a Attempt) error {
+	return s.settleEvent(id, func(ev *Event) {
+		ev.State, ev.DeadReason = EventDead, reason
+		ev.setAttempt(a)
+	})
+}
+
+// Redeliver moves a dead letter back to pending with a fresh budget and max_age (see Outbox).
+func (s *Store) Redeliver(id string, at time.Time) (*Event, error) {
+	var out *Event
+	err := s.update(func(txn *badger.Txn) error {
+		ev, err := getEvent(txn, id)
+		if err != nil {
+			return err
+		}
+		out = ev
+		if ev.State != EventDead {
+			return nil
+		}
+		prev := *ev
+		ev.State, ev.NextAttempt, ev.Attempts, ev.DeadReason, ev.AgeFrom = EventPending, at, 0, "", at
+		return putEvent(txn, ev, &prev)
+	})
+	return out, err
+}
+
+// settleEvent applies an attempt's outcome to a pending event and ends its delivery claim. An
+// event that is no longer pending (delivered or dead-lettered meanwhile) is left as it is.
+func (s *Store) settleEvent(id string, fn func(ev *Event)) error {
+	defer s.sh.eventLeases.drop(id)
+	return s.update(func(txn *badger.Txn) error {
+		ev, err := getEvent(txn, id)
+		if err != nil {
+			return err
+		}
+		if ev.State != EventPending {
+			return nil
+		}
+		prev := *ev
+		fn(ev)
+		return putEvent(txn, ev, &prev)
+	})
+}
+
+// setAttempt copies an attempt's outcome onto the event; a zero Attempts leaves the count.
+func (ev *Event) setAttempt(a Attempt) {
+	if a.Attempts > 0 {
+		ev.Attempts = a.Attempts
+	}
+	if a.Status != 0 || a.Error != "" {
+		ev.LastStatus, ev.LastError = a.Status, a.Error
+	}
+}
