@@ -110,7 +110,7 @@ func (s *Store) AcceptOperation(op *Operation, req *Request, key *KeyAccept) (Cl
 			if err != nil {
 				return Claim{}, err
 			}
-			if claim, answered := answerFor(rec, key.Fingerprint, s.now()); answered {
+			if claim, answered := AnswerFor(rec, key.Fingerprint, s.now()); answered {
 				return claim, nil
 			}
 		}
@@ -322,6 +322,13 @@ func (s *Store) LoadRequest(id string) (*Request, error) {
 func (s *Store) LoadResult(id string) (*Response, error) {
 	var resp Response
 	err := s.view(func(txn *badger.Txn) error {
+		op, err := getOperation(txn, id)
+		if err != nil {
+			return err
+		}
+		if op.As(s.now()).Status == StatusExpired { // its TTL runs on the wall clock, not on s.now
+			return domainError{ErrNotFound}
+		}
 		return getValue(txn, resultKey(id), func(v []byte) error {
 			body, err := decode(v, &resp)
 			resp.Body = body
