@@ -86,7 +86,7 @@ func (s *Store) ClaimKey(key, fp []byte, lease time.Duration) (Claim, error) {
 		}
 		// Absent, or an in-flight claim whose holder outlived its lease (a crash): take it. The
 		// record outlives its lease a little, so a late retry still sees an expired claim.
-		rec = &Record{State: InFlight, Fingerprint: fp, Token: newToken(), ClaimedAt: now, LeaseUntil: now.Add(lease)}
+		rec = &Record{State: InFlight, Fingerprint: fp, Token: NewToken(), ClaimedAt: now, LeaseUntil: now.Add(lease)}
 		claim = Claim{Outcome: Claimed, Token: rec.Token}
 		return true, putRecord(txn, key, rec, lease+time.Minute)
 	})
@@ -212,7 +212,7 @@ func putRecord(txn *badger.Txn, key []byte, rec *Record, ttl time.Duration) erro
 	return txn.SetEntry(badger.NewEntry(idempotencyKey(key), v).WithTTL(ttl))
 }
 
-func newToken() string {
+func NewToken() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])

@@ -235,8 +235,9 @@ func (s *Store) fence(op *Operation, c Change, now time.Time) error {
 }
 
 // Apply makes the state machine's bookkeeping of c on op, whatever the backend: the status,
-// the version, the start and finish times, the attempt count, the error, and the holder that a
-// move out of running drops. The caller has checked CanTransition.
+// the version, the start and finish times, the attempt count, the error, the result's
+// description, and the holder that a move out of running drops. The caller has checked
+// CanTransition.
 func Apply(op *Operation, c Change, at time.Time) {
 	op.Status, op.Version = c.To, op.Version+1
 	switch c.To {
@@ -250,6 +251,9 @@ func Apply(op *Operation, c Change, at time.Time) {
 	}
 	if c.To.Final() {
 		op.FinishedAt, op.Error = at, c.Error
+		if r := c.Result; r != nil {
+			op.Result = &ResultMeta{Status: r.Status, ContentType: r.Header.Get("Content-Type"), Size: len(r.Body)}
+		}
 	}
 }
 
@@ -257,7 +261,6 @@ func Apply(op *Operation, c Change, at time.Time) {
 // operation and its scope index entry the tombstone's lifetime.
 func (s *Store) finalize(txn *badger.Txn, op *Operation, result *Response) error {
 	if result != nil {
-		op.Result = &ResultMeta{Status: result.Status, ContentType: result.Header.Get("Content-Type"), Size: len(result.Body)}
 		v, err := encode(result, result.Body)
 		if err != nil {
 			return err
