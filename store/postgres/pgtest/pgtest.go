@@ -54,6 +54,22 @@ func withDatabase(t testing.TB, dsn, name string) string {
 	return u.String()
 }
 
+// Admin runs sql on the test cluster as its administrator (to take a database down, say).
+func Admin(t testing.TB, sql string) {
+	t.Helper()
+	exec(t, os.Getenv(EnvDSN), sql)
+}
+
+// Name is the database a DSN from Database names.
+func Name(t testing.TB, dsn string) string {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.Database
+}
+
 func exec(t testing.TB, dsn, sql string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
