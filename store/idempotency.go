@@ -63,9 +63,10 @@ type Claim struct {
 	Record *Record
 }
 
-// ErrNotHolder is returned when a claim was lost (its lease expired and another request took the
-// key over, or it was evicted) before the holder completed or released it.
-var ErrNotHolder = errors.New("idempotency claim is no longer held")
+// ErrNotHolder is returned when a claim was lost before its holder completed or released it: an
+// idempotency key's (its lease expired and another request took the key over, or it was
+// evicted) or a running operation's (Change.Holder: another worker took it over, or it ended).
+var ErrNotHolder = errors.New("claim is no longer held")
 
 // ClaimKey atomically claims key for a request whose fingerprint is fp: of any number of
 // concurrent callers exactly one gets Claimed. The claim lasts for lease; past it, a crashed

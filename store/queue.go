@@ -72,6 +72,9 @@ func (q *queueState) load(db *badger.DB) error {
 				q.moved(op, "")
 			}
 		}
+		for _, r := range q.running {
+			r.revoked = true // whatever its worker's name, the process that held it is gone
+		}
 		q.rebuiltAt = time.Now()
 		return nil
 	})

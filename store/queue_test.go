@@ -44,6 +44,10 @@ func TestOperationsLeftRunningByACrashAreExpiredAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
+	// A worker of the new process by the same name does not make the old lease live.
+	if op, err := st.ClaimNext("w1", time.Hour); err != nil || op != nil {
+		t.Fatalf("claim after restart: %v %v", op, err)
+	}
 	exp, err := st.ExpiredLeases(10)
 	if err != nil || len(exp) != 1 || exp[0].ID != "op_1" || exp[0].Holder != "w1" {
 		t.Fatalf("after restart: %v %v; want op_1, held by w1 an hour longer, expired", ids(exp), err)

@@ -23,6 +23,7 @@ func open(t testing.TB, dsn string, now func() time.Time) *postgres.Store {
 }
 
 func TestPostgresConformance(t *testing.T) {
+	pgtest.Require(t)
 	storetest.Run(t, func(t *testing.T) storetest.Storage {
 		dsn := pgtest.Database(t)
 		return func(now func() time.Time) store.Backend { return open(t, dsn, now) }

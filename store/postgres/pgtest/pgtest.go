@@ -22,14 +22,7 @@ const EnvDSN = "MULLIGAN_TEST_POSTGRES"
 // its DSN. Without a cluster t is skipped, saying how to get one; under CI=true it fails instead.
 func Database(t testing.TB) string {
 	t.Helper()
-	admin := os.Getenv(EnvDSN)
-	if admin == "" {
-		msg := EnvDSN + " is not set: run ./test.sh, which starts a throw-away PostgreSQL (apt-get install postgresql for its binaries), or point it at a cluster"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	admin := Require(t)
 	if _, err := pgx.ParseConfig(admin); err != nil {
 		t.Fatalf("%s: %v", EnvDSN, err)
 	}
@@ -52,6 +45,21 @@ func withDatabase(t testing.TB, dsn, name string) string {
 	}
 	u.Path = "/" + name
 	return u.String()
+}
+
+// Require returns the test cluster's DSN. Without one t is skipped, saying how to get one; under
+// CI=true it fails instead.
+func Require(t testing.TB) string {
+	t.Helper()
+	admin := os.Getenv(EnvDSN)
+	if admin == "" {
+		msg := EnvDSN + " is not set: run ./test.sh, which starts a throw-away PostgreSQL (apt-get install postgresql for its binaries), or point it at a cluster"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return admin
 }
 
 // Admin runs sql on the test cluster as its administrator (to take a database down, say).
