@@ -19,7 +19,7 @@ import (
 // dryRebuildEvery, since a scan of q/ walks the tombstones of every operation already dequeued).
 const (
 	rebuildEvery    = 30 * time.Second
-	dryRebuildEvery = time.Second
+	dryRebuildEvery = 5 * time.Second
 )
 
 // queueState is the in-memory side of the Badger queue, shared by every handle on one database.

@@ -149,9 +149,6 @@ func (s *Store) Size() int64 {
 	return n
 }
 
-// Pool is the handle's connection pool, for tools and tests.
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
-
 // ctx is the context of one call: bounded by Timeout, canceled by Close.
 func (s *Store) ctx() (context.Context, context.CancelFunc, error) {
 	if s.closed.Load() {
