@@ -85,3 +85,16 @@ func TestDurableSyncCoversRotatedWALsAndValueLogs(t *testing.T) {
 		t.Fatalf("a flushed WAL is still remembered: %v", err)
 	}
 }
+
+func TestPingWritesNothing(t *testing.T) {
+	st := openTemp(t, true)
+	before := st.sh.db.MaxVersion()
+	for range 3 {
+		if err := st.Ping(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := st.sh.db.MaxVersion(); after != before {
+		t.Fatalf("ping wrote: the database's version went from %d to %d", before, after)
+	}
+}
