@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # The whole test suite: vet, formatting, every test under the race detector (real Caddy, real
-# Badger, real loopback HTTP, the built binary killed with SIGKILL), then each fuzz target for a
-# few seconds on top of its seed corpus.
+# Badger, real PostgreSQL, real loopback HTTP, the built binary killed with SIGKILL), then each
+# fuzz target for a few seconds on top of its seed corpus.
+#
+# PostgreSQL: unless MULLIGAN_TEST_POSTGRES names a cluster, a throw-away one is started for the
+# run and removed after it (scripts/pg-test-cluster.sh). Without PostgreSQL binaries the tests
+# that need it are skipped, saying how to install them; under CI=true the run fails instead.
 set -euo pipefail
 cd "$(dirname "$0")"
+# shellcheck source=scripts/pg-test-cluster.sh
+source scripts/pg-test-cluster.sh
+pg_test_cluster_start
 # A count, not a duration: go1.26's fuzz coordinator can report a spurious "context deadline
 # exceeded" when a duration runs out (golang/go#75804).
 fuzztime="${FUZZTIME:-5000x}"

@@ -1,0 +1,84 @@
+package postgres
+
+import (
+	"crypto/rand"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
+)
+
+// BenchmarkClaimComplete measures one keyed request's two durable writes (synchronous_commit on
+// in the test cluster), 16 writers per CPU sharing the pool, as store's Badger benchmark does.
+func BenchmarkClaimComplete(b *testing.B) {
+	st := openTest(b, pgtest.Database(b), Options{MaxConns: 16})
+	resp := store.Response{Status: 200, Body: make([]byte, 512)}
+	b.SetParallelism(16)
+	b.RunParallel(func(pb *testing.PB) {
+		key := make([]byte, 32)
+		for pb.Next() {
+			_, _ = rand.Read(key)
+			c, err := st.ClaimKey(key, key, time.Minute)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := st.CompleteKey(key, c.Token, resp, time.Now().Add(time.Hour)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkReplay measures answering a completed key: one read, no write.
+func BenchmarkReplay(b *testing.B) {
+	st := openTest(b, pgtest.Database(b), Options{MaxConns: 16})
+	key := make([]byte, 32)
+	c, err := st.ClaimKey(key, key, time.Minute)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := st.CompleteKey(key, c.Token, store.Response{Status: 200, Body: make([]byte, 512)}, time.Now().Add(time.Hour)); err != nil {
+		b.Fatal(err)
+	}
+	b.SetParallelism(16)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if c, err := st.ClaimKey(key, key, time.Minute); err != nil || c.Outcome != store.Replay {
+				b.Fatal(c.Outcome, err)
+			}
+		}
+	})
+}
+
+// BenchmarkOperationCycle measures an operation's life on the queue: accept, claim by a worker
+// (FOR UPDATE SKIP LOCKED among 16 per CPU), succeed with a result.
+func BenchmarkOperationCycle(b *testing.B) {
+	st := openTest(b, pgtest.Database(b), Options{MaxConns: 16})
+	var n atomic.Int64
+	req := &store.Request{Method: "POST", URL: "/v1/x", Body: make([]byte, 512)}
+	res := &store.Response{Status: 200, Body: make([]byte, 512)}
+	b.SetParallelism(16)
+	b.RunParallel(func(pb *testing.PB) {
+		worker := fmt.Sprintf("w%d", n.Add(1))
+		for pb.Next() {
+			id := fmt.Sprintf("op_%012d", n.Add(1))
+			op := &store.Operation{ID: id, Scope: "s", Status: store.StatusQueued, Retention: time.Hour, SubmittedAt: time.Now()}
+			if _, err := st.AcceptOperation(op, req, nil); err != nil {
+				b.Fatal(err)
+			}
+			got, err := st.ClaimNext(worker, time.Minute)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if got == nil {
+				continue // every queued operation was being claimed by the others
+			}
+			if _, err := st.Transition(got.ID, store.Change{To: store.StatusSucceeded, Result: res, Holder: worker}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
