@@ -148,3 +148,6 @@ type Attempt struct {
 	// Error says what went wrong, "" when nothing did.
 	Error string
 }
+
+// The Badger Store is a Backend.
+var _ Backend = (*Store)(nil)

@@ -135,7 +135,7 @@ func (s *Store) AcceptOperation(op *Operation, req *Request, key *KeyAccept) (Cl
 			}
 		}
 	}
-	err := s.update(func(txn *badger.Txn) error {
+	err := s.updateThen(func(txn *badger.Txn) error {
 		if key != nil {
 			if err := completeInTxn(txn, key, op.ID, s.now()); err != nil {
 				return err
@@ -151,6 +151,10 @@ func (s *Store) AcceptOperation(op *Operation, req *Request, key *KeyAccept) (Cl
 			return err
 		}
 		return s.announce(txn, op, nil) // a call converted while running announces operation.running
+	}, func() {
+		// A call converted while running is held by the worker running it, live in this process.
+		s.sh.queue.live(op.Holder, op.LeaseUntil)
+		s.sh.queue.moved(op, "")
 	})
 	if err != nil {
 		return Claim{}, err
@@ -196,29 +200,35 @@ type Change struct {
 // keeping the queue and running indexes in step, and storing the result with a final status.
 // A final operation's request is dropped and its result kept for the operation's retention.
 func (s *Store) Transition(id string, c Change) (*Operation, error) {
+	return s.change(id, c, "", 0)
+}
+
+// change applies c to operation id; with claimBy set, the move to running is a claim by that
+// worker for lease (ClaimNext).
+func (s *Store) change(id string, c Change, claimBy string, lease time.Duration) (*Operation, error) {
 	var out *Operation
-	err := s.update(func(txn *badger.Txn) error {
+	var prev Status
+	err := s.updateThen(func(txn *badger.Txn) error {
 		op, err := getOperation(txn, id)
 		if err != nil {
+			return err
+		}
+		at := c.At
+		if at.IsZero() {
+			at = s.now()
+		}
+		if err := s.fence(op, c, at); err != nil {
 			return err
 		}
 		if !CanTransition(op.Status, c.To) {
 			return domainError{fmt.Errorf("%w: %s -> %s", ErrIllegalTransition, op.Status, c.To)}
 		}
-		prev := op.Status
-		at := c.At
-		if at.IsZero() {
-			at = s.now()
-		}
-		op.Status, op.Version = c.To, op.Version+1
-		switch c.To {
-		case StatusRunning:
-			op.StartedAt, op.Attempts = at, op.Attempts+1
-		case StatusQueued:
-			op.StartedAt = time.Time{}
+		prev = op.Status
+		Apply(op, c, at)
+		if claimBy != "" {
+			op.Holder, op.LeaseUntil = claimBy, at.Add(lease)
 		}
 		if c.To.Final() {
-			op.FinishedAt, op.Error = at, c.Error
 			if err := s.finalize(txn, op, c.Result); err != nil {
 				return err
 			}
@@ -228,8 +238,42 @@ func (s *Store) Transition(id string, c Change) (*Operation, error) {
 		}
 		out = op
 		return s.announce(txn, op, c.Result)
-	})
+	}, func() { s.sh.queue.moved(out, prev) })
 	return out, err
+}
+
+// fence refuses a change guarded by c.Holder unless that worker holds op (and, with
+// c.LeaseExpired, unless its lease ran out: then it is revoked, so the holder cannot renew it).
+func (s *Store) fence(op *Operation, c Change, now time.Time) error {
+	if c.Holder == "" {
+		return nil
+	}
+	if op.Status != StatusRunning || op.Holder != c.Holder {
+		return domainError{ErrNotHolder}
+	}
+	if c.LeaseExpired && !s.sh.queue.revokeIfExpired(op.ID, c.Holder, now) {
+		return domainError{ErrNotHolder}
+	}
+	return nil
+}
+
+// Apply makes the state machine's bookkeeping of c on op, whatever the backend: the status,
+// the version, the start and finish times, the attempt count, the error, and the holder that a
+// move out of running drops. The caller has checked CanTransition.
+func Apply(op *Operation, c Change, at time.Time) {
+	op.Status, op.Version = c.To, op.Version+1
+	switch c.To {
+	case StatusRunning:
+		op.StartedAt, op.Attempts = at, op.Attempts+1
+	case StatusQueued:
+		op.StartedAt = time.Time{}
+	}
+	if c.To != StatusRunning {
+		op.Holder, op.LeaseUntil = "", time.Time{}
+	}
+	if c.To.Final() {
+		op.FinishedAt, op.Error = at, c.Error
+	}
 }
 
 // finalize stores the result with the retention TTL, drops the request, and gives the
@@ -432,17 +476,21 @@ func getValue(txn *badger.Txn, key []byte, fn func([]byte) error) error {
 	return item.Value(fn)
 }
 
-// RecordAttempt counts one more upstream attempt of a running operation (a retry).
+// RecordAttempt counts one more upstream attempt of a running operation (a retry); any other
+// operation, a final one above all, is returned as it is.
 func (s *Store) RecordAttempt(id string) (*Operation, error) {
 	var out *Operation
-	err := s.update(func(txn *badger.Txn) error {
+	err := s.updateIf(func(txn *badger.Txn) (bool, error) {
 		op, err := getOperation(txn, id)
 		if err != nil {
-			return err
+			return false, err
+		}
+		out = op
+		if op.Status != StatusRunning {
+			return false, nil
 		}
 		op.Attempts++
-		out = op
-		return putOperation(txn, op, &op.Status)
+		return true, putOperation(txn, op, &op.Status)
 	})
 	return out, err
 }

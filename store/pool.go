@@ -23,6 +23,7 @@ type shared struct {
 
 	announcer   announcerSlot
 	eventLeases eventLeases
+	queue       *queueState
 }
 
 var (
@@ -50,8 +51,14 @@ func acquire(opts Options) (*shared, error) {
 	}
 	sh := &shared{
 		dir: dir, key: bytes.Clone(opts.EncryptionKey), db: db, refs: 1,
-		syncer: newGroupSyncer(db.Sync), locks: newKeyLocks(),
+		syncer: newGroupSyncer(newDurableSync(db, dir).sync), locks: newKeyLocks(),
 		stopGC: make(chan struct{}), gcDone: make(chan struct{}),
+		queue: newQueueState(),
+	}
+	if err := sh.queue.load(db); err != nil {
+		sh.syncer.stop()
+		_ = db.Close()
+		return nil, fmt.Errorf("%w: reading the queue of %s: %v", ErrUnavailable, dir, err)
 	}
 	go sh.collectGarbage()
 	pool[dir] = sh
@@ -89,7 +96,7 @@ func release(sh *shared) error {
 // modest, values above 1 KiB go to the value log so the LSM tree stays small.
 func badgerOptions(dir string, opts Options) badger.Options {
 	o := badger.DefaultOptions(dir).
-		WithSyncWrites(false). // durability comes from the group syncer, one fsync per batch
+		WithSyncWrites(false). // durability comes from the group syncer, one sync per batch (durability.go)
 		WithMemTableSize(16 << 20).
 		WithNumMemtables(3).
 		WithBlockCacheSize(32 << 20).

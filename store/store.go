@@ -96,10 +96,15 @@ func (s *Store) Size() int64 {
 // SetSyncObserver has observe called with the number of writes each group fsync covers.
 func (s *Store) SetSyncObserver(observe func(writes int)) { s.sh.syncer.observe.Store(&observe) }
 
-// Ping reports whether the database is open and accepts a durable write.
+// Ping reports whether the database is open and answers a read. It writes nothing: a readiness
+// probe is not a write load.
 func (s *Store) Ping() error {
-	return s.update(func(txn *badger.Txn) error {
-		return txn.Set([]byte(keyPing), []byte(s.now().UTC().Format(time.RFC3339Nano)))
+	return s.view(func(txn *badger.Txn) error {
+		_, err := txn.Get([]byte(keyPing))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		return err
 	})
 }
 
@@ -109,9 +114,20 @@ func (s *Store) update(fn func(txn *badger.Txn) error) error {
 	return s.updateIf(func(txn *badger.Txn) (bool, error) { return true, fn(txn) })
 }
 
+// updateThen is update with committed called once the transaction is committed, before the
+// fsync is waited for: in-memory state follows what the database holds even when the fsync then
+// fails (the store is the truth).
+func (s *Store) updateThen(fn func(txn *badger.Txn) error, committed func()) error {
+	return s.write(func(txn *badger.Txn) (bool, error) { return true, fn(txn) }, committed)
+}
+
 // updateIf is update for a transaction that may decide to write nothing (fn reports whether it
 // wrote): then there is nothing to wait an fsync for.
 func (s *Store) updateIf(fn func(txn *badger.Txn) (bool, error)) error {
+	return s.write(fn, nil)
+}
+
+func (s *Store) write(fn func(txn *badger.Txn) (bool, error), committed func()) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
@@ -129,6 +145,9 @@ func (s *Store) updateIf(fn func(txn *badger.Txn) (bool, error)) error {
 			return wrap(err)
 		}
 		break
+	}
+	if committed != nil && wrote {
+		committed()
 	}
 	if s.sync && wrote {
 		return wrap(s.sh.syncer.wait())

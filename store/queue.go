@@ -1,0 +1,343 @@
+package store
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// The Badger backend's queue. One process owns a Badger directory, so what the queue needs to be
+// fast (the order of queued ids, which worker holds what, counts per scope) lives in memory
+// beside the database, filled from its indexes at open and kept in step after every commit. The
+// store stays the truth: the FIFO is rebuilt from the q/ index periodically, so an operation whose
+// in-memory enqueue was somehow lost still runs.
+
+// Rebuild cadence of the FIFO: at least this often, and when it runs dry (not more often than
+// dryRebuildEvery, since a scan of q/ walks the tombstones of every operation already dequeued).
+const (
+	rebuildEvery    = 30 * time.Second
+	dryRebuildEvery = time.Second
+)
+
+// queueState is the in-memory side of the Badger queue, shared by every handle on one database.
+type queueState struct {
+	mu        sync.Mutex
+	fifo      []string            // queued ids, oldest first; ids no longer queued are skipped when reached
+	inFifo    map[string]struct{} // the ids in fifo
+	queued    map[string]string   // queued id -> scope
+	running   map[string]*runLease
+	active    map[string]int       // scope -> queued + running
+	workers   map[string]time.Time // worker -> the latest lease it was granted in this process
+	rebuiltAt time.Time
+}
+
+// runLease is who holds a running operation, and until when.
+type runLease struct {
+	scope   string
+	holder  string
+	until   time.Time
+	revoked bool // a takeover is being written: the holder must not renew
+}
+
+func newQueueState() *queueState {
+	return &queueState{
+		inFifo: map[string]struct{}{}, queued: map[string]string{}, running: map[string]*runLease{},
+		active: map[string]int{}, workers: map[string]time.Time{},
+	}
+}
+
+// load fills the state from the q/ and u/ indexes at open. Leases of operations found running
+// are not live: their worker belonged to a process that is gone.
+func (q *queueState) load(db *badger.DB) error {
+	return db.View(func(txn *badger.Txn) error {
+		for _, st := range []Status{StatusQueued, StatusRunning} {
+			prefix := indexPrefix(st)
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+			var ids []string
+			for it.Rewind(); it.Valid(); it.Next() {
+				ids = append(ids, string(it.Item().Key()[len(prefix):]))
+			}
+			it.Close()
+			for _, id := range ids {
+				op, err := getOperation(txn, id)
+				if errors.Is(err, ErrNotFound) {
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				q.moved(op, "")
+			}
+		}
+		q.rebuiltAt = time.Now()
+		return nil
+	})
+}
+
+// moved records that a commit left op in its status, coming from prev ("" for a new operation).
+// The caller holds no lock.
+func (q *queueState) moved(op *Operation, prev Status) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	wasActive := prev == StatusQueued || prev == StatusRunning
+	isActive := op.Status == StatusQueued || op.Status == StatusRunning
+	switch {
+	case isActive && !wasActive:
+		q.active[op.Scope]++
+	case wasActive && !isActive:
+		if q.active[op.Scope]--; q.active[op.Scope] <= 0 {
+			delete(q.active, op.Scope)
+		}
+	}
+	delete(q.queued, op.ID)
+	delete(q.running, op.ID)
+	switch op.Status {
+	case StatusQueued:
+		q.queued[op.ID] = op.Scope
+		q.push(op.ID)
+	case StatusRunning:
+		q.running[op.ID] = &runLease{scope: op.Scope, holder: op.Holder, until: op.LeaseUntil}
+	}
+}
+
+func (q *queueState) push(id string) {
+	if _, ok := q.inFifo[id]; ok {
+		return
+	}
+	q.inFifo[id] = struct{}{}
+	q.fifo = append(q.fifo, id)
+}
+
+// pop returns the oldest id in the FIFO that is still queued, rebuilding the FIFO from the store
+// when it is due or dry. ok is false when nothing is queued.
+func (q *queueState) pop(scan func() ([]string, error)) (string, bool, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	since := time.Since(q.rebuiltAt)
+	if since >= rebuildEvery || (len(q.fifo) == 0 && since >= dryRebuildEvery) {
+		if err := q.rebuild(scan); err != nil {
+			return "", false, err
+		}
+	}
+	for len(q.fifo) > 0 {
+		id := q.fifo[0]
+		q.fifo[0] = ""
+		q.fifo = q.fifo[1:]
+		delete(q.inFifo, id)
+		if len(q.fifo) == 0 {
+			q.fifo = nil // let the backing array go
+		}
+		if _, ok := q.queued[id]; ok {
+			return id, true, nil
+		}
+	}
+	return "", false, nil
+}
+
+// rebuild replaces the FIFO with the store's q/ index. It runs under q.mu, so an operation
+// committed after the scan's snapshot is pushed after the rebuild and not lost; one committed
+// before it is in the scan (push dedupes).
+func (q *queueState) rebuild(scan func() ([]string, error)) error {
+	ids, err := scan()
+	if err != nil {
+		return err
+	}
+	q.rebuiltAt = time.Now()
+	q.fifo, q.inFifo = nil, make(map[string]struct{}, len(ids))
+	for _, id := range ids {
+		if _, ok := q.queued[id]; !ok {
+			// Committed queued but its in-memory move was lost; its scope is read when claimed.
+			q.queued[id] = ""
+		}
+		q.push(id)
+	}
+	return nil
+}
+
+// unpop puts id back at the head of the FIFO after a claim failed to commit.
+func (q *queueState) unpop(id string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if _, ok := q.inFifo[id]; ok {
+		return
+	}
+	q.inFifo[id] = struct{}{}
+	q.fifo = append([]string{id}, q.fifo...)
+}
+
+// live records that worker holds leases until `until` in this process.
+func (q *queueState) live(worker string, until time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.liveLocked(worker, until)
+}
+
+func (q *queueState) liveLocked(worker string, until time.Time) {
+	if worker == "" {
+		return
+	}
+	if until.After(q.workers[worker]) {
+		q.workers[worker] = until
+	}
+}
+
+// expiredLocked reports whether a running operation's lease ran out: past its deadline, revoked,
+// or held by a worker that is not live in this process (one process owns a Badger directory, so
+// such a worker belonged to a process that is gone).
+func (q *queueState) expiredLocked(r *runLease, now time.Time) bool {
+	if r == nil || r.revoked || r.holder == "" || !now.Before(r.until) {
+		return true
+	}
+	return !now.Before(q.workers[r.holder])
+}
+
+// revokeIfExpired checks, for a takeover, that id's lease by holder has run out, and revokes it so
+// that a renewal racing the takeover finds it lost.
+func (q *queueState) revokeIfExpired(id, holder string, now time.Time) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	r := q.running[id]
+	if r != nil && r.holder != holder {
+		return false
+	}
+	if !q.expiredLocked(r, now) {
+		return false
+	}
+	if r != nil {
+		r.revoked = true
+	}
+	return true
+}
+
+// ClaimNext moves the oldest queued operation to running, held by worker (see Queue).
+func (s *Store) ClaimNext(worker string, lease time.Duration) (*Operation, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	q := s.sh.queue
+	q.live(worker, s.now().Add(lease))
+	for {
+		id, ok, err := q.pop(func() ([]string, error) { return s.OperationsIn(StatusQueued) })
+		if err != nil || !ok {
+			return nil, err
+		}
+		op, err := s.change(id, Change{To: StatusRunning}, worker, lease)
+		if errors.Is(err, ErrIllegalTransition) || errors.Is(err, ErrNotFound) {
+			continue // canceled or gone while it waited
+		}
+		if err != nil {
+			q.unpop(id)
+			return nil, err
+		}
+		return op, nil
+	}
+}
+
+// RenewLeases extends worker's leases on ids (see Queue). On Badger the lease lives in memory:
+// one process owns the directory, and after a restart every lease is void anyway.
+func (s *Store) RenewLeases(worker string, ids []string, lease time.Duration) (Renewal, error) {
+	var out Renewal
+	if err := s.usable(); err != nil {
+		return out, err
+	}
+	now := s.now()
+	until := now.Add(lease)
+	q := s.sh.queue
+	held := make([]string, 0, len(ids))
+	q.mu.Lock()
+	q.liveLocked(worker, until)
+	for _, id := range ids {
+		r := q.running[id]
+		if r == nil || r.revoked || r.holder != worker {
+			out.Lost = append(out.Lost, id)
+			continue
+		}
+		r.until = until
+		held = append(held, id)
+	}
+	q.mu.Unlock()
+	err := s.view(func(txn *badger.Txn) error {
+		for _, id := range held {
+			op, err := getOperation(txn, id)
+			if errors.Is(err, ErrNotFound) {
+				out.Lost = append(out.Lost, id)
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			switch {
+			case op.Status != StatusRunning || op.Holder != worker:
+				out.Lost = append(out.Lost, id)
+			case !op.CancelRequestedAt.IsZero():
+				out.CancelRequested = append(out.CancelRequested, id)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// ExpiredLeases returns up to limit running operations whose lease ran out (see Queue).
+func (s *Store) ExpiredLeases(limit int) ([]*Operation, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	now := s.now()
+	q := s.sh.queue
+	var ids []string
+	q.mu.Lock()
+	for id, r := range q.running {
+		if len(ids) >= limit {
+			break
+		}
+		if q.expiredLocked(r, now) {
+			ids = append(ids, id)
+		}
+	}
+	q.mu.Unlock()
+	var out []*Operation
+	err := s.view(func(txn *badger.Txn) error {
+		for _, id := range ids {
+			op, err := getOperation(txn, id)
+			if errors.Is(err, ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if op.Status == StatusRunning {
+				out = append(out, op)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// ActiveCount counts scope's queued and running operations, from memory.
+func (s *Store) ActiveCount(scope string) (int, error) {
+	if err := s.usable(); err != nil {
+		return 0, err
+	}
+	q := s.sh.queue
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.active[scope], nil
+}
+
+// QueueStats counts queued and running operations, from memory.
+func (s *Store) QueueStats() (queued, running int, err error) {
+	if err := s.usable(); err != nil {
+		return 0, 0, err
+	}
+	q := s.sh.queue
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.queued), len(q.running), nil
+}
+
+// Wakeups is nil on Badger: work is only ever queued by this process, which knows it.
+func (s *Store) Wakeups() <-chan struct{} { return nil }

@@ -1,0 +1,83 @@
+package store
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestQueuedOperationLostFromMemoryStillRuns(t *testing.T) {
+	st := openTemp(t, true)
+	if _, err := st.AcceptOperation(newOp("op_1"), &Request{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The in-memory enqueue is lost (as after an fsync error following the commit).
+	q := st.sh.queue
+	q.mu.Lock()
+	q.fifo, q.inFifo, q.rebuiltAt = nil, map[string]struct{}{}, time.Time{}
+	q.mu.Unlock()
+	op, err := st.ClaimNext("w1", time.Minute)
+	if err != nil || op == nil || op.ID != "op_1" || op.Holder != "w1" {
+		t.Fatalf("claimed %+v, %v; want op_1 held by w1", op, err)
+	}
+}
+
+func TestOperationsLeftRunningByACrashAreExpiredAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	st, err := Open(Options{Dir: dir, Sync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.AcceptOperation(newOp("op_1"), &Request{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if op, err := st.ClaimNext("w1", time.Hour); err != nil || op == nil {
+		t.Fatalf("claim: %v %v", op, err)
+	}
+	if exp, _ := st.ExpiredLeases(10); len(exp) != 0 {
+		t.Fatalf("a live worker's lease expired: %v", ids(exp))
+	}
+	_ = st.Close()
+	st, err = Open(Options{Dir: dir, Sync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	exp, err := st.ExpiredLeases(10)
+	if err != nil || len(exp) != 1 || exp[0].ID != "op_1" || exp[0].Holder != "w1" {
+		t.Fatalf("after restart: %v %v; want op_1, held by w1 an hour longer, expired", ids(exp), err)
+	}
+	if _, err := st.Transition("op_1", Change{To: StatusQueued, Holder: "w1", LeaseExpired: true}); err != nil {
+		t.Fatal(err)
+	}
+	if queued, running, _ := st.QueueStats(); queued != 1 || running != 0 {
+		t.Fatalf("queued %d running %d", queued, running)
+	}
+}
+
+func TestDurableSyncCoversRotatedWALsAndValueLogs(t *testing.T) {
+	st := openTemp(t, true)
+	dir := t.TempDir()
+	for _, name := range []string{"00001.mem", "00002.mem", "000001.vlog", "000002.vlog", "000001.sst"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := newDurableSync(st.sh.db, dir)
+	if err := d.sync(); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{"00001.mem": true, "000001.vlog": true, "00002.mem": false, "000002.vlog": false, "000001.sst": false} {
+		if d.synced[name] != want {
+			t.Errorf("%s synced=%v, want %v (rotated files are synced, the active ones by db.Sync)", name, d.synced[name], want)
+		}
+	}
+	if !d.synced["dir:00002.mem"] {
+		t.Error("a new WAL's directory entry was not synced")
+	}
+	_ = os.Remove(filepath.Join(dir, "00001.mem"))
+	if err := d.sync(); err != nil || d.synced["00001.mem"] {
+		t.Fatalf("a flushed WAL is still remembered: %v", err)
+	}
+}
