@@ -389,25 +389,6 @@ func (r *runner) takeOver() {
 	}
 }
 
-// settleOrphans settles what a previous process left running on a Badger directory, at once:
-// one process owns the directory, so none of those workers is alive.
-func (r *runner) settleOrphans() error {
-	after := ""
-	for {
-		ops, next, err := r.st.ListAllOperations(store.StatusRunning, after, 500)
-		if err != nil {
-			return err
-		}
-		for _, op := range ops {
-			r.settleLost(op, store.Change{Holder: op.Holder}, "recovered operation")
-		}
-		if next == "" {
-			return nil
-		}
-		after = next
-	}
-}
-
 // settleLost applies the decision for an operation whose worker is gone. c carries the fence.
 func (r *runner) settleLost(op *store.Operation, c store.Change, msg string) {
 	c.To = store.StatusQueued

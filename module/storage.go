@@ -100,13 +100,11 @@ type storage struct {
 // errStorageClosed answers a request that reached a config whose storage has closed.
 var errStorageClosed = fmt.Errorf("%w: the configuration serving this request has stopped", store.ErrUnavailable)
 
-// openStorage opens the storage and starts its runner. A Badger directory belongs to one
-// process: when this process did not have it open already, whatever it holds as running was
-// running in a process that is gone, and is settled at once instead of after `takeover`.
+// openStorage opens the storage and starts its runner. What a dead process left running is
+// the takeover's (the Badger backend counts no lease of an earlier process as live).
 func openStorage(set storageSettings, log *zap.Logger) (*storage, error) {
 	log = log.With(zap.String("storage", set.name()))
 	var be store.Backend
-	orphans := false
 	switch set.backend {
 	case BackendPostgres:
 		pg, err := openPostgres(set, log)
@@ -115,7 +113,6 @@ func openStorage(set storageSettings, log *zap.Logger) (*storage, error) {
 		}
 		be = pg
 	default:
-		orphans = !store.IsOpen(set.location)
 		st, err := store.Open(store.Options{Dir: set.location, EncryptionKey: set.key, Sync: set.sync,
 			Logger: badgerLogger{log.Named("badger").Sugar()}})
 		if err != nil {
@@ -126,12 +123,6 @@ func openStorage(set storageSettings, log *zap.Logger) (*storage, error) {
 	}
 	be.SetAnnouncer(announce)
 	run := newRunner(be, set, log)
-	if orphans {
-		if err := run.settleOrphans(); err != nil {
-			_ = be.Close()
-			return nil, fmt.Errorf("mulligan: recovering operations a previous process left running: %w", err)
-		}
-	}
 	run.begin()
 	return &storage{set: set, be: be, run: run}, nil
 }
