@@ -5,7 +5,7 @@ import "time"
 // Backend is everything the gateway keeps durably, named for what its callers need. Badger
 // (this package's Store: one process, one directory) and PostgreSQL (many replicas acting as
 // one) implement it, and one behaviour suite runs against both. Decisions (the state machine in
-// status.go, what a claim answers in answerFor, what to record) live once, outside the
+// status.go, what a claim answers in AnswerFor, what to record) live once, outside the
 // backends; a backend stores, fences and finds.
 type Backend interface {
 	Keys

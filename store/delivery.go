@@ -57,26 +57,17 @@ func (s *Store) ClaimEvent(id, worker string, lease time.Duration) (*Event, erro
 
 // MarkDelivered records an acknowledged delivery (see Outbox).
 func (s *Store) MarkDelivered(id string, a Attempt) error {
-	return s.settleEvent(id, func(ev *Event) {
-		ev.State, ev.DeliveredAt = EventDelivered, a.At
-		ev.setAttempt(a)
-	})
+	return s.settleEvent(id, func(ev *Event) { ev.Delivered(a) })
 }
 
 // Reschedule puts a pending event back in the schedule, due at next (see Outbox).
 func (s *Store) Reschedule(id string, next time.Time, a Attempt) error {
-	return s.settleEvent(id, func(ev *Event) {
-		ev.NextAttempt = next
-		ev.setAttempt(a)
-	})
+	return s.settleEvent(id, func(ev *Event) { ev.Rescheduled(next, a) })
 }
 
 // DeadLetter moves a pending event to the dead letters (see Outbox).
 func (s *Store) DeadLetter(id, reason string, a Attempt) error {
-	return s.settleEvent(id, func(ev *Event) {
-		ev.State, ev.DeadReason = EventDead, reason
-		ev.setAttempt(a)
-	})
+	return s.settleEvent(id, func(ev *Event) { ev.DeadLettered(reason, a) })
 }
 
 // Redeliver moves a dead letter back to pending with a fresh budget and max_age (see Outbox).
@@ -92,7 +83,7 @@ func (s *Store) Redeliver(id string, at time.Time) (*Event, error) {
 			return nil
 		}
 		prev := *ev
-		ev.State, ev.NextAttempt, ev.Attempts, ev.DeadReason, ev.AgeFrom = EventPending, at, 0, "", at
+		ev.Redelivered(at)
 		return putEvent(txn, ev, &prev)
 	})
 	return out, err
@@ -114,6 +105,33 @@ func (s *Store) settleEvent(id string, fn func(ev *Event)) error {
 		fn(ev)
 		return putEvent(txn, ev, &prev)
 	})
+}
+
+// What each outbox step does to an event, for every backend. The backend applies them to pending
+// events only (Redelivered to dead letters only).
+
+// Delivered records an acknowledged delivery.
+func (ev *Event) Delivered(a Attempt) {
+	ev.State, ev.DeliveredAt = EventDelivered, a.At
+	ev.setAttempt(a)
+}
+
+// Rescheduled puts the event's next attempt at next.
+func (ev *Event) Rescheduled(next time.Time, a Attempt) {
+	ev.NextAttempt = next
+	ev.setAttempt(a)
+}
+
+// DeadLettered gives up on the event, saying why.
+func (ev *Event) DeadLettered(reason string, a Attempt) {
+	ev.State, ev.DeadReason = EventDead, reason
+	ev.setAttempt(a)
+}
+
+// Redelivered makes a dead letter pending again, due at `at`, with a fresh attempt budget and a
+// fresh max_age counted from `at`.
+func (ev *Event) Redelivered(at time.Time) {
+	ev.State, ev.NextAttempt, ev.Attempts, ev.DeadReason, ev.AgeFrom = EventPending, at, 0, "", at
 }
 
 // setAttempt copies an attempt's outcome onto the event; a zero Attempts leaves the count.

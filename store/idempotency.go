@@ -81,12 +81,12 @@ func (s *Store) ClaimKey(key, fp []byte, lease time.Duration) (Claim, error) {
 		}
 		now := s.now()
 		var answered bool
-		if claim, answered = answerFor(rec, fp, now); answered {
+		if claim, answered = AnswerFor(rec, fp, now); answered {
 			return false, nil // a replay or a conflict: nothing written, no fsync
 		}
 		// Absent, or an in-flight claim whose holder outlived its lease (a crash): take it. The
 		// record outlives its lease a little, so a late retry still sees an expired claim.
-		rec = &Record{State: InFlight, Fingerprint: fp, Token: newToken(), ClaimedAt: now, LeaseUntil: now.Add(lease)}
+		rec = &Record{State: InFlight, Fingerprint: fp, Token: NewToken(), ClaimedAt: now, LeaseUntil: now.Add(lease)}
 		claim = Claim{Outcome: Claimed, Token: rec.Token}
 		return true, putRecord(txn, key, rec, lease+time.Minute)
 	})
@@ -96,11 +96,12 @@ func (s *Store) ClaimKey(key, fp []byte, lease time.Duration) (Claim, error) {
 	return claim, nil
 }
 
-// answerFor is the outcome for a request with fingerprint fp when rec is the key's record,
-// unless the request may claim the key (no record, or a holder whose lease ran out).
-func answerFor(rec *Record, fp []byte, now time.Time) (Claim, bool) {
+// AnswerFor is the outcome for a request with fingerprint fp when rec is the key's record,
+// unless the request may claim the key (no record, one past its replay window, or a holder
+// whose lease ran out with the same fingerprint). Every backend decides claims with it.
+func AnswerFor(rec *Record, fp []byte, now time.Time) (Claim, bool) {
 	switch {
-	case rec == nil:
+	case !rec.Live(now):
 		return Claim{}, false
 	case !bytes.Equal(rec.Fingerprint, fp):
 		return Claim{Outcome: Mismatch, Record: rec}, true
@@ -110,6 +111,12 @@ func answerFor(rec *Record, fp []byte, now time.Time) (Claim, bool) {
 		return Claim{Outcome: InProgress, Record: rec}, true
 	}
 	return Claim{}, false
+}
+
+// Live reports whether rec still counts at now: a completed record replays until it expires.
+// Past that it reads as absent, whether or not the backend has removed it yet.
+func (rec *Record) Live(now time.Time) bool {
+	return rec != nil && (rec.State != Completed || rec.ExpiresAt.IsZero() || now.Before(rec.ExpiresAt))
 }
 
 // CompleteKey records resp for the key held under token; it replays until expires.
@@ -147,6 +154,9 @@ func (s *Store) LookupKey(key []byte) (*Record, error) {
 		rec, err = getRecord(txn, key)
 		return err
 	})
+	if !rec.Live(s.now()) {
+		return nil, err
+	}
 	return rec, err
 }
 
@@ -202,7 +212,7 @@ func putRecord(txn *badger.Txn, key []byte, rec *Record, ttl time.Duration) erro
 	return txn.SetEntry(badger.NewEntry(idempotencyKey(key), v).WithTTL(ttl))
 }
 
-func newToken() string {
+func NewToken() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])

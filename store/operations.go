@@ -130,7 +130,7 @@ func (s *Store) AcceptOperation(op *Operation, req *Request, key *KeyAccept) (Cl
 			if err != nil {
 				return Claim{}, err
 			}
-			if claim, answered := answerFor(rec, key.Fingerprint, s.now()); answered {
+			if claim, answered := AnswerFor(rec, key.Fingerprint, s.now()); answered {
 				return claim, nil
 			}
 		}
@@ -258,8 +258,9 @@ func (s *Store) fence(op *Operation, c Change, now time.Time) error {
 }
 
 // Apply makes the state machine's bookkeeping of c on op, whatever the backend: the status,
-// the version, the start and finish times, the attempt count, the error, and the holder that a
-// move out of running drops. The caller has checked CanTransition.
+// the version, the start and finish times, the attempt count, the error, the result's
+// description, and the holder that a move out of running drops. The caller has checked
+// CanTransition.
 func Apply(op *Operation, c Change, at time.Time) {
 	op.Status, op.Version = c.To, op.Version+1
 	switch c.To {
@@ -273,6 +274,9 @@ func Apply(op *Operation, c Change, at time.Time) {
 	}
 	if c.To.Final() {
 		op.FinishedAt, op.Error = at, c.Error
+		if r := c.Result; r != nil {
+			op.Result = &ResultMeta{Status: r.Status, ContentType: r.Header.Get("Content-Type"), Size: len(r.Body)}
+		}
 	}
 }
 
@@ -280,7 +284,6 @@ func Apply(op *Operation, c Change, at time.Time) {
 // operation and its scope index entry the tombstone's lifetime.
 func (s *Store) finalize(txn *badger.Txn, op *Operation, result *Response) error {
 	if result != nil {
-		op.Result = &ResultMeta{Status: result.Status, ContentType: result.Header.Get("Content-Type"), Size: len(result.Body)}
 		v, err := encode(result, result.Body)
 		if err != nil {
 			return err
@@ -345,6 +348,13 @@ func (s *Store) LoadRequest(id string) (*Request, error) {
 func (s *Store) LoadResult(id string) (*Response, error) {
 	var resp Response
 	err := s.view(func(txn *badger.Txn) error {
+		op, err := getOperation(txn, id)
+		if err != nil {
+			return err
+		}
+		if op.As(s.now()).Status == StatusExpired { // its TTL runs on the wall clock, not on s.now
+			return domainError{ErrNotFound}
+		}
 		return getValue(txn, resultKey(id), func(v []byte) error {
 			body, err := decode(v, &resp)
 			resp.Body = body

@@ -20,8 +20,8 @@ const (
 	EventDead      EventState = "dead"
 )
 
-// deliveredKeptFor is how long a delivered event stays readable, for operators.
-const deliveredKeptFor = 24 * time.Hour
+// DeliveredKeptFor is how long a delivered event stays readable, for operators.
+const DeliveredKeptFor = 24 * time.Hour
 
 // Event is one webhook event in the durable outbox.
 type Event struct {
@@ -271,7 +271,7 @@ func putEvent(txn *badger.Txn, ev *Event, prev *Event) error {
 	}
 	e := badger.NewEntry([]byte(prefixEvent+ev.ID), v)
 	if ev.State == EventDelivered {
-		e = e.WithTTL(deliveredKeptFor)
+		e = e.WithTTL(DeliveredKeptFor)
 	}
 	return txn.SetEntry(e)
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -102,12 +103,15 @@ func (q *queueState) moved(op *Operation, prev Status) {
 	}
 }
 
+// push adds id to the FIFO in id order (ids sort by creation), so a requeued operation goes
+// before those accepted after it, as the oldest queued runs first.
 func (q *queueState) push(id string) {
 	if _, ok := q.inFifo[id]; ok {
 		return
 	}
 	q.inFifo[id] = struct{}{}
-	q.fifo = append(q.fifo, id)
+	i, _ := slices.BinarySearch(q.fifo, id)
+	q.fifo = slices.Insert(q.fifo, i, id)
 }
 
 // pop returns the oldest id in the FIFO that is still queued, rebuilding the FIFO from the store
@@ -164,7 +168,7 @@ func (q *queueState) unpop(id string) {
 		return
 	}
 	q.inFifo[id] = struct{}{}
-	q.fifo = append([]string{id}, q.fifo...)
+	q.fifo = slices.Insert(q.fifo, 0, id)
 }
 
 // live records that worker holds leases until `until` in this process.

@@ -1,0 +1,219 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
+)
+
+// testClock is a clock that moves only when told to.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func openTest(t testing.TB, dsn string, opts Options) *Store {
+	t.Helper()
+	opts.DSN = dsn
+	if opts.SweepEvery == 0 {
+		opts.SweepEvery = -1
+	}
+	st, err := Open(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+func count(t *testing.T, st *Store, sql string) int {
+	t.Helper()
+	var n int
+	if err := st.pool.QueryRow(context.Background(), sql).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestReplicasStartingTogetherMigrateOnce(t *testing.T) {
+	dsn := pgtest.Database(t)
+	var wg sync.WaitGroup
+	stores := make([]*Store, 4)
+	errs := make([]error, 4)
+	for i := range stores {
+		wg.Go(func() {
+			stores[i], errs[i] = Open(context.Background(), Options{DSN: dsn, SweepEvery: -1})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("replica %d: %v", i, err)
+		}
+		defer stores[i].Close()
+	}
+	all, err := loadMigrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, stores[0], `SELECT count(*) FROM schema_migrations`); n != len(all) {
+		t.Fatalf("%d migrations recorded, want %d", n, len(all))
+	}
+	again := openTest(t, dsn, Options{})
+	if err := again.Ping(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSweepRemovesWhatIsPastRetentionOnOneReplicaAtATime(t *testing.T) {
+	dsn := pgtest.Database(t)
+	clock := &testClock{now: time.Now().UTC().Truncate(time.Millisecond)}
+	st := openTest(t, dsn, Options{Now: clock.Now, DeadLetterRetention: 48 * time.Hour})
+	st.SetAnnouncer(func(op *store.Operation, _ *store.Response) *store.Event {
+		if !op.Status.Final() {
+			return nil
+		}
+		return &store.Event{ID: "evt_" + op.ID, OperationID: op.ID, Endpoint: "e", OccurredAt: clock.Now()}
+	})
+	c, err := st.ClaimKey([]byte("k"), []byte("fp"), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CompleteKey([]byte("k"), c.Token, store.Response{Status: 200}, clock.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"op_1", "op_2"} {
+		op := &store.Operation{ID: id, Scope: "s", Status: store.StatusQueued, Retention: time.Hour, SubmittedAt: clock.Now()}
+		if _, err := st.AcceptOperation(op, &store.Request{}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Transition(id, store.Change{To: store.StatusCanceled, Result: &store.Response{Status: 499}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.MarkDelivered("evt_op_1", store.Attempt{Attempts: 1, At: clock.Now(), Status: 200}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeadLetter("evt_op_2", "gave up", store.Attempt{Attempts: 1, At: clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.Sweep(); err != nil || got != (SweepStats{}) {
+		t.Fatalf("a sweep before any retention removed %+v, %v", got, err)
+	}
+
+	// Another replica sweeping: this one skips its turn.
+	other := openTest(t, dsn, Options{})
+	conn, err := other.pool.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(context.Background(), `SELECT pg_advisory_lock($1)`, lockSweep); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(store.TombstoneFor + 2*time.Hour)
+	if got, err := st.Sweep(); err != nil || !got.Skipped || got.Keys != 0 {
+		t.Fatalf("with the lock held elsewhere: %+v, %v", got, err)
+	}
+	if _, err := conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, lockSweep); err != nil {
+		t.Fatal(err)
+	}
+	conn.Release()
+
+	got, err := st.Sweep()
+	want := SweepStats{Keys: 1, Results: 2, Operations: 2, Delivered: 1, DeadLetters: 1}
+	if err != nil || got != want {
+		t.Fatalf("swept %+v, %v; want %+v", got, err, want)
+	}
+	for table, sql := range map[string]string{
+		"idempotency_keys": `SELECT count(*) FROM idempotency_keys`, "operations": `SELECT count(*) FROM operations`,
+		"operation_results": `SELECT count(*) FROM operation_results`, "events": `SELECT count(*) FROM events`,
+	} {
+		if n := count(t, st, sql); n != 0 {
+			t.Errorf("%s: %d rows left", table, n)
+		}
+	}
+}
+
+// receive waits for a wake-up, bounded.
+func receive(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no wake-up %s", what)
+	}
+}
+
+func TestWakeupsCrossReplicasAndSurviveALostConnection(t *testing.T) {
+	dsn := pgtest.Database(t)
+	a, b := openTest(t, dsn, Options{}), openTest(t, dsn, Options{})
+	receive(t, b.Wakeups(), "when the listener connected")
+	op := &store.Operation{ID: "op_1", Scope: "s", Status: store.StatusQueued, Retention: time.Hour}
+	if _, err := a.AcceptOperation(op, &store.Request{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, b.Wakeups(), "for an operation queued on another replica")
+
+	// The listener's connection dies: it reconnects by itself, and says so with a wake-up.
+	pgtest.Admin(t, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = '`+pgtest.Name(t, dsn)+`' AND query = 'LISTEN `+wakeChannel+`'`)
+	receive(t, b.Wakeups(), "after reconnecting")
+	if _, err := a.RequestCancel("op_1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, b.Wakeups(), "for a cancel asked on another replica")
+}
+
+func TestDatabaseDownIsUnavailableAndRecovers(t *testing.T) {
+	dsn := pgtest.Database(t)
+	name := pgtest.Name(t, dsn)
+	st := openTest(t, dsn, Options{Timeout: 2 * time.Second})
+	c, err := st.ClaimKey([]byte("k"), []byte("fp"), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CompleteKey([]byte("k"), c.Token, store.Response{Status: 200, Body: []byte("kept")}, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+
+	pgtest.Admin(t, `ALTER DATABASE `+name+` ALLOW_CONNECTIONS false`)
+	pgtest.Admin(t, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '`+name+`'`)
+	if err := st.Ping(); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("ping with the database down: %v, want ErrUnavailable", err)
+	}
+	if _, err := st.ClaimKey([]byte("k2"), []byte("fp"), time.Minute); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("claim with the database down: %v, want ErrUnavailable", err)
+	}
+
+	pgtest.Admin(t, `ALTER DATABASE `+name+` ALLOW_CONNECTIONS true`)
+	var pingErr error
+	for range 5 { // a pooled connection may still be found dead once
+		if pingErr = st.Ping(); pingErr == nil {
+			break
+		}
+	}
+	if pingErr != nil {
+		t.Fatalf("the pool did not recover: %v", pingErr)
+	}
+	got, err := st.ClaimKey([]byte("k"), []byte("fp"), time.Minute)
+	if err != nil || got.Outcome != store.Replay || string(got.Record.Response.Body) != "kept" {
+		t.Fatalf("after recovery: %+v %v; want the recorded answer", got, err)
+	}
+}

@@ -1,0 +1,379 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// opColumns are read by scanOp: the document, and the lease columns that renewals update
+// without rewriting it.
+const opColumns = `doc, holder, lease_until`
+
+func scanOp(row pgx.Row) (*store.Operation, error) {
+	var doc []byte
+	var holder *string
+	var lease *time.Time
+	if err := row.Scan(&doc, &holder, &lease); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, domain{store.ErrNotFound}
+		}
+		return nil, err
+	}
+	var op store.Operation
+	if err := json.Unmarshal(doc, &op); err != nil {
+		return nil, fmt.Errorf("operation document: %w", err)
+	}
+	op.Holder, op.LeaseUntil = "", deref(lease)
+	if holder != nil {
+		op.Holder = *holder
+	}
+	return &op, nil
+}
+
+func scanOps(rows pgx.Rows) ([]*store.Operation, error) {
+	defer rows.Close()
+	var out []*store.Operation
+	for rows.Next() {
+		op, err := scanOp(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, op)
+	}
+	return out, rows.Err()
+}
+
+// getOp reads operation id, locking its row for the transaction.
+func getOpForUpdate(ctx context.Context, tx pgx.Tx, id string, now time.Time) (*store.Operation, error) {
+	return scanOp(tx.QueryRow(ctx, `SELECT `+opColumns+` FROM operations WHERE id = $1 AND (purge_at IS NULL OR purge_at > $2) FOR UPDATE`, id, now))
+}
+
+// putOp inserts or rewrites op, its document and its columns.
+func putOp(ctx context.Context, db querier, op *store.Operation) error {
+	doc, err := json.Marshal(op)
+	if err != nil {
+		return err
+	}
+	var expires, purge *time.Time
+	if op.Status.Final() {
+		e := op.ExpiresAt()
+		p := e.Add(store.TombstoneFor)
+		expires, purge = &e, &p
+	}
+	var holder *string
+	var lease *time.Time
+	if op.Holder != "" {
+		holder, lease = &op.Holder, &op.LeaseUntil
+	}
+	var cancel *time.Time
+	if !op.CancelRequestedAt.IsZero() {
+		cancel = &op.CancelRequestedAt
+	}
+	_, err = db.Exec(ctx, `INSERT INTO operations (id, scope, status, holder, lease_until, cancel_requested_at, expires_at, purge_at, doc)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+		ON CONFLICT (id) DO UPDATE SET status = $3, holder = $4, lease_until = $5, cancel_requested_at = $6,
+			expires_at = $7, purge_at = $8, doc = $9`,
+		op.ID, op.Scope, string(op.Status), holder, lease, cancel, expires, purge, doc)
+	return err
+}
+
+// notify wakes the other replicas at commit (see Wakeups).
+func notify(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `SELECT pg_notify('`+wakeChannel+`', '')`)
+	return err
+}
+
+// AcceptOperation stores op, its request and the key's 202 in one transaction (see
+// store.Operations).
+func (s *Store) AcceptOperation(op *store.Operation, req *store.Request, key *store.KeyAccept) (store.Claim, error) {
+	var claim store.Claim
+	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
+		now := s.now()
+		claim = store.Claim{Outcome: store.Claimed}
+		if key != nil {
+			answered, err := s.acceptKey(ctx, tx, key, op.ID, now)
+			if err != nil || answered != nil {
+				if answered != nil {
+					claim = *answered
+				}
+				return err
+			}
+		}
+		reqDoc, err := json.Marshal(req)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO operation_requests (op_id, doc, body) VALUES ($1, $2, $3)`, op.ID, reqDoc, nonNil(req.Body)); err != nil {
+			return err
+		}
+		if err := putOp(ctx, tx, op); err != nil {
+			return err
+		}
+		if op.Status == store.StatusQueued {
+			return notify(ctx, tx)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Claim{}, err
+	}
+	return claim, nil
+}
+
+// acceptKey completes key with the 202 in tx: the caller's claim when it holds one (Token),
+// else a new record, unless the key already has one that answers (returned, nothing written).
+func (s *Store) acceptKey(ctx context.Context, tx pgx.Tx, k *store.KeyAccept, opID string, now time.Time) (*store.Claim, error) {
+	if k.Token != "" {
+		return nil, completeKey(ctx, tx, k.Key, k.Token, opID, k.Response, k.Expires)
+	}
+	token := store.NewToken()
+	for range 4 { // a concurrent insert of the key: read it again
+		kr, err := scanKey(tx.QueryRow(ctx, `SELECT `+keyColumns+` FROM idempotency_keys k WHERE k.key = $1 FOR UPDATE`, k.Key), now)
+		if err != nil {
+			return nil, err
+		}
+		if c, answered := store.AnswerFor(kr.rec, k.Fingerprint, now); answered {
+			return &c, nil
+		}
+		// Absent: insert a claim; claimable: take the locked row. Then complete it as held.
+		var tag pgconn.CommandTag
+		if kr.rev == 0 {
+			tag, err = tx.Exec(ctx, `INSERT INTO idempotency_keys (key, fingerprint, state, token, claimed_at, purge_at)
+				VALUES ($1, $2, 1, $3, $4, $5) ON CONFLICT (key) DO NOTHING`, k.Key, k.Fingerprint, token, now, k.Expires)
+		} else {
+			tag, err = tx.Exec(ctx, `UPDATE idempotency_keys SET rev = rev + 1, fingerprint = $2, state = 1, token = $3, claimed_at = $4
+				WHERE key = $1`, k.Key, k.Fingerprint, token, now)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if tag.RowsAffected() == 1 {
+			return nil, completeKey(ctx, tx, k.Key, token, opID, k.Response, k.Expires)
+		}
+	}
+	return nil, errors.New("accept: the key kept changing under contention")
+}
+
+// Transition moves operation id along the state machine, fenced by c.Holder, with its result
+// and its event, in one transaction (see store.Operations).
+func (s *Store) Transition(id string, c store.Change) (*store.Operation, error) {
+	var out *store.Operation
+	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
+		now := s.now()
+		op, err := getOpForUpdate(ctx, tx, id, now)
+		if err != nil {
+			return err
+		}
+		if err := fence(op, c, now); err != nil {
+			return err
+		}
+		out, err = s.apply(ctx, tx, op, c, now)
+		return err
+	})
+	return out, err
+}
+
+// fence refuses a change guarded by c.Holder unless that worker holds op, and, with
+// c.LeaseExpired, unless its lease ran out (the row is locked: no renewal slips in between).
+func fence(op *store.Operation, c store.Change, now time.Time) error {
+	if c.Holder == "" {
+		return nil
+	}
+	if op.Status != store.StatusRunning || op.Holder != c.Holder {
+		return domain{store.ErrNotHolder}
+	}
+	if c.LeaseExpired && now.Before(op.LeaseUntil) {
+		return domain{store.ErrNotHolder}
+	}
+	return nil
+}
+
+// apply makes change c of the locked op in tx: the state machine's checks and bookkeeping
+// (store.CanTransition, store.Apply), the result, the request dropped, the event announced.
+func (s *Store) apply(ctx context.Context, tx pgx.Tx, op *store.Operation, c store.Change, now time.Time) (*store.Operation, error) {
+	if !store.CanTransition(op.Status, c.To) {
+		return nil, domain{fmt.Errorf("%w: %s -> %s", store.ErrIllegalTransition, op.Status, c.To)}
+	}
+	at := c.At
+	if at.IsZero() {
+		at = now
+	}
+	store.Apply(op, c, at)
+	if c.To.Final() {
+		if err := finalize(ctx, tx, op, c.Result); err != nil {
+			return nil, err
+		}
+	}
+	return op, s.write(ctx, tx, op, c.Result)
+}
+
+// write stores op after a change of status, with the event that announces it, and wakes the
+// replicas when it is queued again.
+func (s *Store) write(ctx context.Context, tx pgx.Tx, op *store.Operation, result *store.Response) error {
+	if err := putOp(ctx, tx, op); err != nil {
+		return err
+	}
+	if err := s.announce(ctx, tx, op, result); err != nil {
+		return err
+	}
+	if op.Status == store.StatusQueued {
+		return notify(ctx, tx)
+	}
+	return nil
+}
+
+// finalize stores a final operation's result for its retention and drops its request.
+func finalize(ctx context.Context, tx pgx.Tx, op *store.Operation, result *store.Response) error {
+	if result != nil {
+		header, err := json.Marshal(result.Header)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO operation_results (op_id, status, header, body, expires_at) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (op_id) DO UPDATE SET status = $2, header = $3, body = $4, expires_at = $5`,
+			op.ID, result.Status, header, nonNil(result.Body), op.ExpiresAt()); err != nil {
+			return err
+		}
+	}
+	_, err := tx.Exec(ctx, `DELETE FROM operation_requests WHERE op_id = $1`, op.ID)
+	return err
+}
+
+// RequestCancel marks a queued or running operation as asked to stop and wakes the replicas, so
+// the one running it learns of it at once (see store.Operations).
+func (s *Store) RequestCancel(id string, at time.Time) (*store.Operation, error) {
+	var out *store.Operation
+	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
+		op, err := getOpForUpdate(ctx, tx, id, s.now())
+		if err != nil {
+			return err
+		}
+		out = op
+		if op.Status.Final() || !op.CancelRequestedAt.IsZero() {
+			return nil
+		}
+		op.CancelRequestedAt, op.Version = at, op.Version+1
+		if err := putOp(ctx, tx, op); err != nil {
+			return err
+		}
+		return notify(ctx, tx)
+	})
+	return out, err
+}
+
+// RecordAttempt counts one more attempt of a running operation; others are returned as they
+// are (see store.Operations).
+func (s *Store) RecordAttempt(id string) (*store.Operation, error) {
+	var out *store.Operation
+	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
+		op, err := getOpForUpdate(ctx, tx, id, s.now())
+		if err != nil {
+			return err
+		}
+		out = op
+		if op.Status != store.StatusRunning {
+			return nil
+		}
+		op.Attempts++
+		return putOp(ctx, tx, op)
+	})
+	return out, err
+}
+
+// GetOperation returns operation id, or store.ErrNotFound.
+func (s *Store) GetOperation(id string) (*store.Operation, error) {
+	var out *store.Operation
+	err := s.query(func(ctx context.Context, db querier) error {
+		var err error
+		out, err = scanOp(db.QueryRow(ctx, `SELECT `+opColumns+` FROM operations WHERE id = $1 AND (purge_at IS NULL OR purge_at > $2)`, id, s.now()))
+		return err
+	})
+	return out, err
+}
+
+// LoadRequest returns the stored request of a queued or running operation.
+func (s *Store) LoadRequest(id string) (*store.Request, error) {
+	var req store.Request
+	err := s.query(func(ctx context.Context, db querier) error {
+		var doc, body []byte
+		err := db.QueryRow(ctx, `SELECT doc, body FROM operation_requests WHERE op_id = $1`, id).Scan(&doc, &body)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return domain{store.ErrNotFound}
+		}
+		if err != nil {
+			return err
+		}
+		req.Body = body
+		return json.Unmarshal(doc, &req)
+	})
+	return &req, err
+}
+
+// LoadResult returns the stored upstream response of a final operation within its retention,
+// or store.ErrNotFound.
+func (s *Store) LoadResult(id string) (*store.Response, error) {
+	var out *store.Response
+	err := s.query(func(ctx context.Context, db querier) error {
+		var status int32
+		var header, body []byte
+		err := db.QueryRow(ctx, `SELECT status, header, body FROM operation_results WHERE op_id = $1 AND expires_at > $2`, id, s.now()).
+			Scan(&status, &header, &body)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return domain{store.ErrNotFound}
+		}
+		if err != nil {
+			return err
+		}
+		out, err = response(status, header, body)
+		return err
+	})
+	return out, err
+}
+
+// listFilter selects by status as store.Operation.As reads it: a final operation past its
+// retention is expired.
+const listFilter = `($2 = '' OR (CASE WHEN expires_at <= $3 THEN 'expired' ELSE status END) = $2)
+	AND (purge_at IS NULL OR purge_at > $3) AND ($4 = '' OR id < $4)`
+
+// ListOperations returns scope's operations newest first (see store.Operations).
+func (s *Store) ListOperations(scope string, status store.Status, after string, limit int) ([]*store.Operation, string, error) {
+	return s.list(`SELECT `+opColumns+` FROM operations WHERE scope = $1 AND `+listFilter+` ORDER BY id DESC LIMIT $5`,
+		scope, status, after, limit)
+}
+
+// ListAllOperations is ListOperations across every scope.
+func (s *Store) ListAllOperations(status store.Status, after string, limit int) ([]*store.Operation, string, error) {
+	return s.list(`SELECT `+opColumns+` FROM operations WHERE $1 = '' AND `+listFilter+` ORDER BY id DESC LIMIT $5`,
+		"", status, after, limit)
+}
+
+// list runs a list query for one more than limit: if it comes, the page ends early and the
+// last operation returned is the cursor.
+func (s *Store) list(sql, scope string, status store.Status, after string, limit int) ([]*store.Operation, string, error) {
+	var ops []*store.Operation
+	err := s.query(func(ctx context.Context, db querier) error {
+		rows, err := db.Query(ctx, sql, scope, string(status), s.now(), after, limit+1)
+		if err != nil {
+			return err
+		}
+		ops, err = scanOps(rows)
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(ops) > limit {
+		ops = ops[:limit]
+		next = ops[len(ops)-1].ID
+	}
+	return ops, next, nil
+}

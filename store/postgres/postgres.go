@@ -1,0 +1,217 @@
+// Package postgres is the PostgreSQL backend of store.Backend: any number of gateway replicas on
+// one database act as one gateway (docs/backends.md). Decisions (what a claim answers, the state
+// machine, what an outbox step does to an event) are store's; this package stores, fences and
+// finds, each step in one transaction.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// Options configures a Store.
+type Options struct {
+	// DSN locates the database: a URL (postgres://user:password@host:5432/db?sslmode=require) or
+	// keyword/value pairs, as libpq takes them.
+	DSN string
+	// Now is the clock; nil means time.Now. Replicas compare leases on their own clocks, so they
+	// must agree to well within `takeover` (NTP does).
+	Now func() time.Time
+	// Timeout bounds each call; past it the call fails with store.ErrUnavailable. Zero: 5s.
+	Timeout time.Duration
+	// MaxConns is the size of the connection pool; zero: 8. One more connection listens for
+	// wake-ups.
+	MaxConns int32
+	// SweepEvery is how often the retention sweep runs (on one replica at a time); zero: one
+	// minute; negative: never (Sweep may still be called).
+	SweepEvery time.Duration
+	// DeadLetterRetention is how long a dead letter is kept; zero: 30 days.
+	DeadLetterRetention time.Duration
+	// Logger receives what goes wrong in the background (the listener, the sweep); nil discards.
+	Logger store.Logger
+}
+
+// Defaults of Options.
+const (
+	DefaultTimeout             = 5 * time.Second
+	DefaultMaxConns            = 8
+	DefaultSweepEvery          = time.Minute
+	DefaultDeadLetterRetention = 30 * 24 * time.Hour
+)
+
+// Store is one replica's handle on the database.
+type Store struct {
+	pool      *pgxpool.Pool
+	opts      Options
+	now       func() time.Time
+	announcer atomic.Pointer[store.Announcer]
+	wake      chan struct{}
+
+	base   context.Context // canceled by Close
+	cancel context.CancelFunc
+	bg     sync.WaitGroup
+	closed atomic.Bool
+}
+
+// The Store is a store.Backend.
+var _ store.Backend = (*Store)(nil)
+
+// Open connects to the database, applies the migrations it lacks (under an advisory lock, so
+// replicas starting together do not race), and starts listening for wake-ups and sweeping.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	if opts.DSN == "" {
+		return nil, errors.New("postgres: no DSN given")
+	}
+	cfg, err := pgxpool.ParseConfig(opts.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err) // a bad DSN is a configuration error, not an outage
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = DefaultMaxConns
+	}
+	if opts.SweepEvery == 0 {
+		opts.SweepEvery = DefaultSweepEvery
+	}
+	if opts.DeadLetterRetention <= 0 {
+		opts.DeadLetterRetention = DefaultDeadLetterRetention
+	}
+	cfg.MaxConns = opts.MaxConns
+	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > opts.Timeout {
+		cfg.ConnConfig.ConnectTimeout = opts.Timeout
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	if err := migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, unavailable(fmt.Errorf("migrating: %w", err))
+	}
+	s := &Store{pool: pool, opts: opts, now: opts.Now, wake: make(chan struct{}, 1)}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.base, s.cancel = context.WithCancel(context.Background())
+	s.bg.Add(1)
+	go s.listen(cfg.ConnConfig.Copy())
+	if opts.SweepEvery > 0 {
+		s.bg.Add(1)
+		go s.sweepEvery(opts.SweepEvery)
+	}
+	return s, nil
+}
+
+// Close stops the background work and closes the pool. It is safe to call more than once.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.cancel()
+	s.bg.Wait()
+	s.pool.Close()
+	return nil
+}
+
+// Ping reports whether the database answers; it writes nothing.
+func (s *Store) Ping() error {
+	ctx, cancel, err := s.ctx()
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	return unavailable(s.pool.Ping(ctx))
+}
+
+// Size reports the database's size in bytes, 0 when it cannot be read.
+func (s *Store) Size() int64 {
+	ctx, cancel, err := s.ctx()
+	if err != nil {
+		return 0
+	}
+	defer cancel()
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT pg_database_size(current_database())`).Scan(&n); err != nil {
+		return 0
+	}
+	return n
+}
+
+// Pool is the handle's connection pool, for tools and tests.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// ctx is the context of one call: bounded by Timeout, canceled by Close.
+func (s *Store) ctx() (context.Context, context.CancelFunc, error) {
+	if s.closed.Load() {
+		return nil, nil, store.ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(s.base, s.opts.Timeout)
+	return ctx, cancel, nil
+}
+
+// do runs fn in a transaction, mapping database failures to store.ErrUnavailable. fn's domain
+// errors (store.ErrNotFound, ErrNotHolder, ErrIllegalTransition) pass through as they are.
+func (s *Store) do(fn func(ctx context.Context, tx pgx.Tx) error) error {
+	ctx, cancel, err := s.ctx()
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	return unavailable(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(ctx, tx) }))
+}
+
+// querier is the pool or a transaction.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// query runs fn outside a transaction, with the same error mapping as do.
+func (s *Store) query(fn func(ctx context.Context, db querier) error) error {
+	ctx, cancel, err := s.ctx()
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	return unavailable(fn(ctx, s.pool))
+}
+
+// domain marks errors that are answers, not failures of the database.
+type domain struct{ error }
+
+func (d domain) Unwrap() error { return d.error }
+
+// unavailable wraps a failure of the database in store.ErrUnavailable (callers answer 503
+// STORAGE_UNAVAILABLE) and unwraps domain answers.
+func unavailable(err error) error {
+	var d domain
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &d):
+		return d.error
+	case errors.Is(err, store.ErrUnavailable):
+		return err
+	default:
+		return fmt.Errorf("%w: %v", store.ErrUnavailable, err)
+	}
+}
+
+func (s *Store) logf(format string, args ...any) {
+	if s.opts.Logger != nil {
+		s.opts.Logger.Warningf(format, args...)
+	}
+}

@@ -1,0 +1,30 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/store/postgres"
+	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
+	"github.com/mulligan-gw/mulligan/store/storetest"
+)
+
+// open opens a handle on dsn with clock now, closed when t ends.
+func open(t testing.TB, dsn string, now func() time.Time) *postgres.Store {
+	t.Helper()
+	st, err := postgres.Open(context.Background(), postgres.Options{DSN: dsn, Now: now, MaxConns: 4, SweepEvery: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+func TestPostgresConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) storetest.Storage {
+		dsn := pgtest.Database(t)
+		return func(now func() time.Time) store.Backend { return open(t, dsn, now) }
+	})
+}

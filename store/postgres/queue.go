@@ -1,0 +1,109 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// ClaimNext takes the oldest queued operation no other replica is taking (FOR UPDATE SKIP
+// LOCKED), running, held by worker until now+lease (see store.Queue).
+func (s *Store) ClaimNext(worker string, lease time.Duration) (*store.Operation, error) {
+	var out *store.Operation
+	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
+		now := s.now()
+		op, err := scanOp(tx.QueryRow(ctx, `SELECT `+opColumns+` FROM operations WHERE status = 'queued'
+			ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED`))
+		if err != nil {
+			if isNotFound(err) {
+				return nil
+			}
+			return err
+		}
+		store.Apply(op, store.Change{To: store.StatusRunning}, now)
+		op.Holder, op.LeaseUntil = worker, now.Add(lease)
+		if err := s.write(ctx, tx, op, nil); err != nil {
+			return err
+		}
+		out = op
+		return nil
+	})
+	return out, err
+}
+
+// RenewLeases extends worker's leases on ids in one statement; what it did not renew is lost
+// (see store.Queue).
+func (s *Store) RenewLeases(worker string, ids []string, lease time.Duration) (store.Renewal, error) {
+	var out store.Renewal
+	if len(ids) == 0 {
+		return out, nil
+	}
+	err := s.query(func(ctx context.Context, db querier) error {
+		rows, err := db.Query(ctx, `UPDATE operations SET lease_until = $3
+			WHERE id = ANY($1) AND status = 'running' AND holder = $2
+			RETURNING id, cancel_requested_at IS NOT NULL`, ids, worker, s.now().Add(lease))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		held := map[string]bool{}
+		for rows.Next() {
+			var id string
+			var cancel bool
+			if err := rows.Scan(&id, &cancel); err != nil {
+				return err
+			}
+			held[id] = true
+			if cancel {
+				out.CancelRequested = append(out.CancelRequested, id)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if !held[id] {
+				out.Lost = append(out.Lost, id)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// ExpiredLeases returns up to limit running operations whose lease ran out, longest expired
+// first (see store.Queue).
+func (s *Store) ExpiredLeases(limit int) ([]*store.Operation, error) {
+	var out []*store.Operation
+	err := s.query(func(ctx context.Context, db querier) error {
+		rows, err := db.Query(ctx, `SELECT `+opColumns+` FROM operations WHERE status = 'running'
+			AND (lease_until IS NULL OR lease_until <= $1) ORDER BY lease_until NULLS FIRST LIMIT $2`, s.now(), limit)
+		if err != nil {
+			return err
+		}
+		out, err = scanOps(rows)
+		return err
+	})
+	return out, err
+}
+
+// ActiveCount counts scope's queued and running operations.
+func (s *Store) ActiveCount(scope string) (int, error) {
+	var n int
+	err := s.query(func(ctx context.Context, db querier) error {
+		return db.QueryRow(ctx, `SELECT count(*) FROM operations WHERE scope = $1 AND status IN ('queued', 'running')`, scope).Scan(&n)
+	})
+	return n, err
+}
+
+// QueueStats counts queued and running operations.
+func (s *Store) QueueStats() (queued, running int, err error) {
+	err = s.query(func(ctx context.Context, db querier) error {
+		return db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'queued'), count(*) FILTER (WHERE status = 'running')
+			FROM operations WHERE status IN ('queued', 'running')`).Scan(&queued, &running)
+	})
+	return queued, running, err
+}
