@@ -294,10 +294,10 @@ func (h *Handler) storageFailed(w http.ResponseWriter, err error) {
 	writeError(w, apiError{Code: CodeStorage, Message: "The gateway's storage is unavailable; retry shortly.", RetryAfter: time.Second})
 }
 
-// badgerLogger gives Badger's log lines to Caddy's logger.
-type badgerLogger struct{ *zap.SugaredLogger }
+// storeLogger gives the storage backends' log lines to Caddy's logger.
+type storeLogger struct{ *zap.SugaredLogger }
 
-func (l badgerLogger) Warningf(f string, v ...any) { l.Warnf(f, v...) }
+func (l storeLogger) Warningf(f string, v ...any) { l.Warnf(f, v...) }
 
 // Interface guards
 var (

@@ -114,7 +114,7 @@ func openStorage(set storageSettings, log *zap.Logger) (*storage, error) {
 		be = pg
 	default:
 		st, err := store.Open(store.Options{Dir: set.location, EncryptionKey: set.key, Sync: set.sync,
-			Logger: badgerLogger{log.Named("badger").Sugar()}})
+			Logger: storeLogger{log.Named("badger").Sugar()}})
 		if err != nil {
 			return nil, fmt.Errorf("mulligan: %w", err)
 		}
