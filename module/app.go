@@ -1,6 +1,7 @@
 package module
 
 import (
+	"errors"
 	"sort"
 	"sync"
 	"time"
@@ -79,7 +80,12 @@ func (a *App) Start() error {
 	for _, w := range wheres {
 		u := a.uses[w]
 		key := u.set.poolKey()
-		v, _, err := storages.LoadOrNew(key, func() (caddy.Destructor, error) { return openStorage(u.set, a.log) })
+		open := func() (caddy.Destructor, error) { return openStorage(u.set, a.log) }
+		v, _, err := storages.LoadOrNew(key, open)
+		if errors.Is(err, errStorageClosed) {
+			// A straggling request of an older config looked for it in the same instant.
+			v, _, err = storages.LoadOrNew(key, open)
+		}
 		if err != nil {
 			a.releaseLocked()
 			return err
