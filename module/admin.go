@@ -30,7 +30,7 @@ func init() {
 //	GET  /mulligan/operations?status=&limit=&after=   operations of every scope, newest first
 //	POST /mulligan/keys/evict                         forget an idempotency key: {"scope", "method", "path", "key"}
 //
-// With several storage directories in use, ?storage=<dir> picks one.
+// With several storages in use, ?storage=<dir or DSN as shown in stats> picks one.
 type AdminAPI struct{}
 
 // CaddyModule returns the Caddy module information.
@@ -81,29 +81,34 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 	return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no such mulligan admin route: %s %s", r.Method, r.URL.Path)}
 }
 
-// runnerFor returns the runner of dir, or the only one when dir is empty.
-func runnerFor(dir string) (*runner, error) {
-	runnersMu.Lock()
-	defer runnersMu.Unlock()
-	if dir != "" {
-		for d, r := range runners {
-			if d == dir {
-				return r, nil
-			}
+// runnerFor returns the runner of the storage named name (its directory, or its DSN as shown
+// without password), or the only one when name is empty.
+func runnerFor(name string) (*runner, error) {
+	byName := map[string]*runner{}
+	storages.Range(func(_, v any) bool {
+		if s, ok := v.(*storage); ok {
+			byName[s.set.name()] = s.run
 		}
-		return nil, caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no mulligan storage at %s", dir)}
-	}
-	if len(runners) == 1 {
-		for _, r := range runners {
+		return true
+	})
+	if name != "" {
+		if r := byName[name]; r != nil {
 			return r, nil
 		}
+		return nil, caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no mulligan storage at %s", name)}
 	}
-	dirs := make([]string, 0, len(runners))
-	for d := range runners {
-		dirs = append(dirs, d)
+	names := make([]string, 0, len(byName))
+	for n, r := range byName {
+		if len(byName) == 1 {
+			return r, nil
+		}
+		names = append(names, n)
 	}
-	sort.Strings(dirs)
-	return nil, caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf("%d mulligan storages are open; pick one with ?storage= (%s)", len(dirs), strings.Join(dirs, ", "))}
+	if len(names) == 0 {
+		return nil, caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no mulligan storage is open")}
+	}
+	sort.Strings(names)
+	return nil, caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf("%d mulligan storages are open; pick one with ?storage= (%s)", len(names), strings.Join(names, ", "))}
 }
 
 func adminJSON(w http.ResponseWriter, v any) error {
@@ -132,11 +137,7 @@ func (a *AdminAPI) deadLetters(w http.ResponseWriter, r *http.Request, run *runn
 
 // redeliver puts a dead letter back in the outbox, due now, with a fresh attempt budget.
 func (a *AdminAPI) redeliver(w http.ResponseWriter, run *runner, id string) error {
-	ev, err := run.st.UpdateEvent(id, func(e *store.Event) {
-		if e.State == store.EventDead {
-			e.State, e.NextAttempt, e.Attempts, e.DeadReason = store.EventPending, time.Now(), 0, ""
-		}
-	})
+	ev, err := run.st.Redeliver(id, time.Now())
 	if err != nil {
 		return storeFailure(err)
 	}
@@ -144,10 +145,11 @@ func (a *AdminAPI) redeliver(w http.ResponseWriter, run *runner, id string) erro
 	return adminJSON(w, ev)
 }
 
+// redeliverAll redelivers every dead letter, paging once through the list as it was.
 func (a *AdminAPI) redeliverAll(w http.ResponseWriter, run *runner) error {
-	n := 0
+	n, after := 0, ""
 	for {
-		events, err := run.st.DeadLetters("", 500)
+		events, err := run.st.DeadLetters(after, 500)
 		if err != nil {
 			return storeFailure(err)
 		}
@@ -155,12 +157,10 @@ func (a *AdminAPI) redeliverAll(w http.ResponseWriter, run *runner) error {
 			break
 		}
 		for _, ev := range events {
-			if _, err := run.st.UpdateEvent(ev.ID, func(e *store.Event) {
-				e.State, e.NextAttempt, e.Attempts, e.DeadReason = store.EventPending, time.Now(), 0, ""
-			}); err != nil {
+			if _, err := run.st.Redeliver(ev.ID, time.Now()); err != nil {
 				return storeFailure(err)
 			}
-			n++
+			n, after = n+1, ev.ID
 		}
 	}
 	run.courier.kick()
@@ -195,12 +195,9 @@ func (a *AdminAPI) operations(w http.ResponseWriter, r *http.Request, run *runne
 	if err != nil {
 		return storeFailure(err)
 	}
-	run.mu.Lock()
-	prefix := run.prefix
-	run.mu.Unlock()
 	views := make([]operationView, 0, len(ops))
 	for _, op := range ops {
-		views = append(views, viewOf(prefix, op, nil, time.Now()))
+		views = append(views, viewOf(execOf(op).Prefix, op, nil, time.Now()))
 	}
 	return adminJSON(w, map[string]any{"operations": views, "next_after": next})
 }
@@ -226,8 +223,8 @@ func (r *runner) stats() map[string]any {
 	r.mu.Unlock()
 	pending, dead, _ := r.st.CountEvents()
 	out := map[string]any{
-		"storage": r.dir, "queued": r.queued.Load(), "queue_limit": cfg.Queue, "running": running,
-		"running_from_queue": pooled, "concurrency": cfg.Concurrency,
+		"storage": r.name, "worker": r.worker, "queued": r.queued.Load(), "running": running,
+		"running_from_queue": pooled, "concurrency": cfg.concurrency, "takeover": cfg.takeover.String(),
 		"webhooks": map[string]any{"pending": pending, "dead_letters": dead, "endpoints": r.courier.endpointStates()},
 	}
 	return out
@@ -235,16 +232,10 @@ func (r *runner) stats() map[string]any {
 
 // endpointStates reports each configured endpoint's breaker and whether a 410 disabled it.
 func (c *courier) endpointStates() map[string]any {
-	c.mu.Lock()
-	h, d := c.hooks, c.deliverer
-	c.mu.Unlock()
 	out := map[string]any{}
-	if h == nil {
-		return out
-	}
-	for name := range h.endpoints {
+	for name, breaker := range c.breakerStates() {
 		st, _ := c.st.GetEndpointState(name)
-		out[name] = map[string]any{"breaker": d.BreakerState(name), "disabled": st.Disabled}
+		out[name] = map[string]any{"breaker": breaker, "disabled": st.Disabled}
 	}
 	return out
 }

@@ -63,7 +63,19 @@ func (c *converter) newOperation(kr *keyedRequest, status store.Status) *store.O
 		op.StartedAt, op.Attempts = now, 1
 	}
 	op.Callback = kr.callback
+	op.Exec = c.execution()
 	return op
+}
+
+// execution is how this block's operations run, stored with each so that every reload,
+// restart and replica honours it (docs/caddyfile.md).
+func (c *converter) execution() *store.Execution {
+	ex := &store.Execution{Timeout: time.Duration(c.cfg.Timeout), Retries: *c.cfg.Retries, MaxResult: c.cfg.MaxResult,
+		OnCrash: c.cfg.OnCrash, Prefix: c.prefix}
+	if c.hooks != nil {
+		ex.Events = c.hooks.cfg.Events
+	}
+	return ex
 }
 
 // notForwarded are request headers that concern the gateway, not the upstream. Accept-Encoding
@@ -129,7 +141,7 @@ func (c *converter) keyAccept(kr *keyedRequest, op *store.Operation, token strin
 }
 
 // accept stores the request as a queued operation (durably, with its key) and answers 202.
-func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st *store.Store, run *runner) error {
+func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st store.Operations, run *runner) error {
 	if n := run.queued.Load(); n >= int64(c.cfg.Queue) {
 		countRequest(outcomeQueueFull)
 		writeError(w, apiError{Code: CodeQueueFull, RetryAfter: 5 * time.Second, Details: map[string]any{"queue": c.cfg.Queue},
@@ -147,7 +159,7 @@ func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st *store.St
 		return nil
 	}
 	countRequest(outcomeAccepted)
-	run.enqueue(op.ID)
+	run.accepted()
 	kr.log.Info("operation accepted", zap.String("operation_id", op.ID), zap.String("new_status", string(op.Status)))
 	writeResponse(w, resp)
 	return nil
@@ -156,7 +168,7 @@ func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st *store.St
 // runThenConvert runs the request and answers it directly if the upstream finishes within
 // window; otherwise it stores the running call as an operation, answers 202, and lets the
 // runner see the call through.
-func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st *store.Store, run *runner, window time.Duration) error {
+func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Backend, run *runner, window time.Duration) error {
 	token := ""
 	if kr.key != "" {
 		claim, err := st.ClaimKey(kr.recordKey, kr.fp, c.gate.lease)
@@ -191,6 +203,7 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 	case <-kr.r.Context().Done(): // the client left: convert, so the call's outcome is kept
 	}
 	op := c.newOperation(kr, store.StatusRunning)
+	op.Holder, op.LeaseUntil = run.worker, op.StartedAt.Add(run.config().takeover) // held by this runner, as a claimed one
 	ka, resp := c.keyAccept(kr, op, token)
 	if _, err := st.AcceptOperation(op, storedRequest(kr), ka); err != nil {
 		cancel(err)

@@ -27,7 +27,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
 //
 //	mulligan {
-//		storage        <dir>
+//		storage        [badger] <dir> | postgres <dsn>
 //		encryption_key <key>
 //		scope          <placeholder template>
 //		operations     <path prefix>
@@ -53,6 +53,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //			retention   <duration>
 //			max_result  <size>
 //			on_crash    requeue|fail
+//			takeover    <duration>
 //		}
 //		webhooks {
 //			endpoint <name> <url or pattern> {
@@ -77,7 +78,7 @@ func (m *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		var err error
 		switch d.Val() {
 		case "storage":
-			err = oneArg(d, &m.Storage)
+			err = m.unmarshalStorage(d)
 		case "encryption_key":
 			err = oneArg(d, &m.EncryptionKey)
 		case "scope":
@@ -106,6 +107,22 @@ func (m *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		if err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// unmarshalStorage reads `storage <dir>`, `storage badger <dir>` or `storage postgres <dsn>`.
+func (m *Handler) unmarshalStorage(d *caddyfile.Dispenser) error {
+	args := d.RemainingArgs()
+	switch {
+	case len(args) == 1:
+		m.StorageBackend, m.Storage = "", args[0]
+	case len(args) == 2 && (args[0] == BackendBadger || args[0] == BackendPostgres):
+		m.StorageBackend, m.Storage = args[0], args[1]
+	case len(args) == 2:
+		return d.Errf("storage backend must be %s or %s, got %q", BackendBadger, BackendPostgres, args[0])
+	default:
+		return d.Errf("storage takes a Badger directory, or badger <dir>, or postgres <dsn>")
 	}
 	return nil
 }
@@ -185,6 +202,8 @@ func (c *AsyncConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = durationArg(d, &c.Retention)
 		case "max_result":
 			err = sizeArg(d, &c.MaxResult)
+		case "takeover":
+			err = durationArg(d, &c.Takeover)
 		case "on_crash":
 			err = oneArg(d, &c.OnCrash)
 			if err == nil && c.OnCrash != CrashRequeue && c.OnCrash != CrashFail {

@@ -104,6 +104,11 @@ type AsyncConfig struct {
 	// client but is not replayable and its key is released. Default: 32 MiB.
 	MaxResult int64 `json:"max_result,omitempty"`
 
+	// Takeover is how long a worker holding a running operation may stay silent (a crashed
+	// process, a replica cut off from storage) before the operation is taken over: re-queued,
+	// or failed per OnCrash. One value per storage. Default: 30s.
+	Takeover caddy.Duration `json:"takeover,omitempty"`
+
 	// OnCrash says what happens to operations that were running when the gateway died:
 	// "requeue" (default) runs them again; "fail" fails them with WORKER_LOST, for upstreams that
 	// are not safe to rerun.
@@ -175,6 +180,9 @@ func (c *AsyncConfig) setDefaults() {
 	if c.OnCrash == "" {
 		c.OnCrash = CrashRequeue
 	}
+	if c.Takeover == 0 {
+		c.Takeover = caddy.Duration(defaultTakeover)
+	}
 }
 
 func (c *AsyncConfig) validate() error {
@@ -183,6 +191,8 @@ func (c *AsyncConfig) validate() error {
 		return fmt.Errorf("async: mode must be prefer, always or after, got %q", c.Mode)
 	case c.OnCrash != CrashRequeue && c.OnCrash != CrashFail:
 		return fmt.Errorf("async: on_crash must be requeue or fail, got %q", c.OnCrash)
+	case c.Takeover < caddy.Duration(time.Second):
+		return fmt.Errorf("async: takeover must be at least 1s, got %s", time.Duration(c.Takeover))
 	case c.Concurrency < 1 || c.Queue < 1 || *c.Retries < 0 || c.Timeout <= 0 || c.After <= 0 || c.Retention <= 0:
 		return fmt.Errorf("async: concurrency and queue must be at least 1; retries not negative; timeout, after and retention positive")
 	}

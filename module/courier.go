@@ -22,16 +22,17 @@ const (
 
 // courier delivers the outbox: it reads due events from the store, signs and sends each through
 // the webhook package, and writes back the outcome: delivered, retry later (durably scheduled
-// with backoff), dead letter, or endpoint disabled (410). It lives as long as its runner.
+// with backoff), dead letter, or endpoint disabled (410). It lives as long as its runner; it
+// claims each event before sending it, so one replica at a time delivers it.
 type courier struct {
-	st  *store.Store
-	log *zap.Logger
-	now func() time.Time
+	st     store.Outbox
+	worker string
+	log    *zap.Logger
+	now    func() time.Time
 
 	mu          sync.Mutex
-	hooks       *hooks
-	deliverer   *webhook.Deliverer
-	breakerKey  [2]int64
+	endpoints   map[string]*hooks // each endpoint's declaring block, across the storage's blocks
+	deliverers  map[[2]int64]*webhook.Deliverer
 	inflight    map[string]bool
 	perEndpoint map[string]int
 	recent      []attemptLog
@@ -56,10 +57,10 @@ type attemptLog struct {
 	Error     string    `json:"error,omitempty"`
 }
 
-func newCourier(st *store.Store, log *zap.Logger) *courier {
+func newCourier(st store.Outbox, worker string, log *zap.Logger) *courier {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &courier{
-		st: st, log: log.Named("webhooks"), now: time.Now,
+		st: st, worker: worker, log: log.Named("webhooks"), now: time.Now, deliverers: map[[2]int64]*webhook.Deliverer{},
 		inflight: map[string]bool{}, perEndpoint: map[string]int{},
 		wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{}),
 	}
@@ -67,24 +68,42 @@ func newCourier(st *store.Store, log *zap.Logger) *courier {
 	return c
 }
 
-// configure installs a config's endpoints; the circuit breakers are kept unless their settings
-// change.
-func (c *courier) configure(h *hooks) {
+// configure installs the endpoints of every block on the storage; the circuit breakers are
+// kept unless their settings change.
+func (c *courier) configure(endpoints map[string]*hooks) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.hooks = h
-	if h == nil {
-		return
+	c.endpoints = endpoints
+	kept := map[[2]int64]*webhook.Deliverer{}
+	for _, h := range endpoints {
+		key := breakerKey(h)
+		if d := c.deliverers[key]; d != nil {
+			kept[key] = d
+		} else if kept[key] == nil {
+			kept[key] = webhook.NewDeliverer(webhook.Options{
+				BreakerFailures: uint32(h.cfg.BreakerFailures), BreakerCooldown: time.Duration(h.cfg.BreakerCooldown),
+				UserAgent: "Mulligan-Webhooks/1",
+			})
+		}
 	}
-	key := [2]int64{int64(h.cfg.BreakerFailures), int64(h.cfg.BreakerCooldown)}
-	if c.deliverer == nil || key != c.breakerKey {
-		c.deliverer = webhook.NewDeliverer(webhook.Options{
-			BreakerFailures: uint32(h.cfg.BreakerFailures), BreakerCooldown: time.Duration(h.cfg.BreakerCooldown),
-			UserAgent: "Mulligan-Webhooks/1",
-		})
-		c.breakerKey = key
-	}
+	c.deliverers = kept
 	c.kickLocked()
+}
+
+func breakerKey(h *hooks) [2]int64 {
+	return [2]int64{int64(h.cfg.BreakerFailures), int64(h.cfg.BreakerCooldown)}
+}
+
+// endpoint returns the block declaring endpoint name and the deliverer of its breaker
+// settings; nil when no block on the storage declares it.
+func (c *courier) endpoint(name string) (*hooks, *webhook.Deliverer) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.endpoints[name]
+	if h == nil {
+		return nil, nil
+	}
+	return h, c.deliverers[breakerKey(h)]
 }
 
 func (c *courier) kick() {
@@ -139,7 +158,7 @@ func (c *courier) loop() {
 // before looking again.
 func (c *courier) dispatchDue() time.Duration {
 	c.mu.Lock()
-	active := c.hooks != nil
+	active := len(c.endpoints) > 0
 	c.mu.Unlock()
 	if !active {
 		return time.Second
@@ -187,11 +206,14 @@ func (c *courier) claim(ev store.Due) claimResult {
 	if c.inflight[ev.ID] || c.perEndpoint[ev.Endpoint] >= maxDeliveriesPerEndpoint || len(c.inflight) >= maxDeliveries {
 		return busy
 	}
-	if c.deliverer.BreakerState(ev.Endpoint) != "closed" && c.perEndpoint[ev.Endpoint] > 0 {
-		return breakerOpen // half-open with its probe under way, or open
-	}
-	if c.deliverer.BreakerState(ev.Endpoint) == "open" {
-		return breakerOpen
+	if h := c.endpoints[ev.Endpoint]; h != nil {
+		d := c.deliverers[breakerKey(h)]
+		if d.BreakerState(ev.Endpoint) != "closed" && c.perEndpoint[ev.Endpoint] > 0 {
+			return breakerOpen // half-open with its probe under way, or open
+		}
+		if d.BreakerState(ev.Endpoint) == "open" {
+			return breakerOpen
+		}
 	}
 	c.inflight[ev.ID] = true
 	c.perEndpoint[ev.Endpoint]++
@@ -243,16 +265,17 @@ func (c *courier) untilNextDue() time.Duration {
 func (c *courier) deliver(claimed store.Due) {
 	defer c.sends.Done()
 	defer c.release(claimed)
-	// The list ev came from may predate a delivery that just finished: read it again now that
-	// this goroutine holds the event's slot.
-	ev, err := c.st.GetEvent(claimed.ID)
-	if err != nil || ev.State != store.EventPending || ev.NextAttempt.After(c.now()) {
+	// The list ev came from may predate a delivery that just finished, here or on another
+	// replica: claim it, which reads it again, so one worker at a time delivers it.
+	h, d := c.endpoint(claimed.Endpoint)
+	ev, err := c.st.ClaimEvent(claimed.ID, c.worker, claimLease(h))
+	if err != nil || ev == nil {
 		return
 	}
-	c.mu.Lock()
-	h, d := c.hooks, c.deliverer
-	c.mu.Unlock()
-	ep := h.endpoints[ev.Endpoint]
+	var ep *endpoint
+	if h != nil {
+		ep = h.endpoints[ev.Endpoint]
+	}
 	now := c.now()
 	switch {
 	case ep == nil:
@@ -287,9 +310,7 @@ func (c *courier) record(ev *store.Event, out webhook.Outcome, h *hooks) {
 	attempts := ev.Attempts + max(out.Attempts, 1)
 	switch out.Result {
 	case webhook.Delivered:
-		c.update(ev, func(e *store.Event) {
-			e.State, e.Attempts, e.LastStatus, e.LastError, e.DeliveredAt = store.EventDelivered, attempts, out.StatusCode, "", c.now()
-		})
+		c.settled(ev, c.st.MarkDelivered(ev.ID, attemptOf(attempts, c.now(), &out)))
 	case webhook.Disabled:
 		c.log.Warn("endpoint answered 410 Gone: disabled until re-enabled", zap.String("endpoint", ev.Endpoint))
 		_ = c.st.SetEndpointState(ev.Endpoint, store.EndpointState{Disabled: true, DisabledAt: c.now(), Reason: "410 Gone"})
@@ -311,13 +332,7 @@ func (c *courier) record(ev *store.Event, out webhook.Outcome, h *hooks) {
 }
 
 func (c *courier) reschedule(ev *store.Event, at time.Time, attempts int, out *webhook.Outcome) {
-	c.update(ev, func(e *store.Event) {
-		e.NextAttempt = at
-		if attempts > 0 {
-			e.Attempts = attempts
-		}
-		setLast(e, out)
-	})
+	c.settled(ev, c.st.Reschedule(ev.ID, at, attemptOf(attempts, c.now(), out)))
 }
 
 func (c *courier) deadLetter(ev *store.Event, reason string) {
@@ -328,24 +343,35 @@ func (c *courier) deadLetterAfter(ev *store.Event, attempts int, out *webhook.Ou
 	metrics.deadLetters.WithLabelValues(ev.Endpoint).Inc()
 	c.log.Warn("event dead-lettered", zap.String("event_id", ev.ID), zap.String("operation_id", ev.OperationID),
 		zap.String("endpoint", ev.Endpoint), zap.Int("attempts", attempts), zap.String("reason", reason))
-	c.update(ev, func(e *store.Event) {
-		e.State, e.Attempts, e.DeadReason = store.EventDead, attempts, reason
-		setLast(e, out)
-	})
+	c.settled(ev, c.st.DeadLetter(ev.ID, reason, attemptOf(attempts, c.now(), out)))
 }
 
-func setLast(e *store.Event, out *webhook.Outcome) {
-	if out == nil {
-		return
+// attemptOf is an attempt's outcome as the outbox keeps it; a zero attempts keeps the count.
+func attemptOf(attempts int, at time.Time, out *webhook.Outcome) store.Attempt {
+	a := store.Attempt{Attempts: attempts, At: at}
+	if out != nil {
+		a.Status = out.StatusCode
+		if out.Err != nil {
+			a.Error = out.Err.Error()
+		}
 	}
-	e.LastStatus, e.LastError = out.StatusCode, ""
-	if out.Err != nil {
-		e.LastError = out.Err.Error()
-	}
+	return a
 }
 
-func (c *courier) update(ev *store.Event, fn func(*store.Event)) {
-	if _, err := c.st.UpdateEvent(ev.ID, fn); err != nil && !errors.Is(err, store.ErrClosed) {
+// claimLease is how long a delivery holds its event: the attempt's timeout and a margin,
+// after which another worker may deliver it (this one died).
+func claimLease(h *hooks) time.Duration {
+	timeout := webhook.DefaultTimeout
+	if h != nil {
+		timeout = time.Duration(h.cfg.Timeout)
+	}
+	return 2*timeout + 10*time.Second
+}
+
+// settled logs a delivery outcome the outbox could not record (it is tried again after the
+// claim lapses).
+func (c *courier) settled(ev *store.Event, err error) {
+	if err != nil && !errors.Is(err, store.ErrClosed) {
 		c.log.Error("recording a delivery", zap.String("event_id", ev.ID), zap.Error(err))
 	}
 }
@@ -367,14 +393,10 @@ func (c *courier) remember(ev *store.Event, out webhook.Outcome) {
 // breakerStates reports each configured endpoint's breaker state.
 func (c *courier) breakerStates() map[string]string {
 	c.mu.Lock()
-	h, d := c.hooks, c.deliverer
-	c.mu.Unlock()
+	defer c.mu.Unlock()
 	out := map[string]string{}
-	if h == nil || d == nil {
-		return out
-	}
-	for name := range h.endpoints {
-		out[name] = d.BreakerState(name)
+	for name, h := range c.endpoints {
+		out[name] = c.deliverers[breakerKey(h)].BreakerState(name)
 	}
 	return out
 }

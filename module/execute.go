@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"go.uber.org/zap"
@@ -25,6 +26,10 @@ type attemptResult struct {
 	header http.Header
 	body   []byte
 	over   bool // the response passed max_result
+	// panicked is what a handler of the route panicked with (never http.ErrAbortHandler), and
+	// stack where: the attempt failed, the process goes on.
+	panicked any
+	stack    []byte
 }
 
 // Retry pacing of upstream attempts: exponential with full jitter, honouring Retry-After.
@@ -34,32 +39,52 @@ const (
 )
 
 // execute runs op to a final status (or back to the queue when the gateway stops), retrying as
-// the outcome table says.
+// the outcome table says, with the settings stored with op by the block that accepted it.
 func (r *runner) execute(parent context.Context, op *store.Operation, first <-chan attemptResult) {
-	cfg := r.config()
-	ctx, cancel := context.WithTimeout(parent, time.Duration(cfg.Timeout))
+	ex := execOf(op)
+	ctx, cancel := context.WithTimeout(parent, ex.Timeout)
 	defer cancel()
 	log := r.log.With(zap.String("operation_id", op.ID))
 	if first == nil {
 		metrics.queueWait.Observe(op.StartedAt.Sub(op.SubmittedAt).Seconds())
 	}
-	req, err := r.st.LoadRequest(op.ID)
-	if err != nil {
-		log.Error("loading the operation's request", zap.Error(err))
-		r.finish(op.ID, store.Change{To: store.StatusFailed, Error: catalogueError(CodeWorkerLost, "The stored request could not be read.")}, log)
-		return
+	var req *store.Request
+	if first == nil {
+		var err error
+		if req, err = r.st.LoadRequest(op.ID); err != nil {
+			log.Error("loading the operation's request", zap.Error(err))
+			change := store.Change{To: store.StatusFailed, Error: catalogueError(CodeWorkerLost, "The stored request could not be read.")}
+			if !errors.Is(err, store.ErrNotFound) {
+				change = store.Change{To: store.StatusQueued} // storage trouble: another attempt later
+			}
+			r.finish(parent, op.ID, change, log)
+			return
+		}
 	}
 	for attempt := 0; ; attempt++ {
 		var res attemptResult
 		if attempt == 0 && first != nil {
 			res = <-first
 		} else {
-			res = r.attempt(ctx, op, req, cfg.MaxResult)
+			if req == nil {
+				var err error
+				if req, err = r.st.LoadRequest(op.ID); err != nil {
+					log.Error("loading the operation's request", zap.Error(err))
+					r.finish(parent, op.ID, store.Change{To: store.StatusQueued}, log)
+					return
+				}
+			}
+			res = r.attempt(ctx, op, req, ex.MaxResult)
+		}
+		if res.panicked != nil {
+			log.Error("a handler panicked serving the operation", zap.Any("panic", res.panicked), zap.ByteString("stack", res.stack))
 		}
 		change, retry := outcome(ctx, parent, res)
-		if retry && attempt < *cfg.Retries {
+		if retry && attempt < ex.Retries {
 			if !r.backoff(ctx, attempt, res) {
-				change, _ = outcome(ctx, parent, attemptResult{})
+				if ctx.Err() != nil {
+					change, _ = outcome(ctx, parent, attemptResult{})
+				}
 			} else {
 				metrics.retries.Inc()
 				if _, err := r.st.RecordAttempt(op.ID); err != nil {
@@ -68,18 +93,27 @@ func (r *runner) execute(parent context.Context, op *store.Operation, first <-ch
 				continue
 			}
 		}
-		r.finish(op.ID, change, log)
+		r.finish(parent, op.ID, change, log)
 		return
 	}
 }
 
-// backoff waits before the next attempt; false when the execution ended meanwhile.
+// backoff waits before the next attempt, at least as long as the upstream's Retry-After asks
+// when that fits in what is left of the timeout; false when the execution ended meanwhile, or
+// the wait would outlast it (the attempt's failure then stands).
 func (r *runner) backoff(ctx context.Context, attempt int, res attemptResult) bool {
 	var retryAfter time.Duration
 	if res.header != nil {
 		retryAfter = webhook.ParseRetryAfter(res.header.Get("Retry-After"), time.Now())
 	}
-	t := time.NewTimer(webhook.Backoff(retryBase, retryCap, attempt, min(retryAfter, retryCap)))
+	wait := max(webhook.Backoff(retryBase, retryCap, attempt, 0), retryAfter)
+	if dl, ok := ctx.Deadline(); ok && time.Now().Add(wait).After(dl) {
+		if retryAfter > 0 {
+			return false
+		}
+		wait = time.Until(dl)
+	}
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -89,8 +123,9 @@ func (r *runner) backoff(ctx context.Context, attempt int, res attemptResult) bo
 	}
 }
 
-// outcome maps an attempt to the operation's next step (CONTRACT.md §3's table), and whether
-// the attempt may be retried.
+// outcome maps an attempt to the operation's next step (docs/api.md's outcome table), and
+// whether the attempt may be retried. A zero Change.To means nothing is to be written: the
+// operation was lost to another worker.
 func outcome(ctx, parent context.Context, res attemptResult) (store.Change, bool) {
 	var result *store.Response
 	if res.status != 0 && !res.over {
@@ -100,12 +135,16 @@ func outcome(ctx, parent context.Context, res attemptResult) (store.Change, bool
 		return store.Change{To: store.StatusFailed, Error: catalogueError(code, msg), Result: result}
 	}
 	switch cause := context.Cause(parent); {
+	case errors.Is(cause, errLeaseLost):
+		return store.Change{}, false
 	case errors.Is(cause, errCanceledByUser):
 		return store.Change{To: store.StatusCanceled}, false
 	case errors.Is(cause, errRunnerStopping):
 		return store.Change{To: store.StatusQueued}, false
 	}
 	switch {
+	case res.panicked != nil:
+		return failed(CodeUpstreamError, "A handler of the route failed while serving the operation."), false
 	case res.over:
 		return failed(CodeResultTooLarge, "The upstream response was larger than max_result."), false
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
@@ -123,19 +162,48 @@ func outcome(ctx, parent context.Context, res attemptResult) (store.Change, bool
 	}
 }
 
-// finish applies the final change (or the hand-back to the queue).
-func (r *runner) finish(id string, change store.Change, log *zap.Logger) {
-	if change.To == store.StatusQueued {
-		if op, err := r.st.GetOperation(id); err == nil && !op.CancelRequestedAt.IsZero() {
-			change = store.Change{To: store.StatusCanceled}
-		}
-	}
-	op, err := r.st.Transition(id, change)
-	if err != nil {
-		log.Error("recording the operation's outcome", zap.String("new_status", string(change.To)), zap.Error(err))
+// Retrying a final transition the storage refused: the execution keeps its lease (the
+// heartbeat renews it) while it tries, and past finishRetryFor lets it lapse, so a takeover
+// settles the operation by on_crash; it never stays running for good (docs/operating.md).
+const (
+	finishRetryBase = 100 * time.Millisecond
+	finishRetryMax  = 5 * time.Second
+	finishRetryFor  = 2 * time.Minute
+)
+
+// finish applies the final change (or the hand-back to the queue), fenced to this worker.
+func (r *runner) finish(parent context.Context, id string, change store.Change, log *zap.Logger) {
+	if change.To == "" {
+		log.Warn("operation lost to another worker; its outcome here is dropped")
 		return
 	}
+	change.Holder = r.worker
 	if change.To == store.StatusQueued {
+		if op, err := r.st.GetOperation(id); err == nil && !op.CancelRequestedAt.IsZero() {
+			change.To = store.StatusCanceled
+		}
+	}
+	giveUp := time.Now().Add(finishRetryFor)
+	for wait := finishRetryBase; ; wait = min(wait*2, finishRetryMax) {
+		op, err := r.st.Transition(id, change)
+		switch {
+		case err == nil:
+			r.finished(op, log)
+			return
+		case errors.Is(err, store.ErrNotHolder), errors.Is(err, store.ErrIllegalTransition), errors.Is(err, store.ErrNotFound):
+			log.Warn("operation settled elsewhere; its outcome here is dropped", zap.String("new_status", string(change.To)), zap.Error(err))
+			return
+		case errors.Is(context.Cause(parent), errLeaseLost) || time.Now().After(giveUp):
+			log.Error("recording the operation's outcome failed; leaving it to a takeover", zap.String("new_status", string(change.To)), zap.Error(err))
+			return
+		}
+		log.Warn("recording the operation's outcome; retrying", zap.String("new_status", string(change.To)), zap.Duration("retry_in", wait), zap.Error(err))
+		time.Sleep(wait)
+	}
+}
+
+func (r *runner) finished(op *store.Operation, log *zap.Logger) {
+	if op.Status == store.StatusQueued {
 		r.queued.Add(1)
 	} else {
 		countFinal(op)
@@ -171,12 +239,15 @@ func (r *runner) attempt(ctx context.Context, op *store.Operation, req *store.Re
 
 // serveRecorded runs serve into rec. The proxy aborts a response it cannot finish writing
 // (rec past max_result, or the call canceled) with http.ErrAbortHandler, which net/http would
-// recover on a real connection; here it means the attempt ended without a whole response.
+// recover on a real connection; here it means the attempt ended without a whole response. Any
+// other panic is this goroutine's, with no net/http above it to recover it: it becomes a failed
+// attempt, never a dead process.
 func serveRecorded(rec *bufferWriter, serve func() error) (res attemptResult) {
 	defer func() {
 		if v := recover(); v != nil {
 			if v != http.ErrAbortHandler {
-				panic(v)
+				res = attemptResult{panicked: v, stack: debug.Stack()}
+				return
 			}
 			res = rec.result()
 			if !res.over {

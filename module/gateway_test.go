@@ -186,3 +186,12 @@ func expectError(t *testing.T, r result, status int, code ErrorCode, retryable b
 		t.Fatalf("message or request_id missing: %s (X-Request-Id %q)", r.body, r.Header.Get(headerRequestID))
 	}
 }
+
+// closeStorages closes every open storage's handle under the running config, as if the
+// database went away.
+func closeStorages() {
+	storages.Range(func(_, v any) bool {
+		_ = v.(*storage).be.Close()
+		return true
+	})
+}

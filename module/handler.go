@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,11 +27,19 @@ func init() {
 // server): a request carrying an Idempotency-Key runs upstream once, and its retries replay the
 // recorded response.
 type Handler struct {
-	// Storage is the Badger directory. Default: "mulligan" in Caddy's data directory.
+	// StorageBackend is "badger" (default: one process, one directory) or "postgres" (many
+	// replicas as one). Every block naming the same storage shares it: its runner, its queue,
+	// its outbox and the storage-wide settings (durability, encryption_key, async concurrency
+	// and takeover), which blocks must not set differently (docs/caddyfile.md).
+	StorageBackend string `json:"storage_backend,omitempty"`
+
+	// Storage is the Badger directory (default: "mulligan" in Caddy's data directory), or with
+	// the postgres backend the PostgreSQL DSN; placeholders such as {env.MULLIGAN_POSTGRES_URL}
+	// are expanded.
 	Storage string `json:"storage,omitempty"`
 
-	// EncryptionKey turns on encryption at rest: 16, 24 or 32 bytes, given raw or as hex.
-	// Placeholders such as {env.MULLIGAN_KEY} are expanded.
+	// EncryptionKey turns on encryption at rest in Badger: 16, 24 or 32 bytes, given raw or as
+	// hex. Placeholders such as {env.MULLIGAN_KEY} are expanded.
 	EncryptionKey string `json:"encryption_key,omitempty"`
 
 	// Scope separates tenants: its value (placeholders expanded per request, for example
@@ -55,7 +63,7 @@ type Handler struct {
 	// Webhooks configures signed event delivery about operations.
 	Webhooks *WebhooksConfig `json:"webhooks,omitempty"`
 
-	slot    *storeSlot
+	use     *storageUse
 	gate    *gate
 	conv    *converter
 	methods map[string]bool
@@ -71,10 +79,12 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision applies defaults and reserves the store, which opens when the config starts.
+// Provision applies defaults and records the block's use of its storage, which opens when the
+// config starts; a use that conflicts with another block's on the same storage is refused.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	h.now = time.Now
+	explicit := h.storageWideSettings()
 	h.setDefaults()
 	key, err := parseEncryptionKey(caddy.NewReplacer().ReplaceAll(h.EncryptionKey, ""))
 	if err != nil {
@@ -101,23 +111,54 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return err
 	}
+	if len(key) > 0 {
+		explicit["encryption_key"] = hex.EncodeToString(key)
+	}
+	set, err := h.storageSettings(key)
+	if err != nil {
+		return err
+	}
 	appIface, err := ctx.App("mulligan")
 	if err != nil {
 		return err
 	}
-	h.slot = appIface.(*App).reserve(store.Options{
-		Dir:           h.Storage,
-		EncryptionKey: key,
-		Sync:          h.Durability == DurabilitySync,
-		Logger:        badgerLogger{h.logger.Named("badger").Sugar()},
-	}, runnerSettings{async: *h.Async, prefix: h.conv.prefix, hooks: h.conv.hooks}, h.logger)
+	h.use, err = appIface.(*App).use(blockStorage{set: set, explicit: explicit, hooks: h.conv.hooks, webhooks: h.Webhooks})
+	if err != nil {
+		return fmt.Errorf("mulligan: %w", err)
+	}
 	return nil
 }
 
-func (h *Handler) setDefaults() {
-	if h.Storage == "" {
-		h.Storage = filepath.Join(caddy.AppDataDir(), "mulligan")
+// storageWideSettings are the storage-wide settings the block sets itself, as written; read
+// before defaults fill the rest.
+func (h *Handler) storageWideSettings() map[string]string {
+	out := map[string]string{}
+	if h.Durability != "" {
+		out["durability"] = h.Durability
 	}
+	if h.Async != nil && h.Async.Concurrency != 0 {
+		out["concurrency"] = strconv.Itoa(h.Async.Concurrency)
+	}
+	if h.Async != nil && h.Async.Takeover != 0 {
+		out["takeover"] = time.Duration(h.Async.Takeover).String()
+	}
+	return out
+}
+
+// storageSettings resolves the block's storage and its storage-wide settings.
+func (h *Handler) storageSettings(key []byte) (storageSettings, error) {
+	backend, location, err := storageOf(h.StorageBackend, h.Storage)
+	if err != nil {
+		return storageSettings{}, err
+	}
+	if backend == BackendPostgres && len(key) > 0 {
+		return storageSettings{}, fmt.Errorf("encryption_key applies to Badger storage only; PostgreSQL encrypts at rest on its own side")
+	}
+	return storageSettings{backend: backend, location: location, sync: h.Durability == DurabilitySync, key: key,
+		concurrency: h.Async.Concurrency, takeover: time.Duration(h.Async.Takeover)}, nil
+}
+
+func (h *Handler) setDefaults() {
 	if h.Operations == "" {
 		h.Operations = defaultOperationsPath
 	}
@@ -180,7 +221,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if !isOps && !h.methods[r.Method] {
 		return next.ServeHTTP(w, r)
 	}
-	st, run, done, err := h.slot.acquire()
+	s, done, err := h.use.acquire()
 	if err != nil {
 		h.storageFailed(w, err)
 		return nil
@@ -188,15 +229,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	defer done()
 	log := newReqLog(h.logger, zap.String("request_id", id))
 	if isOps {
-		h.serveOperations(w, r, st, run, scopeHash(h.scopeOf(r)), log)
+		h.serveOperations(w, r, s.be, s.run, scopeHash(h.scopeOf(r)), log)
 		return nil
 	}
 	w.Header().Add("Vary", "Prefer")
-	return h.serveCovered(w, r, next, st, run, log)
+	return h.serveCovered(w, r, next, s.be, s.run, log)
 }
 
 // serveCovered runs a covered request: directly, through the gate, or as an operation.
-func (h *Handler) serveCovered(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, st *store.Store, run *runner, log reqLog) error {
+func (h *Handler) serveCovered(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, st store.Backend, run *runner, log reqLog) error {
 	key, ok := h.gate.keyOf(w, r)
 	if !ok {
 		return nil
@@ -253,23 +294,14 @@ func (h *Handler) storageFailed(w http.ResponseWriter, err error) {
 	writeError(w, apiError{Code: CodeStorage, Message: "The gateway's storage is unavailable; retry shortly.", RetryAfter: time.Second})
 }
 
-// badgerLogger gives Badger's log lines to Caddy's logger.
-type badgerLogger struct{ *zap.SugaredLogger }
+// storeLogger gives the storage backends' log lines to Caddy's logger.
+type storeLogger struct{ *zap.SugaredLogger }
 
-func (l badgerLogger) Warningf(f string, v ...any) { l.Warnf(f, v...) }
-
-// Cleanup gives back the store handle; it closes once the last request using it finishes.
-func (h *Handler) Cleanup() error {
-	if h.slot == nil {
-		return nil
-	}
-	return h.slot.close()
-}
+func (l storeLogger) Warningf(f string, v ...any) { l.Warnf(f, v...) }
 
 // Interface guards
 var (
 	_ caddy.Provisioner           = (*Handler)(nil)
 	_ caddy.Validator             = (*Handler)(nil)
-	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )

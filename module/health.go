@@ -26,13 +26,14 @@ func (h *Handler) serveHealth(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"status": "alive"})
 		return
 	}
-	st, run, done, err := h.slot.acquire()
+	s, done, err := h.use.acquire()
 	if err != nil {
 		h.storageFailed(w, err)
 		return
 	}
 	defer done()
-	if err := st.Ping(); err != nil {
+	run := s.run
+	if err := s.be.Ping(); err != nil {
 		h.storageFailed(w, err)
 		return
 	}
@@ -40,11 +41,11 @@ func (h *Handler) serveHealth(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiError{Code: CodeStorage, RetryAfter: time.Second, Message: "The operation runner is not running."})
 		return
 	}
-	cfg := run.config()
-	if q := run.queued.Load(); q >= int64(cfg.Queue) {
-		writeError(w, apiError{Code: CodeQueueFull, RetryAfter: 5 * time.Second, Details: map[string]any{"queued": q, "queue": cfg.Queue},
+	limit := h.Async.Queue
+	if q := run.queued.Load(); q >= int64(limit) {
+		writeError(w, apiError{Code: CodeQueueFull, RetryAfter: 5 * time.Second, Details: map[string]any{"queued": q, "queue": limit},
 			Message: "The operation queue is full."})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "queued": run.queued.Load(), "queue_limit": cfg.Queue})
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "queued": run.queued.Load(), "queue_limit": limit})
 }

@@ -149,7 +149,7 @@ func recordKey(scope, method, path, key string) []byte {
 }
 
 // claimAndRun claims the key and runs the request, or answers from the record.
-func (g *gate) claimAndRun(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st *store.Store) error {
+func (g *gate) claimAndRun(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Keys) error {
 	deadline := g.now().Add(g.wait)
 	for {
 		claim, err := st.ClaimKey(kr.recordKey, kr.fp, g.lease)
@@ -216,7 +216,7 @@ func (g *gate) storageFailed(w http.ResponseWriter, kr *keyedRequest, err error)
 
 // run sends the claimed request upstream on a context that outlives the client (bounded by the
 // lease), streams the answer to the client, and records or releases the key.
-func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st *store.Store, token string) error {
+func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Keys, token string) error {
 	defer g.flights.start(string(kr.recordKey))()
 	ctx, cancel := detachedContext(kr.r.Context(), g.lease)
 	defer cancel()
@@ -246,7 +246,7 @@ func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handl
 
 // settleKey records res for the key held under token when the policy keeps it, else releases
 // the key so that the next retry runs again.
-func (g *gate) settleKey(st *store.Store, kr *keyedRequest, token string, res attemptResult, expires time.Time) {
+func (g *gate) settleKey(st store.Keys, kr *keyedRequest, token string, res attemptResult, expires time.Time) {
 	if res.status == 0 || res.over || !g.policy.records(res.status) {
 		if err := st.ReleaseKey(kr.recordKey, token); err != nil {
 			kr.log.Warn("releasing idempotency key", zap.Error(err))

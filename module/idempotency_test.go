@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
-
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
 )
 
@@ -264,13 +262,7 @@ func TestEveryResponseCarriesARequestID(t *testing.T) {
 func TestStorageFailureAnswers503(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "")
 	g.post(chatPath, "k", chat("x"))
-	app, err := caddy.ActiveContext().App("mulligan")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range app.(*App).slots {
-		_ = s.st.Close() // the database goes away under the running config
-	}
+	closeStorages() // the database goes away under the running config
 	expectError(t, g.post(chatPath, "k", chat("x")), 503, CodeStorage, true)
 }
 

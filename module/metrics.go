@@ -113,7 +113,7 @@ var (
 	descPending = prometheus.NewDesc("mulligan_webhook_events_pending", "Webhook events waiting for delivery.", []string{"storage"}, nil)
 	descDead    = prometheus.NewDesc("mulligan_webhook_events_dead", "Webhook events in the dead-letter list.", []string{"storage"}, nil)
 	descBreaker = prometheus.NewDesc("mulligan_webhook_breaker_state", "Circuit breaker state per endpoint: 0 closed, 1 half-open, 2 open.", []string{"storage", "endpoint"}, nil)
-	descSize    = prometheus.NewDesc("mulligan_store_size_bytes", "Size of the Badger store on disk (LSM and value log).", []string{"storage"}, nil)
+	descSize    = prometheus.NewDesc("mulligan_store_size_bytes", "Size of the storage in bytes, as well as the backend can tell (Badger: LSM and value log on disk).", []string{"storage"}, nil)
 )
 
 func (runnerCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -123,25 +123,27 @@ func (runnerCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (runnerCollector) Collect(ch chan<- prometheus.Metric) {
-	runnersMu.Lock()
-	list := make([]*runner, 0, len(runners))
-	for _, r := range runners {
-		list = append(list, r)
-	}
-	runnersMu.Unlock()
-	for _, r := range list {
+	var list []*storage
+	storages.Range(func(_, v any) bool {
+		if s, ok := v.(*storage); ok {
+			list = append(list, s)
+		}
+		return true
+	})
+	for _, s := range list {
+		r, name := s.run, s.set.name()
 		r.mu.Lock()
 		running := len(r.running)
 		r.mu.Unlock()
-		ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(r.queued.Load()), r.dir)
-		ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(running), r.dir)
+		ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(r.queued.Load()), name)
+		ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(running), name)
 		if pending, dead, err := r.st.CountEvents(); err == nil {
-			ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(pending), r.dir)
-			ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(dead), r.dir)
+			ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(pending), name)
+			ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(dead), name)
 		}
-		ch <- prometheus.MustNewConstMetric(descSize, prometheus.GaugeValue, float64(r.st.Size()), r.dir)
+		ch <- prometheus.MustNewConstMetric(descSize, prometheus.GaugeValue, float64(s.be.Size()), name)
 		for name, state := range r.courier.breakerStates() {
-			ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, breakerValue[state], r.dir, name)
+			ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, breakerValue[state], name, name)
 		}
 	}
 }

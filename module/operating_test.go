@@ -111,12 +111,10 @@ func TestReadinessFollowsTheStoreAndTheQueue(t *testing.T) {
 		t.Fatalf("not ready again once the queue drained: %d %s", r.StatusCode, r.body)
 	}
 
-	app, _ := caddy.ActiveContext().App("mulligan")
-	for _, s := range app.(*App).slots {
-		_ = s.st.Close()
-	}
+	closeStorages()
 	expectError(t, g.get(pathReady), 503, CodeStorage, true)
-	g.reload("async {\n concurrency 1\n queue 2\n}") // a new config opens a new handle
+	// A config that opens the storage differently gets a handle of its own.
+	g.reload("durability relaxed\nasync {\n concurrency 1\n queue 2\n}")
 	if r := g.get(pathReady); r.StatusCode != 200 {
 		t.Fatalf("not ready after the store came back: %d %s", r.StatusCode, r.body)
 	}

@@ -13,14 +13,14 @@ import (
 )
 
 // cancelWait is how long a cancel request waits for a running call to stop before answering
-// 202 with cancel_requested_at (CONTRACT.md §3).
+// 202 with cancel_requested_at (docs/api.md).
 const cancelWait = 2 * time.Second
 
 // opsRequest is one call of the operations API, already matched to the caller's scope.
 type opsRequest struct {
 	w     http.ResponseWriter
 	r     *http.Request
-	st    *store.Store
+	st    store.Backend
 	run   *runner
 	scope string
 	log   reqLog
@@ -32,7 +32,7 @@ type opsRequest struct {
 //	GET    {prefix}/{id}            one operation
 //	GET    {prefix}/{id}/result     its upstream response, as sent
 //	POST   {prefix}/{id}/cancel     cancel it (also DELETE {prefix}/{id})
-func (h *Handler) serveOperations(w http.ResponseWriter, r *http.Request, st *store.Store, run *runner, scope string, log reqLog) {
+func (h *Handler) serveOperations(w http.ResponseWriter, r *http.Request, st store.Backend, run *runner, scope string, log reqLog) {
 	q := &opsRequest{w: w, r: r, st: st, run: run, scope: scope, log: log}
 	rest := strings.Trim(strings.TrimPrefix(r.URL.Path, h.conv.prefix), "/")
 	id, action, _ := strings.Cut(rest, "/")
@@ -190,24 +190,38 @@ func (h *Handler) cancelOperation(q *opsRequest, id string) {
 		// It started meanwhile: cancel it as a running one.
 	}
 	if op.As(h.now()).Status.Final() {
-		writeError(q.w, apiError{Code: CodeAlreadyFinal, Details: map[string]any{"status": op.As(h.now()).Status},
-			Message: "The operation is already " + string(op.As(h.now()).Status) + "."})
+		h.alreadyFinal(q, op)
 		return
 	}
-	if _, err := q.st.RequestCancel(id, h.now()); err != nil {
-		q.fail(err)
-		return
-	}
-	op, err := h.awaitCancel(q, id)
+	asked, err := q.st.RequestCancel(id, h.now())
 	if err != nil {
 		q.fail(err)
 		return
 	}
-	status := http.StatusOK
-	if !op.Status.Final() {
-		status = http.StatusAccepted
+	if asked.Status.Final() { // it ended before the cancel was recorded
+		h.alreadyFinal(q, asked)
+		return
 	}
-	h.writeOperation(q, status, op)
+	op, err = h.awaitCancel(q, id)
+	if err != nil {
+		q.fail(err)
+		return
+	}
+	switch {
+	case op.Status == store.StatusCanceled:
+		h.writeOperation(q, http.StatusOK, op)
+	case op.Status.Final(): // it finished on its own while the cancel was on its way
+		h.alreadyFinal(q, op)
+	default:
+		h.writeOperation(q, http.StatusAccepted, op)
+	}
+}
+
+// alreadyFinal answers a cancel of an operation that ended without it.
+func (h *Handler) alreadyFinal(q *opsRequest, op *store.Operation) {
+	st := op.As(h.now()).Status
+	writeError(q.w, apiError{Code: CodeAlreadyFinal, Details: map[string]any{"status": st},
+		Message: "The operation is already " + string(st) + "."})
 }
 
 // awaitCancel stops id's execution and waits up to cancelWait for it to become final.
@@ -223,7 +237,8 @@ func (h *Handler) awaitCancel(q *opsRequest, id string) (*store.Operation, error
 			}
 			return q.st.GetOperation(id)
 		}
-		// Not executing here yet (between dequeue and start): look again shortly.
+		// Not executing here (another replica runs it and stops it at its next lease renewal,
+		// or it is between claim and start): look again shortly.
 		op, err := q.st.GetOperation(id)
 		if err != nil || op.Status.Final() {
 			return op, err

@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,210 +15,157 @@ import (
 	"github.com/mulligan-gw/mulligan/store"
 )
 
-// runner executes the operations of one store: a FIFO queue kept in the store, drained by at
-// most `concurrency` upstream calls at once. It belongs to the store's lifetime, not to one
-// config: a reload hands the new config's servers to the same runner, calls under way finish,
-// and the new handler chain runs what is queued. One runner exists per storage directory; the
-// last config started sets its limits.
+// runner is one worker on a storage's queue (docs/operating.md): it claims queued operations
+// while it has free slots (`concurrency`), holds each by a lease it renews, and executes each
+// with the settings stored with it. It belongs to the storage's lifetime in this process, not
+// to one config: a reload hands it the new config's servers. Other processes on the same
+// storage (PostgreSQL replicas) run runners of their own; the store decides who holds what.
 type runner struct {
-	dir  string
-	refs int
-	st   *store.Store
-	log  *zap.Logger
-
+	st      store.Backend
+	worker  string // this runner's id in leases: random, one per runner
+	name    string // the storage, as operators see it
+	log     *zap.Logger
 	courier *courier
 
 	mu      sync.Mutex
-	cfg     AsyncConfig
-	prefix  string // where operations are served, for the links in events
-	hooks   *hooks
-	grace   time.Duration
-	servers map[string]*caddyhttp.Server
-	fifo    []string // ids of queued operations, oldest first; canceled ones are skipped when reached
+	cfg     runnerConfig
 	running map[string]*execution
-	pooled  int // running executions started from the queue (converted calls run outside it)
+	pooled  int // running executions claimed from the queue (converted calls run outside it)
 
-	queued   atomic.Int64
+	queued   atomic.Int64 // queued operations in the storage, as last counted (admission, readiness)
 	wake     chan struct{}
-	stop     chan struct{}
-	done     chan struct{}
+	renewNow chan struct{}
+	stopping chan struct{} // no new claims
+	stopped  chan struct{} // heartbeat and takeover end
+	claims   sync.WaitGroup
+	beats    sync.WaitGroup
 	inFlight sync.WaitGroup
 }
 
-// execution is one operation being executed.
+// runnerConfig is what the latest config gives a storage's runner.
+type runnerConfig struct {
+	concurrency int
+	takeover    time.Duration
+	grace       time.Duration // how long a stopping gateway lets running operations finish
+	servers     map[string]*caddyhttp.Server
+	endpoints   map[string]*hooks // webhook endpoints of every block on the storage
+}
+
+// execution is one operation being executed here.
 type execution struct {
-	cancel context.CancelCauseFunc
-	done   chan struct{}
-	pooled bool
+	cancel     context.CancelCauseFunc
+	done       chan struct{}
+	pooled     bool
+	leaseUntil time.Time // as last renewed
 }
 
 // Causes of an execution's cancellation.
 var (
 	errCanceledByUser = errors.New("canceled by request")
 	errRunnerStopping = errors.New("the gateway is stopping")
+	errLeaseLost      = errors.New("the operation's lease was lost to another worker")
 	errResultTooLarge = errors.New("the upstream response is over max_result")
 )
-
-var (
-	runnersMu sync.Mutex
-	runners   = map[string]*runner{}
-)
-
-// runnerSettings is what a config gives its runner.
-type runnerSettings struct {
-	async  AsyncConfig
-	prefix string
-	hooks  *hooks
-	grace  time.Duration // how long a stopping gateway lets running operations finish
-}
 
 // defaultGrace applies when the config sets no grace_period.
 const defaultGrace = 5 * time.Second
 
-// acquireRunner returns the runner of the store in opts.Dir, starting it (and recovering what a
-// crash left running) if it is not running yet, and gives it the config's settings and servers.
-func acquireRunner(opts store.Options, set runnerSettings, servers map[string]*caddyhttp.Server, log *zap.Logger) (*runner, error) {
-	dir, err := filepath.Abs(opts.Dir)
-	if err != nil {
-		return nil, err
-	}
-	runnersMu.Lock()
-	defer runnersMu.Unlock()
-	if r, ok := runners[dir]; ok {
-		r.refs++
-		r.configure(set, servers)
-		return r, nil
-	}
-	st, err := store.Open(opts)
-	if err != nil {
-		return nil, err
-	}
-	r := &runner{
-		dir: dir, refs: 1, st: st, log: log.Named("runner"),
-		running: map[string]*execution{}, wake: make(chan struct{}, 1),
-		stop: make(chan struct{}), done: make(chan struct{}),
-		courier: newCourier(st, log),
-	}
-	r.configure(set, servers)
-	st.SetAnnouncer(r.announce)
-	st.SetSyncObserver(func(n int) { metrics.fsyncBatch.Observe(float64(n)) })
-	if err := r.recoverCrashed(); err != nil {
-		r.courier.stop()
-		_ = st.Close()
-		return nil, err
-	}
-	runners[dir] = r
-	go r.loop()
-	return r, nil
-}
+// pollEvery is how often an idle runner looks at the queue without a wake-up (the fallback
+// that keeps every property without LISTEN/NOTIFY).
+const pollEvery = time.Second
 
-// liveRunner returns the running runner of dir with one more reference, or nil.
-func liveRunner(dir string) *runner {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return nil
+func newRunner(st store.Backend, set storageSettings, log *zap.Logger) *runner {
+	r := &runner{
+		st: st, worker: newID("wrk_", time.Now()), name: set.name(), log: log.Named("runner"),
+		cfg:     runnerConfig{concurrency: set.concurrency, takeover: set.takeover, grace: defaultGrace},
+		running: map[string]*execution{}, wake: make(chan struct{}, 1), renewNow: make(chan struct{}, 1),
+		stopping: make(chan struct{}), stopped: make(chan struct{}),
 	}
-	runnersMu.Lock()
-	defer runnersMu.Unlock()
-	r := runners[abs]
-	if r != nil {
-		r.refs++
-	}
+	r.courier = newCourier(st, r.worker, log)
 	return r
 }
 
-// release drops one reference; the last one stops the runner: no operation starts any more,
-// running ones get the grace period to finish and are then handed back to the queue, the
-// courier gets what is left of it to deliver due events, and the store handle closes.
-func (r *runner) release() {
-	runnersMu.Lock()
-	r.refs--
-	last := r.refs == 0
-	if last {
-		delete(runners, r.dir)
-	}
-	runnersMu.Unlock()
-	if !last {
-		return
-	}
-	close(r.stop)
-	<-r.done
-	r.mu.Lock()
-	deadline := time.Now().Add(r.grace)
-	r.mu.Unlock()
-	finished := make(chan struct{})
-	go func() { r.inFlight.Wait(); close(finished) }()
-	select {
-	case <-finished:
-	case <-time.After(time.Until(deadline)):
-		r.mu.Lock()
-		for _, ex := range r.running {
-			ex.cancel(errRunnerStopping)
-		}
-		r.mu.Unlock()
-		<-finished
-	}
-	r.courier.flush(deadline)
-	r.courier.stop()
-	_ = r.st.Close()
+// begin starts claiming, renewing and taking over.
+func (r *runner) begin() {
+	r.countQueued()
+	r.claims.Add(1)
+	go r.claimLoop()
+	r.beats.Add(1)
+	go r.heartbeat()
 }
 
-func (r *runner) configure(set runnerSettings, servers map[string]*caddyhttp.Server) {
-	r.mu.Lock()
-	r.cfg, r.prefix, r.hooks, r.servers = set.async, set.prefix, set.hooks, servers
-	r.grace = set.grace
-	if r.grace <= 0 {
-		r.grace = defaultGrace
+func (r *runner) configure(c runnerConfig) {
+	if c.concurrency < 1 {
+		c.concurrency = defaultConcurrency
 	}
+	if c.takeover <= 0 {
+		c.takeover = defaultTakeover
+	}
+	if c.grace <= 0 {
+		c.grace = defaultGrace
+	}
+	r.mu.Lock()
+	r.cfg = c
 	r.mu.Unlock()
-	r.courier.configure(set.hooks)
+	r.courier.configure(c.endpoints)
 	r.kick()
 }
 
-// eventTypes names the event announcing each status.
-var eventTypes = map[store.Status]string{
-	store.StatusSucceeded: EventSucceeded, store.StatusFailed: EventFailed,
-	store.StatusCanceled: EventCanceled, store.StatusRunning: EventRunning,
-}
-
-// announce is the store's announcer: the event for op's new status, written in the same
-// transaction, when the operation has a callback and the config delivers that event type.
-func (r *runner) announce(op *store.Operation, result *store.Response) *store.Event {
-	r.mu.Lock()
-	h, prefix := r.hooks, r.prefix
-	r.mu.Unlock()
-	typ := eventTypes[op.Status]
-	if op.Callback == nil || h == nil || !h.events[typ] {
-		return nil
-	}
-	now := time.Now()
-	payload, err := json.Marshal(viewOf(prefix, op, result, now))
-	if err != nil {
-		return nil
-	}
-	return &store.Event{
-		ID: newID("evt_", now), Type: typ, OperationID: op.ID, Version: op.Version,
-		Endpoint: op.Callback.Endpoint, URL: op.Callback.URL, OccurredAt: now, Operation: payload,
-	}
-}
-
-func (r *runner) config() AsyncConfig {
+func (r *runner) config() runnerConfig {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.cfg
 }
 
-// alive reports whether the runner's loop is running.
+// shutdown stops claiming. When the process goes on working this storage under another handle
+// (shared), running executions are left to finish (drain, in the background), still held by
+// this runner's leases: a reload never hands back or repeats a call under way. Otherwise they
+// get the grace period, then are handed back to the queue; the courier gets what is left of it.
+// It reports whether it is done (false: the caller drains).
+func (r *runner) shutdown(shared bool) bool {
+	close(r.stopping)
+	r.claims.Wait()
+	if shared {
+		return false
+	}
+	deadline := time.Now().Add(r.config().grace)
+	finished := make(chan struct{})
+	go func() { r.inFlight.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(time.Until(deadline)):
+		r.stopAll(errRunnerStopping)
+		<-finished
+	}
+	r.endBeats()
+	r.courier.flush(deadline)
+	r.courier.stop()
+	return true
+}
+
+// drain waits for the executions under way, then stops the rest.
+func (r *runner) drain() {
+	r.inFlight.Wait()
+	r.endBeats()
+	r.courier.stop()
+}
+
+func (r *runner) endBeats() {
+	close(r.stopped)
+	r.beats.Wait()
+}
+
+// alive reports whether the runner still claims work.
 func (r *runner) alive() bool {
 	select {
-	case <-r.done:
+	case <-r.stopping:
 		return false
 	default:
 		return true
 	}
 }
 
-// kick wakes the loop to look at the queue.
+// kick wakes the claim loop.
 func (r *runner) kick() {
 	select {
 	case r.wake <- struct{}{}:
@@ -226,138 +173,79 @@ func (r *runner) kick() {
 	}
 }
 
-// recoverCrashed settles operations a dead process left running: asked to cancel -> canceled;
-// else re-queued, or failed with WORKER_LOST under on_crash fail.
-func (r *runner) recoverCrashed() error {
-	ids, err := r.st.OperationsIn(store.StatusRunning)
-	if err != nil {
-		return err
-	}
-	for _, id := range ids {
-		op, err := r.st.GetOperation(id)
-		if err != nil {
-			return err
-		}
-		change := store.Change{To: store.StatusQueued}
-		switch {
-		case !op.CancelRequestedAt.IsZero():
-			change = store.Change{To: store.StatusCanceled}
-		case r.cfg.OnCrash == CrashFail:
-			change = store.Change{To: store.StatusFailed, Error: catalogueError(CodeWorkerLost, "The gateway stopped while this operation was running.")}
-		}
-		final, err := r.st.Transition(id, change)
-		if err != nil {
-			return err
-		}
-		if final.Status.Final() {
-			countFinal(final)
-		}
-		r.log.Info("recovered operation", zap.String("operation_id", id), zap.String("old_status", string(op.Status)), zap.String("new_status", string(change.To)))
-	}
-	queued, err := r.st.OperationsIn(store.StatusQueued)
-	r.fifo = queued
-	r.queued.Store(int64(len(queued)))
-	return err
-}
-
-// enqueue adds an accepted operation to the in-memory FIFO. The store holds the durable queue
-// (its q/ index, read back at start); this copy spares the loop a scan of it, which would walk
-// Badger's tombstones of every operation already dequeued.
-func (r *runner) enqueue(id string) {
-	r.mu.Lock()
-	r.fifo = append(r.fifo, id)
-	r.mu.Unlock()
-	r.queued.Add(1)
-	r.kick()
-}
-
-// dequeue returns the oldest id in the FIFO, or "" when a slot is not free or it is empty.
-func (r *runner) dequeue() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.pooled >= r.cfg.Concurrency || len(r.fifo) == 0 {
-		return ""
-	}
-	id := r.fifo[0]
-	r.fifo[0] = ""
-	r.fifo = r.fifo[1:]
-	if len(r.fifo) == 0 {
-		r.fifo = nil // let the backing array go
-	}
-	return id
-}
-
-func (r *runner) loop() {
-	defer close(r.done)
-	tick := time.NewTicker(time.Second)
+func (r *runner) claimLoop() {
+	defer r.claims.Done()
+	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
+	wakeups := r.st.Wakeups()
 	for {
-		if r.startNext() {
-			continue
+		for r.claimNext() {
 		}
 		select {
-		case <-r.stop:
+		case <-r.stopping:
 			return
 		case <-r.wake:
 		case <-tick.C:
+		case <-wakeups: // queued work or a cancel, maybe from another replica
+			select {
+			case r.renewNow <- struct{}{}:
+			default:
+			}
 		}
 	}
 }
 
-// startNext starts the oldest queued operation if a slot is free; it reports whether it took
-// one from the queue.
-func (r *runner) startNext() bool {
-	id := r.dequeue()
-	if id == "" {
+// claimNext claims and starts the oldest queued operation if a slot is free; it reports
+// whether it started one.
+func (r *runner) claimNext() bool {
+	r.mu.Lock()
+	full, takeover := r.pooled >= r.cfg.concurrency, r.cfg.takeover
+	r.mu.Unlock()
+	if full || !r.alive() {
 		return false
 	}
-	op, err := r.st.Transition(id, store.Change{To: store.StatusRunning})
-	if errors.Is(err, store.ErrIllegalTransition) || errors.Is(err, store.ErrNotFound) {
-		return true // canceled while it waited: already taken off the count
-	}
+	op, err := r.st.ClaimNext(r.worker, takeover)
 	if err != nil {
-		r.log.Error("starting an operation", zap.String("operation_id", id), zap.Error(err))
-		r.mu.Lock()
-		r.fifo = append([]string{id}, r.fifo...) // try again on the next tick
-		r.mu.Unlock()
+		r.log.Warn("claiming queued work", zap.Error(err))
+		return false
+	}
+	if op == nil {
 		return false
 	}
 	r.queued.Add(-1)
 	r.log.Info("operation transition", zap.String("operation_id", op.ID), zap.String("old_status", string(store.StatusQueued)),
 		zap.String("new_status", string(op.Status)), zap.Int("attempts", op.Attempts), zap.Duration("queue_wait", op.StartedAt.Sub(op.SubmittedAt)))
-	r.launch(op)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	r.start(op, ctx, &execution{cancel: cancel, done: make(chan struct{}), pooled: true, leaseUntil: op.LeaseUntil}, nil)
 	return true
 }
 
-// launch executes a queued op in the background, in a slot of the pool.
-func (r *runner) launch(op *store.Operation) {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	r.start(op, ctx, &execution{cancel: cancel, done: make(chan struct{}), pooled: true}, nil)
+// accepted counts an operation this process queued, and wakes the claim loop.
+func (r *runner) accepted() {
+	r.queued.Add(1)
+	r.kick()
 }
 
-// launchConverted sees through a call converted after it started: first delivers the outcome
-// of the attempt under way, which runs on ctx. It runs outside the pool: it was never queued.
+// launchConverted sees through a call converted after it started, accepted as running under
+// this runner's lease: first delivers the outcome of the attempt under way, which runs on
+// ctx. It runs outside the pool: it was never queued.
 func (r *runner) launchConverted(op *store.Operation, ctx context.Context, cancel context.CancelCauseFunc, first <-chan attemptResult) {
-	r.start(op, ctx, &execution{cancel: cancel, done: make(chan struct{})}, first)
+	r.start(op, ctx, &execution{cancel: cancel, done: make(chan struct{}), leaseUntil: op.LeaseUntil}, first)
 }
 
 func (r *runner) start(op *store.Operation, ctx context.Context, ex *execution, first <-chan attemptResult) {
-	r.adopt(op.ID, ex)
+	r.mu.Lock()
+	r.running[op.ID] = ex
+	if ex.pooled {
+		r.pooled++
+	}
+	r.mu.Unlock()
 	r.inFlight.Add(1)
 	go func() {
 		defer r.inFlight.Done()
 		defer r.settle(op.ID, ex)
 		r.execute(ctx, op, first)
 	}()
-}
-
-func (r *runner) adopt(id string, ex *execution) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.running[id] = ex
-	if ex.pooled {
-		r.pooled++
-	}
 }
 
 func (r *runner) settle(id string, ex *execution) {
@@ -375,19 +263,198 @@ func (r *runner) settle(id string, ex *execution) {
 // cancel stops a running operation's upstream call; it returns a channel closed when the
 // execution has ended, or nil when this runner is not executing id.
 func (r *runner) cancel(id string) <-chan struct{} {
+	return r.stopExecution(id, errCanceledByUser)
+}
+
+func (r *runner) stopExecution(id string, cause error) <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ex, ok := r.running[id]
 	if !ok {
 		return nil
 	}
-	ex.cancel(errCanceledByUser)
+	ex.cancel(cause)
 	return ex.done
+}
+
+func (r *runner) stopAll(cause error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ex := range r.running {
+		ex.cancel(cause)
+	}
 }
 
 // server returns the current config's server of that name.
 func (r *runner) server(name string) *caddyhttp.Server {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.servers[name]
+	return r.cfg.servers[name]
+}
+
+// renewEvery paces the heartbeat: well under takeover, and at most a second apart so a
+// cancel asked through another replica stops the call within 2 s (docs/api.md).
+func renewEvery(takeover time.Duration) time.Duration {
+	return max(min(time.Second, takeover/3), 50*time.Millisecond)
+}
+
+// takeoverEvery paces the look for operations whose replica fell silent.
+func takeoverEvery(takeover time.Duration) time.Duration {
+	return min(max(takeover/6, 250*time.Millisecond), 5*time.Second)
+}
+
+// heartbeat renews the leases of what this runner executes, stops what was canceled or lost,
+// takes over what silent workers held, and recounts the queue.
+func (r *runner) heartbeat() {
+	defer r.beats.Done()
+	lastTakeover := time.Time{}
+	for {
+		takeover := r.config().takeover
+		t := time.NewTimer(renewEvery(takeover))
+		select {
+		case <-r.stopped:
+			t.Stop()
+			return
+		case <-t.C:
+		case <-r.renewNow:
+			t.Stop()
+		}
+		r.renew(takeover)
+		if time.Since(lastTakeover) >= takeoverEvery(takeover) && r.alive() {
+			lastTakeover = time.Now()
+			r.takeOver()
+			r.countQueued()
+		}
+	}
+}
+
+// renew extends the leases of every execution here. When storage cannot be reached for
+// longer than a lease lasts, the executions are stopped: another worker may take them over
+// once storage is back, and two must never run one operation.
+func (r *runner) renew(takeover time.Duration) {
+	r.mu.Lock()
+	ids := make([]string, 0, len(r.running))
+	for id := range r.running {
+		ids = append(ids, id)
+	}
+	r.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	asked := time.Now()
+	ren, err := r.st.RenewLeases(r.worker, ids, takeover)
+	if err != nil {
+		r.log.Warn("renewing leases", zap.Int("operations", len(ids)), zap.Error(err))
+		r.mu.Lock()
+		for id, ex := range r.running {
+			if time.Now().After(ex.leaseUntil) {
+				ex.cancel(errLeaseLost)
+				r.log.Warn("lease expired while storage was unreachable", zap.String("operation_id", id))
+			}
+		}
+		r.mu.Unlock()
+		return
+	}
+	lost := map[string]bool{}
+	for _, id := range ren.Lost {
+		lost[id] = true
+		if r.stopExecution(id, errLeaseLost) != nil {
+			r.log.Warn("operation no longer held by this worker", zap.String("operation_id", id))
+		}
+	}
+	for _, id := range ren.CancelRequested {
+		r.stopExecution(id, errCanceledByUser)
+	}
+	r.mu.Lock()
+	for _, id := range ids {
+		if ex := r.running[id]; ex != nil && !lost[id] {
+			ex.leaseUntil = asked.Add(takeover)
+		}
+	}
+	r.mu.Unlock()
+}
+
+// takeOver settles operations whose worker's lease ran out (its replica died, or lost storage
+// for longer than a lease): asked to cancel -> canceled; else per the operation's on_crash,
+// re-queued or failed with WORKER_LOST. The store applies each only while the lease is still
+// expired and held by the same worker, so a takeover never races a renewal.
+func (r *runner) takeOver() {
+	ops, err := r.st.ExpiredLeases(100)
+	if err != nil {
+		r.log.Warn("looking for expired leases", zap.Error(err))
+		return
+	}
+	for _, op := range ops {
+		r.settleLost(op, store.Change{Holder: op.Holder, LeaseExpired: true}, "operation taken over")
+	}
+}
+
+// settleLost applies the decision for an operation whose worker is gone. c carries the fence.
+func (r *runner) settleLost(op *store.Operation, c store.Change, msg string) {
+	c.To = store.StatusQueued
+	switch {
+	case !op.CancelRequestedAt.IsZero():
+		c.To = store.StatusCanceled
+	case execOf(op).OnCrash == CrashFail:
+		c.To, c.Error = store.StatusFailed, catalogueError(CodeWorkerLost, "The gateway stopped while this operation was running.")
+	}
+	final, err := r.st.Transition(op.ID, c)
+	switch {
+	case errors.Is(err, store.ErrNotHolder), errors.Is(err, store.ErrIllegalTransition), errors.Is(err, store.ErrNotFound):
+		return // renewed, settled or taken over meanwhile
+	case err != nil:
+		r.log.Warn("settling an operation whose worker is gone", zap.String("operation_id", op.ID), zap.Error(err))
+		return
+	}
+	if final.Status.Final() {
+		countFinal(final)
+		r.courier.kick()
+	} else {
+		r.queued.Add(1)
+		r.kick()
+	}
+	r.log.Info(msg, zap.String("operation_id", op.ID), zap.String("old_holder", op.Holder),
+		zap.String("old_status", string(op.Status)), zap.String("new_status", string(c.To)))
+}
+
+// countQueued recounts the storage's queue: other replicas queue and claim too.
+func (r *runner) countQueued() {
+	if queued, _, err := r.st.QueueStats(); err == nil {
+		r.queued.Store(int64(queued))
+	}
+}
+
+// eventTypes names the event announcing each status.
+var eventTypes = map[store.Status]string{
+	store.StatusSucceeded: EventSucceeded, store.StatusFailed: EventFailed,
+	store.StatusCanceled: EventCanceled, store.StatusRunning: EventRunning,
+}
+
+// announce is every storage's announcer: the event for op's new status, written in the same
+// transaction, when the operation has a callback and its block delivers that event type.
+func announce(op *store.Operation, result *store.Response) *store.Event {
+	typ := eventTypes[op.Status]
+	ex := execOf(op)
+	if op.Callback == nil || typ == "" || !slices.Contains(ex.Events, typ) {
+		return nil
+	}
+	now := time.Now()
+	payload, err := json.Marshal(viewOf(ex.Prefix, op, result, now))
+	if err != nil {
+		return nil
+	}
+	return &store.Event{
+		ID: newID("evt_", now), Type: typ, OperationID: op.ID, Version: op.Version,
+		Endpoint: op.Callback.Endpoint, URL: op.Callback.URL, OccurredAt: now, Operation: payload,
+	}
+}
+
+// execOf returns how op is to be run: as stored with it, or, for an operation stored before
+// operations carried it, the defaults.
+func execOf(op *store.Operation) store.Execution {
+	if op.Exec != nil {
+		return *op.Exec
+	}
+	return store.Execution{Timeout: defaultAsyncTimeout, Retries: 3, MaxResult: defaultMaxResult, OnCrash: CrashRequeue,
+		Events: []string{EventSucceeded, EventFailed, EventCanceled}, Prefix: defaultOperationsPath}
 }

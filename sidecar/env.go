@@ -28,6 +28,7 @@ type sidecarVar struct {
 var sidecarVars = []sidecarVar{
 	{"MULLIGAN_UPSTREAM", "", "required: the model server, host:port or http://host:port (reverse_proxy)"},
 	{"MULLIGAN_LISTEN", ":8080", "where the gateway listens, [host]:port; a host binds that interface only"},
+	{"MULLIGAN_STORAGE", "", "postgres://user:pass@host:5432/db: every replica shares one PostgreSQL (storage postgres); unset: Badger in MULLIGAN_DATA_DIR"},
 	{"MULLIGAN_DATA_DIR", "/var/lib/mulligan", "the Badger directory (storage): operations and idempotency records"},
 	{"MULLIGAN_ADMIN", "localhost:2019", "Caddy's admin endpoint (admin), or off"},
 	{"MULLIGAN_GRACE_PERIOD", "30s", "how long requests in flight get to finish on SIGTERM (grace_period)"},
@@ -43,6 +44,7 @@ var sidecarVars = []sidecarVar{
 	{"MULLIGAN_ASYNC_CONCURRENCY", "4", "queued operations calling the upstream at once (async.concurrency)"},
 	{"MULLIGAN_ASYNC_TIMEOUT", "10m", "longest execution of one operation, retries included (async.timeout)"},
 	{"MULLIGAN_ASYNC_QUEUE", "10000", "waiting operations before 503 QUEUE_FULL (async.queue)"},
+	{"MULLIGAN_ASYNC_TAKEOVER", "30s", "a replica silent this long loses its running operations to the others (async.takeover)"},
 	{"MULLIGAN_WEBHOOK_URL", "", "where final-status events go: one endpoint named default, the site default"},
 	{"MULLIGAN_WEBHOOK_SECRET", "", "its signing secrets (whsec_...), whitespace-separated: several = rotation"},
 	{"MULLIGAN_WEBHOOK_SECRET_FILE", "", "the same, read from a file (e.g. a mounted Kubernetes Secret)"},
@@ -51,10 +53,13 @@ var sidecarVars = []sidecarVar{
 
 // sidecarConfig is the validated content of the MULLIGAN_* variables.
 type sidecarConfig struct {
-	Upstream    string
-	Port        string
-	Bind        string // "" listens on every interface
-	DataDir     string
+	Upstream string
+	Port     string
+	Bind     string // "" listens on every interface
+	DataDir  string
+	// Storage is the PostgreSQL DSN's placeholder, {env.MULLIGAN_STORAGE}, so the password is
+	// never in the config; "" for Badger in DataDir.
+	Storage     string
 	Admin       string
 	GracePeriod string
 
@@ -73,6 +78,7 @@ type sidecarConfig struct {
 	AsyncConcurrency int
 	AsyncTimeout     string
 	AsyncQueue       int
+	AsyncTakeover    string
 
 	WebhookURL string
 	// WebhookSecrets is a placeholder ({env.…} or {file.…}) too: the module expands it when it
@@ -89,6 +95,7 @@ func loadSidecarConfig(lookup func(string) (string, bool)) (*sidecarConfig, erro
 	c := &sidecarConfig{
 		Upstream:            r.upstream("MULLIGAN_UPSTREAM"),
 		DataDir:             r.text("MULLIGAN_DATA_DIR"),
+		Storage:             r.storage("MULLIGAN_STORAGE"),
 		Admin:               r.word("MULLIGAN_ADMIN"),
 		GracePeriod:         r.duration("MULLIGAN_GRACE_PERIOD", true),
 		Durability:          r.oneOf("MULLIGAN_DURABILITY", "sync", "relaxed"),
@@ -102,6 +109,7 @@ func loadSidecarConfig(lookup func(string) (string, bool)) (*sidecarConfig, erro
 		AsyncConcurrency:    r.count("MULLIGAN_ASYNC_CONCURRENCY"),
 		AsyncTimeout:        r.duration("MULLIGAN_ASYNC_TIMEOUT", true),
 		AsyncQueue:          r.count("MULLIGAN_ASYNC_QUEUE"),
+		AsyncTakeover:       r.duration("MULLIGAN_ASYNC_TAKEOVER", true),
 		WebhookURL:          r.webhookURL("MULLIGAN_WEBHOOK_URL"),
 		WebhookSecrets:      r.webhookSecrets("MULLIGAN_WEBHOOK_SECRET", "MULLIGAN_WEBHOOK_SECRET_FILE"),
 		WebhookAllowPrivate: r.boolean("MULLIGAN_WEBHOOK_ALLOW_PRIVATE"),
@@ -109,6 +117,9 @@ func loadSidecarConfig(lookup func(string) (string, bool)) (*sidecarConfig, erro
 	c.Bind, c.Port = r.listen("MULLIGAN_LISTEN")
 	if c.Upstream == "" && r.ok("MULLIGAN_UPSTREAM") {
 		r.fail("MULLIGAN_UPSTREAM", "is required: the model server's address, e.g. 127.0.0.1:8000 or http://model:8000")
+	}
+	if c.Storage != "" && c.EncryptionKey != "" {
+		r.fail("MULLIGAN_ENCRYPTION_KEY", "applies to Badger storage only; with MULLIGAN_STORAGE=postgres://... PostgreSQL encrypts at rest on its own side")
 	}
 	switch {
 	case c.WebhookURL != "" && c.WebhookSecrets == "" && r.ok("MULLIGAN_WEBHOOK_SECRET") && r.ok("MULLIGAN_WEBHOOK_SECRET_FILE"):
@@ -146,7 +157,11 @@ func (c *sidecarConfig) Caddyfile() string {
 		line(1, "bind", c.Bind)
 	}
 	line(1, "mulligan", "{")
-	line(2, "storage", caddyfileToken(c.DataDir))
+	if c.Storage != "" {
+		line(2, "storage", "postgres", c.Storage)
+	} else {
+		line(2, "storage", caddyfileToken(c.DataDir))
+	}
 	if c.EncryptionKey != "" {
 		line(2, "encryption_key", caddyfileToken(c.EncryptionKey))
 	}
@@ -167,6 +182,7 @@ func (c *sidecarConfig) Caddyfile() string {
 	line(3, "concurrency", strconv.Itoa(c.AsyncConcurrency))
 	line(3, "timeout", c.AsyncTimeout)
 	line(3, "queue", strconv.Itoa(c.AsyncQueue))
+	line(3, "takeover", c.AsyncTakeover)
 	line(2, "}")
 	if c.WebhookURL != "" {
 		line(2, "webhooks", "{")
@@ -441,6 +457,23 @@ func (r *envReader) encryptionKey(inline, file string) string {
 		return ""
 	}
 	return placeholder
+}
+
+// storage reads MULLIGAN_STORAGE: a PostgreSQL URL, which the config names by placeholder
+// only (it holds a password); "" when unset.
+func (r *envReader) storage(name string) string {
+	v := strings.TrimSpace(r.raw(name))
+	switch {
+	case v == "":
+		return ""
+	case !strings.HasPrefix(v, "postgres://") && !strings.HasPrefix(v, "postgresql://"):
+		r.fail(name, "must be a postgres:// or postgresql:// URL (unset it to keep Badger in MULLIGAN_DATA_DIR)")
+		return ""
+	case strings.ContainsAny(v, " \t\n\r{}\"\\"):
+		r.fail(name, "must be one URL, without spaces, braces, quotes or backslashes (percent-encode them)")
+		return ""
+	}
+	return "{env." + name + "}"
 }
 
 // secret reads a secret given inline or as a file path: its value as the module will see it,

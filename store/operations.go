@@ -35,6 +35,26 @@ type Operation struct {
 	// LeaseUntil how long its claim lasts unless renewed (Queue.RenewLeases).
 	Holder     string    `json:"holder,omitempty"`
 	LeaseUntil time.Time `json:"lease_until,omitzero"`
+	// Exec is what executing the operation needs from the configuration block that accepted
+	// it; nil for operations stored before it existed (the runner's defaults apply).
+	Exec *Execution `json:"exec,omitempty"`
+}
+
+// Execution is how an operation is to be run, stored with it so that every reload, restart
+// and replica honours the settings of the block that accepted it (docs/caddyfile.md).
+type Execution struct {
+	// Timeout bounds one execution.
+	Timeout time.Duration `json:"timeout,omitempty"`
+	// Retries is how many times a retryable upstream failure is tried again.
+	Retries int `json:"retries,omitempty"`
+	// MaxResult is the largest upstream response kept, in bytes.
+	MaxResult int64 `json:"max_result,omitempty"`
+	// OnCrash is "requeue" or "fail": what a takeover does when the operation's replica died.
+	OnCrash string `json:"on_crash,omitempty"`
+	// Events are the webhook event types the block delivers about it.
+	Events []string `json:"events,omitempty"`
+	// Prefix is where the block serves operations, for the links its events carry.
+	Prefix string `json:"prefix,omitempty"`
 }
 
 // OperationError is why an operation failed.
@@ -127,7 +147,10 @@ func (s *Store) AcceptOperation(op *Operation, req *Request, key *KeyAccept) (Cl
 		if err := txn.Set(scopeIndexKey(op.Scope, op.ID), nil); err != nil {
 			return err
 		}
-		return putOperation(txn, op, nil)
+		if err := putOperation(txn, op, nil); err != nil {
+			return err
+		}
+		return s.announce(txn, op, nil) // a call converted while running announces operation.running
 	}, func() {
 		// A call converted while running is held by the worker running it, live in this process.
 		s.sh.queue.live(op.Holder, op.LeaseUntil)

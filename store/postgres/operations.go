@@ -120,7 +120,7 @@ func (s *Store) AcceptOperation(op *store.Operation, req *store.Request, key *st
 		if op.Status == store.StatusQueued {
 			return notify(ctx, tx)
 		}
-		return nil
+		return s.announce(ctx, tx, op, nil) // a call converted while running announces operation.running
 	})
 	if err != nil {
 		return store.Claim{}, err

@@ -1,0 +1,283 @@
+package module
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// Storage backends (docs/caddyfile.md, `storage`).
+const (
+	// BackendBadger is the embedded default: one process, one directory.
+	BackendBadger = "badger"
+	// BackendPostgres is one PostgreSQL database shared by many replicas.
+	BackendPostgres = "postgres"
+)
+
+// Defaults of the storage-wide settings.
+const (
+	defaultConcurrency = 4
+	defaultTakeover    = 30 * time.Second
+)
+
+// storages holds the process's open storages, each with the runner that works its queue and
+// the courier that delivers its outbox. They are process-wide, not per config: a reload hands
+// the new config's servers to the same runner, and a storage closes when the last config (and
+// the last request) using it lets go. This is how Caddy's acmeserver keeps its database.
+var storages = caddy.NewUsagePool()
+
+// storageSettings are what one storage is, and the settings that can only have one value per
+// storage whatever blocks use it.
+type storageSettings struct {
+	backend  string
+	location string // the Badger directory (absolute) or the PostgreSQL DSN
+	sync     bool
+	key      []byte
+
+	concurrency int
+	takeover    time.Duration
+}
+
+// where identifies the storage itself: blocks naming the same one share it.
+func (s storageSettings) where() string { return s.backend + " " + s.location }
+
+// poolKey identifies one open handle: the storage and how it is opened. A reload that changes
+// durability opens a second handle on the same storage, whose runner works beside the old one
+// (as two replicas would) until the old config lets go.
+func (s storageSettings) poolKey() string {
+	h := sha256.Sum256(s.key)
+	return fmt.Sprintf("%s|sync=%v|key=%x", s.where(), s.sync, h[:8])
+}
+
+// name is how operators see the storage (admin API, metrics, logs): the directory, or the
+// DSN without its password.
+func (s storageSettings) name() string {
+	if s.backend != BackendPostgres {
+		return s.location
+	}
+	return redactDSN(s.location)
+}
+
+// redactDSN drops the password from a PostgreSQL URL or keyword/value DSN.
+func redactDSN(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" {
+		if u.User != nil {
+			u.User = url.User(u.User.Username())
+		}
+		q := u.Query()
+		if q.Has("password") {
+			q.Set("password", "xxxxx")
+			u.RawQuery = q.Encode()
+		}
+		return u.String()
+	}
+	fields := strings.Fields(dsn)
+	for i, f := range fields {
+		if strings.HasPrefix(f, "password=") {
+			fields[i] = "password=xxxxx"
+		}
+	}
+	return strings.Join(fields, " ")
+}
+
+// storage is one open storage and the workers on it.
+type storage struct {
+	set storageSettings
+	be  store.Backend
+	run *runner
+}
+
+// errStorageClosed answers a request that reached a config whose storage has closed.
+var errStorageClosed = fmt.Errorf("%w: the configuration serving this request has stopped", store.ErrUnavailable)
+
+// openStorage opens the storage and starts its runner. What a dead process left running is
+// the takeover's (the Badger backend counts no lease of an earlier process as live).
+func openStorage(set storageSettings, log *zap.Logger) (*storage, error) {
+	log = log.With(zap.String("storage", set.name()))
+	var be store.Backend
+	switch set.backend {
+	case BackendPostgres:
+		pg, err := openPostgres(set, log)
+		if err != nil {
+			return nil, err
+		}
+		be = pg
+	default:
+		st, err := store.Open(store.Options{Dir: set.location, EncryptionKey: set.key, Sync: set.sync,
+			Logger: storeLogger{log.Named("badger").Sugar()}})
+		if err != nil {
+			return nil, fmt.Errorf("mulligan: %w", err)
+		}
+		st.SetSyncObserver(func(n int) { metrics.fsyncBatch.Observe(float64(n)) })
+		be = st
+	}
+	be.SetAnnouncer(announce)
+	run := newRunner(be, set, log)
+	run.begin()
+	return &storage{set: set, be: be, run: run}, nil
+}
+
+// Destruct stops the runner and closes the storage; the pool calls it when the last user lets
+// go.
+func (s *storage) Destruct() error {
+	if s.run.shutdown(s.sharedInProcess()) {
+		return s.be.Close()
+	}
+	go func() { // executions go on in this process under another handle's config: see shutdown
+		s.run.drain()
+		_ = s.be.Close()
+	}()
+	return nil
+}
+
+// sharedInProcess reports whether another open handle of this process works the same storage
+// (a reload that changed how it is opened).
+func (s *storage) sharedInProcess() bool {
+	shared := false
+	storages.Range(func(_, v any) bool {
+		if o, ok := v.(*storage); ok && o != s && o.set.where() == s.set.where() {
+			shared = true
+		}
+		return !shared
+	})
+	return shared
+}
+
+// acquireStorage returns the open storage under key with one more user, and the function that
+// lets it go. It never opens one: that is the config's App's job at Start.
+func acquireStorage(key string) (*storage, func(), error) {
+	v, _, err := storages.LoadOrNew(key, func() (caddy.Destructor, error) { return nil, errStorageClosed })
+	if err != nil {
+		return nil, nil, err
+	}
+	return v.(*storage), func() { _, _ = storages.Delete(key) }, nil
+}
+
+// storageUse is one config's use of one storage: the blocks naming it, checked against each
+// other when the config loads, and the handle once the config has started.
+type storageUse struct {
+	set   storageSettings
+	log   *zap.Logger
+	ready chan struct{}
+	key   string // the pool key, once started
+
+	explicit  map[string]string // storage-wide setting -> the value a block set explicitly
+	endpoints map[string]*hooks // every block's webhook endpoints, by name
+	declared  map[string][]byte // endpoint name -> what declares it, to compare blocks
+}
+
+// blockStorage is what one block asks of its storage.
+type blockStorage struct {
+	set      storageSettings
+	explicit map[string]string // storage-wide settings the block set, as written
+	hooks    *hooks
+	webhooks *WebhooksConfig
+}
+
+// join adds a block to the use, refusing settings that cannot hold for both blocks.
+func (u *storageUse) join(b blockStorage) error {
+	for name, v := range b.explicit {
+		if prev, ok := u.explicit[name]; ok && prev != v && name == "encryption_key" {
+			return fmt.Errorf("two mulligan blocks on storage %s set different encryption keys: a storage has one; give both blocks the same key", u.set.name())
+		}
+		if prev, ok := u.explicit[name]; ok && prev != v {
+			return fmt.Errorf("two mulligan blocks on storage %s set %s differently (%s and %s): it applies to the whole storage; set it the same in both, or in one only",
+				u.set.name(), name, prev, v)
+		}
+		u.explicit[name] = v
+		switch name {
+		case "concurrency":
+			u.set.concurrency = b.set.concurrency
+		case "takeover":
+			u.set.takeover = b.set.takeover
+		case "durability":
+			u.set.sync = b.set.sync
+		case "encryption_key":
+			u.set.key = b.set.key
+		}
+	}
+	if b.hooks == nil {
+		return nil
+	}
+	for _, ec := range b.webhooks.Endpoints {
+		id := endpointIdentity(ec, b.webhooks)
+		if prev, ok := u.declared[ec.Name]; ok && string(prev) != string(id) {
+			return fmt.Errorf("two mulligan blocks on storage %s declare webhook endpoint %q with different settings (URL, secrets or delivery options): its events are delivered from one outbox; give it one definition, or a different name in each block",
+				u.set.name(), ec.Name)
+		}
+		u.declared[ec.Name], u.endpoints[ec.Name] = id, b.hooks
+	}
+	return nil
+}
+
+// endpointIdentity is what makes two declarations of an endpoint the same: its URL, secrets
+// and signature, and the delivery options of the block declaring it.
+func endpointIdentity(ec EndpointConfig, w *WebhooksConfig) []byte {
+	delivery := *w
+	delivery.Endpoints, delivery.Default, delivery.Events = nil, "", nil
+	b, _ := json.Marshal(struct {
+		Endpoint EndpointConfig
+		Delivery WebhooksConfig
+	}{ec, delivery})
+	return b
+}
+
+// newStorageUse starts the record of a storage's use by a config, from its first block.
+func newStorageUse(set storageSettings, log *zap.Logger) *storageUse {
+	return &storageUse{set: set, log: log, ready: make(chan struct{}), explicit: map[string]string{},
+		endpoints: map[string]*hooks{}, declared: map[string][]byte{}}
+}
+
+// storeStartWait bounds how long a request that arrives while its config is still starting
+// waits for the storage.
+const storeStartWait = 10 * time.Second
+
+// acquire returns the storage once the config has opened it, and the function that lets it
+// go. Apps start in no fixed order, so a request can reach a handler a moment before.
+func (u *storageUse) acquire() (*storage, func(), error) {
+	select {
+	case <-u.ready:
+	default:
+		t := time.NewTimer(storeStartWait)
+		defer t.Stop()
+		select {
+		case <-u.ready:
+		case <-t.C:
+			return nil, nil, store.ErrUnavailable
+		}
+	}
+	if u.key == "" {
+		return nil, nil, errStorageClosed
+	}
+	return acquireStorage(u.key)
+}
+
+// storageOf resolves a block's `storage` into its backend and location.
+func storageOf(backend, location string) (string, string, error) {
+	switch backend {
+	case "", BackendBadger:
+		if location == "" {
+			location = filepath.Join(caddy.AppDataDir(), "mulligan")
+		}
+		abs, err := filepath.Abs(location)
+		return BackendBadger, abs, err
+	case BackendPostgres:
+		location = caddy.NewReplacer().ReplaceAll(location, "")
+		if strings.TrimSpace(location) == "" {
+			return "", "", errors.New("storage postgres needs a DSN (postgres://user:password@host:5432/db, or {env.MULLIGAN_POSTGRES_URL})")
+		}
+		return BackendPostgres, location, nil
+	default:
+		return "", "", fmt.Errorf("storage backend must be %s or %s, got %q", BackendBadger, BackendPostgres, backend)
+	}
+}
