@@ -89,7 +89,7 @@ func (r *runner) backoff(ctx context.Context, attempt int, res attemptResult) bo
 	}
 }
 
-// outcome maps an attempt to the operation's next step (CONTRACT.md §3's table), and whether
+// outcome maps an attempt to the operation's next step (docs/api.md, Outcomes), and whether
 // the attempt may be retried.
 func outcome(ctx, parent context.Context, res attemptResult) (store.Change, bool) {
 	var result *store.Response
