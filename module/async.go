@@ -17,7 +17,7 @@ import (
 
 var errUpstreamUnreachable = errors.New("the upstream could not be reached")
 
-// converter turns covered requests into operations (CONTRACT.md §3).
+// converter turns covered requests into operations (docs/api.md, Async operations).
 type converter struct {
 	cfg    *AsyncConfig
 	prefix string // where operations are served

@@ -408,7 +408,7 @@ func (c *courier) recentAttempts() []attemptLog {
 	return append([]attemptLog(nil), c.recent...)
 }
 
-// eventEnvelope is the body of a delivery (CONTRACT.md §4).
+// eventEnvelope is the body of a delivery (docs/webhooks.md, Events).
 type eventEnvelope struct {
 	EventID         string          `json:"event_id"`
 	EventType       string          `json:"event_type"`

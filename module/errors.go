@@ -9,7 +9,7 @@ import (
 )
 
 // ErrorCode is a stable, machine-readable code of an answer the gateway itself makes
-// (CONTRACT.md §5). Every such answer goes through writeError.
+// (docs/api.md, Errors). Every such answer goes through writeError.
 type ErrorCode string
 
 // The error catalogue. Status and retryability live here, in one place.
@@ -75,7 +75,7 @@ type errorFields struct {
 	RequestID string         `json:"request_id"`
 }
 
-// writeError writes e in the §5 schema. The request id is the one already on the response.
+// writeError writes e in the error schema (docs/api.md, Errors) with the response's request id.
 func writeError(w http.ResponseWriter, e apiError) {
 	spec := catalogue[e.Code]
 	status := spec.status
@@ -100,7 +100,7 @@ func retryAfterValue(d time.Duration) string {
 	return strconv.Itoa(int((d + time.Second - 1) / time.Second))
 }
 
-// Why an operation failed (CONTRACT.md §3): codes of the operation's error, not HTTP answers.
+// Why an operation failed (docs/api.md, Outcomes): codes of the operation's error, not HTTP answers.
 const (
 	CodeUpstreamRejected    ErrorCode = "UPSTREAM_REJECTED"
 	CodeUpstreamUnavailable ErrorCode = "UPSTREAM_UNAVAILABLE"

@@ -123,7 +123,7 @@ func (r *runner) backoff(ctx context.Context, attempt int, res attemptResult) bo
 	}
 }
 
-// outcome maps an attempt to the operation's next step (docs/api.md's outcome table), and
+// outcome maps an attempt to the operation's next step (docs/api.md, Outcomes), and
 // whether the attempt may be retried. A zero Change.To means nothing is to be written: the
 // operation was lost to another worker.
 func outcome(ctx, parent context.Context, res attemptResult) (store.Change, bool) {

@@ -169,7 +169,7 @@ func chat(content string) string {
 
 const chatPath = "/v1/chat/completions"
 
-// expectError checks a gateway answer against the §5 schema.
+// expectError checks a gateway answer against the error schema (docs/api.md, Errors).
 func expectError(t *testing.T, r result, status int, code ErrorCode, retryable bool) {
 	t.Helper()
 	if r.err != nil {

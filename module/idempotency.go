@@ -24,7 +24,7 @@ const (
 	pollInterval = 50 * time.Millisecond
 )
 
-// gate is the Idempotency-Key gate: claim, run once, record, replay (CONTRACT.md §2).
+// gate is the Idempotency-Key gate: claim, run once, record, replay (docs/api.md, Idempotency).
 type gate struct {
 	header    string
 	required  bool

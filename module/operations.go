@@ -13,7 +13,7 @@ import (
 )
 
 // cancelWait is how long a cancel request waits for a running call to stop before answering
-// 202 with cancel_requested_at (docs/api.md).
+// 202 with cancel_requested_at (docs/api.md, Operations API).
 const cancelWait = 2 * time.Second
 
 // opsRequest is one call of the operations API, already matched to the caller's scope.

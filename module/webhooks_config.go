@@ -20,7 +20,7 @@ const (
 	EventRunning   = "operation.running"
 )
 
-// WebhooksConfig configures signed webhook delivery (CONTRACT.md §4).
+// WebhooksConfig configures signed webhook delivery (docs/caddyfile.md, webhooks).
 type WebhooksConfig struct {
 	// Endpoints a request may name with Callback-Url (the URL must match an endpoint's
 	// pattern) or that the site uses by default.

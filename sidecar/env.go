@@ -23,7 +23,7 @@ type sidecarVar struct {
 }
 
 // sidecarVars is every variable `mulligan sidecar` reads, with its default: the one list the
-// reader, `mulligan sidecar --help` and the README table come from. An empty value counts as
+// reader, `mulligan sidecar --help` and docs/operating.md's table come from. An empty value counts as
 // unset.
 var sidecarVars = []sidecarVar{
 	{"MULLIGAN_UPSTREAM", "", "required: the model server, host:port or http://host:port (reverse_proxy)"},

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Event types Mulligan sends (CONTRACT §4). Act on Operation.Status rather
+// Event types Mulligan sends (docs/webhooks.md, Events). Act on Operation.Status rather
 // than on the type: an event refreshed from the gateway carries the
 // operation's newer state under the type it was delivered with.
 const (
@@ -80,7 +80,7 @@ type Response struct {
 	Body json.RawMessage `json:"body,omitempty"`
 }
 
-// OperationError is the gateway's error object (CONTRACT §5).
+// OperationError is a failed operation's error object (docs/api.md, The operation).
 type OperationError struct {
 	// Code is stable for machines, such as UPSTREAM_UNAVAILABLE.
 	Code string `json:"code"`

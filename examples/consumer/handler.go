@@ -24,7 +24,7 @@ const retryAfterSeconds = "5"
 // webhook-id is answered 200 and not processed again. Processing happens
 // later, on the queue.
 //
-// Statuses tell the gateway what to do (CONTRACT §4): 2xx delivered; 401,
+// Statuses tell the gateway what to do (docs/webhooks.md, Delivery and retries): 2xx delivered; 401,
 // 400 and 413 dead-letter at once (a retry would fail the same way); 503
 // retries later.
 func (c *Consumer) ServeHTTP(w http.ResponseWriter, r *http.Request) {

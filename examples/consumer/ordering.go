@@ -40,7 +40,7 @@ func (t versionTracker) judge(op Operation) verdict {
 	case op.Version <= known.version:
 		return stale
 	case known.final:
-		// Final states are final (CONTRACT §3); a newer event contradicts
+		// Final states are final (docs/api.md, Status model); a newer event contradicts
 		// that, so believe the gateway rather than the event.
 		return askGateway
 	case !op.Done && op.Version > known.version+1:
