@@ -15,6 +15,43 @@ const wakeChannel = "mulligan_work"
 // lost (one wake-up is sent on reconnecting), so callers also poll.
 func (s *Store) Wakeups() <-chan struct{} { return s.wake }
 
+// notifyEvery spaces this replica's notifications. A transaction that notifies holds a lock
+// that serialises every notifying commit in the cluster, fsync included, so notifications are
+// sent after the commit, on their own, coalesced: one per interval however many operations
+// were queued meanwhile.
+const notifyEvery = 20 * time.Millisecond
+
+// poke tells this replica at once, and the others through the notifier, that there may be work.
+func (s *Store) poke() {
+	s.signal()
+	select {
+	case s.notifyCh <- struct{}{}:
+	default:
+	}
+}
+
+// notifier sends the coalesced notifications until Close.
+func (s *Store) notifier() {
+	defer s.bg.Done()
+	for {
+		select {
+		case <-s.base.Done():
+			return
+		case <-s.notifyCh:
+		}
+		ctx, cancel := context.WithTimeout(s.base, s.opts.Timeout)
+		if _, err := s.pool.Exec(ctx, `SELECT pg_notify('`+wakeChannel+`', '')`); err != nil && s.base.Err() == nil {
+			s.logf("postgres: notifying the replicas: %v", err) // they poll meanwhile
+		}
+		cancel()
+		select {
+		case <-s.base.Done():
+			return
+		case <-time.After(notifyEvery):
+		}
+	}
+}
+
 func (s *Store) signal() {
 	select {
 	case s.wake <- struct{}{}:

@@ -56,6 +56,7 @@ type Store struct {
 	now       func() time.Time
 	announcer atomic.Pointer[store.Announcer]
 	wake      chan struct{}
+	notifyCh  chan struct{}
 
 	base   context.Context // canceled by Close
 	cancel context.CancelFunc
@@ -100,13 +101,14 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, unavailable(fmt.Errorf("migrating: %w", err))
 	}
-	s := &Store{pool: pool, opts: opts, now: opts.Now, wake: make(chan struct{}, 1)}
+	s := &Store{pool: pool, opts: opts, now: opts.Now, wake: make(chan struct{}, 1), notifyCh: make(chan struct{}, 1)}
 	if s.now == nil {
 		s.now = time.Now
 	}
 	s.base, s.cancel = context.WithCancel(context.Background())
-	s.bg.Add(1)
+	s.bg.Add(2)
 	go s.listen(cfg.ConnConfig.Copy())
+	go s.notifier()
 	if opts.SweepEvery > 0 {
 		s.bg.Add(1)
 		go s.sweepEvery(opts.SweepEvery)
