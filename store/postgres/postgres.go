@@ -168,7 +168,19 @@ func (s *Store) do(fn func(ctx context.Context, tx pgx.Tx) error) error {
 		return err
 	}
 	defer cancel()
-	return unavailable(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(ctx, tx) }))
+	return unavailable(retrySafe(func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(ctx, tx) })
+	}))
+}
+
+// retrySafe runs fn again, once, when it failed before anything reached the server: after the
+// database restarted, each pooled connection fails that way once.
+func retrySafe(fn func() error) error {
+	err := fn()
+	if err != nil && pgconn.SafeToRetry(err) {
+		err = fn()
+	}
+	return err
 }
 
 // querier is the pool or a transaction.
@@ -185,7 +197,7 @@ func (s *Store) query(fn func(ctx context.Context, db querier) error) error {
 		return err
 	}
 	defer cancel()
-	return unavailable(fn(ctx, s.pool))
+	return unavailable(retrySafe(func() error { return fn(ctx, s.pool) }))
 }
 
 // domain marks errors that are answers, not failures of the database.
