@@ -361,6 +361,9 @@ func (s *Store) ListAllOperations(status store.Status, after string, limit int) 
 // list runs a list query for one more than limit: if it comes, the page ends early and the
 // last operation returned is the cursor.
 func (s *Store) list(sql, scope string, status store.Status, after string, limit int) ([]*store.Operation, string, error) {
+	if limit <= 0 {
+		return nil, "", nil
+	}
 	var ops []*store.Operation
 	err := s.query(func(ctx context.Context, db querier) error {
 		rows, err := db.Query(ctx, sql, scope, string(status), s.now(), after, limit+1)
