@@ -2,9 +2,11 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // wakeChannel is the NOTIFY channel of work: an operation queued or requeued, a cancel asked.
@@ -70,6 +72,12 @@ func (s *Store) listen(cfg *pgx.ConnConfig) {
 		if s.base.Err() != nil {
 			return
 		}
+		var refused listenRefused
+		if errors.As(err, &refused) {
+			// The server refused LISTEN itself (an engine without it): polling alone it is.
+			s.logf("postgres: wake-ups unavailable, replicas will poll: %v", refused.err)
+			return
+		}
 		s.logf("postgres: wake-up listener: %v; reconnecting", err)
 		if time.Since(start) > time.Minute {
 			backoff = 100 * time.Millisecond // it was up a while: this is a new outage
@@ -92,6 +100,10 @@ func (s *Store) listenOnce(cfg *pgx.ConnConfig) error {
 	}
 	defer conn.Close(context.Background())
 	if _, err := conn.Exec(s.base, "LISTEN "+wakeChannel); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			return listenRefused{err}
+		}
 		return err
 	}
 	s.signal() // anything sent while no one listened
@@ -102,3 +114,8 @@ func (s *Store) listenOnce(cfg *pgx.ConnConfig) error {
 		s.signal()
 	}
 }
+
+// listenRefused is the server's answer to LISTEN when it does not support it.
+type listenRefused struct{ err error }
+
+func (l listenRefused) Error() string { return l.err.Error() }
