@@ -81,7 +81,8 @@ type Queue interface {
 	// or finished elsewhere): the runner stops both.
 	RenewLeases(worker string, ids []string, lease time.Duration) (Renewal, error)
 	// ExpiredLeases returns up to limit running operations whose holder's lease ran out: their
-	// replica died. The caller decides what becomes of each (requeue, WORKER_LOST, canceled) and
+	// replica died (on Badger, one process owns the directory, so operations left running by a
+	// previous process are expired at once). The caller decides what becomes of each (requeue, WORKER_LOST, canceled) and
 	// applies it with a Transition guarded by Change.Holder and Change.LeaseExpired.
 	ExpiredLeases(limit int) ([]*Operation, error)
 	// ActiveCount counts a scope's queued and running operations (admission per scope).

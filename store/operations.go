@@ -191,8 +191,9 @@ type Change struct {
 	// ErrNotHolder when the operation is held by another worker or by none (a late worker whose
 	// operation was taken over changes nothing).
 	Holder string
-	// LeaseExpired, with Holder, applies the change only while Holder's lease has run out: a
-	// takeover never races a renewal.
+	// LeaseExpired, with Holder, applies the change only while Holder's lease has run out
+	// (ErrNotHolder otherwise): a takeover never races a renewal. On Badger a lease also runs out
+	// when its worker is not live in this process (after a restart: at once).
 	LeaseExpired bool
 }
 

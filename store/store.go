@@ -1,6 +1,7 @@
 // Package store keeps everything Mulligan must not lose: idempotency records, operations, their
-// requests and results, and the webhook outbox. It is the only package that imports Badger, and
-// its API speaks in plain Go types so that a second backend can implement the same calls.
+// requests and results, and the webhook outbox. It names the storage seam (Backend), holds the
+// decisions every backend shares (AnswerFor, the state machine, the outbox steps), and is the
+// Badger backend (Store); store/postgres is the PostgreSQL one (docs/backends.md).
 package store
 
 import (

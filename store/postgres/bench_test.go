@@ -82,3 +82,24 @@ func BenchmarkOperationCycle(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkAccept measures accepting a keyed operation: the operation, its request and the
+// key's 202 in one transaction.
+func BenchmarkAccept(b *testing.B) {
+	st := openTest(b, pgtest.Database(b), Options{MaxConns: 16})
+	var n atomic.Int64
+	req := &store.Request{Method: "POST", URL: "/v1/x", Body: make([]byte, 512)}
+	b.SetParallelism(16)
+	b.RunParallel(func(pb *testing.PB) {
+		key := make([]byte, 32)
+		for pb.Next() {
+			_, _ = rand.Read(key)
+			id := fmt.Sprintf("op_%012d", n.Add(1))
+			op := &store.Operation{ID: id, Scope: "s", Status: store.StatusQueued, Retention: time.Hour, SubmittedAt: time.Now()}
+			k := &store.KeyAccept{Key: key, Fingerprint: key, Response: store.Response{Status: 202}, Expires: time.Now().Add(time.Hour)}
+			if c, err := st.AcceptOperation(op, req, k); err != nil || c.Outcome != store.Claimed {
+				b.Fatal(c.Outcome, err)
+			}
+		}
+	})
+}

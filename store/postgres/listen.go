@@ -2,9 +2,11 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // wakeChannel is the NOTIFY channel of work: an operation queued or requeued, a cancel asked.
@@ -14,6 +16,43 @@ const wakeChannel = "mulligan_work"
 // hint: the listener reconnects by itself after a failure, and notifications sent meanwhile are
 // lost (one wake-up is sent on reconnecting), so callers also poll.
 func (s *Store) Wakeups() <-chan struct{} { return s.wake }
+
+// notifyEvery spaces this replica's notifications. A transaction that notifies holds a lock
+// that serialises every notifying commit in the cluster, fsync included, so notifications are
+// sent after the commit, on their own, coalesced: one per interval however many operations
+// were queued meanwhile.
+const notifyEvery = 20 * time.Millisecond
+
+// poke tells this replica at once, and the others through the notifier, that there may be work.
+func (s *Store) poke() {
+	s.signal()
+	select {
+	case s.notifyCh <- struct{}{}:
+	default:
+	}
+}
+
+// notifier sends the coalesced notifications until Close.
+func (s *Store) notifier() {
+	defer s.bg.Done()
+	for {
+		select {
+		case <-s.base.Done():
+			return
+		case <-s.notifyCh:
+		}
+		ctx, cancel := context.WithTimeout(s.base, s.opts.Timeout)
+		if _, err := s.pool.Exec(ctx, `SELECT pg_notify('`+wakeChannel+`', '')`); err != nil && s.base.Err() == nil {
+			s.logf("postgres: notifying the replicas: %v", err) // they poll meanwhile
+		}
+		cancel()
+		select {
+		case <-s.base.Done():
+			return
+		case <-time.After(notifyEvery):
+		}
+	}
+}
 
 func (s *Store) signal() {
 	select {
@@ -31,6 +70,12 @@ func (s *Store) listen(cfg *pgx.ConnConfig) {
 		start := time.Now()
 		err := s.listenOnce(cfg)
 		if s.base.Err() != nil {
+			return
+		}
+		var refused listenRefused
+		if errors.As(err, &refused) {
+			// The server refused LISTEN itself (an engine without it): polling alone it is.
+			s.logf("postgres: wake-ups unavailable, replicas will poll: %v", refused.err)
 			return
 		}
 		s.logf("postgres: wake-up listener: %v; reconnecting", err)
@@ -55,6 +100,10 @@ func (s *Store) listenOnce(cfg *pgx.ConnConfig) error {
 	}
 	defer conn.Close(context.Background())
 	if _, err := conn.Exec(s.base, "LISTEN "+wakeChannel); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			return listenRefused{err}
+		}
 		return err
 	}
 	s.signal() // anything sent while no one listened
@@ -65,3 +114,8 @@ func (s *Store) listenOnce(cfg *pgx.ConnConfig) error {
 		s.signal()
 	}
 }
+
+// listenRefused is the server's answer to LISTEN when it does not support it.
+type listenRefused struct{ err error }
+
+func (l listenRefused) Error() string { return l.err.Error() }

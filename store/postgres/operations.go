@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mulligan-gw/mulligan/store"
 )
@@ -85,16 +84,11 @@ func putOp(ctx context.Context, db querier, op *store.Operation) error {
 	return err
 }
 
-// notify wakes the other replicas at commit (see Wakeups).
-func notify(ctx context.Context, tx pgx.Tx) error {
-	_, err := tx.Exec(ctx, `SELECT pg_notify('`+wakeChannel+`', '')`)
-	return err
-}
-
 // AcceptOperation stores op, its request and the key's 202 in one transaction (see
 // store.Operations).
 func (s *Store) AcceptOperation(op *store.Operation, req *store.Request, key *store.KeyAccept) (store.Claim, error) {
 	var claim store.Claim
+	queued := false
 	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
 		now := s.now()
 		claim = store.Claim{Outcome: store.Claimed}
@@ -117,13 +111,14 @@ func (s *Store) AcceptOperation(op *store.Operation, req *store.Request, key *st
 		if err := putOp(ctx, tx, op); err != nil {
 			return err
 		}
-		if op.Status == store.StatusQueued {
-			return notify(ctx, tx)
-		}
+		queued = op.Status == store.StatusQueued
 		return s.announce(ctx, tx, op, nil) // a call converted while running announces operation.running
 	})
 	if err != nil {
 		return store.Claim{}, err
+	}
+	if queued && claim.Outcome == store.Claimed {
+		s.poke()
 	}
 	return claim, nil
 }
@@ -134,8 +129,22 @@ func (s *Store) acceptKey(ctx context.Context, tx pgx.Tx, k *store.KeyAccept, op
 	if k.Token != "" {
 		return nil, completeKey(ctx, tx, k.Key, k.Token, opID, k.Response, k.Expires)
 	}
-	token := store.NewToken()
-	for range 4 { // a concurrent insert of the key: read it again
+	header, err := json.Marshal(k.Response.Header)
+	if err != nil {
+		return nil, err
+	}
+	args := []any{k.Key, k.Fingerprint, now, k.Expires, opID, k.Response.Status, header, nonNil(k.Response.Body)}
+	for range 4 { // the key changed between the statements: look again
+		// A new key, the common case: one statement.
+		tag, err := tx.Exec(ctx, `INSERT INTO idempotency_keys (key, fingerprint, state, claimed_at, expires_at, purge_at,
+				operation_id, response_status, response_header, response_body)
+			VALUES ($1, $2, 2, $3, $4, $4, $5, $6, $7, $8) ON CONFLICT (key) DO NOTHING`, args...)
+		if err != nil {
+			return nil, err
+		}
+		if tag.RowsAffected() == 1 {
+			return nil, nil
+		}
 		kr, err := scanKey(tx.QueryRow(ctx, `SELECT `+keyColumns+` FROM idempotency_keys k WHERE k.key = $1 FOR UPDATE`, k.Key), now)
 		if err != nil {
 			return nil, err
@@ -143,21 +152,17 @@ func (s *Store) acceptKey(ctx context.Context, tx pgx.Tx, k *store.KeyAccept, op
 		if c, answered := store.AnswerFor(kr.rec, k.Fingerprint, now); answered {
 			return &c, nil
 		}
-		// Absent: insert a claim; claimable: take the locked row. Then complete it as held.
-		var tag pgconn.CommandTag
 		if kr.rev == 0 {
-			tag, err = tx.Exec(ctx, `INSERT INTO idempotency_keys (key, fingerprint, state, token, claimed_at, purge_at)
-				VALUES ($1, $2, 1, $3, $4, $5) ON CONFLICT (key) DO NOTHING`, k.Key, k.Fingerprint, token, now, k.Expires)
-		} else {
-			tag, err = tx.Exec(ctx, `UPDATE idempotency_keys SET rev = rev + 1, fingerprint = $2, state = 1, token = $3, claimed_at = $4
-				WHERE key = $1`, k.Key, k.Fingerprint, token, now)
+			continue // deleted meanwhile
 		}
-		if err != nil {
+		// Claimable (a holder's lease ran out, a record past its window): the row is locked.
+		if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET rev = rev + 1, fingerprint = $2, state = 2, token = '',
+				claimed_at = $3, lease_until = NULL, expires_at = $4, purge_at = $4, operation_id = $5,
+				response_status = $6, response_header = $7, response_body = $8
+			WHERE key = $1`, args...); err != nil {
 			return nil, err
 		}
-		if tag.RowsAffected() == 1 {
-			return nil, completeKey(ctx, tx, k.Key, token, opID, k.Response, k.Expires)
-		}
+		return nil, nil
 	}
 	return nil, errors.New("accept: the key kept changing under contention")
 }
@@ -178,6 +183,9 @@ func (s *Store) Transition(id string, c store.Change) (*store.Operation, error) 
 		out, err = s.apply(ctx, tx, op, c, now)
 		return err
 	})
+	if err == nil && out.Status == store.StatusQueued {
+		s.poke()
+	}
 	return out, err
 }
 
@@ -215,19 +223,12 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, op *store.Operation, c sto
 	return op, s.write(ctx, tx, op, c.Result)
 }
 
-// write stores op after a change of status, with the event that announces it, and wakes the
-// replicas when it is queued again.
+// write stores op after a change of status, with the event that announces it.
 func (s *Store) write(ctx context.Context, tx pgx.Tx, op *store.Operation, result *store.Response) error {
 	if err := putOp(ctx, tx, op); err != nil {
 		return err
 	}
-	if err := s.announce(ctx, tx, op, result); err != nil {
-		return err
-	}
-	if op.Status == store.StatusQueued {
-		return notify(ctx, tx)
-	}
-	return nil
+	return s.announce(ctx, tx, op, result)
 }
 
 // finalize stores a final operation's result for its retention and drops its request.
@@ -251,6 +252,7 @@ func finalize(ctx context.Context, tx pgx.Tx, op *store.Operation, result *store
 // the one running it learns of it at once (see store.Operations).
 func (s *Store) RequestCancel(id string, at time.Time) (*store.Operation, error) {
 	var out *store.Operation
+	asked := false
 	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
 		op, err := getOpForUpdate(ctx, tx, id, s.now())
 		if err != nil {
@@ -261,11 +263,12 @@ func (s *Store) RequestCancel(id string, at time.Time) (*store.Operation, error)
 			return nil
 		}
 		op.CancelRequestedAt, op.Version = at, op.Version+1
-		if err := putOp(ctx, tx, op); err != nil {
-			return err
-		}
-		return notify(ctx, tx)
+		asked = true
+		return putOp(ctx, tx, op)
 	})
+	if asked && err == nil {
+		s.poke()
+	}
 	return out, err
 }
 
@@ -358,6 +361,9 @@ func (s *Store) ListAllOperations(status store.Status, after string, limit int) 
 // list runs a list query for one more than limit: if it comes, the page ends early and the
 // last operation returned is the cursor.
 func (s *Store) list(sql, scope string, status store.Status, after string, limit int) ([]*store.Operation, string, error) {
+	if limit <= 0 {
+		return nil, "", nil
+	}
 	var ops []*store.Operation
 	err := s.query(func(ctx context.Context, db querier) error {
 		rows, err := db.Query(ctx, sql, scope, string(status), s.now(), after, limit+1)

@@ -56,6 +56,7 @@ type Store struct {
 	now       func() time.Time
 	announcer atomic.Pointer[store.Announcer]
 	wake      chan struct{}
+	notifyCh  chan struct{}
 
 	base   context.Context // canceled by Close
 	cancel context.CancelFunc
@@ -100,13 +101,14 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, unavailable(fmt.Errorf("migrating: %w", err))
 	}
-	s := &Store{pool: pool, opts: opts, now: opts.Now, wake: make(chan struct{}, 1)}
+	s := &Store{pool: pool, opts: opts, now: opts.Now, wake: make(chan struct{}, 1), notifyCh: make(chan struct{}, 1)}
 	if s.now == nil {
 		s.now = time.Now
 	}
 	s.base, s.cancel = context.WithCancel(context.Background())
-	s.bg.Add(1)
+	s.bg.Add(2)
 	go s.listen(cfg.ConnConfig.Copy())
+	go s.notifier()
 	if opts.SweepEvery > 0 {
 		s.bg.Add(1)
 		go s.sweepEvery(opts.SweepEvery)
@@ -166,7 +168,19 @@ func (s *Store) do(fn func(ctx context.Context, tx pgx.Tx) error) error {
 		return err
 	}
 	defer cancel()
-	return unavailable(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(ctx, tx) }))
+	return unavailable(retrySafe(func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(ctx, tx) })
+	}))
+}
+
+// retrySafe runs fn again, once, when it failed before anything reached the server: after the
+// database restarted, each pooled connection fails that way once.
+func retrySafe(fn func() error) error {
+	err := fn()
+	if err != nil && pgconn.SafeToRetry(err) {
+		err = fn()
+	}
+	return err
 }
 
 // querier is the pool or a transaction.
@@ -183,7 +197,7 @@ func (s *Store) query(fn func(ctx context.Context, db querier) error) error {
 		return err
 	}
 	defer cancel()
-	return unavailable(fn(ctx, s.pool))
+	return unavailable(retrySafe(func() error { return fn(ctx, s.pool) }))
 }
 
 // domain marks errors that are answers, not failures of the database.

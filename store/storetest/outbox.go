@@ -13,6 +13,7 @@ import (
 
 var outboxTests = []test{
 	{"StatusChangeAndItsEventAreOneWrite", testStatusChangeAndEvent},
+	{"AcceptOfARunningCallIsAnnouncedInTheSameWrite", testAcceptAnnounces},
 	{"ClaimEventIsExclusiveAcrossWorkers", testClaimEventIsExclusive},
 	{"DeliveredEventIsNeverSentAgain", testDeliveredIsFinal},
 	{"RescheduledEventIsDueAtItsNextAttempt", testReschedule},
@@ -71,6 +72,27 @@ func testStatusChangeAndEvent(t *testing.T, e *env) {
 	}
 	if pending, _ := pair(b.CountEvents())(t); pending != 2 {
 		t.Fatalf("pending %d after a refused change", pending)
+	}
+}
+
+// A call converted to an operation while it runs is announced (operation.running) with its
+// accept; a queued one is not, by this announcer.
+func testAcceptAnnounces(t *testing.T, e *env) {
+	b := e.open()
+	b.SetAnnouncer(func(op *store.Operation, _ *store.Response) *store.Event {
+		if op.Status != store.StatusRunning {
+			return nil
+		}
+		return &store.Event{ID: "evt_" + op.ID, Type: "operation.running", OperationID: op.ID, Version: op.Version,
+			Endpoint: "e", OccurredAt: e.clock.Now()}
+	})
+	e.accept(t, b, "s", 0, 1)
+	op := e.newOp(1, "s")
+	op.Status, op.Holder, op.LeaseUntil = store.StatusRunning, "w1", e.clock.Now().Add(time.Minute)
+	must(b.AcceptOperation(op, &store.Request{}, nil))(t)
+	due := must(b.DueEvents(time.Time{}, e.clock.Now(), 10))(t)
+	if len(due) != 1 || due[0].ID != "evt_"+opID(1) {
+		t.Fatalf("due: %+v, want the running call's event only", due)
 	}
 }
 
