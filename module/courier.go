@@ -296,7 +296,7 @@ func (c *courier) deliver(claimed store.Due) {
 		return
 	}
 	out := d.Deliver(c.ctx, webhook.Endpoint{Name: ep.name, URL: ev.URL, Secrets: ep.secrets,
-		Timeout: time.Duration(h.cfg.Timeout), AllowPrivate: h.cfg.AllowPrivate}, webhook.Message{ID: ev.ID, Body: body})
+		Timeout: time.Duration(h.cfg.Timeout), AllowPrivate: h.cfg.AllowPrivate}, webhook.Message{ID: ev.ID, Body: body, Header: eventHeader(ev)})
 	if c.ctx.Err() != nil || out.Result == webhook.BreakerOpen {
 		return // stopping, or the breaker opened meanwhile: the event waits, uncharged
 	}

@@ -44,7 +44,8 @@ func (r *runner) execute(parent context.Context, op *store.Operation, first <-ch
 	ex := execOf(op)
 	ctx, cancel := context.WithTimeout(parent, ex.Timeout)
 	defer cancel()
-	log := r.log.With(zap.String("operation_id", op.ID))
+	log := r.log.With(append([]zap.Field{zap.String("operation_id", op.ID)}, traceOfOperation(op).fields()...)...)
+	retryOn := retrySet(ex.RetryOn)
 	if first == nil {
 		metrics.queueWait.Observe(op.StartedAt.Sub(op.SubmittedAt).Seconds())
 	}
@@ -79,11 +80,11 @@ func (r *runner) execute(parent context.Context, op *store.Operation, first <-ch
 		if res.panicked != nil {
 			log.Error("a handler panicked serving the operation", zap.Any("panic", res.panicked), zap.ByteString("stack", res.stack))
 		}
-		change, retry := outcome(ctx, parent, res)
+		change, retry := outcome(ctx, parent, res, retryOn)
 		if retry && attempt < ex.Retries {
 			if !r.backoff(ctx, attempt, res) {
 				if ctx.Err() != nil {
-					change, _ = outcome(ctx, parent, attemptResult{})
+					change, _ = outcome(ctx, parent, attemptResult{}, retryOn)
 				}
 			} else {
 				metrics.retries.Inc()
@@ -124,9 +125,10 @@ func (r *runner) backoff(ctx context.Context, attempt int, res attemptResult) bo
 }
 
 // outcome maps an attempt to the operation's next step (docs/api.md, Outcomes), and
-// whether the attempt may be retried. A zero Change.To means nothing is to be written: the
-// operation was lost to another worker.
-func outcome(ctx, parent context.Context, res attemptResult) (store.Change, bool) {
+// whether the attempt may be retried: a connection error always, a status when retryOn has
+// it. A zero Change.To means nothing is to be written: the operation was lost to another
+// worker.
+func outcome(ctx, parent context.Context, res attemptResult, retryOn map[int]bool) (store.Change, bool) {
 	var result *store.Response
 	if res.status != 0 && !res.over {
 		result = &store.Response{Status: res.status, Header: res.header, Body: res.body}
@@ -153,12 +155,15 @@ func outcome(ctx, parent context.Context, res attemptResult) (store.Change, bool
 		return failed(CodeUpstreamUnavailable, "The upstream could not be reached."), true
 	case res.status >= 200 && res.status < 300:
 		return store.Change{To: store.StatusSucceeded, Result: result}, false
+	}
+	msg := fmt.Sprintf("The upstream answered %d.", res.status)
+	switch retry := retryOn[res.status]; {
 	case res.status == 408 || res.status == 429 || res.status == 502 || res.status == 503 || res.status == 504:
-		return failed(CodeUpstreamUnavailable, fmt.Sprintf("The upstream answered %d.", res.status)), true
+		return failed(CodeUpstreamUnavailable, msg), retry
 	case res.status >= 500:
-		return failed(CodeUpstreamError, fmt.Sprintf("The upstream answered %d.", res.status)), false
+		return failed(CodeUpstreamError, msg), retry
 	default:
-		return failed(CodeUpstreamRejected, fmt.Sprintf("The upstream answered %d.", res.status)), false
+		return failed(CodeUpstreamRejected, msg), retry
 	}
 }
 

@@ -213,8 +213,9 @@ func (r *runner) claimNext() bool {
 		return false
 	}
 	r.queued.Add(-1)
-	r.log.Info("operation transition", zap.String("operation_id", op.ID), zap.String("old_status", string(store.StatusQueued)),
-		zap.String("new_status", string(op.Status)), zap.Int("attempts", op.Attempts), zap.Duration("queue_wait", op.StartedAt.Sub(op.SubmittedAt)))
+	r.log.Info("operation transition", append([]zap.Field{zap.String("operation_id", op.ID), zap.String("old_status", string(store.StatusQueued)),
+		zap.String("new_status", string(op.Status)), zap.Int("attempts", op.Attempts), zap.Duration("queue_wait", op.StartedAt.Sub(op.SubmittedAt))},
+		traceOfOperation(op).fields()...)...)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	r.start(op, ctx, &execution{cancel: cancel, done: make(chan struct{}), pooled: true, leaseUntil: op.LeaseUntil}, nil)
 	return true
@@ -446,6 +447,7 @@ func announce(op *store.Operation, result *store.Response) *store.Event {
 	return &store.Event{
 		ID: newID("evt_", now), Type: typ, OperationID: op.ID, Version: op.Version,
 		Endpoint: op.Callback.Endpoint, URL: op.Callback.URL, OccurredAt: now, Operation: payload,
+		Traceparent: op.Traceparent, Tracestate: op.Tracestate,
 	}
 }
 
