@@ -61,8 +61,19 @@ func startGateway(t *testing.T, cfg modelserver.Config, mulliganBody string) *ga
 // startGatewayWithGlobals is startGateway with extra global options.
 func startGatewayWithGlobals(t *testing.T, cfg modelserver.Config, globals, mulliganBody string) *gateway {
 	t.Helper()
+	return startGatewayWrapped(t, cfg, globals, mulliganBody, nil)
+}
+
+// startGatewayWrapped is startGatewayWithGlobals with the model server behind wrap (nil: none),
+// for tests that look at what reaches the upstream.
+func startGatewayWrapped(t *testing.T, cfg modelserver.Config, globals, mulliganBody string, wrap func(http.Handler) http.Handler) *gateway {
+	t.Helper()
 	g := &gateway{t: t, model: modelserver.New(cfg), dir: t.TempDir(), globals: globals}
-	g.upstream = httptest.NewServer(g.model)
+	var upstream http.Handler = g.model
+	if wrap != nil {
+		upstream = wrap(upstream)
+	}
+	g.upstream = httptest.NewServer(upstream)
 	ports := freePorts(t, 2)
 	g.port = ports[0]
 	g.base = fmt.Sprintf("http://127.0.0.1:%d", g.port)

@@ -154,7 +154,7 @@ func (h *Handler) listOperations(q *opsRequest) {
 	if v.Has("idempotency_key") {
 		key, err := parseKey(v.Get("idempotency_key"))
 		if err != nil {
-			writeError(q.w, apiError{Code: CodeInvalidRequest, Message: "idempotency_key: " + err.Error() + "; send 1 to 255 printable ASCII characters."})
+			writeError(q.w, apiError{Code: CodeInvalidRequest, Message: err.Error() + "; send 1 to 255 printable ASCII characters in idempotency_key."})
 			return
 		}
 		list = withKey(list, key)
