@@ -163,8 +163,12 @@ func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st store.Ope
 		return nil
 	}
 	op := c.newOperation(kr, store.StatusQueued)
+	span := startAccept(kr)
 	ka, resp := c.keyAccept(kr, op, "")
 	claim, err := st.AcceptOperation(op, storedRequest(kr), ka)
+	if err != nil || claim.Outcome != store.Claimed {
+		endAccept(span, nil)
+	}
 	if err != nil {
 		return c.gate.storageFailed(w, kr, err)
 	}
@@ -172,6 +176,7 @@ func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st store.Ope
 		c.gate.answer(w, kr, claim)
 		return nil
 	}
+	defer endAccept(span, op)
 	countRequest(outcomeAccepted)
 	run.accepted()
 	kr.log.Info("operation accepted", zap.String("operation_id", op.ID), zap.String("type", op.Type), zap.String("new_status", string(op.Status)))
@@ -218,11 +223,14 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 	}
 	op := c.newOperation(kr, store.StatusRunning)
 	op.Holder, op.LeaseUntil = run.worker, op.StartedAt.Add(run.config().takeover) // held by this runner, as a claimed one
+	span := startAccept(kr)
 	ka, resp := c.keyAccept(kr, op, token)
 	if _, err := st.AcceptOperation(op, storedRequest(kr), ka); err != nil {
+		endAccept(span, nil)
 		cancel(err)
 		return c.gate.storageFailed(w, kr, err)
 	}
+	defer endAccept(span, op)
 	countRequest(outcomeAccepted)
 	run.launchConverted(op, ctx, cancel, first)
 	kr.log.Info("call converted to an operation", zap.String("operation_id", op.ID), zap.String("type", op.Type), zap.String("new_status", string(op.Status)))

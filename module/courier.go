@@ -295,8 +295,10 @@ func (c *courier) deliver(claimed store.Due) {
 		c.deadLetter(ev, "the event cannot be rendered: "+err.Error())
 		return
 	}
+	span, header := startDelivery(c.ctx, ev)
 	out := d.Deliver(c.ctx, webhook.Endpoint{Name: ep.name, URL: ev.URL, Secrets: ep.secrets,
-		Timeout: time.Duration(h.cfg.Timeout), AllowPrivate: h.cfg.AllowPrivate}, webhook.Message{ID: ev.ID, Body: body, Header: eventHeader(ev)})
+		Timeout: time.Duration(h.cfg.Timeout), AllowPrivate: h.cfg.AllowPrivate}, webhook.Message{ID: ev.ID, Body: body, Header: header})
+	endDelivery(span, out)
 	if c.ctx.Err() != nil || out.Result == webhook.BreakerOpen {
 		return // stopping, or the breaker opened meanwhile: the event waits, uncharged
 	}

@@ -48,7 +48,11 @@ func (r *runner) execute(parent context.Context, op *store.Operation, first <-ch
 	retryOn := retrySet(ex.RetryOn)
 	if first == nil {
 		metrics.queueWait.Observe(op.StartedAt.Sub(op.SubmittedAt).Seconds())
+		recordQueueWait(op)
 	}
+	ctx, span := startExecution(ctx, op)
+	var last store.Change // what the execution came to, for its span
+	defer func() { endExecution(span, last) }()
 	var req *store.Request
 	if first == nil {
 		var err error
@@ -58,6 +62,7 @@ func (r *runner) execute(parent context.Context, op *store.Operation, first <-ch
 			if !errors.Is(err, store.ErrNotFound) {
 				change = store.Change{To: store.StatusQueued} // storage trouble: another attempt later
 			}
+			last = change
 			r.finish(parent, op.ID, change, log)
 			return
 		}
@@ -71,7 +76,8 @@ func (r *runner) execute(parent context.Context, op *store.Operation, first <-ch
 				var err error
 				if req, err = r.st.LoadRequest(op.ID); err != nil {
 					log.Error("loading the operation's request", zap.Error(err))
-					r.finish(parent, op.ID, store.Change{To: store.StatusQueued}, log)
+					last = store.Change{To: store.StatusQueued}
+					r.finish(parent, op.ID, last, log)
 					return
 				}
 			}
@@ -94,6 +100,7 @@ func (r *runner) execute(parent context.Context, op *store.Operation, first <-ch
 				continue
 			}
 		}
+		last = change
 		r.finish(parent, op.ID, change, log)
 		return
 	}
@@ -237,6 +244,7 @@ func (r *runner) attempt(ctx context.Context, op *store.Operation, req *store.Re
 	}
 	hr.RequestURI, hr.Host, hr.RemoteAddr = req.URL, req.Host, req.RemoteAddr
 	hr.Header = req.Header.Clone()
+	injectTrace(hr)
 	hr.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(req.Body)), nil }
 	rec := newBufferWriter(limit)
 	return serveRecorded(rec, func() error { srv.ServeHTTP(rec, hr); return nil })

@@ -33,6 +33,7 @@ type gateway struct {
 	upstream *httptest.Server
 	client   *http.Client
 	globals  string // extra global options
+	site     string // extra site directives
 }
 
 // freePorts returns n distinct free loopback ports, holding each until all are chosen. Call it
@@ -61,17 +62,26 @@ func startGateway(t *testing.T, cfg modelserver.Config, mulliganBody string) *ga
 // startGatewayWithGlobals is startGateway with extra global options.
 func startGatewayWithGlobals(t *testing.T, cfg modelserver.Config, globals, mulliganBody string) *gateway {
 	t.Helper()
-	return startGatewayWrapped(t, cfg, globals, mulliganBody, nil)
+	return startGatewayWith(t, gatewaySetup{model: cfg, globals: globals, mulligan: mulliganBody})
 }
 
-// startGatewayWrapped is startGatewayWithGlobals with the model server behind wrap (nil: none),
-// for tests that look at what reaches the upstream.
-func startGatewayWrapped(t *testing.T, cfg modelserver.Config, globals, mulliganBody string, wrap func(http.Handler) http.Handler) *gateway {
+// gatewaySetup is what a test may choose about its gateway beyond the mulligan block.
+type gatewaySetup struct {
+	model    modelserver.Config
+	globals  string                          // global options
+	site     string                          // more directives of the site (such as tracing)
+	mulligan string                          // the mulligan block's body
+	wrap     func(http.Handler) http.Handler // around the model server, to see what reaches it
+}
+
+// startGatewayWith starts the gateway s describes.
+func startGatewayWith(t *testing.T, s gatewaySetup) *gateway {
 	t.Helper()
-	g := &gateway{t: t, model: modelserver.New(cfg), dir: t.TempDir(), globals: globals}
+	mulliganBody := s.mulligan
+	g := &gateway{t: t, model: modelserver.New(s.model), dir: t.TempDir(), globals: s.globals, site: s.site}
 	var upstream http.Handler = g.model
-	if wrap != nil {
-		upstream = wrap(upstream)
+	if s.wrap != nil {
+		upstream = s.wrap(upstream)
 	}
 	g.upstream = httptest.NewServer(upstream)
 	ports := freePorts(t, 2)
@@ -107,13 +117,14 @@ func (g *gateway) config(mulliganBody string) []byte {
 	%s
 }
 http://127.0.0.1:%d {
+	%s
 	mulligan {
 		storage %s/badger
 		%s
 	}
 	reverse_proxy %s
 }
-`, g.admin, g.dir, g.globals, g.port, g.dir, mulliganBody, strings.TrimPrefix(g.upstream.URL, "http://"))
+`, g.admin, g.dir, g.globals, g.port, g.site, g.dir, mulliganBody, strings.TrimPrefix(g.upstream.URL, "http://"))
 	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cf), nil)
 	if err != nil {
 		g.t.Fatalf("adapting: %v\n%s", err, cf)
