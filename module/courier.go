@@ -343,8 +343,9 @@ func (c *courier) deadLetter(ev *store.Event, reason string) {
 
 func (c *courier) deadLetterAfter(ev *store.Event, attempts int, out *webhook.Outcome, reason string) {
 	metrics.deadLetters.WithLabelValues(ev.Endpoint).Inc()
-	c.log.Warn("event dead-lettered", zap.String("event_id", ev.ID), zap.String("operation_id", ev.OperationID),
-		zap.String("endpoint", ev.Endpoint), zap.Int("attempts", attempts), zap.String("reason", reason))
+	c.log.Warn("event dead-lettered", append([]zap.Field{zap.String("event_id", ev.ID), zap.String("operation_id", ev.OperationID),
+		zap.String("endpoint", ev.Endpoint), zap.Int("attempts", attempts), zap.String("reason", reason)},
+		traceContext{parent: ev.Traceparent, state: ev.Tracestate}.fields()...)...)
 	c.settled(ev, c.st.DeadLetter(ev.ID, reason, attemptOf(attempts, c.now(), out)))
 }
 

@@ -44,7 +44,7 @@ func (r *runner) execute(parent context.Context, op *store.Operation, first <-ch
 	ex := execOf(op)
 	ctx, cancel := context.WithTimeout(parent, ex.Timeout)
 	defer cancel()
-	log := r.log.With(append([]zap.Field{zap.String("operation_id", op.ID)}, traceOfOperation(op).fields()...)...)
+	log := r.log.With(operationFields(op)...)
 	retryOn := retrySet(ex.RetryOn)
 	if first == nil {
 		metrics.queueWait.Observe(op.StartedAt.Sub(op.SubmittedAt).Seconds())

@@ -188,7 +188,7 @@ func (h *Handler) cancelOperation(q *opsRequest, id string) {
 			countFinal(canceled)
 			q.run.queued.Add(-1)
 			q.run.courier.kick()
-			q.log.Info("operation transition", zap.String("operation_id", id), zap.String("old_status", "queued"), zap.String("new_status", "canceled"))
+			q.log.Info("operation transition", operationFields(op, zap.String("old_status", "queued"), zap.String("new_status", "canceled"))...)
 			h.writeOperation(q, http.StatusOK, canceled)
 			return
 		}

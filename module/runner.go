@@ -213,9 +213,8 @@ func (r *runner) claimNext() bool {
 		return false
 	}
 	r.queued.Add(-1)
-	r.log.Info("operation transition", append([]zap.Field{zap.String("operation_id", op.ID), zap.String("old_status", string(store.StatusQueued)),
-		zap.String("new_status", string(op.Status)), zap.Int("attempts", op.Attempts), zap.Duration("queue_wait", op.StartedAt.Sub(op.SubmittedAt))},
-		traceOfOperation(op).fields()...)...)
+	r.log.Info("operation transition", operationFields(op, zap.String("old_status", string(store.StatusQueued)),
+		zap.String("new_status", string(op.Status)), zap.Int("attempts", op.Attempts), zap.Duration("queue_wait", op.StartedAt.Sub(op.SubmittedAt)))...)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	r.start(op, ctx, &execution{cancel: cancel, done: make(chan struct{}), pooled: true, leaseUntil: op.LeaseUntil}, nil)
 	return true
@@ -414,8 +413,8 @@ func (r *runner) settleLost(op *store.Operation, c store.Change, msg string) {
 		r.queued.Add(1)
 		r.kick()
 	}
-	r.log.Info(msg, zap.String("operation_id", op.ID), zap.String("old_holder", op.Holder),
-		zap.String("old_status", string(op.Status)), zap.String("new_status", string(c.To)))
+	r.log.Info(msg, operationFields(op, zap.String("old_holder", op.Holder),
+		zap.String("old_status", string(op.Status)), zap.String("new_status", string(c.To)))...)
 }
 
 // countQueued recounts the storage's queue: other replicas queue and claim too.

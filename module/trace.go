@@ -57,6 +57,11 @@ func (t traceContext) fields() []zap.Field {
 	return []zap.Field{zap.String("traceparent", t.parent), zap.String("trace_id", sc.TraceID().String())}
 }
 
+// operationFields are the fields of every log line about op: its id and its trace, then more.
+func operationFields(op *store.Operation, more ...zap.Field) []zap.Field {
+	return append(append([]zap.Field{zap.String("operation_id", op.ID)}, traceOfOperation(op).fields()...), more...)
+}
+
 // setHeaders puts the trace context on an outgoing request's headers.
 func (t traceContext) setHeaders(h http.Header) {
 	if t.parent == "" {
