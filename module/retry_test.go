@@ -53,3 +53,22 @@ func TestRetryOnOutsideErrorStatusesIsRejected(t *testing.T) {
 		t.Errorf("JSON retry_on [302]: %v", err)
 	}
 }
+
+// TestEachBlockKeepsItsRetryOnAndTypeOnASharedStorage: two blocks on one storage, one retrying
+// 500 and one not; each operation is run with its own block's retry_on and named by its type.
+func TestEachBlockKeepsItsRetryOnAndTypeOnASharedStorage(t *testing.T) {
+	sites := startSites(t, modelserver.Config{},
+		"async {\n retries 2\n retry_on 500\n type summarize\n}",
+		"async {\n retries 2\n type translate\n}")
+	for i, want := range []struct {
+		typ      string
+		attempts int
+	}{{"summarize", 3}, {"translate", 1}} {
+		_, op := sites[i].submit(t, "", "X-Mock-Status", "500")
+		final := sites[i].await(t, op.OperationID)
+		res := decodeResource(t, sites[i].get(op.StatusURL))
+		if final.Attempts != want.attempts || res.str("type") != want.typ {
+			t.Errorf("site %d: %d attempts, type %q; want %d, %q", i, final.Attempts, res.str("type"), want.attempts, want.typ)
+		}
+	}
+}
