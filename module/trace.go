@@ -83,7 +83,8 @@ func eventHeader(ev *store.Event) http.Header {
 
 // The gateway's own spans (docs/operating.md): each joins the trace of the request that
 // submitted the operation, as a child of the span its traceparent names (the client's, or with
-// Caddy's tracing directive the gateway's server span).
+// Caddy's tracing directive the gateway's server span). An operation without a trace gets none:
+// spans of their own, unlinked, would only be noise.
 const (
 	spanAccept    = "mulligan.accept"
 	spanQueueWait = "mulligan.queue_wait"
@@ -91,6 +92,9 @@ const (
 	spanDeliver   = "mulligan.deliver"
 	tracerName    = "github.com/mulligan-gw/mulligan"
 )
+
+// noSpan is the span of work without a trace: it records nothing.
+var noSpan = trace.SpanFromContext(context.Background())
 
 // seenProvider is the tracer provider of the last traced request. Caddy's tracing directive
 // keeps its provider to itself rather than installing it as OpenTelemetry's global one; the
@@ -130,6 +134,9 @@ func startAccept(kr *keyedRequest) trace.Span {
 	ctx := kr.r.Context()
 	tracer := tracerFor(ctx)
 	if !trace.SpanFromContext(ctx).SpanContext().IsValid() {
+		if kr.trace.parent == "" {
+			return noSpan
+		}
 		ctx = kr.trace.contextWith(ctx)
 	}
 	_, span := tracer.Start(ctx, spanAccept, trace.WithSpanKind(trace.SpanKindServer))
@@ -146,6 +153,9 @@ func endAccept(span trace.Span, op *store.Operation) {
 
 // recordQueueWait records the time op waited in the queue as a span, after the fact.
 func recordQueueWait(op *store.Operation) {
+	if op.Traceparent == "" {
+		return
+	}
 	ctx := traceOfOperation(op).contextWith(context.Background())
 	_, span := tracerFor(ctx).Start(ctx, spanQueueWait, trace.WithTimestamp(op.SubmittedAt), opAttributes(op))
 	span.End(trace.WithTimestamp(op.StartedAt))
@@ -154,6 +164,9 @@ func recordQueueWait(op *store.Operation) {
 // startExecution starts the span of op's execution; the upstream attempts under it carry it
 // as their traceparent.
 func startExecution(ctx context.Context, op *store.Operation) (context.Context, trace.Span) {
+	if op.Traceparent == "" {
+		return ctx, noSpan
+	}
 	ctx = traceOfOperation(op).contextWith(ctx)
 	return tracerFor(ctx).Start(ctx, spanExecute, trace.WithSpanKind(trace.SpanKindInternal), opAttributes(op))
 }
@@ -180,13 +193,14 @@ func injectTrace(r *http.Request) {
 // to the consumer.
 func startDelivery(ctx context.Context, ev *store.Event) (trace.Span, http.Header) {
 	h := eventHeader(ev)
+	if ev.Traceparent == "" {
+		return noSpan, h
+	}
 	ctx = traceContext{parent: ev.Traceparent, state: ev.Tracestate}.contextWith(ctx)
 	ctx, span := tracerFor(ctx).Start(ctx, spanDeliver, trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("mulligan.event_id", ev.ID), attribute.String("mulligan.event_type", ev.Type),
 			attribute.String("mulligan.operation_id", ev.OperationID), attribute.String("mulligan.endpoint", ev.Endpoint)))
-	if ev.Traceparent != "" {
-		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(h))
-	}
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(h))
 	return span, h
 }
 

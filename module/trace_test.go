@@ -165,10 +165,18 @@ func TestGatewaySpansJoinTheClientsTrace(t *testing.T) {
 		mulligan: webhooksBlock(rc.srv.URL+"/hook", "", secretA),
 		wrap:     upstream.wrap,
 	})
+	_, untraced := g.submit(t, "")
+	g.await(t, untraced.OperationID)
+	waitFor(t, func() bool { return rc.delivered() == 1 })
 	_, op := g.submit(t, "", "traceparent", clientTraceparent)
 	g.await(t, op.OperationID)
-	waitFor(t, func() bool { return rc.delivered() == 1 })
+	waitFor(t, func() bool { return rc.delivered() == 2 })
 	spans := spansByName(t, exp, spanAccept, spanQueueWait, spanExecute, spanDeliver)
+	for _, s := range exp.GetSpans() {
+		if hasAttribute(s, "mulligan.operation_id", untraced.OperationID) {
+			t.Errorf("an operation without a trace has span %s", s.Name)
+		}
+	}
 
 	client, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
 	for name, s := range spans {
@@ -180,10 +188,10 @@ func TestGatewaySpansJoinTheClientsTrace(t *testing.T) {
 		}
 	}
 	// The upstream call is a child of the execution span, the delivery carries its own span.
-	if got := upstream.values(); len(got) != 1 || spanIDOf(got[0]) != spans[spanExecute].SpanContext.SpanID().String() {
+	if got := upstream.values(); len(got) != 2 || got[0] != "" || spanIDOf(got[1]) != spans[spanExecute].SpanContext.SpanID().String() {
 		t.Errorf("upstream traceparent %q, execution span %s", got, spans[spanExecute].SpanContext.SpanID())
 	}
-	if got := delivered.values(); len(got) != 1 || spanIDOf(got[0]) != spans[spanDeliver].SpanContext.SpanID().String() {
+	if got := delivered.values(); len(got) != 2 || got[0] != "" || spanIDOf(got[1]) != spans[spanDeliver].SpanContext.SpanID().String() {
 		t.Errorf("delivery traceparent %q, delivery span %s", got, spans[spanDeliver].SpanContext.SpanID())
 	}
 	wait := spans[spanQueueWait]
