@@ -29,10 +29,20 @@ type converter struct {
 // headerCallback names the endpoint URL a request wants its operation's events sent to.
 const headerCallback = "Callback-Url"
 
-// callbackFor resolves the request's Callback-Url, or the site's default endpoint. A URL that
-// matches no configured endpoint is refused with 422 before anything is stored.
-func (c *converter) callbackFor(w http.ResponseWriter, r *http.Request) (*store.Callback, bool) {
+// callbackFor resolves the request's callback URL (the Callback-Url header, or the body's
+// callback.url), or the site's default endpoint. A URL that matches no configured endpoint is
+// refused with 422 before anything is stored; so is a header and a body naming different URLs,
+// with 400, rather than guess which one the client meant.
+func (c *converter) callbackFor(w http.ResponseWriter, r *http.Request, bodyURL string) (*store.Callback, bool) {
 	raw := r.Header.Get(headerCallback)
+	if raw != "" && bodyURL != "" && raw != bodyURL {
+		writeError(w, apiError{Code: CodeInvalidRequest, Details: map[string]any{"callback_url": raw, "body_callback_url": bodyURL},
+			Message: "The Callback-Url header and the body's callback.url name different URLs; send one of them."})
+		return nil, false
+	}
+	if raw == "" {
+		raw = bodyURL
+	}
 	if c.hooks == nil {
 		if raw == "" {
 			return nil, true
@@ -44,7 +54,7 @@ func (c *converter) callbackFor(w http.ResponseWriter, r *http.Request) (*store.
 		return &store.Callback{Endpoint: ep.name, URL: target}, true
 	}
 	writeError(w, apiError{Code: CodeCallbackNotAllow, Details: map[string]any{"callback_url": raw},
-		Message: "Callback-Url matches no configured webhook endpoint."})
+		Message: "The callback URL matches no configured webhook endpoint."})
 	return nil, false
 }
 
@@ -53,8 +63,12 @@ func (c *converter) newOperation(kr *keyedRequest, status store.Status) *store.O
 	now := c.now()
 	op := &store.Operation{
 		ID: newID("op_", now), Scope: kr.scope, Status: status, Version: 1,
-		Method: kr.r.Method, Path: kr.r.URL.Path, IdempotencyKey: kr.key, SubmittedAt: now,
-		Retention: time.Duration(c.cfg.Retention),
+		Method: kr.r.Method, Path: kr.r.URL.Path, IdempotencyKey: kr.key, SubmittedAt: now, UpdatedAt: now,
+		Retention: time.Duration(c.cfg.Retention), Type: c.cfg.Type, Metadata: kr.metadata,
+		Traceparent: kr.trace.parent, Tracestate: kr.trace.state,
+	}
+	if op.Type == "" {
+		op.Type = op.Path
 	}
 	if srv, ok := kr.r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok {
 		op.Server = srv.Name()
@@ -70,8 +84,8 @@ func (c *converter) newOperation(kr *keyedRequest, status store.Status) *store.O
 // execution is how this block's operations run, stored with each so that every reload,
 // restart and replica honours it (docs/caddyfile.md).
 func (c *converter) execution() *store.Execution {
-	ex := &store.Execution{Timeout: time.Duration(c.cfg.Timeout), Retries: *c.cfg.Retries, MaxResult: c.cfg.MaxResult,
-		OnCrash: c.cfg.OnCrash, Prefix: c.prefix}
+	ex := &store.Execution{Timeout: time.Duration(c.cfg.Timeout), Retries: *c.cfg.Retries, RetryOn: c.cfg.RetryOn,
+		MaxResult: c.cfg.MaxResult, OnCrash: c.cfg.OnCrash, Prefix: c.prefix}
 	if c.hooks != nil {
 		ex.Events = c.hooks.cfg.Events
 	}
@@ -102,7 +116,7 @@ func (c *converter) accepted(op *store.Operation, expires time.Time) store.Respo
 	l := linksFor(c.prefix, op.ID)
 	body, _ := json.Marshal(acceptedView{
 		OperationID: op.ID, Status: op.Status, StatusURL: l.Self, SubmittedAt: op.SubmittedAt.UTC(),
-		IdempotencyKey: op.IdempotencyKey, Links: l,
+		IdempotencyKey: op.IdempotencyKey, WebhookRegistered: op.Callback != nil, Links: l,
 	})
 	h := http.Header{}
 	h.Set("Location", l.Self)
@@ -149,8 +163,12 @@ func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st store.Ope
 		return nil
 	}
 	op := c.newOperation(kr, store.StatusQueued)
+	span := startAccept(kr)
 	ka, resp := c.keyAccept(kr, op, "")
 	claim, err := st.AcceptOperation(op, storedRequest(kr), ka)
+	if err != nil || claim.Outcome != store.Claimed {
+		endAccept(span, nil)
+	}
 	if err != nil {
 		return c.gate.storageFailed(w, kr, err)
 	}
@@ -158,9 +176,10 @@ func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st store.Ope
 		c.gate.answer(w, kr, claim)
 		return nil
 	}
+	defer endAccept(span, op)
 	countRequest(outcomeAccepted)
 	run.accepted()
-	kr.log.Info("operation accepted", zap.String("operation_id", op.ID), zap.String("new_status", string(op.Status)))
+	kr.log.Info("operation accepted", zap.String("operation_id", op.ID), zap.String("type", op.Type), zap.String("new_status", string(op.Status)))
 	writeResponse(w, resp)
 	return nil
 }
@@ -204,14 +223,17 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 	}
 	op := c.newOperation(kr, store.StatusRunning)
 	op.Holder, op.LeaseUntil = run.worker, op.StartedAt.Add(run.config().takeover) // held by this runner, as a claimed one
+	span := startAccept(kr)
 	ka, resp := c.keyAccept(kr, op, token)
 	if _, err := st.AcceptOperation(op, storedRequest(kr), ka); err != nil {
+		endAccept(span, nil)
 		cancel(err)
 		return c.gate.storageFailed(w, kr, err)
 	}
+	defer endAccept(span, op)
 	countRequest(outcomeAccepted)
 	run.launchConverted(op, ctx, cancel, first)
-	kr.log.Info("call converted to an operation", zap.String("operation_id", op.ID), zap.String("new_status", string(op.Status)))
+	kr.log.Info("call converted to an operation", zap.String("operation_id", op.ID), zap.String("type", op.Type), zap.String("new_status", string(op.Status)))
 	writeResponse(w, resp)
 	return nil
 }

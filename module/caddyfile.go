@@ -54,6 +54,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //			max_result  <size>
 //			on_crash    requeue|fail
 //			takeover    <duration>
+//			type        <name>
+//			retry_on    <status...>
 //		}
 //		webhooks {
 //			endpoint <name> <url or pattern> {
@@ -204,6 +206,10 @@ func (c *AsyncConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = sizeArg(d, &c.MaxResult)
 		case "takeover":
 			err = durationArg(d, &c.Takeover)
+		case "type":
+			err = oneArg(d, &c.Type)
+		case "retry_on":
+			c.RetryOn, err = statusArgs(d)
 		case "on_crash":
 			err = oneArg(d, &c.OnCrash)
 			if err == nil && c.OnCrash != CrashRequeue && c.OnCrash != CrashFail {
@@ -350,6 +356,24 @@ func intArg(d *caddyfile.Dispenser, dst *int, min int) error {
 	}
 	*dst = n
 	return nil
+}
+
+// statusArgs reads one or more HTTP statuses from 400 to 599.
+func statusArgs(d *caddyfile.Dispenser) ([]int, error) {
+	name := d.Val()
+	args, err := someArgs(d)
+	if err != nil {
+		return nil, err
+	}
+	codes := make([]int, 0, len(args))
+	for _, s := range args {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 400 || n > 599 {
+			return nil, d.Errf("%s takes statuses from 400 to 599, got %q", name, s)
+		}
+		codes = append(codes, n)
+	}
+	return codes, nil
 }
 
 // oneArg reads exactly one argument.

@@ -2,6 +2,7 @@ package module
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -91,8 +92,8 @@ type AsyncConfig struct {
 	// Timeout bounds one upstream execution. Default: 10m.
 	Timeout caddy.Duration `json:"timeout,omitempty"`
 
-	// Retries is how many times an operation's upstream call is retried on 408, 429, 502, 503,
-	// 504 or a connection error, with exponential backoff and full jitter. Default: 3.
+	// Retries is how many times an operation's upstream call is retried on a status of RetryOn
+	// or a connection error, with exponential backoff and full jitter. Default: 3.
 	Retries *int `json:"retries,omitempty"`
 
 	// Retention is how long a final operation and its result are kept; then it reads as expired
@@ -108,6 +109,14 @@ type AsyncConfig struct {
 	// process, a replica cut off from storage) before the operation is taken over: re-queued,
 	// or failed per OnCrash. One value per storage. Default: 30s.
 	Takeover caddy.Duration `json:"takeover,omitempty"`
+
+	// Type names the kind of the operations this block accepts (for example chat_completion):
+	// shown as the operation's type and in its events. Default: the request's path.
+	Type string `json:"type,omitempty"`
+
+	// RetryOn lists the upstream statuses an operation's call is retried on (connection errors
+	// always are), up to Retries times. Default: 408 429 502 503 504.
+	RetryOn []int `json:"retry_on,omitempty"`
 
 	// OnCrash says what happens to operations that were running when the gateway died:
 	// "requeue" (default) runs them again; "fail" fails them with WORKER_LOST, for upstreams that
@@ -183,6 +192,26 @@ func (c *AsyncConfig) setDefaults() {
 	if c.Takeover == 0 {
 		c.Takeover = caddy.Duration(defaultTakeover)
 	}
+	if len(c.RetryOn) == 0 {
+		c.RetryOn = slices.Clone(defaultRetryOn)
+	}
+}
+
+// defaultRetryOn are the statuses that say "try again" (timeouts, rate limits, a gateway or
+// server briefly unavailable); a plain 500 is not among them: it usually fails again.
+var defaultRetryOn = []int{408, 429, 502, 503, 504}
+
+// retrySet is a retry_on list as a set; an empty one (an operation stored before retry_on
+// existed) is the default.
+func retrySet(codes []int) map[int]bool {
+	if len(codes) == 0 {
+		codes = defaultRetryOn
+	}
+	set := make(map[int]bool, len(codes))
+	for _, code := range codes {
+		set[code] = true
+	}
+	return set
 }
 
 func (c *AsyncConfig) validate() error {
@@ -193,6 +222,8 @@ func (c *AsyncConfig) validate() error {
 		return fmt.Errorf("async: on_crash must be requeue or fail, got %q", c.OnCrash)
 	case c.Takeover < caddy.Duration(time.Second):
 		return fmt.Errorf("async: takeover must be at least 1s, got %s", time.Duration(c.Takeover))
+	case slices.ContainsFunc(c.RetryOn, func(code int) bool { return code < 400 || code > 599 }):
+		return fmt.Errorf("async: retry_on takes statuses from 400 to 599, got %v", c.RetryOn)
 	case c.Concurrency < 1 || c.Queue < 1 || *c.Retries < 0 || c.Timeout <= 0 || c.After <= 0 || c.Retention <= 0:
 		return fmt.Errorf("async: concurrency and queue must be at least 1; retries not negative; timeout, after and retention positive")
 	}

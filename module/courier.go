@@ -295,8 +295,10 @@ func (c *courier) deliver(claimed store.Due) {
 		c.deadLetter(ev, "the event cannot be rendered: "+err.Error())
 		return
 	}
+	span, header := startDelivery(c.ctx, ev)
 	out := d.Deliver(c.ctx, webhook.Endpoint{Name: ep.name, URL: ev.URL, Secrets: ep.secrets,
-		Timeout: time.Duration(h.cfg.Timeout), AllowPrivate: h.cfg.AllowPrivate}, webhook.Message{ID: ev.ID, Body: body})
+		Timeout: time.Duration(h.cfg.Timeout), AllowPrivate: h.cfg.AllowPrivate}, webhook.Message{ID: ev.ID, Body: body, Header: header})
+	endDelivery(span, out)
 	if c.ctx.Err() != nil || out.Result == webhook.BreakerOpen {
 		return // stopping, or the breaker opened meanwhile: the event waits, uncharged
 	}
@@ -341,8 +343,9 @@ func (c *courier) deadLetter(ev *store.Event, reason string) {
 
 func (c *courier) deadLetterAfter(ev *store.Event, attempts int, out *webhook.Outcome, reason string) {
 	metrics.deadLetters.WithLabelValues(ev.Endpoint).Inc()
-	c.log.Warn("event dead-lettered", zap.String("event_id", ev.ID), zap.String("operation_id", ev.OperationID),
-		zap.String("endpoint", ev.Endpoint), zap.Int("attempts", attempts), zap.String("reason", reason))
+	c.log.Warn("event dead-lettered", append([]zap.Field{zap.String("event_id", ev.ID), zap.String("operation_id", ev.OperationID),
+		zap.String("endpoint", ev.Endpoint), zap.Int("attempts", attempts), zap.String("reason", reason)},
+		traceContext{parent: ev.Traceparent, state: ev.Tracestate}.fields()...)...)
 	c.settled(ev, c.st.DeadLetter(ev.ID, reason, attemptOf(attempts, c.now(), out)))
 }
 

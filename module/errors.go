@@ -1,11 +1,12 @@
 package module
 
 import (
-	"github.com/mulligan-gw/mulligan/store"
-
+	"maps"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/mulligan-gw/mulligan/store"
 )
 
 // ErrorCode is a stable, machine-readable code of an answer the gateway itself makes
@@ -82,12 +83,12 @@ func writeError(w http.ResponseWriter, e apiError) {
 	if e.Status != 0 {
 		status = e.Status
 	}
-	details := e.Details
-	if details == nil {
-		details = map[string]any{}
-	}
+	details := make(map[string]any, len(e.Details)+1)
+	maps.Copy(details, e.Details)
 	if e.RetryAfter > 0 {
+		// The body says it too, for clients that read only the body (docs/api.md).
 		w.Header().Set("Retry-After", retryAfterValue(e.RetryAfter))
+		details["retry_after_seconds"] = retryAfterSeconds(e.RetryAfter)
 	}
 	writeJSON(w, status, errorBody{Error: errorFields{
 		Code: e.Code, Message: e.Message, Retryable: spec.retryable, Details: details,
@@ -95,9 +96,23 @@ func writeError(w http.ResponseWriter, e apiError) {
 	}})
 }
 
+// operationDetails names the operation a key's record belongs to, for the details of an
+// answer about that key; nil when it has none.
+func operationDetails(rec *store.Record) map[string]any {
+	if rec == nil || rec.OperationID == "" {
+		return nil
+	}
+	return map[string]any{"operation_id": rec.OperationID}
+}
+
 // retryAfterValue renders d as whole seconds, rounded up (RFC 9110 §10.2.3).
 func retryAfterValue(d time.Duration) string {
-	return strconv.Itoa(int((d + time.Second - 1) / time.Second))
+	return strconv.Itoa(retryAfterSeconds(d))
+}
+
+// retryAfterSeconds is d in whole seconds, rounded up.
+func retryAfterSeconds(d time.Duration) int {
+	return int((d + time.Second - 1) / time.Second)
 }
 
 // Why an operation failed (docs/api.md, Outcomes): codes of the operation's error, not HTTP answers.

@@ -44,10 +44,15 @@ func (r *runner) execute(parent context.Context, op *store.Operation, first <-ch
 	ex := execOf(op)
 	ctx, cancel := context.WithTimeout(parent, ex.Timeout)
 	defer cancel()
-	log := r.log.With(zap.String("operation_id", op.ID))
+	log := r.log.With(operationFields(op)...)
+	retryOn := retrySet(ex.RetryOn)
 	if first == nil {
 		metrics.queueWait.Observe(op.StartedAt.Sub(op.SubmittedAt).Seconds())
+		recordQueueWait(op)
 	}
+	ctx, span := startExecution(ctx, op)
+	var last store.Change // what the execution came to, for its span
+	defer func() { endExecution(span, last) }()
 	var req *store.Request
 	if first == nil {
 		var err error
@@ -57,6 +62,7 @@ func (r *runner) execute(parent context.Context, op *store.Operation, first <-ch
 			if !errors.Is(err, store.ErrNotFound) {
 				change = store.Change{To: store.StatusQueued} // storage trouble: another attempt later
 			}
+			last = change
 			r.finish(parent, op.ID, change, log)
 			return
 		}
@@ -70,7 +76,8 @@ func (r *runner) execute(parent context.Context, op *store.Operation, first <-ch
 				var err error
 				if req, err = r.st.LoadRequest(op.ID); err != nil {
 					log.Error("loading the operation's request", zap.Error(err))
-					r.finish(parent, op.ID, store.Change{To: store.StatusQueued}, log)
+					last = store.Change{To: store.StatusQueued}
+					r.finish(parent, op.ID, last, log)
 					return
 				}
 			}
@@ -79,11 +86,11 @@ func (r *runner) execute(parent context.Context, op *store.Operation, first <-ch
 		if res.panicked != nil {
 			log.Error("a handler panicked serving the operation", zap.Any("panic", res.panicked), zap.ByteString("stack", res.stack))
 		}
-		change, retry := outcome(ctx, parent, res)
+		change, retry := outcome(ctx, parent, res, retryOn)
 		if retry && attempt < ex.Retries {
 			if !r.backoff(ctx, attempt, res) {
 				if ctx.Err() != nil {
-					change, _ = outcome(ctx, parent, attemptResult{})
+					change, _ = outcome(ctx, parent, attemptResult{}, retryOn)
 				}
 			} else {
 				metrics.retries.Inc()
@@ -93,6 +100,7 @@ func (r *runner) execute(parent context.Context, op *store.Operation, first <-ch
 				continue
 			}
 		}
+		last = change
 		r.finish(parent, op.ID, change, log)
 		return
 	}
@@ -124,9 +132,10 @@ func (r *runner) backoff(ctx context.Context, attempt int, res attemptResult) bo
 }
 
 // outcome maps an attempt to the operation's next step (docs/api.md, Outcomes), and
-// whether the attempt may be retried. A zero Change.To means nothing is to be written: the
-// operation was lost to another worker.
-func outcome(ctx, parent context.Context, res attemptResult) (store.Change, bool) {
+// whether the attempt may be retried: a connection error always, a status when retryOn has
+// it. A zero Change.To means nothing is to be written: the operation was lost to another
+// worker.
+func outcome(ctx, parent context.Context, res attemptResult, retryOn map[int]bool) (store.Change, bool) {
 	var result *store.Response
 	if res.status != 0 && !res.over {
 		result = &store.Response{Status: res.status, Header: res.header, Body: res.body}
@@ -153,12 +162,15 @@ func outcome(ctx, parent context.Context, res attemptResult) (store.Change, bool
 		return failed(CodeUpstreamUnavailable, "The upstream could not be reached."), true
 	case res.status >= 200 && res.status < 300:
 		return store.Change{To: store.StatusSucceeded, Result: result}, false
+	}
+	msg := fmt.Sprintf("The upstream answered %d.", res.status)
+	switch retry := retryOn[res.status]; {
 	case res.status == 408 || res.status == 429 || res.status == 502 || res.status == 503 || res.status == 504:
-		return failed(CodeUpstreamUnavailable, fmt.Sprintf("The upstream answered %d.", res.status)), true
+		return failed(CodeUpstreamUnavailable, msg), retry
 	case res.status >= 500:
-		return failed(CodeUpstreamError, fmt.Sprintf("The upstream answered %d.", res.status)), false
+		return failed(CodeUpstreamError, msg), retry
 	default:
-		return failed(CodeUpstreamRejected, fmt.Sprintf("The upstream answered %d.", res.status)), false
+		return failed(CodeUpstreamRejected, msg), retry
 	}
 }
 
@@ -232,6 +244,7 @@ func (r *runner) attempt(ctx context.Context, op *store.Operation, req *store.Re
 	}
 	hr.RequestURI, hr.Host, hr.RemoteAddr = req.URL, req.Host, req.RemoteAddr
 	hr.Header = req.Header.Clone()
+	injectTrace(hr)
 	hr.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(req.Body)), nil }
 	rec := newBufferWriter(limit)
 	return serveRecorded(rec, func() error { srv.ServeHTTP(rec, hr); return nil })

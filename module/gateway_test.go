@@ -33,6 +33,7 @@ type gateway struct {
 	upstream *httptest.Server
 	client   *http.Client
 	globals  string // extra global options
+	site     string // extra site directives
 }
 
 // freePorts returns n distinct free loopback ports, holding each until all are chosen. Call it
@@ -61,8 +62,28 @@ func startGateway(t *testing.T, cfg modelserver.Config, mulliganBody string) *ga
 // startGatewayWithGlobals is startGateway with extra global options.
 func startGatewayWithGlobals(t *testing.T, cfg modelserver.Config, globals, mulliganBody string) *gateway {
 	t.Helper()
-	g := &gateway{t: t, model: modelserver.New(cfg), dir: t.TempDir(), globals: globals}
-	g.upstream = httptest.NewServer(g.model)
+	return startGatewayWith(t, gatewaySetup{model: cfg, globals: globals, mulligan: mulliganBody})
+}
+
+// gatewaySetup is what a test may choose about its gateway beyond the mulligan block.
+type gatewaySetup struct {
+	model    modelserver.Config
+	globals  string                          // global options
+	site     string                          // more directives of the site (such as tracing)
+	mulligan string                          // the mulligan block's body
+	wrap     func(http.Handler) http.Handler // around the model server, to see what reaches it
+}
+
+// startGatewayWith starts the gateway s describes.
+func startGatewayWith(t *testing.T, s gatewaySetup) *gateway {
+	t.Helper()
+	mulliganBody := s.mulligan
+	g := &gateway{t: t, model: modelserver.New(s.model), dir: t.TempDir(), globals: s.globals, site: s.site}
+	var upstream http.Handler = g.model
+	if s.wrap != nil {
+		upstream = s.wrap(upstream)
+	}
+	g.upstream = httptest.NewServer(upstream)
 	ports := freePorts(t, 2)
 	g.port = ports[0]
 	g.base = fmt.Sprintf("http://127.0.0.1:%d", g.port)
@@ -96,13 +117,14 @@ func (g *gateway) config(mulliganBody string) []byte {
 	%s
 }
 http://127.0.0.1:%d {
+	%s
 	mulligan {
 		storage %s/badger
 		%s
 	}
 	reverse_proxy %s
 }
-`, g.admin, g.dir, g.globals, g.port, g.dir, mulliganBody, strings.TrimPrefix(g.upstream.URL, "http://"))
+`, g.admin, g.dir, g.globals, g.port, g.site, g.dir, mulliganBody, strings.TrimPrefix(g.upstream.URL, "http://"))
 	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cf), nil)
 	if err != nil {
 		g.t.Fatalf("adapting: %v\n%s", err, cf)

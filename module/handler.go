@@ -247,12 +247,6 @@ func (h *Handler) serveCovered(w http.ResponseWriter, r *http.Request, next cadd
 		countRequest(outcomePassthrough)
 		return next.ServeHTTP(w, r)
 	}
-	var callback *store.Callback
-	if convert {
-		if callback, ok = h.conv.callbackFor(w, r); !ok {
-			return nil
-		}
-	}
 	kr, err := h.gate.prepare(w, r, key, h.scopeOf(r), log)
 	if errors.Is(err, errAnswered) {
 		return nil
@@ -260,7 +254,9 @@ func (h *Handler) serveCovered(w http.ResponseWriter, r *http.Request, next cadd
 	if err != nil {
 		return err
 	}
-	kr.callback = callback
+	if convert && !h.conv.describe(w, kr) {
+		return nil
+	}
 	switch {
 	case !convert:
 		return h.gate.claimAndRun(w, kr, next, st)

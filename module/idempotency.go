@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -66,6 +67,8 @@ type keyedRequest struct {
 	fp        []byte
 	body      []byte
 	callback  *store.Callback // where the operation's events go, for converted requests
+	metadata  json.RawMessage // the body's metadata object, for converted requests
+	trace     traceContext    // the request's W3C Trace Context
 	log       reqLog
 }
 
@@ -182,7 +185,7 @@ func (g *gate) answer(w http.ResponseWriter, kr *keyedRequest, claim store.Claim
 			Message: "This Idempotency-Key was used with a different request; use a new key for a new request."})
 	default:
 		countRequest(outcomeInProgress)
-		writeError(w, apiError{Code: CodeInProgress, RetryAfter: time.Second,
+		writeError(w, apiError{Code: CodeInProgress, RetryAfter: time.Second, Details: operationDetails(claim.Record),
 			Message: "A request with this Idempotency-Key is still being processed; retry later."})
 	}
 }

@@ -18,14 +18,20 @@ const inlineBodyLimit = 1 << 20
 // operationView is the one JSON form of an operation: GET answers it, lists hold it, webhook
 // events carry it.
 type operationView struct {
-	OperationID       string          `json:"operation_id"`
-	Status            store.Status    `json:"status"`
-	Done              bool            `json:"done"`
-	Version           int64           `json:"version"`
-	Method            string          `json:"method"`
-	Path              string          `json:"path"`
-	IdempotencyKey    string          `json:"idempotency_key,omitempty"`
-	SubmittedAt       time.Time       `json:"submitted_at"`
+	OperationID    string          `json:"operation_id"`
+	Status         store.Status    `json:"status"`
+	Done           bool            `json:"done"`
+	Version        int64           `json:"version"`
+	Type           string          `json:"type"`
+	Method         string          `json:"method"`
+	Path           string          `json:"path"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	Metadata       json.RawMessage `json:"metadata,omitempty"`
+	SubmittedAt    time.Time       `json:"submitted_at"`
+	UpdatedAt      time.Time       `json:"updated_at"`
+	// RetryAfter is the polling hint in seconds while the operation is not final (the
+	// Retry-After header's value, for clients that read only the body).
+	RetryAfter        *int            `json:"retry_after,omitempty"`
 	StartedAt         *time.Time      `json:"started_at"`
 	FinishedAt        *time.Time      `json:"finished_at"`
 	ExpiresAt         *time.Time      `json:"expires_at"`
@@ -62,7 +68,9 @@ type acceptedView struct {
 	StatusURL      string       `json:"status_url"`
 	SubmittedAt    time.Time    `json:"submitted_at"`
 	IdempotencyKey string       `json:"idempotency_key,omitempty"`
-	Links          links        `json:"links"`
+	// WebhookRegistered says whether the operation's events go to a webhook endpoint.
+	WebhookRegistered bool  `json:"webhook_registered"`
+	Links             links `json:"links"`
 }
 
 func linksFor(prefix, id string) links {
@@ -75,10 +83,14 @@ func viewOf(prefix string, op *store.Operation, result *store.Response, now time
 	op = op.As(now)
 	v := operationView{
 		OperationID: op.ID, Status: op.Status, Done: op.Status.Final(), Version: op.Version,
-		Method: op.Method, Path: op.Path, IdempotencyKey: op.IdempotencyKey,
-		SubmittedAt: op.SubmittedAt.UTC(), StartedAt: timePtr(op.StartedAt), FinishedAt: timePtr(op.FinishedAt),
+		Type: typeOf(op), Method: op.Method, Path: op.Path, IdempotencyKey: op.IdempotencyKey, Metadata: op.Metadata,
+		SubmittedAt: op.SubmittedAt.UTC(), UpdatedAt: updatedAt(op), StartedAt: timePtr(op.StartedAt), FinishedAt: timePtr(op.FinishedAt),
 		ExpiresAt: timePtr(op.ExpiresAt()), CancelRequestedAt: timePtr(op.CancelRequestedAt),
 		Attempts: op.Attempts, Links: linksFor(prefix, op.ID),
+	}
+	if !op.Status.Final() {
+		secs := int(pollAfter / time.Second)
+		v.RetryAfter = &secs
 	}
 	if op.Error != nil {
 		v.Error = &operationError{Code: op.Error.Code, Message: op.Error.Message, Retryable: op.Error.Retryable}
@@ -90,6 +102,29 @@ func viewOf(prefix string, op *store.Operation, result *store.Response, now time
 		}
 	}
 	return v
+}
+
+// typeOf is the operation's kind; operations stored before types existed read as their path.
+func typeOf(op *store.Operation) string {
+	if op.Type != "" {
+		return op.Type
+	}
+	return op.Path
+}
+
+// updatedAt is when op last changed: the stored time, or (for an operation stored without one)
+// the latest of its timestamps. An expired operation changed when its retention ran out.
+func updatedAt(op *store.Operation) time.Time {
+	if op.Status == store.StatusExpired {
+		return op.ExpiresAt().UTC()
+	}
+	t := op.UpdatedAt
+	for _, u := range []time.Time{op.SubmittedAt, op.StartedAt, op.FinishedAt, op.CancelRequestedAt} {
+		if u.After(t) {
+			t = u
+		}
+	}
+	return t.UTC()
 }
 
 func timePtr(t time.Time) *time.Time {

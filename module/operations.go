@@ -117,7 +117,7 @@ func (h *Handler) getResult(q *opsRequest, id string) {
 	}
 	cur := op.As(h.now())
 	if !cur.Status.Final() {
-		writeError(q.w, apiError{Code: CodeNotFinished, RetryAfter: pollAfter,
+		writeError(q.w, apiError{Code: CodeNotFinished, RetryAfter: pollAfter, Details: map[string]any{"operation_id": id},
 			Message: "The operation is " + string(cur.Status) + "; its result is not there yet."})
 		return
 	}
@@ -150,7 +150,16 @@ func (h *Handler) listOperations(q *opsRequest) {
 		}
 		limit = n
 	}
-	ops, next, err := q.st.ListOperations(q.scope, status, v.Get("after"), limit)
+	list := q.st.ListOperations
+	if v.Has("idempotency_key") {
+		key, err := parseKey(v.Get("idempotency_key"))
+		if err != nil {
+			writeError(q.w, apiError{Code: CodeInvalidRequest, Message: err.Error() + "; send 1 to 255 printable ASCII characters in idempotency_key."})
+			return
+		}
+		list = withKey(list, key)
+	}
+	ops, next, err := list(q.scope, status, v.Get("after"), limit)
 	if err != nil {
 		q.fail(err)
 		return
@@ -179,7 +188,7 @@ func (h *Handler) cancelOperation(q *opsRequest, id string) {
 			countFinal(canceled)
 			q.run.queued.Add(-1)
 			q.run.courier.kick()
-			q.log.Info("operation transition", zap.String("operation_id", id), zap.String("old_status", "queued"), zap.String("new_status", "canceled"))
+			q.log.Info("operation transition", operationFields(op, zap.String("old_status", "queued"), zap.String("new_status", "canceled"))...)
 			h.writeOperation(q, http.StatusOK, canceled)
 			return
 		}

@@ -213,8 +213,8 @@ func (r *runner) claimNext() bool {
 		return false
 	}
 	r.queued.Add(-1)
-	r.log.Info("operation transition", zap.String("operation_id", op.ID), zap.String("old_status", string(store.StatusQueued)),
-		zap.String("new_status", string(op.Status)), zap.Int("attempts", op.Attempts), zap.Duration("queue_wait", op.StartedAt.Sub(op.SubmittedAt)))
+	r.log.Info("operation transition", operationFields(op, zap.String("old_status", string(store.StatusQueued)),
+		zap.String("new_status", string(op.Status)), zap.Int("attempts", op.Attempts), zap.Duration("queue_wait", op.StartedAt.Sub(op.SubmittedAt)))...)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	r.start(op, ctx, &execution{cancel: cancel, done: make(chan struct{}), pooled: true, leaseUntil: op.LeaseUntil}, nil)
 	return true
@@ -413,8 +413,8 @@ func (r *runner) settleLost(op *store.Operation, c store.Change, msg string) {
 		r.queued.Add(1)
 		r.kick()
 	}
-	r.log.Info(msg, zap.String("operation_id", op.ID), zap.String("old_holder", op.Holder),
-		zap.String("old_status", string(op.Status)), zap.String("new_status", string(c.To)))
+	r.log.Info(msg, operationFields(op, zap.String("old_holder", op.Holder),
+		zap.String("old_status", string(op.Status)), zap.String("new_status", string(c.To)))...)
 }
 
 // countQueued recounts the storage's queue: other replicas queue and claim too.
@@ -446,6 +446,7 @@ func announce(op *store.Operation, result *store.Response) *store.Event {
 	return &store.Event{
 		ID: newID("evt_", now), Type: typ, OperationID: op.ID, Version: op.Version,
 		Endpoint: op.Callback.Endpoint, URL: op.Callback.URL, OccurredAt: now, Operation: payload,
+		Traceparent: op.Traceparent, Tracestate: op.Tracestate,
 	}
 }
 

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -38,6 +39,17 @@ type Operation struct {
 	// Exec is what executing the operation needs from the configuration block that accepted
 	// it; nil for operations stored before it existed (the runner's defaults apply).
 	Exec *Execution `json:"exec,omitempty"`
+	// Type is the operation's kind (the accepting block's async type, else the route path).
+	Type string `json:"type,omitempty"`
+	// Metadata is the request body's top-level "metadata" object, compact JSON, echoed in the
+	// resource and every event; nil when the request had none.
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+	// UpdatedAt is when the operation last changed (status, attempts, cancel request).
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
+	// Traceparent and Tracestate are the submitting request's W3C Trace Context: every upstream
+	// attempt, log line and webhook delivery of the operation carries them.
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 }
 
 // Execution is how an operation is to be run, stored with it so that every reload, restart
@@ -47,6 +59,9 @@ type Execution struct {
 	Timeout time.Duration `json:"timeout,omitempty"`
 	// Retries is how many times a retryable upstream failure is tried again.
 	Retries int `json:"retries,omitempty"`
+	// RetryOn are the upstream statuses retried (connection errors always are); empty for
+	// operations stored before it existed (the default set applies).
+	RetryOn []int `json:"retry_on,omitempty"`
 	// MaxResult is the largest upstream response kept, in bytes.
 	MaxResult int64 `json:"max_result,omitempty"`
 	// OnCrash is "requeue" or "fail": what a takeover does when the operation's replica died.
@@ -263,7 +278,7 @@ func (s *Store) fence(op *Operation, c Change, now time.Time) error {
 // description, and the holder that a move out of running drops. The caller has checked
 // CanTransition.
 func Apply(op *Operation, c Change, at time.Time) {
-	op.Status, op.Version = c.To, op.Version+1
+	op.Status, op.Version, op.UpdatedAt = c.To, op.Version+1, at
 	switch c.To {
 	case StatusRunning:
 		op.StartedAt, op.Attempts = at, op.Attempts+1
@@ -312,7 +327,7 @@ func (s *Store) RequestCancel(id string, at time.Time) (*Operation, error) {
 			return nil
 		}
 		if op.CancelRequestedAt.IsZero() {
-			op.CancelRequestedAt, op.Version = at, op.Version+1
+			op.CancelRequestedAt, op.Version, op.UpdatedAt = at, op.Version+1, at
 		}
 		out = op
 		return putOperation(txn, op, &op.Status)
@@ -500,7 +515,7 @@ func (s *Store) RecordAttempt(id string) (*Operation, error) {
 		if op.Status != StatusRunning {
 			return false, nil
 		}
-		op.Attempts++
+		op.Attempts, op.UpdatedAt = op.Attempts+1, s.now()
 		return true, putOperation(txn, op, &op.Status)
 	})
 	return out, err

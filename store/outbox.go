@@ -42,6 +42,10 @@ type Event struct {
 	DeliveredAt time.Time       `json:"delivered_at,omitzero"`
 	// AgeFrom is when a redelivered event's max_age starts again (zero: from OccurredAt).
 	AgeFrom time.Time `json:"age_from,omitzero"`
+	// Traceparent and Tracestate are the operation's W3C Trace Context, sent as headers with
+	// every delivery so the consumer's work joins the same trace.
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 }
 
 // AgeStart is when the event's max_age is counted from: its redelivery, else its occurrence.

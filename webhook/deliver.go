@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -44,6 +45,10 @@ type Message struct {
 	ID string
 	// Body is the JSON payload, sent and signed byte for byte.
 	Body []byte
+	// Header holds extra headers sent with every attempt, such as the W3C traceparent of the
+	// work the event is about. The content type, user agent and signature headers are set over
+	// them.
+	Header http.Header
 }
 
 // Options configures a Deliverer. Every zero value has a safe default.
@@ -132,6 +137,9 @@ func (d *Deliverer) send(ctx context.Context, ep Endpoint, msg Message) Outcome 
 	req, err := retryablehttp.NewRequestWithContext(withCall(ctx, c), http.MethodPost, ep.URL, msg.Body)
 	if err != nil {
 		return Outcome{Result: DeadLetter, Err: fmt.Errorf("webhook: endpoint %q: %w", ep.Name, err)}
+	}
+	for name, values := range msg.Header {
+		req.Header[http.CanonicalHeaderKey(name)] = slices.Clone(values)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", d.opts.UserAgent)

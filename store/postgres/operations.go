@@ -262,7 +262,7 @@ func (s *Store) RequestCancel(id string, at time.Time) (*store.Operation, error)
 		if op.Status.Final() || !op.CancelRequestedAt.IsZero() {
 			return nil
 		}
-		op.CancelRequestedAt, op.Version = at, op.Version+1
+		op.CancelRequestedAt, op.Version, op.UpdatedAt = at, op.Version+1, at
 		asked = true
 		return putOp(ctx, tx, op)
 	})
@@ -285,7 +285,7 @@ func (s *Store) RecordAttempt(id string) (*store.Operation, error) {
 		if op.Status != store.StatusRunning {
 			return nil
 		}
-		op.Attempts++
+		op.Attempts, op.UpdatedAt = op.Attempts+1, s.now()
 		return putOp(ctx, tx, op)
 	})
 	return out, err

@@ -21,6 +21,42 @@ var operationTests = []test{
 	{"ListPagesNewestFirstAndKeepsScopesApart", testList},
 	{"FinalOperationExpiresAfterItsRetention", testRetention},
 	{"UnknownOperationIsNotFound", testNotFound},
+	{"OperationKeepsWhatItCarriesAndWhenItLastChanged", testCarriedFields},
+}
+
+// testCarriedFields: what an operation carries from its request (type, metadata, trace, its
+// block's retry_on) reads back as stored, and every change moves updated_at (docs/api.md).
+func testCarriedFields(t *testing.T, e *env) {
+	b := e.open()
+	op := e.newOp(0, "s")
+	op.Type, op.Metadata, op.UpdatedAt = "chat_completion", []byte(`{"job":"j-1"}`), op.SubmittedAt
+	op.Traceparent, op.Tracestate = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "congo=t61rcWkgMzE"
+	op.Exec = &store.Execution{Timeout: time.Minute, Retries: 2, RetryOn: []int{500, 503}}
+	must(b.AcceptOperation(op, &store.Request{Method: "POST", URL: "/v1/x"}, nil))(t)
+	got := must(b.GetOperation(opID(0)))(t)
+	if got.Type != op.Type || string(got.Metadata) != string(op.Metadata) || got.Traceparent != op.Traceparent ||
+		got.Tracestate != op.Tracestate || got.Exec == nil || !slices.Equal(got.Exec.RetryOn, op.Exec.RetryOn) {
+		t.Fatalf("read back %+v", got)
+	}
+	steps := []struct {
+		name   string
+		change func() (*store.Operation, error)
+	}{
+		{"claim", func() (*store.Operation, error) { return b.ClaimNext("w1", time.Minute) }},
+		{"attempt", func() (*store.Operation, error) { return b.RecordAttempt(opID(0)) }},
+		{"cancel request", func() (*store.Operation, error) { return b.RequestCancel(opID(0), e.clock.Now()) }},
+		{"final", func() (*store.Operation, error) {
+			return b.Transition(opID(0), store.Change{To: store.StatusCanceled, Holder: "w1"})
+		}},
+	}
+	for _, step := range steps {
+		e.clock.Advance(time.Second)
+		changed := must(step.change())(t)
+		stored := must(b.GetOperation(opID(0)))(t)
+		if !changed.UpdatedAt.Equal(e.clock.Now()) || !stored.UpdatedAt.Equal(e.clock.Now()) {
+			t.Fatalf("%s: updated_at %v (stored %v), want %v", step.name, changed.UpdatedAt, stored.UpdatedAt, e.clock.Now())
+		}
+	}
 }
 
 func testAcceptWithKey(t *testing.T, e *env) {
