@@ -29,7 +29,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	mulligan {
 //		storage        [badger] <dir> | postgres <dsn>
 //		encryption_key <key>
-//		scope          <placeholder template>
+//		scope          <placeholder template>|<constant, e.g. shared>
 //		operations     <path prefix>
 //		durability     sync|relaxed
 //		idempotency {
@@ -39,6 +39,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //			ttl                <duration>
 //			lease              <duration>
 //			max_body           <size>
+//			max_buffered       <size>
 //			fingerprint_ignore <json pointer...>
 //			mismatch_status    409|422
 //			wait_inflight      <duration>
@@ -54,6 +55,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //			max_result  <size>
 //			on_crash    requeue|fail
 //			takeover    <duration>
+//			max_per_scope <n>
 //		}
 //		webhooks {
 //			endpoint <name> <url or pattern> {
@@ -149,6 +151,8 @@ func (c *IdempotencyConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = durationArg(d, &c.Lease)
 		case "max_body":
 			err = sizeArg(d, &c.MaxBody)
+		case "max_buffered":
+			err = sizeArg(d, &c.MaxBuffered)
 		case "fingerprint_ignore":
 			var ptrs []string
 			ptrs, err = someArgs(d)
@@ -204,6 +208,8 @@ func (c *AsyncConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = sizeArg(d, &c.MaxResult)
 		case "takeover":
 			err = durationArg(d, &c.Takeover)
+		case "max_per_scope":
+			err = intArg(d, &c.MaxPerScope, 0)
 		case "on_crash":
 			err = oneArg(d, &c.OnCrash)
 			if err == nil && c.OnCrash != CrashRequeue && c.OnCrash != CrashFail {

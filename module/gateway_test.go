@@ -61,8 +61,18 @@ func startGateway(t *testing.T, cfg modelserver.Config, mulliganBody string) *ga
 // startGatewayWithGlobals is startGateway with extra global options.
 func startGatewayWithGlobals(t *testing.T, cfg modelserver.Config, globals, mulliganBody string) *gateway {
 	t.Helper()
-	g := &gateway{t: t, model: modelserver.New(cfg), dir: t.TempDir(), globals: globals}
-	g.upstream = httptest.NewServer(g.model)
+	model := modelserver.New(cfg)
+	g := startGatewayBefore(t, model, globals, mulliganBody)
+	g.model = model
+	return g
+}
+
+// startGatewayBefore starts Caddy with the given mulligan block in front of upstream, a real
+// HTTP server on loopback.
+func startGatewayBefore(t *testing.T, upstream http.Handler, globals, mulliganBody string) *gateway {
+	t.Helper()
+	g := &gateway{t: t, dir: t.TempDir(), globals: globals}
+	g.upstream = httptest.NewServer(upstream)
 	ports := freePorts(t, 2)
 	g.port = ports[0]
 	g.base = fmt.Sprintf("http://127.0.0.1:%d", g.port)

@@ -17,8 +17,6 @@ import (
 type teeWriter struct {
 	client     http.ResponseWriter
 	clientGone bool
-	// onHeader runs once, before the status line is decided, with the final status.
-	onHeader func(status int)
 
 	status  int
 	header  http.Header // snapshot of the recorded headers
@@ -29,8 +27,8 @@ type teeWriter struct {
 	sent    int  // bytes of body already sent to the client
 }
 
-func newTeeWriter(client http.ResponseWriter, limit int64, onHeader func(int)) *teeWriter {
-	return &teeWriter{client: client, limit: limit, onHeader: onHeader}
+func newTeeWriter(client http.ResponseWriter, limit int64) *teeWriter {
+	return &teeWriter{client: client, limit: limit}
 }
 
 func (t *teeWriter) Header() http.Header { return t.client.Header() }
@@ -45,9 +43,6 @@ func (t *teeWriter) WriteHeader(status int) {
 	}
 	t.status = status
 	t.header = recordableHeader(t.client.Header())
-	if t.onHeader != nil {
-		t.onHeader(status)
-	}
 	t.holding = !isStreamed(t.header.Get("Content-Type"))
 	if !t.holding {
 		t.client.WriteHeader(status)
