@@ -265,6 +265,7 @@ func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handl
 	setBody(up, kr.body)
 
 	tee := newTeeWriter(w, g.maxResult)
+	tee.trailers = []string{headerExpires} // a stream says until when it replays at its end
 	defer func() {
 		// reverse_proxy panics with http.ErrAbortHandler when the upstream breaks off its body
 		// (docs/api.md): the half answer is dropped, the key freed at once, and the panic goes
@@ -282,8 +283,8 @@ func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handl
 	if err != nil {
 		res.status = 0
 	}
-	if expires, ok := g.settleKey(st, kr, token, res); ok && tee.holding {
-		w.Header().Set(headerExpires, expires.UTC().Format(http.TimeFormat))
+	if expires, ok := g.settleKey(st, kr, token, res); ok {
+		w.Header().Set(headerExpires, expires.UTC().Format(http.TimeFormat)) // a trailer if streamed
 	}
 	if err == nil {
 		tee.release() // only now that the record is durable

@@ -17,6 +17,9 @@ import (
 type teeWriter struct {
 	client     http.ResponseWriter
 	clientGone bool
+	// trailers are declared on a streamed response, whose headers leave before it is known
+	// whether the answer will be recorded; the caller sets them once it is.
+	trailers []string
 
 	status  int
 	header  http.Header // snapshot of the recorded headers
@@ -45,6 +48,9 @@ func (t *teeWriter) WriteHeader(status int) {
 	t.header = recordableHeader(t.client.Header())
 	t.holding = !isStreamed(t.header.Get("Content-Type"))
 	if !t.holding {
+		for _, name := range t.trailers {
+			t.client.Header().Add("Trailer", name)
+		}
 		t.client.WriteHeader(status)
 	}
 }
