@@ -201,10 +201,11 @@ func (c *canonicaliser) object() error {
 			return errNotCanonical
 		}
 		from := len(c.names)
-		var err error
-		if c.names, err = c.str(c.names); err != nil {
+		names, err := c.str(c.names)
+		if err != nil {
 			return err
 		}
+		c.names = names
 		name := span{from, len(c.names)}
 		if c.next() != ':' {
 			return errNotCanonical

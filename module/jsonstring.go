@@ -22,10 +22,10 @@ func (c *canonicaliser) str(dst []byte) ([]byte, error) {
 		case b == '\\':
 			var err error
 			if dst, err = c.escape(dst); err != nil {
-				return nil, err
+				return dst, err
 			}
 		case b < 0x20:
-			return nil, errNotCanonical
+			return dst, errNotCanonical
 		case b < utf8.RuneSelf:
 			dst = append(dst, b)
 			c.pos++
@@ -35,12 +35,12 @@ func (c *canonicaliser) str(dst []byte) ([]byte, error) {
 			c.pos += size
 		}
 	}
-	return nil, errNotCanonical
+	return dst, errNotCanonical
 }
 
 func (c *canonicaliser) escape(dst []byte) ([]byte, error) {
 	if c.pos+1 >= len(c.in) {
-		return nil, errNotCanonical
+		return dst, errNotCanonical
 	}
 	e := c.in[c.pos+1]
 	c.pos += 2
@@ -60,7 +60,7 @@ func (c *canonicaliser) escape(dst []byte) ([]byte, error) {
 	case 'u':
 		r := hex4(c.in[c.pos:])
 		if r < 0 {
-			return nil, errNotCanonical
+			return dst, errNotCanonical
 		}
 		c.pos += 4
 		if utf16.IsSurrogate(r) {
@@ -74,7 +74,7 @@ func (c *canonicaliser) escape(dst []byte) ([]byte, error) {
 		}
 		return utf8.AppendRune(dst, r), nil
 	}
-	return nil, errNotCanonical
+	return dst, errNotCanonical
 }
 
 // hex4 reads four hex digits; -1 when they are not there.
