@@ -85,7 +85,8 @@ func (c *canonicaliser) skipSpace() {
 	}
 }
 
-// next returns the next byte that is not white space, without taking it; 0 at the end.
+// next returns the next byte that is not white space, without taking it; 0 at the end (a NUL
+// byte, never valid there, reads the same).
 func (c *canonicaliser) next() byte {
 	c.skipSpace()
 	if c.pos == len(c.in) {
@@ -99,7 +100,7 @@ func (c *canonicaliser) document() error {
 	if err := c.value(); err != nil {
 		return err
 	}
-	if c.next() != 0 {
+	if c.skipSpace(); c.pos != len(c.in) {
 		return errNotCanonical // trailing data: not a single JSON value
 	}
 	return nil

@@ -170,7 +170,7 @@ func TestFingerprintMemoryIsOfTheOrderOfTheBody(t *testing.T) {
 func FuzzFingerprint(f *testing.F) {
 	for _, s := range []string{`{"b":1,"a":[1,2,{"c":null}]}`, `[]`, `"x"`, `{"metadata":{"request_id":1}}`, `{`, `1e999`, `{"a":"\u00e9<>&"}`,
 		strings.Repeat(`{"b":[`, 300) + strings.Repeat("]}", 300), strings.Repeat("[", maxNesting+1) + strings.Repeat("]", maxNesting+1),
-		`-123456789012345678901234567890.123456789e-99999999`, `{"n":1e400,"m":-0.0000000000000000000000001}`, `{"b":1,"b":2,"a":{"+1":0}}`, `{"0":{"`} {
+		`-123456789012345678901234567890.123456789e-99999999`, `{"n":1e400,"m":-0.0000000000000000000000001}`, `{"b":1,"b":2,"a":{"+1":0}}`, `{"0":{"`, "0\x00"} {
 		f.Add(s)
 	}
 	fpr, _ := newFingerprinter(fuzzIgnore)
