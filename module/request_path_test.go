@@ -3,8 +3,6 @@ package module
 import (
 	"bufio"
 	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -242,9 +240,6 @@ func TestSharedScopeIsAnExplicitChoice(t *testing.T) {
 	}
 }
 
-// errDone ends a pipe.
-var errDone = errors.New("done")
-
 func TestBodiesOverMaxBufferedGet503(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "idempotency {\n max_body 600KiB\n max_buffered 1MiB\n}")
 	const size = 600 << 10
@@ -271,8 +266,6 @@ func TestBodiesOverMaxBufferedGet503(t *testing.T) {
 	conn.Close()
 	waitFor(t, func() bool { return g.post(chatPath, "after", body).StatusCode == 200 })
 }
-
-var _ = context.Background
 
 func TestRecordedStreamSaysWhenItExpiresInATrailer(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "async {\n max_result 2KiB\n}")
