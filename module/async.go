@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http"
 	"strconv"
@@ -23,6 +24,8 @@ type converter struct {
 	prefix string // where operations are served
 	hooks  *hooks // nil without webhooks
 	gate   *gate
+	calls  slots      // `after`-mode calls under way, bounded by concurrency
+	quota  *admission // nil unless max_per_scope is set
 	now    func() time.Time
 }
 
@@ -149,19 +152,24 @@ func (c *converter) keyAccept(kr *keyedRequest, op *store.Operation, token strin
 	if kr.key == "" {
 		return nil, c.accepted(op, time.Time{})
 	}
-	expires := c.now().Add(c.gate.ttl).Truncate(time.Second)
+	expires := c.gate.expiry()
 	resp := c.accepted(op, expires)
 	return &store.KeyAccept{Key: kr.recordKey, Fingerprint: kr.fp, Token: token, Response: resp, Expires: expires}, resp
 }
 
 // accept stores the request as a queued operation (durably, with its key) and answers 202.
-func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st store.Operations, run *runner) error {
+func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st store.Backend, run *runner) error {
 	if n := run.queued.Load(); n >= int64(c.cfg.Queue) {
 		countRequest(outcomeQueueFull)
 		writeError(w, apiError{Code: CodeQueueFull, RetryAfter: 5 * time.Second, Details: map[string]any{"queue": c.cfg.Queue},
 			Message: "The operation queue is full; retry later."})
 		return nil
 	}
+	leave, ok := c.admit(w, kr, st)
+	if !ok {
+		return nil
+	}
+	defer leave()
 	op := c.newOperation(kr, store.StatusQueued)
 	span := startAccept(kr)
 	ka, resp := c.keyAccept(kr, op, "")
@@ -186,21 +194,40 @@ func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st store.Ope
 
 // runThenConvert runs the request and answers it directly if the upstream finishes within
 // window; otherwise it stores the running call as an operation, answers 202, and lets the
-// runner see the call through.
+// runner see the call through. One deadline, now plus the async timeout, bounds the key's claim
+// and the call, so the claim cannot lapse while the call it guards still runs. The calls under
+// way here are bounded by the block's concurrency: without a free slot the request is queued
+// for the worker pool at once.
 func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Backend, run *runner, window time.Duration) error {
+	if !c.calls.tryAcquire() {
+		return c.accept(w, kr, st, run)
+	}
+	leave, ok := c.admit(w, kr, st) // the call counts for its scope while it may become an operation
+	if !ok {
+		c.calls.release()
+		return nil
+	}
+	defer leave()
+	deadline := c.now().Add(time.Duration(c.cfg.Timeout))
 	token := ""
 	if kr.key != "" {
-		claim, err := st.ClaimKey(kr.recordKey, kr.fp, c.gate.lease)
+		claim, err := st.ClaimKey(kr.recordKey, kr.fp, time.Until(deadline))
 		if err != nil {
+			c.calls.release()
 			return c.gate.storageFailed(w, kr, err)
 		}
 		if claim.Outcome != store.Claimed {
+			c.calls.release()
 			c.gate.answer(w, kr, claim)
 			return nil
 		}
 		token = claim.Token
 	}
-	ctx, cancel := context.WithCancelCause(ownVars(context.WithoutCancel(kr.r.Context())))
+	base, cancel := context.WithCancelCause(ownVars(context.WithoutCancel(kr.r.Context())))
+	ctx, stop := context.WithDeadline(base, deadline)
+	// The slot is free again when the call's context ends: when it is answered here, or when
+	// the runner settles the converted operation (it cancels the context then), or at the deadline.
+	context.AfterFunc(ctx, func() { stop(); c.calls.release() })
 	first := make(chan attemptResult, 1)
 	go func() { first <- c.attemptNext(ctx, kr, next) }()
 
@@ -210,13 +237,7 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 	case res := <-first:
 		defer cancel(nil)
 		countRequest(outcomeNew)
-		if kr.key != "" {
-			c.gate.settleKey(st, kr, token, res, c.now().Add(c.gate.ttl).Truncate(time.Second))
-		}
-		if res.status == 0 {
-			return caddyhttp.Error(http.StatusBadGateway, errUpstreamUnreachable)
-		}
-		writeResponse(w, store.Response{Status: res.status, Header: res.header, Body: res.body})
+		c.answerInWindow(w, kr, st, token, res, ctx.Err())
 		return nil
 	case <-t.C:
 	case <-kr.r.Context().Done(): // the client left: convert, so the call's outcome is kept
@@ -238,6 +259,55 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 	return nil
 }
 
+// admit applies async max_per_scope before a request becomes an operation. It answers 429
+// RATE_LIMITED itself and reports false when the caller's scope is full; a keyed retry of a
+// request already accepted goes on to its replay. The caller calls leave once the operation is
+// stored or given up.
+func (c *converter) admit(w http.ResponseWriter, kr *keyedRequest, st store.Backend) (leave func(), ok bool) {
+	if c.quota == nil {
+		return func() {}, true
+	}
+	leave, ok, err := c.quota.enter(st, kr.scope)
+	switch {
+	case err != nil:
+		_ = c.gate.storageFailed(w, kr, err)
+		return nil, false
+	case ok:
+		return leave, true
+	}
+	if kr.key != "" {
+		if rec, err := st.LookupKey(kr.recordKey); err == nil && rec != nil {
+			return func() {}, true
+		}
+	}
+	countRequest(outcomeRateLimited)
+	writeError(w, rateLimitedError(c.cfg.MaxPerScope))
+	return nil, false
+}
+
+// answerInWindow answers a call that ended within its window: the upstream's answer, recorded
+// for the key when the policy keeps it, or, when there is no whole answer, the outcome table's
+// error (docs/api.md). An answer over max_result fails as RESULT_TOO_LARGE rather than passing
+// through: the call was buffered to max_result and no further, so there is nothing whole to pass.
+func (c *converter) answerInWindow(w http.ResponseWriter, kr *keyedRequest, st store.Keys, token string, res attemptResult, ctxErr error) {
+	if kr.key != "" {
+		if expires, ok := c.gate.settleKey(st, kr, token, res); ok {
+			w.Header().Set(headerExpires, expires.UTC().Format(http.TimeFormat))
+		}
+	}
+	switch {
+	case res.over:
+		writeError(w, apiError{Code: CodeResultTooLarge, Details: map[string]any{"max_result": c.cfg.MaxResult},
+			Message: fmt.Sprintf("The upstream response is over the %d-byte max_result.", c.cfg.MaxResult)})
+	case res.status == 0 && errors.Is(ctxErr, context.DeadlineExceeded):
+		writeError(w, apiError{Code: CodeOperationTimeout, Message: "The upstream call did not finish within the async timeout."})
+	case res.status == 0:
+		writeError(w, apiError{Code: CodeUpstreamUnavailable, Message: errUpstreamUnreachable.Error() + "."})
+	default:
+		writeResponse(w, store.Response{Status: res.status, Header: res.header, Body: res.body})
+	}
+}
+
 // ownVars gives a call that may outlive its request its own copy of Caddy's vars map: Caddy
 // still reads the request's map (access logs) after the handler returns.
 func ownVars(ctx context.Context) context.Context {
@@ -250,9 +320,7 @@ func ownVars(ctx context.Context) context.Context {
 
 // attemptNext sends the request to the rest of the route, recording the answer in memory.
 func (c *converter) attemptNext(ctx context.Context, kr *keyedRequest, next caddyhttp.Handler) attemptResult {
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(c.cfg.Timeout))
-	defer cancel()
-	up := kr.r.WithContext(ctx)
+	up := kr.r.WithContext(ctx) // ctx carries the call's deadline
 	setBody(up, kr.body)
 	rec := newBufferWriter(c.cfg.MaxResult)
 	return serveRecorded(rec, func() error { return next.ServeHTTP(rec, up) })

@@ -275,21 +275,22 @@ func TestUpstreamOutcomesMapToOperationStatuses(t *testing.T) {
 
 func TestListShowsTheCallersOperationsNewestFirst(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "")
+	alice := []string{"Authorization", "Bearer alice"}
 	var ids []string
 	for i := range 3 {
-		_, op := g.submit(t, fmt.Sprintf("list-%d", i))
+		_, op := g.submit(t, fmt.Sprintf("list-%d", i), alice...)
 		ids = append(ids, op.OperationID)
-		g.await(t, op.OperationID)
+		g.await(t, op.OperationID, alice...)
 	}
 	var page struct {
 		Operations []opBody `json:"operations"`
 		NextAfter  string   `json:"next_after"`
 	}
-	_ = json.Unmarshal(g.get("/v1/operations?limit=2&status=succeeded").body, &page)
+	_ = json.Unmarshal(g.get("/v1/operations?limit=2&status=succeeded", alice...).body, &page)
 	if len(page.Operations) != 2 || page.Operations[0].OperationID != ids[2] || page.NextAfter != ids[1] {
 		t.Fatalf("first page: %+v", page)
 	}
-	_ = json.Unmarshal(g.get("/v1/operations?limit=2&after="+page.NextAfter).body, &page)
+	_ = json.Unmarshal(g.get("/v1/operations?limit=2&after="+page.NextAfter, alice...).body, &page)
 	if len(page.Operations) != 1 || page.Operations[0].OperationID != ids[0] {
 		t.Fatalf("second page: %+v", page)
 	}

@@ -29,7 +29,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	mulligan {
 //		storage        [badger] <dir> | postgres <dsn>
 //		encryption_key <key>
-//		scope          <placeholder template>
+//		scope          <placeholder template>|<constant, e.g. shared>
 //		operations     <path prefix>
 //		durability     sync|relaxed
 //		idempotency {
@@ -39,6 +39,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //			ttl                <duration>
 //			lease              <duration>
 //			max_body           <size>
+//			max_buffered       <size>
 //			fingerprint_ignore <json pointer...>
 //			mismatch_status    409|422
 //			wait_inflight      <duration>
@@ -56,6 +57,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //			takeover    <duration>
 //			type        <name>
 //			retry_on    <status...>
+//			max_per_scope <n>
 //		}
 //		webhooks {
 //			endpoint <name> <url or pattern> {
@@ -151,6 +153,8 @@ func (c *IdempotencyConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = durationArg(d, &c.Lease)
 		case "max_body":
 			err = sizeArg(d, &c.MaxBody)
+		case "max_buffered":
+			err = sizeArg(d, &c.MaxBuffered)
 		case "fingerprint_ignore":
 			var ptrs []string
 			ptrs, err = someArgs(d)
@@ -210,6 +214,8 @@ func (c *AsyncConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = oneArg(d, &c.Type)
 		case "retry_on":
 			c.RetryOn, err = statusArgs(d)
+		case "max_per_scope":
+			err = intArg(d, &c.MaxPerScope, 0)
 		case "on_crash":
 			err = oneArg(d, &c.OnCrash)
 			if err == nil && c.OnCrash != CrashRequeue && c.OnCrash != CrashFail {

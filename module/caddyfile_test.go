@@ -65,6 +65,7 @@ func TestCaddyfileParsesEveryOption(t *testing.T) {
 			ttl 1h
 			lease 2m
 			max_body 1MiB
+			max_buffered 64MiB
 			fingerprint_ignore /a /b/c
 			mismatch_status 422
 			wait_inflight 3s
@@ -79,6 +80,7 @@ func TestCaddyfileParsesEveryOption(t *testing.T) {
 			retention 1h
 			max_result 2MiB
 			on_crash fail
+			max_per_scope 5
 		}
 		webhooks {
 			endpoint consumer_a https://consumer.example.com/webhooks/* {
@@ -104,7 +106,7 @@ func TestCaddyfileParsesEveryOption(t *testing.T) {
 	i := h.Idempotency
 	if h.Storage != "/var/lib/mulligan" || h.Durability != "relaxed" || h.Operations != "/v1/ops" ||
 		!i.Required || i.Header != "X-Key" || i.MaxBody != 1<<20 || i.MismatchStatus != 422 ||
-		len(i.FingerprintIgnore) != 2 || len(i.StoreStatus) != 2 || h.Async.MaxResult != 2<<20 {
+		len(i.FingerprintIgnore) != 2 || len(i.StoreStatus) != 2 || h.Async.MaxResult != 2<<20 || i.MaxBuffered != 64<<20 || h.Async.MaxPerScope != 5 {
 		t.Fatalf("parsed %+v %+v %+v", h, *i, *h.Async)
 	}
 	a, wh := h.Async, h.Webhooks
@@ -134,6 +136,8 @@ func TestCaddyfileRejectsMistakes(t *testing.T) {
 		"mulligan {\n storage\n}",
 		"mulligan {\n async {\n mode sometimes\n }\n}",
 		"mulligan {\n async {\n concurrency 0\n }\n}",
+		"mulligan {\n async {\n max_per_scope -1\n }\n}",
+		"mulligan {\n idempotency {\n max_buffered lots\n }\n}",
 		"mulligan {\n webhooks {\n endpoint a https://x.example.com\n }\n}",
 		"mulligan {\n webhooks {\n breaker 5\n }\n}",
 	} {

@@ -15,6 +15,7 @@ const (
 	defaultHeader         = "Idempotency-Key"
 	defaultTTL            = 24 * time.Hour
 	defaultMaxBody        = 16 << 20
+	defaultMaxBuffered    = 256 << 20
 	defaultMismatchStatus = 409
 	defaultAsyncTimeout   = 10 * time.Minute
 	defaultMaxResult      = 32 << 20
@@ -52,6 +53,12 @@ type IdempotencyConfig struct {
 	// MaxBody is the largest request body accepted, in bytes; larger ones get
 	// 413 REQUEST_TOO_LARGE. Default: 16 MiB.
 	MaxBody int64 `json:"max_body,omitempty"`
+
+	// MaxBuffered bounds the bytes of request bodies this handler holds in memory at once
+	// (bodies are read whole to fingerprint and store them); a request that would pass it gets
+	// 503 GATEWAY_BUSY with Retry-After instead of the process running out of memory. It is at
+	// least max_body. Default: 256 MiB.
+	MaxBuffered int64 `json:"max_buffered,omitempty"`
 
 	// FingerprintIgnore lists JSON pointers (RFC 6901) left out of a JSON body's fingerprint,
 	// such as a per-attempt request id.
@@ -118,6 +125,11 @@ type AsyncConfig struct {
 	// always are), up to Retries times. Default: 408 429 502 503 504.
 	RetryOn []int `json:"retry_on,omitempty"`
 
+	// MaxPerScope, when above zero, bounds a scope's queued plus running operations: past it a
+	// new one gets 429 RATE_LIMITED with Retry-After, so one caller cannot fill the queue.
+	// Default: 0 (no bound).
+	MaxPerScope int `json:"max_per_scope,omitempty"`
+
 	// OnCrash says what happens to operations that were running when the gateway died:
 	// "requeue" (default) runs them again; "fail" fails them with WORKER_LOST, for upstreams that
 	// are not safe to rerun.
@@ -151,6 +163,9 @@ func (c *IdempotencyConfig) setDefaults(async *AsyncConfig) {
 	}
 	if c.MaxBody == 0 {
 		c.MaxBody = defaultMaxBody
+	}
+	if c.MaxBuffered == 0 {
+		c.MaxBuffered = max(defaultMaxBuffered, c.MaxBody)
 	}
 	if c.MismatchStatus == 0 {
 		c.MismatchStatus = defaultMismatchStatus
@@ -224,8 +239,8 @@ func (c *AsyncConfig) validate() error {
 		return fmt.Errorf("async: takeover must be at least 1s, got %s", time.Duration(c.Takeover))
 	case slices.ContainsFunc(c.RetryOn, func(code int) bool { return code < 400 || code > 599 }):
 		return fmt.Errorf("async: retry_on takes statuses from 400 to 599, got %v", c.RetryOn)
-	case c.Concurrency < 1 || c.Queue < 1 || *c.Retries < 0 || c.Timeout <= 0 || c.After <= 0 || c.Retention <= 0:
-		return fmt.Errorf("async: concurrency and queue must be at least 1; retries not negative; timeout, after and retention positive")
+	case c.Concurrency < 1 || c.Queue < 1 || *c.Retries < 0 || c.Timeout <= 0 || c.After <= 0 || c.Retention <= 0 || c.MaxPerScope < 0:
+		return fmt.Errorf("async: concurrency and queue must be at least 1; retries and max_per_scope not negative; timeout, after and retention positive")
 	}
 	return nil
 }
@@ -236,6 +251,9 @@ func (c *IdempotencyConfig) validate() error {
 	}
 	if c.TTL < 0 || c.Lease < 0 || c.WaitInflight < 0 || c.MaxBody < 0 {
 		return fmt.Errorf("idempotency: ttl, lease, wait_inflight and max_body must not be negative")
+	}
+	if c.MaxBuffered < c.MaxBody {
+		return fmt.Errorf("idempotency: max_buffered (%d bytes) must be at least max_body (%d bytes)", c.MaxBuffered, c.MaxBody)
 	}
 	if _, err := parseStatusPolicy(c.StoreStatus); err != nil {
 		return err

@@ -26,9 +26,12 @@ const (
 	CodeNotFinished       ErrorCode = "OPERATION_NOT_FINISHED"
 	CodeCallbackNotAllow  ErrorCode = "CALLBACK_URL_NOT_ALLOWED"
 	CodeQueueFull         ErrorCode = "QUEUE_FULL"
+	CodeRateLimited       ErrorCode = "RATE_LIMITED"
 	// Beyond the contract's table: malformed calls of the operations API.
 	CodeInvalidRequest   ErrorCode = "INVALID_REQUEST"
 	CodeMethodNotAllowed ErrorCode = "METHOD_NOT_ALLOWED"
+	// CodeBusy: the request bodies being read at once reached max_buffered (docs/operating.md).
+	CodeBusy ErrorCode = "GATEWAY_BUSY"
 )
 
 type errorSpec struct {
@@ -48,8 +51,16 @@ var catalogue = map[ErrorCode]errorSpec{
 	CodeNotFinished:       {http.StatusConflict, true},
 	CodeCallbackNotAllow:  {http.StatusUnprocessableEntity, false},
 	CodeQueueFull:         {http.StatusServiceUnavailable, true},
-	CodeInvalidRequest:    {http.StatusBadRequest, false},
-	CodeMethodNotAllowed:  {http.StatusMethodNotAllowed, false},
+	CodeRateLimited:       {http.StatusTooManyRequests, true},
+	CodeBusy:              {http.StatusServiceUnavailable, true},
+	// An `after`-mode call answered within its window fails with the outcome table's code
+	// (docs/api.md), as a gateway answer: 502 or 504, never a truncated success.
+	CodeUpstreamUnavailable: {http.StatusBadGateway, true},
+	CodeUpstreamError:       {http.StatusBadGateway, true},
+	CodeResultTooLarge:      {http.StatusBadGateway, false},
+	CodeOperationTimeout:    {http.StatusGatewayTimeout, true},
+	CodeInvalidRequest:      {http.StatusBadRequest, false},
+	CodeMethodNotAllowed:    {http.StatusMethodNotAllowed, false},
 }
 
 // apiError is one answer of the catalogue, ready to write.

@@ -1,14 +1,10 @@
 package module
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
-	"io"
 	"mime"
-	"strconv"
 	"strings"
 )
 
@@ -17,7 +13,7 @@ import (
 // configured JSON pointers dropped, so a client that re-serialises its payload on retry still
 // matches.
 type fingerprinter struct {
-	ignore [][]string // parsed JSON pointers
+	ignore []pointer // parsed JSON pointers
 }
 
 func newFingerprinter(pointers []string) (*fingerprinter, error) {
@@ -27,7 +23,7 @@ func newFingerprinter(pointers []string) (*fingerprinter, error) {
 		if err != nil {
 			return nil, err
 		}
-		f.ignore = append(f.ignore, tokens)
+		f.ignore = append(f.ignore, pointerOf(tokens))
 	}
 	return f, nil
 }
@@ -66,27 +62,14 @@ func isJSON(mediaType string) bool {
 }
 
 // canonicalJSON re-encodes body with sorted keys, no insignificant whitespace, numbers as
-// written, and the ignored pointers removed. It reports false when body is not one JSON value.
+// written, and the ignored pointers removed: the text encoding/json gives for the body decoded
+// into any. It reports false when body is not one JSON value. See canonical.go.
 func (f *fingerprinter) canonicalJSON(body []byte) ([]byte, bool) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
+	c := &canonicaliser{in: body, ignore: f.ignore, out: make([]byte, 0, len(body)+1)}
+	if c.document() != nil {
 		return nil, false
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, false // trailing data: not a single JSON value
-	}
-	for _, p := range f.ignore {
-		v = removePointer(v, p)
-	}
-	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, false
-	}
-	return out.Bytes(), true
+	return c.text(), true
 }
 
 // parsePointer splits an RFC 6901 JSON pointer into unescaped reference tokens.
@@ -99,35 +82,4 @@ func parsePointer(p string) ([]string, error) {
 		tokens[i] = strings.ReplaceAll(strings.ReplaceAll(t, "~1", "/"), "~0", "~")
 	}
 	return tokens, nil
-}
-
-// removePointer drops the member the pointer names; an array element becomes null so that the
-// other indices keep their meaning.
-func removePointer(v any, tokens []string) any {
-	if len(tokens) == 0 {
-		return v
-	}
-	head, last := tokens[0], len(tokens) == 1
-	switch node := v.(type) {
-	case map[string]any:
-		child, ok := node[head]
-		switch {
-		case !ok:
-		case last:
-			delete(node, head)
-		default:
-			node[head] = removePointer(child, tokens[1:])
-		}
-	case []any:
-		i, err := strconv.Atoi(head)
-		if err != nil || i < 0 || i >= len(node) {
-			return v
-		}
-		if last {
-			node[i] = nil
-		} else {
-			node[i] = removePointer(node[i], tokens[1:])
-		}
-	}
-	return v
 }

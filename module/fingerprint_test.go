@@ -2,6 +2,12 @@ package module
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -59,18 +65,126 @@ func TestFingerprintOfNonJSONIsRaw(t *testing.T) {
 	}
 }
 
+// referenceCanonicalJSON is the canonical form as first defined: the body decoded into any,
+// pointers removed, re-encoded by encoding/json. The streaming canonicaliser must match it.
+func referenceCanonicalJSON(ignore []string, body []byte) ([]byte, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, false
+	}
+	for _, p := range ignore {
+		tokens, _ := parsePointer(p)
+		v = referenceRemove(v, tokens)
+	}
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, false
+	}
+	return out.Bytes(), true
+}
+
+func referenceRemove(v any, tokens []string) any {
+	if len(tokens) == 0 {
+		return v
+	}
+	head, last := tokens[0], len(tokens) == 1
+	switch node := v.(type) {
+	case map[string]any:
+		child, ok := node[head]
+		switch {
+		case !ok:
+		case last:
+			delete(node, head)
+		default:
+			node[head] = referenceRemove(child, tokens[1:])
+		}
+	case []any:
+		i, err := strconv.Atoi(head)
+		if err != nil || i < 0 || i >= len(node) {
+			return v
+		}
+		if last {
+			node[i] = nil
+		} else {
+			node[i] = referenceRemove(node[i], tokens[1:])
+		}
+	}
+	return v
+}
+
+var fuzzIgnore = []string{"/metadata/request_id", "/0", "/a/+1", "/b"}
+
+func TestCanonicalFormMatchesDecodingIntoAny(t *testing.T) {
+	deep := strings.Repeat(`{"b":1,"a":`, 200) + `"x"` + strings.Repeat("}", 200)
+	for _, body := range []string{
+		`{"b":1,"a":[1,2,{"d":null,"c":true}],"a":"dup"}`, `{"z":{"y":{"x":1,"w":2},"v":[{"u":1,"t":2}]},"s":"\u2028\n\u0001é"}`,
+		`[{"b":1,"a":2},{"d":{"f":1,"e":2},"c":3}]`, `{"metadata":{"user":"u","request_id":"r"},"a":[0,1,2],"b":{"x":1}}`,
+		`[[1,2],{"a":[3,{"y":1,"x":2}]}]`, `{"a":1,"a":{"b":2},"a":{"c":3,"b":4}}`, deep,
+		`123456789012345678901234567890e99999`, strings.Repeat("[", maxNesting) + strings.Repeat("]", maxNesting),
+		strings.Repeat("[", maxNesting+1) + strings.Repeat("]", maxNesting+1), `{"b":[{"deep":` + strings.Repeat("[", maxNesting) + `]}]}`,
+	} {
+		want, wantOK := referenceCanonicalJSON(fuzzIgnore, []byte(body))
+		got, gotOK := fpOf(t, fuzzIgnore).canonicalJSON([]byte(body))
+		if gotOK != wantOK || !bytes.Equal(got, want) {
+			t.Errorf("%.80s:\n got  %v %.200s\n want %v %.200s", body, gotOK, got, wantOK, want)
+		}
+	}
+}
+
+func fpOf(t testing.TB, ignore []string) *fingerprinter {
+	f, err := newFingerprinter(ignore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestFingerprintMemoryIsOfTheOrderOfTheBody measures the bytes allocated to fingerprint a
+// 4 MiB body of many small objects, the shape that costs most when decoded into any.
+func TestFingerprintMemoryIsOfTheOrderOfTheBody(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"items":[`)
+	for i := 0; b.Len() < 4<<20; i++ {
+		fmt.Fprintf(&b, `{"id":%d,"name":"n%d","ok":true},`, i, i)
+	}
+	body := []byte(strings.TrimSuffix(b.String(), ",") + `]}`)
+	f := fpOf(t, nil)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f.sum("POST", "/p", "", "application/json", body)
+	runtime.ReadMemStats(&after)
+	allocated := after.TotalAlloc - before.TotalAlloc
+	t.Logf("fingerprinting %d bytes allocated %d bytes (%.1fx the body)", len(body), allocated, float64(allocated)/float64(len(body)))
+	if allocated > 4*uint64(len(body)) {
+		t.Fatalf("allocated %.1fx the body", float64(allocated)/float64(len(body)))
+	}
+}
+
 func FuzzFingerprint(f *testing.F) {
-	for _, s := range []string{`{"b":1,"a":[1,2,{"c":null}]}`, `[]`, `"x"`, `{"metadata":{"request_id":1}}`, `{`, `1e999`, `{"a":"\u00e9<>&"}`} {
+	for _, s := range []string{`{"b":1,"a":[1,2,{"c":null}]}`, `[]`, `"x"`, `{"metadata":{"request_id":1}}`, `{`, `1e999`, `{"a":"\u00e9<>&"}`,
+		strings.Repeat(`{"b":[`, 300) + strings.Repeat("]}", 300), strings.Repeat("[", maxNesting+1) + strings.Repeat("]", maxNesting+1),
+		`-123456789012345678901234567890.123456789e-99999999`, `{"n":1e400,"m":-0.0000000000000000000000001}`, `{"b":1,"b":2,"a":{"+1":0}}`, `{"0":{"`, "0\x00"} {
 		f.Add(s)
 	}
-	fpr, _ := newFingerprinter([]string{"/metadata/request_id", "/0"})
+	fpr, _ := newFingerprinter(fuzzIgnore)
 	f.Fuzz(func(t *testing.T, body string) {
 		sum := fpr.sum("POST", "/p", "", "application/json", []byte(body))
 		if len(sum) != 32 {
 			t.Fatal("bad sum length")
 		}
+		canon, ok := fpr.canonicalJSON([]byte(body))
+		if want, wantOK := referenceCanonicalJSON(fuzzIgnore, []byte(body)); ok != wantOK || !bytes.Equal(canon, want) {
+			t.Fatalf("streaming canonical form differs from encoding/json's: %v %q, want %v %q", ok, canon, wantOK, want)
+		}
 		// Canonical output is a fixed point: canonicalising it again changes nothing.
-		if canon, ok := fpr.canonicalJSON([]byte(body)); ok {
+		if ok {
 			again, ok2 := fpr.canonicalJSON(canon)
 			if !ok2 || !bytes.Equal(canon, again) {
 				t.Fatalf("canonical form not stable: %q -> %q", canon, again)

@@ -65,9 +65,17 @@ func startGatewayWithGlobals(t *testing.T, cfg modelserver.Config, globals, mull
 	return startGatewayWith(t, gatewaySetup{model: cfg, globals: globals, mulligan: mulliganBody})
 }
 
+// startGatewayBefore starts Caddy with the given mulligan block in front of upstream, a real
+// HTTP server on loopback.
+func startGatewayBefore(t *testing.T, upstream http.Handler, globals, mulliganBody string) *gateway {
+	t.Helper()
+	return startGatewayWith(t, gatewaySetup{upstream: upstream, globals: globals, mulligan: mulliganBody})
+}
+
 // gatewaySetup is what a test may choose about its gateway beyond the mulligan block.
 type gatewaySetup struct {
 	model    modelserver.Config
+	upstream http.Handler                    // instead of the model server, when set
 	globals  string                          // global options
 	site     string                          // more directives of the site (such as tracing)
 	mulligan string                          // the mulligan block's body
@@ -78,8 +86,12 @@ type gatewaySetup struct {
 func startGatewayWith(t *testing.T, s gatewaySetup) *gateway {
 	t.Helper()
 	mulliganBody := s.mulligan
-	g := &gateway{t: t, model: modelserver.New(s.model), dir: t.TempDir(), globals: s.globals, site: s.site}
-	var upstream http.Handler = g.model
+	g := &gateway{t: t, dir: t.TempDir(), globals: s.globals, site: s.site}
+	upstream := s.upstream
+	if upstream == nil {
+		g.model = modelserver.New(s.model)
+		upstream = g.model
+	}
 	if s.wrap != nil {
 		upstream = s.wrap(upstream)
 	}

@@ -4,6 +4,7 @@
 package module
 
 import (
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -38,13 +39,17 @@ type Handler struct {
 	// are expanded.
 	Storage string `json:"storage,omitempty"`
 
-	// EncryptionKey turns on encryption at rest in Badger: 16, 24 or 32 bytes, given raw or as
-	// hex. Placeholders such as {env.MULLIGAN_KEY} are expanded.
+	// EncryptionKey turns on encryption at rest in Badger with a 16, 24 or 32-byte AES key, written in one
+	// unambiguous encoding: "hex:<hex digits>", "base64:<standard base64>", or the raw bytes
+	// (optionally "raw:<bytes>"). A bare string of 32, 48 or 64 hex digits is refused as ambiguous.
+	// Placeholders such as {env.MULLIGAN_KEY} are expanded.
 	EncryptionKey string `json:"encryption_key,omitempty"`
 
-	// Scope separates tenants: its value (placeholders expanded per request, for example
-	// {http.request.header.Authorization}) is hashed into every record key, and never stored raw.
-	// Default: one scope for everybody.
+	// Scope separates tenants: its value (placeholders expanded per request) is hashed into every
+	// record key, and never stored raw. Default: {http.request.header.Authorization}, so callers
+	// with different credentials never see each other's responses or operations. A constant (for
+	// example "shared") puts every caller in one scope: an explicit choice. A caller whose scope
+	// comes out empty (no credentials) lists no operations.
 	Scope string `json:"scope,omitempty"`
 
 	// Operations is the path prefix where operation resources are served. Default: /v1/operations.
@@ -65,6 +70,7 @@ type Handler struct {
 
 	use     *storageUse
 	gate    *gate
+	bodies  *byteBudget
 	conv    *converter
 	methods map[string]bool
 	logger  *zap.Logger
@@ -97,7 +103,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	h.conv = &converter{cfg: h.Async, prefix: strings.TrimSuffix(h.Operations, "/"), gate: h.gate, now: h.now}
+	h.bodies = &byteBudget{limit: h.Idempotency.MaxBuffered}
+	h.conv = &converter{cfg: h.Async, prefix: strings.TrimSuffix(h.Operations, "/"), gate: h.gate, now: h.now,
+		calls: make(slots, h.Async.Concurrency), quota: newAdmission(h.Async.MaxPerScope)}
 	if h.Webhooks != nil {
 		h.Webhooks.setDefaults()
 		if h.conv.hooks, err = newHooks(h.Webhooks, caddy.NewReplacer()); err != nil {
@@ -162,6 +170,9 @@ func (h *Handler) setDefaults() {
 	if h.Operations == "" {
 		h.Operations = defaultOperationsPath
 	}
+	if h.Scope == "" {
+		h.Scope = defaultScope
+	}
 	if h.Durability == "" {
 		h.Durability = DurabilitySync
 	}
@@ -180,8 +191,8 @@ func (h *Handler) Validate() error {
 	if h.Durability != DurabilitySync && h.Durability != DurabilityRelaxed {
 		return fmt.Errorf("durability must be %q or %q, got %q", DurabilitySync, DurabilityRelaxed, h.Durability)
 	}
-	if !strings.HasPrefix(h.Operations, "/") {
-		return fmt.Errorf("operations must be a path starting with /, got %q", h.Operations)
+	if err := validOperationsPath(h.Operations); err != nil {
+		return err
 	}
 	if err := h.Async.validate(); err != nil {
 		return err
@@ -189,19 +200,57 @@ func (h *Handler) Validate() error {
 	return h.Idempotency.validate()
 }
 
-// parseEncryptionKey accepts 16, 24 or 32 raw bytes, or the same in hex.
+// defaultScope keeps callers with different credentials apart (docs/caddyfile.md).
+const defaultScope = "{http.request.header.Authorization}"
+
+// validOperationsPath refuses operations prefixes that would swallow the site: the operations
+// API answers everything under its prefix, so "/" would turn every request into an API call.
+func validOperationsPath(p string) error {
+	trimmed := strings.TrimRight(p, "/")
+	switch {
+	case !strings.HasPrefix(p, "/"):
+		return fmt.Errorf("operations must be a path starting with /, got %q", p)
+	case trimmed == "":
+		return fmt.Errorf("operations %q would serve every request of the site as the operations API; use a prefix of its own such as %s", p, defaultOperationsPath)
+	case strings.ContainsAny(p, "*?#{} "):
+		return fmt.Errorf("operations must be a plain path prefix (no wildcards, query or placeholders), got %q", p)
+	}
+	return nil
+}
+
+// parseEncryptionKey reads an AES key of 16, 24 or 32 bytes in one unambiguous encoding:
+// "hex:...", "base64:..." or raw bytes (optionally "raw:..."). Unprefixed hex digits whose
+// decoding has a key's length are refused: 32 of them once meant AES-128 in hex, and as raw
+// bytes they would now mean AES-256, so the operator must say which.
 func parseEncryptionKey(s string) ([]byte, error) {
 	if s == "" {
 		return nil, nil
 	}
-	if b, err := hex.DecodeString(s); err == nil && (len(b) == 16 || len(b) == 24 || len(b) == 32) {
-		return b, nil
+	var key []byte
+	var err error
+	switch {
+	case strings.HasPrefix(s, "hex:"):
+		key, err = hex.DecodeString(s[len("hex:"):])
+	case strings.HasPrefix(s, "base64:"):
+		key, err = base64.StdEncoding.DecodeString(s[len("base64:"):])
+	case strings.HasPrefix(s, "raw:"):
+		key = []byte(s[len("raw:"):])
+	default:
+		if b, herr := hex.DecodeString(s); herr == nil && validKeyLen(len(b)) {
+			return nil, fmt.Errorf("encryption_key: %d hex digits are ambiguous; write hex:<key> for the %d-byte key they encode, or raw:<key> for %d raw bytes", len(s), len(b), len(s))
+		}
+		key = []byte(s)
 	}
-	if n := len(s); n == 16 || n == 24 || n == 32 {
-		return []byte(s), nil
+	if err != nil {
+		return nil, fmt.Errorf("encryption_key: %w", err)
 	}
-	return nil, fmt.Errorf("encryption_key must be 16, 24 or 32 bytes (raw or hex), got %d characters", len(s))
+	if !validKeyLen(len(key)) {
+		return nil, fmt.Errorf("encryption_key must be 16, 24 or 32 bytes (raw, hex:<hex> or base64:<base64>), got %d bytes", len(key))
+	}
+	return key, nil
 }
+
+func validKeyLen(n int) bool { return n == 16 || n == 24 || n == 32 }
 
 // ServeHTTP serves the operations API, and sends covered requests through the idempotency
 // gate and async conversion. Requests the runner replays through the server pass straight on.
@@ -229,7 +278,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	defer done()
 	log := newReqLog(h.logger, zap.String("request_id", id))
 	if isOps {
-		h.serveOperations(w, r, s.be, s.run, scopeHash(h.scopeOf(r)), log)
+		h.serveOperations(w, r, s.be, s.run, h.scopeOf(r), log)
 		return nil
 	}
 	w.Header().Add("Vary", "Prefer")
@@ -247,13 +296,14 @@ func (h *Handler) serveCovered(w http.ResponseWriter, r *http.Request, next cadd
 		countRequest(outcomePassthrough)
 		return next.ServeHTTP(w, r)
 	}
-	kr, err := h.gate.prepare(w, r, key, h.scopeOf(r), log)
+	kr, err := h.gate.prepare(w, r, h.bodies, key, h.scopeOf(r), log)
 	if errors.Is(err, errAnswered) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
+	defer h.bodies.give(kr.reserved)
 	if convert && !h.conv.describe(w, kr) {
 		return nil
 	}
@@ -274,9 +324,6 @@ func (h *Handler) isOperationsPath(p string) bool {
 
 // scopeOf expands the scope placeholders for r.
 func (h *Handler) scopeOf(r *http.Request) string {
-	if h.Scope == "" {
-		return ""
-	}
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	if repl == nil {
 		return ""

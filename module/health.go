@@ -9,7 +9,7 @@ import (
 const (
 	// pathLive answers 200 while the handler serves requests.
 	pathLive = "/mulligan/livez"
-	// pathReady answers 200 when the store accepts a durable write, the runner is running and
+	// pathReady answers 200 when the store answers a read, the runner is running and
 	// the queue is below its limit; 503 otherwise, with the reason.
 	pathReady = "/mulligan/healthz"
 )

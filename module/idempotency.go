@@ -66,6 +66,7 @@ type keyedRequest struct {
 	recordKey []byte
 	fp        []byte
 	body      []byte
+	reserved  int64           // bytes of max_buffered the body holds
 	callback  *store.Callback // where the operation's events go, for converted requests
 	metadata  json.RawMessage // the body's metadata object, for converted requests
 	trace     traceContext    // the request's W3C Trace Context
@@ -97,13 +98,14 @@ func (g *gate) keyOf(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return key, true
 }
 
-// prepare reads the body and computes what the gate needs of a covered request.
-func (g *gate) prepare(w http.ResponseWriter, r *http.Request, key, scope string, log reqLog) (*keyedRequest, error) {
-	body, err := g.readBody(w, r)
+// prepare reads the body, within the handler's budget of buffered bodies, and computes what
+// the gate needs of a covered request. The caller gives the reservation back when done.
+func (g *gate) prepare(w http.ResponseWriter, r *http.Request, budget *byteBudget, key, scope string, log reqLog) (*keyedRequest, error) {
+	body, reserved, err := g.readBody(w, r, budget, log)
 	if err != nil {
 		return nil, err
 	}
-	kr := &keyedRequest{r: r, key: key, scope: scopeHash(scope), body: body, log: log}
+	kr := &keyedRequest{r: r, key: key, scope: scopeHash(scope), body: body, reserved: reserved, log: log}
 	if key != "" {
 		kr.recordKey = recordKey(scope, r.Method, r.URL.Path, key)
 		kr.fp = g.fp.sum(r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Get("Content-Type"), body)
@@ -115,24 +117,63 @@ func (g *gate) prepare(w http.ResponseWriter, r *http.Request, key, scope string
 // errAnswered means the gate already wrote the answer.
 var errAnswered = errors.New("answered")
 
-// readBody reads the whole body with a hard limit, answering 413 past it.
-func (g *gate) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	tooLarge := func() ([]byte, error) {
-		writeError(w, apiError{Code: CodeRequestTooLarge, Message: fmt.Sprintf("The request body is over the %d-byte limit.", g.maxBody),
-			Details: map[string]any{"max_body": g.maxBody}})
-		return nil, errAnswered
-	}
+// bodyChunk is the first buffer of a body of unknown length.
+const bodyChunk = 32 << 10
+
+// readBody reads the whole body with a hard limit, answering 413 past it, and 503 GATEWAY_BUSY
+// when the bodies being held at once would pass max_buffered. Every byte of buffer is reserved
+// before it is allocated; it returns the bytes reserved.
+func (g *gate) readBody(w http.ResponseWriter, r *http.Request, budget *byteBudget, log reqLog) ([]byte, int64, error) {
 	if r.ContentLength > g.maxBody {
-		return tooLarge()
+		return nil, 0, g.tooLarge(w)
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, g.maxBody+1))
-	if err != nil {
-		return nil, caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("reading request body: %w", err))
+	var reserved int64
+	grow := func(buf []byte, size int64) ([]byte, bool) {
+		if !budget.take(size - int64(cap(buf))) {
+			return buf, false
+		}
+		reserved += size - int64(cap(buf))
+		return append(make([]byte, 0, size), buf...), true
 	}
-	if int64(len(body)) > g.maxBody {
-		return tooLarge()
+	size := min(g.maxBody, bodyChunk) + 1
+	if r.ContentLength >= 0 {
+		size = r.ContentLength + 1 // room to see the end without growing
 	}
-	return body, nil
+	buf, ok := grow(nil, size)
+	for ok {
+		if len(buf) == cap(buf) {
+			if buf, ok = grow(buf, min(2*int64(cap(buf)), g.maxBody+1)); !ok {
+				break
+			}
+		}
+		n, err := r.Body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		switch {
+		case int64(len(buf)) > g.maxBody:
+			budget.give(reserved)
+			return nil, 0, g.tooLarge(w)
+		case err == io.EOF:
+			return buf, reserved, nil
+		case err != nil:
+			budget.give(reserved)
+			log.Debug("reading the request body", zap.Error(err))
+			countRequest(outcomeRejected)
+			writeError(w, apiError{Code: CodeInvalidRequest, Message: "The request body could not be read; send it again."})
+			return nil, 0, errAnswered
+		}
+	}
+	budget.give(reserved)
+	countRequest(outcomeBusy)
+	writeError(w, apiError{Code: CodeBusy, RetryAfter: time.Second, Details: map[string]any{"max_buffered": budget.limit},
+		Message: "The gateway is holding as many request bodies as it may; retry shortly."})
+	return nil, 0, errAnswered
+}
+
+func (g *gate) tooLarge(w http.ResponseWriter) error {
+	countRequest(outcomeRejected)
+	writeError(w, apiError{Code: CodeRequestTooLarge, Message: fmt.Sprintf("The request body is over the %d-byte limit.", g.maxBody),
+		Details: map[string]any{"max_body": g.maxBody}})
+	return errAnswered
 }
 
 // scopeHash is the stored form of a tenant scope: its raw value is never stored.
@@ -226,12 +267,17 @@ func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handl
 	up := kr.r.WithContext(ctx)
 	setBody(up, kr.body)
 
-	expires := g.now().Add(g.ttl).Truncate(time.Second)
-	tee := newTeeWriter(w, g.maxResult, func(status int) {
-		if g.policy.records(status) {
-			w.Header().Set(headerExpires, expires.UTC().Format(http.TimeFormat))
+	tee := newTeeWriter(w, g.maxResult)
+	tee.trailers = []string{headerExpires} // a stream says until when it replays at its end
+	defer func() {
+		// reverse_proxy panics with http.ErrAbortHandler when the upstream breaks off its body
+		// (docs/api.md): the half answer is dropped, the key freed at once, and the panic goes
+		// on so that net/http aborts the client's connection instead of ending it cleanly.
+		if v := recover(); v != nil {
+			g.settleKey(st, kr, token, attemptResult{})
+			panic(v)
 		}
-	})
+	}()
 	err := next.ServeHTTP(tee, up)
 	if err == nil && tee.status == 0 {
 		tee.WriteHeader(http.StatusOK) // the handler wrote nothing: net/http's implicit 200
@@ -240,7 +286,9 @@ func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handl
 	if err != nil {
 		res.status = 0
 	}
-	g.settleKey(st, kr, token, res, expires)
+	if expires, ok := g.settleKey(st, kr, token, res); ok {
+		w.Header().Set(headerExpires, expires.UTC().Format(http.TimeFormat)) // a trailer if streamed
+	}
 	if err == nil {
 		tee.release() // only now that the record is durable
 	}
@@ -248,21 +296,30 @@ func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handl
 }
 
 // settleKey records res for the key held under token when the policy keeps it, else releases
-// the key so that the next retry runs again.
-func (g *gate) settleKey(st store.Keys, kr *keyedRequest, token string, res attemptResult, expires time.Time) {
+// the key so that the next retry runs again. It reports until when the key replays, and whether
+// it was recorded: the replay window starts now, when the response is recorded.
+func (g *gate) settleKey(st store.Keys, kr *keyedRequest, token string, res attemptResult) (time.Time, bool) {
 	if res.status == 0 || res.over || !g.policy.records(res.status) {
 		if err := st.ReleaseKey(kr.recordKey, token); err != nil {
 			kr.log.Warn("releasing idempotency key", zap.Error(err))
 		}
 		kr.log.Debug("upstream outcome not recorded; key released", zap.Int("status", res.status), zap.Bool("too_large", res.over))
-		return
+		return time.Time{}, false
 	}
+	expires := g.expiry()
 	resp := store.Response{Status: res.status, Header: res.header, Body: res.body}
 	if err := st.CompleteKey(kr.recordKey, token, resp, expires); err != nil {
 		kr.log.Error("recording response", zap.Error(err))
-		return
+		return time.Time{}, false
 	}
 	kr.log.Debug("response recorded for replay", zap.Int("status", res.status), zap.Int("bytes", len(res.body)))
+	return expires, true
+}
+
+// expiry is until when a key recorded now replays: ttl from now, rounded up to the whole second
+// that Idempotency-Expires can say.
+func (g *gate) expiry() time.Time {
+	return g.now().Add(g.ttl + time.Second - 1).Truncate(time.Second)
 }
 
 // setBody gives r a fresh, replayable copy of body.

@@ -67,6 +67,8 @@ const (
 	outcomeAccepted    = "accepted"
 	outcomeQueueFull   = "queue_full"
 	outcomeStorage     = "storage_unavailable"
+	outcomeRateLimited = "rate_limited"
+	outcomeBusy        = "busy"
 )
 
 func countRequest(outcome string) { metrics.requests.WithLabelValues(outcome).Inc() }

@@ -22,8 +22,11 @@ type opsRequest struct {
 	r     *http.Request
 	st    store.Backend
 	run   *runner
-	scope string
-	log   reqLog
+	scope string // the hash of the caller's scope
+	// anonymous: the caller's scope came out empty (no credentials); it lists nothing, so
+	// callers without credentials never see each other's operations.
+	anonymous bool
+	log       reqLog
 }
 
 // serveOperations routes the operations API:
@@ -33,7 +36,7 @@ type opsRequest struct {
 //	GET    {prefix}/{id}/result     its upstream response, as sent
 //	POST   {prefix}/{id}/cancel     cancel it (also DELETE {prefix}/{id})
 func (h *Handler) serveOperations(w http.ResponseWriter, r *http.Request, st store.Backend, run *runner, scope string, log reqLog) {
-	q := &opsRequest{w: w, r: r, st: st, run: run, scope: scope, log: log}
+	q := &opsRequest{w: w, r: r, st: st, run: run, scope: scopeHash(scope), anonymous: scope == "", log: log}
 	rest := strings.Trim(strings.TrimPrefix(r.URL.Path, h.conv.prefix), "/")
 	id, action, _ := strings.Cut(rest, "/")
 	switch {
@@ -159,10 +162,14 @@ func (h *Handler) listOperations(q *opsRequest) {
 		}
 		list = withKey(list, key)
 	}
-	ops, next, err := list(q.scope, status, v.Get("after"), limit)
-	if err != nil {
-		q.fail(err)
-		return
+	var ops []*store.Operation
+	var next string
+	if !q.anonymous {
+		var err error
+		if ops, next, err = list(q.scope, status, v.Get("after"), limit); err != nil {
+			q.fail(err)
+			return
+		}
 	}
 	now := h.now()
 	out := struct {

@@ -17,8 +17,9 @@ import (
 type teeWriter struct {
 	client     http.ResponseWriter
 	clientGone bool
-	// onHeader runs once, before the status line is decided, with the final status.
-	onHeader func(status int)
+	// trailers are declared on a streamed response, whose headers leave before it is known
+	// whether the answer will be recorded; the caller sets them once it is.
+	trailers []string
 
 	status  int
 	header  http.Header // snapshot of the recorded headers
@@ -29,8 +30,8 @@ type teeWriter struct {
 	sent    int  // bytes of body already sent to the client
 }
 
-func newTeeWriter(client http.ResponseWriter, limit int64, onHeader func(int)) *teeWriter {
-	return &teeWriter{client: client, limit: limit, onHeader: onHeader}
+func newTeeWriter(client http.ResponseWriter, limit int64) *teeWriter {
+	return &teeWriter{client: client, limit: limit}
 }
 
 func (t *teeWriter) Header() http.Header { return t.client.Header() }
@@ -45,11 +46,11 @@ func (t *teeWriter) WriteHeader(status int) {
 	}
 	t.status = status
 	t.header = recordableHeader(t.client.Header())
-	if t.onHeader != nil {
-		t.onHeader(status)
-	}
 	t.holding = !isStreamed(t.header.Get("Content-Type"))
 	if !t.holding {
+		for _, name := range t.trailers {
+			t.client.Header().Add("Trailer", name)
+		}
 		t.client.WriteHeader(status)
 	}
 }

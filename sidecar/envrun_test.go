@@ -81,7 +81,7 @@ func (s *sidecarProcess) operation(location string) (status string, done bool) {
 // SIGTERM as Kubernetes does, and restarts it on the same data directory.
 func TestSidecarRunsTheWalkthroughFromEnvironmentAlone(t *testing.T) {
 	model, upstream := startModelServer(t, modelserver.Config{Latency: 200 * time.Millisecond})
-	const key = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+	const key = "hex:00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 	keyFile := filepath.Join(t.TempDir(), "encryption-key")
 	if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
 		t.Fatal(err)
