@@ -132,7 +132,7 @@ func (h *harness) start(ctx context.Context) error {
 		return err
 	}
 	h.mulligan, err = h.startGateway(ctx, "mulligan", func(int) string {
-		return mulliganSite(h.upstream, filepath.Join(h.tmp, "mulligan", "badger"), "")
+		return mulliganSite(h.upstream, h.storage("mulligan"), "")
 	})
 	if err != nil {
 		return err
@@ -224,4 +224,13 @@ func (h *harness) closedRounds(ctx context.Context, name string, fn call) (plain
 
 func (h *harness) logf(format string, args ...any) {
 	fmt.Fprintf(h.progress, "[%s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+// storage is the mulligan block's storage for the gateway named name: its own Badger directory,
+// or the PostgreSQL database of -postgres.
+func (h *harness) storage(name string) string {
+	if h.cfg.Postgres != "" {
+		return "postgres " + h.cfg.Postgres
+	}
+	return filepath.Join(h.tmp, name, "badger")
 }

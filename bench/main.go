@@ -7,6 +7,7 @@
 //	go run ./bench                               # every scenario, ~2-3 minutes on 2 cores
 //	go run ./bench -scenarios replays -rounds 5  # one scenario, longer
 //	go run ./bench -scale                        # also seed 10k and 1M keys: RSS and lookup p99
+//	go run ./bench -postgres postgres://...      # Mulligan on PostgreSQL instead of Badger
 //
 // All traffic stays on 127.0.0.1. The processes it starts are stopped when it ends, also on
 // Ctrl-C.
@@ -61,6 +62,9 @@ type Config struct {
 	ScaleKeys int
 	// ScaleOps is how many finished operations the large scale run seeds.
 	ScaleOps int
+	// Postgres, when set, is a PostgreSQL DSN the Mulligan gateway stores in (`storage
+	// postgres`) instead of a Badger directory; keys carry the run's id, so runs may share it.
+	Postgres string
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
 }
@@ -86,6 +90,7 @@ func main() {
 	flag.BoolVar(&cfg.Scale, "scale", false, "also seed 10k, then -scale-keys keys and -scale-ops operations, and measure RSS and replay p99 (slow)")
 	flag.IntVar(&cfg.ScaleKeys, "scale-keys", cfg.ScaleKeys, "keys of the large scale run")
 	flag.IntVar(&cfg.ScaleOps, "scale-ops", cfg.ScaleOps, "finished operations seeded by the large scale run")
+	flag.StringVar(&cfg.Postgres, "postgres", "", "a PostgreSQL DSN: Mulligan stores there instead of in Badger (the scale run stays on Badger)")
 	flag.Parse()
 	cfg.Scenarios = splitList(scenarios)
 	cfg.Progress = os.Stderr

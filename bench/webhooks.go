@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -134,7 +133,7 @@ func (h *harness) webhooks(ctx context.Context) ([]Row, error) {
 	hookURL := fmt.Sprintf("http://%s/hook", l.Addr())
 	g, err := h.startGateway(ctx, "webhooks", func(int) string {
 		// A wide runner, so that executing the operations does not limit the deliveries measured.
-		return mulliganSite(h.upstream, filepath.Join(h.tmp, "webhooks", "badger"), webhookBlock(hookURL)+"\t\tasync {\n\t\t\tconcurrency 32\n\t\t}\n")
+		return mulliganSite(h.upstream, h.storage("webhooks"), webhookBlock(hookURL)+"\t\tasync {\n\t\t\tconcurrency 32\n\t\t}\n")
 	})
 	if errors.Is(err, errGatewayExited) {
 		row.Note = "skipped: the gateway rejected the webhooks config: " + err.Error()

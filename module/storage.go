@@ -259,7 +259,27 @@ func (u *storageUse) acquire() (*storage, func(), error) {
 	if u.key == "" {
 		return nil, nil, errStorageClosed
 	}
-	return acquireStorage(u.key)
+	s, done, err := acquireStorage(u.key)
+	if errors.Is(err, errStorageClosed) {
+		// A request that reached this config after it let go (a connection kept alive across a
+		// reload): served on the handle a newer config holds on the same storage, if any.
+		if key := openKeyOf(u.set.where()); key != "" {
+			return acquireStorage(key)
+		}
+	}
+	return s, done, err
+}
+
+// openKeyOf returns the pool key of an open handle on the storage `where`, or "".
+func openKeyOf(where string) string {
+	found := ""
+	storages.Range(func(k, v any) bool {
+		if s, ok := v.(*storage); ok && s.set.where() == where {
+			found = k.(string)
+		}
+		return found == ""
+	})
+	return found
 }
 
 // storageOf resolves a block's `storage` into its backend and location.

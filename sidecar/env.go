@@ -28,7 +28,7 @@ type sidecarVar struct {
 var sidecarVars = []sidecarVar{
 	{"MULLIGAN_UPSTREAM", "", "required: the model server, host:port or http://host:port (reverse_proxy)"},
 	{"MULLIGAN_LISTEN", ":8080", "where the gateway listens, [host]:port; a host binds that interface only"},
-	{"MULLIGAN_STORAGE", "", "postgres://user:pass@host:5432/db: every replica shares one PostgreSQL (storage postgres); unset: Badger in MULLIGAN_DATA_DIR"},
+	{"MULLIGAN_STORAGE", "", "postgres://user:pass@host:5432/db: every replica on one PostgreSQL (storage postgres); or a Badger directory, as MULLIGAN_DATA_DIR"},
 	{"MULLIGAN_DATA_DIR", "/var/lib/mulligan", "the Badger directory (storage): operations and idempotency records"},
 	{"MULLIGAN_ADMIN", "localhost:2019", "Caddy's admin endpoint (admin), or off"},
 	{"MULLIGAN_GRACE_PERIOD", "30s", "how long requests in flight get to finish on SIGTERM (grace_period)"},
@@ -95,7 +95,6 @@ func loadSidecarConfig(lookup func(string) (string, bool)) (*sidecarConfig, erro
 	c := &sidecarConfig{
 		Upstream:            r.upstream("MULLIGAN_UPSTREAM"),
 		DataDir:             r.text("MULLIGAN_DATA_DIR"),
-		Storage:             r.storage("MULLIGAN_STORAGE"),
 		Admin:               r.word("MULLIGAN_ADMIN"),
 		GracePeriod:         r.duration("MULLIGAN_GRACE_PERIOD", true),
 		Durability:          r.oneOf("MULLIGAN_DURABILITY", "sync", "relaxed"),
@@ -115,6 +114,7 @@ func loadSidecarConfig(lookup func(string) (string, bool)) (*sidecarConfig, erro
 		WebhookAllowPrivate: r.boolean("MULLIGAN_WEBHOOK_ALLOW_PRIVATE"),
 	}
 	c.Bind, c.Port = r.listen("MULLIGAN_LISTEN")
+	c.Storage = r.storage("MULLIGAN_STORAGE", &c.DataDir)
 	if c.Upstream == "" && r.ok("MULLIGAN_UPSTREAM") {
 		r.fail("MULLIGAN_UPSTREAM", "is required: the model server's address, e.g. 127.0.0.1:8000 or http://model:8000")
 	}
@@ -460,20 +460,34 @@ func (r *envReader) encryptionKey(inline, file string) string {
 }
 
 // storage reads MULLIGAN_STORAGE: a PostgreSQL URL, which the config names by placeholder
-// only (it holds a password); "" when unset.
-func (r *envReader) storage(name string) string {
+// only (it holds a password), or a Badger directory, which stands for MULLIGAN_DATA_DIR. It
+// returns the placeholder, or "" for Badger.
+func (r *envReader) storage(name string, dataDir *string) string {
 	v := strings.TrimSpace(r.raw(name))
 	switch {
 	case v == "":
 		return ""
-	case !strings.HasPrefix(v, "postgres://") && !strings.HasPrefix(v, "postgresql://"):
-		r.fail(name, "must be a postgres:// or postgresql:// URL (unset it to keep Badger in MULLIGAN_DATA_DIR)")
+	case strings.HasPrefix(v, "postgres://") || strings.HasPrefix(v, "postgresql://"):
+		if strings.ContainsAny(v, " \t\n\r{}\"\\") {
+			r.fail(name, "must be one URL, without spaces, braces, quotes or backslashes (percent-encode them)")
+			return ""
+		}
+		return "{env." + name + "}"
+	case strings.HasPrefix(v, "/"):
+		if err := checkText(v); err != nil {
+			r.fail(name, "%v", err)
+			return ""
+		}
+		if r.raw("MULLIGAN_DATA_DIR") != "" && strings.TrimSpace(r.raw("MULLIGAN_DATA_DIR")) != v {
+			r.fail(name, "and MULLIGAN_DATA_DIR name different Badger directories; set one")
+			return ""
+		}
+		*dataDir = v
 		return ""
-	case strings.ContainsAny(v, " \t\n\r{}\"\\"):
-		r.fail(name, "must be one URL, without spaces, braces, quotes or backslashes (percent-encode them)")
+	default:
+		r.fail(name, "must be a postgres:// URL or a Badger directory (an absolute path)")
 		return ""
 	}
-	return "{env." + name + "}"
 }
 
 // secret reads a secret given inline or as a file path: its value as the module will see it,

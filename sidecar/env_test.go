@@ -74,6 +74,7 @@ http://:8080 {
 			concurrency 4
 			timeout 10m
 			queue 10000
+			takeover 30s
 		}
 	}
 	reverse_proxy 127.0.0.1:8000
@@ -122,6 +123,9 @@ func TestEachVariableReachesTheCaddyfile(t *testing.T) {
 		{"MULLIGAN_ASYNC_TIMEOUT", "1h", []string{"timeout 1h"}, `"timeout":3600000000000`},
 		{"MULLIGAN_ASYNC_QUEUE", "50", []string{"queue 50"}, `"queue":50`},
 		{"MULLIGAN_ENCRYPTION_KEY", "0123456789abcdef", []string{"encryption_key {env.MULLIGAN_ENCRYPTION_KEY}"}, `"encryption_key":"{env.MULLIGAN_ENCRYPTION_KEY}"`},
+		{"MULLIGAN_STORAGE", "postgres://mulligan:secret@db:5432/mulligan", []string{"storage postgres {env.MULLIGAN_STORAGE}"}, `"storage":"{env.MULLIGAN_STORAGE}","storage_backend":"postgres"`},
+		{"MULLIGAN_STORAGE", "/data/shared", []string{"storage /data/shared"}, `"storage":"/data/shared"`},
+		{"MULLIGAN_ASYNC_TAKEOVER", "45s", []string{"takeover 45s"}, `"takeover":45000000000`},
 	} {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
 			pairs := []string{"MULLIGAN_UPSTREAM", "127.0.0.1:8000"}
@@ -182,6 +186,9 @@ func TestBadValuesAreRefusedByName(t *testing.T) {
 		{"MULLIGAN_ASYNC_CONCURRENCY", "four"},
 		{"MULLIGAN_ASYNC_TIMEOUT", "10"},
 		{"MULLIGAN_ASYNC_QUEUE", "-5"},
+		{"MULLIGAN_STORAGE", "mysql://db/mulligan"},
+		{"MULLIGAN_STORAGE", "postgres://db/mulligan {"},
+		{"MULLIGAN_ASYNC_TAKEOVER", "soon"},
 		{"MULLIGAN_WEBHOOK_URL", "consumer.example.com/hook"},
 		{"MULLIGAN_WEBHOOK_URL", "https://consumer.example.com/hooks/*"},
 		{"MULLIGAN_WEBHOOK_ALLOW_PRIVATE", "maybe"},
