@@ -94,7 +94,6 @@ func TestCaddyfileParsesEveryOption(t *testing.T) {
 			timeout 5s
 			max_attempts 3
 			max_age 1h
-			dead_letter_retention 48h
 			breaker 7 10s
 			backoff 2s 1m
 			allow_private
@@ -115,7 +114,7 @@ func TestCaddyfileParsesEveryOption(t *testing.T) {
 		t.Fatalf("async %+v", *a)
 	}
 	if len(wh.Endpoints) != 2 || len(wh.Endpoints[0].Secrets) != 2 || wh.Default != "b" || wh.BreakerFailures != 7 ||
-		wh.Endpoints[0].Signature != "" || wh.Endpoints[1].Signature != "x-webhook" || wh.DeadLetterRetention != caddy.Duration(48*time.Hour) ||
+		wh.Endpoints[0].Signature != "" || wh.Endpoints[1].Signature != "x-webhook" ||
 		wh.BackoffMax != caddy.Duration(time.Minute) || !wh.AllowPrivate || wh.MaxAttempts != 3 || len(wh.Events) != 2 {
 		t.Fatalf("webhooks %+v", *wh)
 	}
@@ -144,7 +143,6 @@ func TestCaddyfileRejectsMistakes(t *testing.T) {
 		{"mulligan {\n webhooks {\n breaker 5\n }\n}", "unexpected line ending after '5'"},
 		{"mulligan {\n webhooks {\n endpoint a https://x.example.com {\n secret s\n signature hmac\n }\n }\n}", `endpoint "a": signature must be standard-webhooks or x-webhook, got "hmac"`},
 		{"mulligan {\n webhooks {\n endpoint a https://x.example.com {\n secret s\n signature\n }\n }\n}", "unexpected line ending after 'signature'"},
-		{"mulligan {\n webhooks {\n dead_letter_retention soon\n }\n}", `invalid duration "soon" for dead_letter_retention`},
 	} {
 		var h Handler
 		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.src))

@@ -35,7 +35,7 @@ type sidecarProcess struct {
 
 // newSidecarProcess prepares (but does not start) `mulligan sidecar` with the given NAME=value
 // variables on top of loopback ports and a temporary data directory. Call it once the test's
-// other listeners are up (see freePorts).
+// other listeners are up (see testkit.FreePorts).
 func newSidecarProcess(t *testing.T, env ...string) *sidecarProcess {
 	ports := testkit.FreePorts(t, 2)
 	p := &gatewayProcess{t: t, dataDir: t.TempDir(), port: ports[0], args: []string{"sidecar"}}
