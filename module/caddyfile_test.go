@@ -136,7 +136,7 @@ func TestCaddyfileRejectsMistakes(t *testing.T) {
 		{"mulligan {\n idempotency {\n max_body -5\n }\n}", `invalid size "-5"`},
 		{"mulligan {\n idempotency {\n store_status 2yy\n }\n}", `"2yy" is neither a class like 2xx nor a status code`},
 		{"mulligan {\n idempotency {\n required yes\n }\n}", "unexpected line ending after 'yes'"},
-		{"mulligan {\n storage\n}", "unexpected line ending after 'storage'"},
+		{"mulligan {\n storage\n}", "storage takes a Badger directory, or badger <dir>, or postgres <dsn>"},
 		{"mulligan {\n async {\n mode sometimes\n }\n}", `mode must be prefer, always or after <duration>, got "sometimes"`},
 		{"mulligan {\n async {\n concurrency 0\n }\n}", `concurrency must be a whole number of at least 1, got "0"`},
 		{"mulligan {\n webhooks {\n endpoint a https://x.example.com\n }\n}", `endpoint "a" needs a secret`},
