@@ -90,8 +90,14 @@ func countRequest(outcome string) { metrics.requests.WithLabelValues(outcome).In
 // countSubmitted records an accepted operation under its type.
 func countSubmitted(op *store.Operation) { metrics.submitted.WithLabelValues(operationType(op)).Inc() }
 
-// operationType is the type an operation is counted under: the path it was submitted to.
-func operationType(op *store.Operation) string { return op.Path }
+// operationType is the type an operation is counted under: its block's async type, else the
+// path it was submitted to.
+func operationType(op *store.Operation) string {
+	if op.Type != "" {
+		return op.Type
+	}
+	return op.Path
+}
 
 // countFinal records an operation that reached a final status.
 func countFinal(op *store.Operation) {
