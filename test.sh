@@ -21,6 +21,17 @@ if [ -n "$unformatted" ]; then
 	exit 1
 fi
 go vet ./...
+
+# The shipped alert rules must load in Prometheus. promtool comes with Debian's prometheus
+# package: CI installs it when missing; elsewhere the check is skipped with a note.
+if ! command -v promtool >/dev/null && [ "${CI:-}" = true ] && command -v apt-get >/dev/null; then
+	apt-get update -qq && apt-get install -y -qq prometheus >/dev/null
+fi
+if command -v promtool >/dev/null; then
+	promtool check rules examples/observability/alerts.yml
+else
+	echo "promtool not found: skipping the alert rules check (apt-get install prometheus provides it)" >&2
+fi
 go test -race -count=1 -timeout 20m ./...
 
 for target in module:FuzzParseKey module:FuzzFingerprint module:FuzzCaddyfile store:FuzzDecodeRecord; do

@@ -145,8 +145,11 @@ func (a *AdminAPI) redeliver(w http.ResponseWriter, run *runner, id string) erro
 	return adminJSON(w, ev)
 }
 
-// redeliverAll redelivers every dead letter, paging once through the list as it was.
+// redeliverAll redelivers what was dead when it was called, paging once through the dead
+// letters in id order: one that dies again meanwhile sits behind the cursor, one dead-lettered
+// after the call is left alone, so the walk ends however fast events die.
 func (a *AdminAPI) redeliverAll(w http.ResponseWriter, run *runner) error {
+	called := time.Now()
 	n, after := 0, ""
 	for {
 		events, err := run.st.DeadLetters(after, 500)
@@ -157,10 +160,14 @@ func (a *AdminAPI) redeliverAll(w http.ResponseWriter, run *runner) error {
 			break
 		}
 		for _, ev := range events {
-			if _, err := run.st.Redeliver(ev.ID, time.Now()); err != nil {
+			after = ev.ID
+			if ev.DeadAt.After(called) {
+				continue
+			}
+			if _, err := run.st.Redeliver(ev.ID, called); err != nil {
 				return storeFailure(err)
 			}
-			n, after = n+1, ev.ID
+			n++
 		}
 	}
 	run.courier.kick()

@@ -186,6 +186,7 @@ func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st store.Bac
 	}
 	defer endAccept(span, op)
 	countRequest(outcomeAccepted)
+	countSubmitted(op)
 	run.accepted()
 	kr.log.Info("operation accepted", zap.String("operation_id", op.ID), zap.String("type", op.Type), zap.String("new_status", string(op.Status)))
 	writeResponse(w, resp)
@@ -253,6 +254,7 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 	}
 	defer endAccept(span, op)
 	countRequest(outcomeAccepted)
+	countSubmitted(op)
 	run.launchConverted(op, ctx, cancel, first)
 	kr.log.Info("call converted to an operation", zap.String("operation_id", op.ID), zap.String("type", op.Type), zap.String("new_status", string(op.Status)))
 	writeResponse(w, resp)

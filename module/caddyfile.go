@@ -9,6 +9,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/dustin/go-humanize"
+
+	"github.com/mulligan-gw/mulligan/webhook"
 )
 
 func init() {
@@ -61,7 +63,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		}
 //		webhooks {
 //			endpoint <name> <url or pattern> {
-//				secret <whsec_...> [<whsec_...>...]
+//				secret    <whsec_...> [<whsec_...>...]
+//				signature standard-webhooks|x-webhook
 //			}
 //			default      <endpoint name>
 //			events       <event type...>
@@ -308,21 +311,30 @@ func (c *WebhooksConfig) unmarshalBackoff(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-// unmarshalEndpoint reads "endpoint <name> <url> { secret <s>... }".
+// unmarshalEndpoint reads "endpoint <name> <url> { secret <s>...; signature <style> }".
 func (c *WebhooksConfig) unmarshalEndpoint(d *caddyfile.Dispenser) error {
 	var ep EndpointConfig
 	if !d.Args(&ep.Name, &ep.URL) || d.NextArg() {
 		return d.ArgErr()
 	}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		if d.Val() != "secret" {
+		switch d.Val() {
+		case "secret":
+			secrets, err := someArgs(d)
+			if err != nil {
+				return err
+			}
+			ep.Secrets = append(ep.Secrets, secrets...)
+		case "signature":
+			if err := oneArg(d, &ep.Signature); err != nil {
+				return err
+			}
+			if _, err := webhook.ParseStyle(ep.Signature); err != nil {
+				return d.Errf("endpoint %q: signature must be standard-webhooks or x-webhook, got %q", ep.Name, ep.Signature)
+			}
+		default:
 			return d.Errf("unrecognized endpoint subdirective %q", d.Val())
 		}
-		secrets, err := someArgs(d)
-		if err != nil {
-			return err
-		}
-		ep.Secrets = append(ep.Secrets, secrets...)
 	}
 	if len(ep.Secrets) == 0 {
 		return d.Errf("endpoint %q needs a secret", ep.Name)

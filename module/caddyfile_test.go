@@ -9,6 +9,7 @@ import (
 	"flag"
 	"github.com/caddyserver/caddy/v2"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -88,6 +89,7 @@ func TestCaddyfileParsesEveryOption(t *testing.T) {
 			}
 			endpoint b https://b.example.com/hook {
 				secret whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
+				signature x-webhook
 			}
 			default b
 			events operation.succeeded operation.running
@@ -114,6 +116,7 @@ func TestCaddyfileParsesEveryOption(t *testing.T) {
 		t.Fatalf("async %+v", *a)
 	}
 	if len(wh.Endpoints) != 2 || len(wh.Endpoints[0].Secrets) != 2 || wh.Default != "b" || wh.BreakerFailures != 7 ||
+		wh.Endpoints[0].Signature != "" || wh.Endpoints[1].Signature != "x-webhook" ||
 		wh.BackoffMax != caddy.Duration(time.Minute) || !wh.AllowPrivate || wh.MaxAttempts != 3 || len(wh.Events) != 2 {
 		t.Fatalf("webhooks %+v", *wh)
 	}
@@ -123,27 +126,32 @@ func TestCaddyfileParsesEveryOption(t *testing.T) {
 	}
 }
 
+// TestCaddyfileRejectsMistakes checks each mistake's message, so a case cannot pass because the
+// parser tripped over something else.
 func TestCaddyfileRejectsMistakes(t *testing.T) {
-	for _, src := range []string{
-		"mulligan extra",
-		"mulligan {\n bogus\n}",
-		"mulligan {\n durability maybe\n}",
-		"mulligan {\n idempotency {\n mismatch_status 418\n }\n}",
-		"mulligan {\n idempotency {\n ttl forever\n }\n}",
-		"mulligan {\n idempotency {\n max_body -5\n }\n}",
-		"mulligan {\n idempotency {\n store_status 2yy\n }\n}",
-		"mulligan {\n idempotency {\n required yes\n }\n}",
-		"mulligan {\n storage\n}",
-		"mulligan {\n async {\n mode sometimes\n }\n}",
-		"mulligan {\n async {\n concurrency 0\n }\n}",
-		"mulligan {\n async {\n max_per_scope -1\n }\n}",
-		"mulligan {\n idempotency {\n max_buffered lots\n }\n}",
-		"mulligan {\n webhooks {\n endpoint a https://x.example.com\n }\n}",
-		"mulligan {\n webhooks {\n breaker 5\n }\n}",
+	for _, tc := range []struct{ src, want string }{
+		{"mulligan extra", "unexpected line ending after 'extra', at Testfile:1"},
+		{"mulligan {\n bogus\n}", `unrecognized mulligan subdirective "bogus"`},
+		{"mulligan {\n durability maybe\n}", `durability must be sync or relaxed, got "maybe"`},
+		{"mulligan {\n idempotency {\n mismatch_status 418\n }\n}", `mismatch_status must be 409 or 422, got "418"`},
+		{"mulligan {\n idempotency {\n ttl forever\n }\n}", `invalid duration "forever" for ttl`},
+		{"mulligan {\n idempotency {\n max_body -5\n }\n}", `invalid size "-5"`},
+		{"mulligan {\n idempotency {\n store_status 2yy\n }\n}", `"2yy" is neither a class like 2xx nor a status code`},
+		{"mulligan {\n idempotency {\n required yes\n }\n}", "unexpected line ending after 'yes'"},
+		{"mulligan {\n storage\n}", "storage takes a Badger directory, or badger <dir>, or postgres <dsn>"},
+		{"mulligan {\n async {\n mode sometimes\n }\n}", `mode must be prefer, always or after <duration>, got "sometimes"`},
+		{"mulligan {\n async {\n concurrency 0\n }\n}", `concurrency must be a whole number of at least 1, got "0"`},
+		{"mulligan {\n webhooks {\n endpoint a https://x.example.com\n }\n}", `endpoint "a" needs a secret`},
+		{"mulligan {\n webhooks {\n breaker 5\n }\n}", "unexpected line ending after '5'"},
+		{"mulligan {\n webhooks {\n endpoint a https://x.example.com {\n secret s\n signature hmac\n }\n }\n}", `endpoint "a": signature must be standard-webhooks or x-webhook, got "hmac"`},
+		{"mulligan {\n webhooks {\n endpoint a https://x.example.com {\n secret s\n signature\n }\n }\n}", "unexpected line ending after 'signature'"},
+		{"mulligan {\n async {\n max_per_scope -1\n }\n}", `max_per_scope must be a whole number of at least 0, got "-1"`},
+		{"mulligan {\n idempotency {\n max_buffered lots\n }\n}", `invalid size "lots"`},
 	} {
 		var h Handler
-		if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(src)); err == nil {
-			t.Errorf("accepted %q", src)
+		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.src))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want one containing %q", tc.src, err, tc.want)
 		}
 	}
 }

@@ -157,10 +157,7 @@ func (c *courier) loop() {
 // dispatchDue starts deliveries of due events while slots are free, and says how long to wait
 // before looking again.
 func (c *courier) dispatchDue() time.Duration {
-	c.mu.Lock()
-	active := len(c.endpoints) > 0
-	c.mu.Unlock()
-	if !active {
+	if !c.active() {
 		return time.Second
 	}
 	from := c.advanceScan()
@@ -185,6 +182,13 @@ func (c *courier) dispatchDue() time.Duration {
 		return wait
 	}
 	return c.untilNextDue()
+}
+
+// active reports whether any block on the storage configures webhooks: without, events wait.
+func (c *courier) active() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.endpoints) > 0
 }
 
 // breakerPoll paces the look at events waiting for an open breaker's probe.
@@ -268,6 +272,9 @@ func (c *courier) deliver(claimed store.Due) {
 	// The list ev came from may predate a delivery that just finished, here or on another
 	// replica: claim it, which reads it again, so one worker at a time delivers it.
 	h, d := c.endpoint(claimed.Endpoint)
+	if h == nil && !c.active() {
+		return // a reload left no webhooks at all: the event waits, unclaimed and uncharged, for a config with some
+	}
 	ev, err := c.st.ClaimEvent(claimed.ID, c.worker, claimLease(h))
 	if err != nil || ev == nil {
 		return
@@ -281,7 +288,7 @@ func (c *courier) deliver(claimed store.Due) {
 	case ep == nil:
 		c.deadLetter(ev, "the endpoint is no longer configured")
 		return
-	case now.Sub(ev.OccurredAt) > time.Duration(h.cfg.MaxAge):
+	case now.Sub(ev.AgeStart()) > time.Duration(h.cfg.MaxAge): // a redelivery starts a fresh max_age
 		c.deadLetter(ev, "undelivered past max_age")
 		return
 	}
@@ -296,8 +303,8 @@ func (c *courier) deliver(claimed store.Due) {
 		return
 	}
 	span, header := startDelivery(c.ctx, ev)
-	out := d.Deliver(c.ctx, webhook.Endpoint{Name: ep.name, URL: ev.URL, Secrets: ep.secrets,
-		Timeout: time.Duration(h.cfg.Timeout), AllowPrivate: h.cfg.AllowPrivate}, webhook.Message{ID: ev.ID, Body: body, Header: header})
+	out := d.Deliver(c.ctx, webhook.Endpoint{Name: ep.name, URL: ev.URL, Secrets: ep.secrets, Style: ep.style,
+		Timeout: time.Duration(h.cfg.Timeout), AllowPrivate: h.cfg.AllowPrivate}, webhook.Message{ID: ev.ID, Body: body, Header: header, Type: ev.Type})
 	endDelivery(span, out)
 	if c.ctx.Err() != nil || out.Result == webhook.BreakerOpen {
 		return // stopping, or the breaker opened meanwhile: the event waits, uncharged
@@ -328,8 +335,7 @@ func (c *courier) record(ev *store.Event, out webhook.Outcome, h *hooks) {
 			c.deadLetterAfter(ev, attempts, &out, "max_attempts reached")
 			return
 		}
-		wait := webhook.Backoff(time.Duration(h.cfg.BackoffMin), time.Duration(h.cfg.BackoffMax), attempts-1, out.RetryAfter)
-		c.reschedule(ev, c.now().Add(wait), attempts, &out)
+		c.reschedule(ev, c.now().Add(h.retryWait(attempts-1, out.RetryAfter)), attempts, &out)
 	}
 }
 

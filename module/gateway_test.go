@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -34,23 +34,6 @@ type gateway struct {
 	client   *http.Client
 	globals  string // extra global options
 	site     string // extra site directives
-}
-
-// freePorts returns n distinct free loopback ports, holding each until all are chosen. Call it
-// after every other listener of the test is up: Caddy binds with SO_REUSEPORT, so a port still
-// bound by another socket of this process would be shared with it.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
 }
 
 // startGateway starts a model server with cfg and Caddy with the given mulligan block body.
@@ -96,7 +79,7 @@ func startGatewayWith(t *testing.T, s gatewaySetup) *gateway {
 		upstream = s.wrap(upstream)
 	}
 	g.upstream = httptest.NewServer(upstream)
-	ports := freePorts(t, 2)
+	ports := testkit.FreePorts(t, 2)
 	g.port = ports[0]
 	g.base = fmt.Sprintf("http://127.0.0.1:%d", g.port)
 	g.admin = fmt.Sprintf("127.0.0.1:%d", ports[1])

@@ -3,6 +3,7 @@ package module
 import (
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -14,9 +15,12 @@ import (
 // therefore keep counting across reloads.
 var metrics = struct {
 	requests      *prometheus.CounterVec
+	submitted     *prometheus.CounterVec
+	polls         prometheus.Counter
 	operations    *prometheus.CounterVec
 	queueWait     prometheus.Histogram
 	execution     prometheus.Histogram
+	duration      prometheus.Histogram
 	retries       prometheus.Counter
 	attempts      *prometheus.CounterVec
 	deadLetters   *prometheus.CounterVec
@@ -27,6 +31,14 @@ var metrics = struct {
 		Namespace: "mulligan", Name: "requests_total",
 		Help: "Covered requests by idempotency outcome: new, replayed, in_progress, mismatch, rejected (bad or missing key), passthrough (no key, not async), accepted (became an operation), queue_full, storage_unavailable.",
 	}, []string{"outcome"}),
+	submitted: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "mulligan", Name: "operations_submitted_total",
+		Help: "Operations accepted (answered 202), by operation type.",
+	}, []string{"type"}),
+	polls: prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "mulligan", Name: "operation_polls_total",
+		Help: "Status polls: GET of one operation.",
+	}),
 	operations: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "mulligan", Name: "operations_finished_total",
 		Help: "Operations that reached a final status, by status and error code.",
@@ -38,6 +50,10 @@ var metrics = struct {
 	execution: prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: "mulligan", Name: "operation_execution_seconds",
 		Help: "Time from the start of an operation's execution to its final status.", Buckets: prometheus.ExponentialBuckets(0.01, 3, 12),
+	}),
+	duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "mulligan", Name: "operation_duration_seconds",
+		Help: "Time from submission to an operation's final status.", Buckets: prometheus.ExponentialBuckets(0.01, 3, 14),
 	}),
 	retries: prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "mulligan", Name: "upstream_retries_total", Help: "Upstream attempts of operations beyond the first.",
@@ -73,6 +89,18 @@ const (
 
 func countRequest(outcome string) { metrics.requests.WithLabelValues(outcome).Inc() }
 
+// countSubmitted records an accepted operation under its type.
+func countSubmitted(op *store.Operation) { metrics.submitted.WithLabelValues(operationType(op)).Inc() }
+
+// operationType is the type an operation is counted under: its block's async type, else the
+// path it was submitted to.
+func operationType(op *store.Operation) string {
+	if op.Type != "" {
+		return op.Type
+	}
+	return op.Path
+}
+
 // countFinal records an operation that reached a final status.
 func countFinal(op *store.Operation) {
 	code := ""
@@ -83,9 +111,19 @@ func countFinal(op *store.Operation) {
 	if !op.StartedAt.IsZero() && !op.FinishedAt.IsZero() {
 		metrics.execution.Observe(op.FinishedAt.Sub(op.StartedAt).Seconds())
 	}
+	if !op.SubmittedAt.IsZero() && !op.FinishedAt.IsZero() {
+		metrics.duration.Observe(op.FinishedAt.Sub(op.SubmittedAt).Seconds())
+	}
 }
 
 var registerOnce sync.Mutex
+
+// collectors lists every Mulligan collector.
+func collectors() []prometheus.Collector {
+	return []prometheus.Collector{metrics.requests, metrics.submitted, metrics.polls, metrics.operations,
+		metrics.queueWait, metrics.execution, metrics.duration, metrics.retries, metrics.attempts, metrics.deadLetters,
+		metrics.fsyncBatch, metrics.runnerMetrics}
+}
 
 // registerMetrics adds Mulligan's collectors to a config's registry.
 func registerMetrics(reg *prometheus.Registry) error {
@@ -94,8 +132,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 	}
 	registerOnce.Lock()
 	defer registerOnce.Unlock()
-	for _, c := range []prometheus.Collector{metrics.requests, metrics.operations, metrics.queueWait, metrics.execution,
-		metrics.retries, metrics.attempts, metrics.deadLetters, metrics.fsyncBatch, metrics.runnerMetrics} {
+	for _, c := range collectors() {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
 			if !errors.As(err, &already) {
@@ -112,6 +149,7 @@ type runnerCollector struct{}
 var (
 	descQueue   = prometheus.NewDesc("mulligan_queue_depth", "Operations waiting in the queue.", []string{"storage"}, nil)
 	descRunning = prometheus.NewDesc("mulligan_operations_running", "Operations being executed.", []string{"storage"}, nil)
+	descOldest  = prometheus.NewDesc("mulligan_oldest_running_operation_age_seconds", "How long the longest-running operation of this process has been executing (0 when none is).", []string{"storage"}, nil)
 	descPending = prometheus.NewDesc("mulligan_webhook_events_pending", "Webhook events waiting for delivery.", []string{"storage"}, nil)
 	descDead    = prometheus.NewDesc("mulligan_webhook_events_dead", "Webhook events in the dead-letter list.", []string{"storage"}, nil)
 	descBreaker = prometheus.NewDesc("mulligan_webhook_breaker_state", "Circuit breaker state per endpoint: 0 closed, 1 half-open, 2 open.", []string{"storage", "endpoint"}, nil)
@@ -119,7 +157,7 @@ var (
 )
 
 func (runnerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueue, descRunning, descPending, descDead, descBreaker, descSize} {
+	for _, d := range []*prometheus.Desc{descQueue, descRunning, descOldest, descPending, descDead, descBreaker, descSize} {
 		ch <- d
 	}
 }
@@ -134,18 +172,21 @@ func (runnerCollector) Collect(ch chan<- prometheus.Metric) {
 	})
 	for _, s := range list {
 		r, name := s.run, s.set.name()
-		r.mu.Lock()
-		running := len(r.running)
-		r.mu.Unlock()
+		running, oldest := r.runningSince()
 		ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(r.queued.Load()), name)
 		ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(running), name)
+		age := 0.0
+		if !oldest.IsZero() {
+			age = time.Since(oldest).Seconds()
+		}
+		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, age, name)
 		if pending, dead, err := r.st.CountEvents(); err == nil {
 			ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(pending), name)
 			ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(dead), name)
 		}
 		ch <- prometheus.MustNewConstMetric(descSize, prometheus.GaugeValue, float64(s.be.Size()), name)
-		for name, state := range r.courier.breakerStates() {
-			ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, breakerValue[state], name, name)
+		for endpoint, state := range r.courier.breakerStates() {
+			ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, breakerValue[state], name, endpoint)
 		}
 	}
 }

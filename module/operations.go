@@ -91,6 +91,7 @@ func (q *opsRequest) fail(err error) {
 }
 
 func (h *Handler) getOperation(q *opsRequest, id string) {
+	metrics.polls.Inc()
 	op := q.load(id)
 	if op == nil {
 		return

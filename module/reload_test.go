@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 func TestReloadWhileRequestsFlowLosesNothing(t *testing.T) {
@@ -17,46 +18,34 @@ func TestReloadWhileRequestsFlowLosesNothing(t *testing.T) {
 		t.Fatalf("before: %d", before.StatusCode)
 	}
 
-	stop := make(chan struct{})
 	var sent, failed, resets atomic.Int64
 	var failures sync.Map
-	var wg sync.WaitGroup
-	for w := range 8 {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				key := fmt.Sprintf("flow-%d-%d", w, i)
-				r := g.post(chatPath, key, chat(key))
-				// Caddy binds each config's listener with SO_REUSEPORT; closing the old one can
-				// reset a connection still in its accept backlog. A client retries with the same
-				// key, which is exactly what Mulligan makes safe.
-				for retry := 0; r.err != nil && retry < 3; retry++ {
-					resets.Add(1)
-					r = g.post(chatPath, key, chat(key))
-				}
-				sent.Add(1)
-				switch {
-				case r.err != nil:
-					failed.Add(1)
-					failures.Store(key, r.err.Error())
-				case r.StatusCode != 200:
-					failed.Add(1)
-					failures.Store(key, fmt.Sprintf("%s %s", r.Status, r.body))
-				}
-			}
-		})
-	}
+	load := testkit.StartKeyedLoad(8, 100_000, "flow", func(key string) bool {
+		r := g.post(chatPath, key, chat(key))
+		// Caddy binds each config's listener with SO_REUSEPORT; closing the old one can reset a
+		// connection still in its accept backlog. A client retries with the same key, which is
+		// exactly what Mulligan makes safe.
+		for retry := 0; r.err != nil && retry < 3; retry++ {
+			resets.Add(1)
+			r = g.post(chatPath, key, chat(key))
+		}
+		sent.Add(1)
+		switch {
+		case r.err != nil:
+			failed.Add(1)
+			failures.Store(key, r.err.Error())
+		case r.StatusCode != 200:
+			failed.Add(1)
+			failures.Store(key, fmt.Sprintf("%s %s", r.Status, r.body))
+		}
+		return true
+	})
 	for i := range 5 {
 		time.Sleep(50 * time.Millisecond)
 		g.reload(fmt.Sprintf("idempotency {\n ttl %dh\n}", 24+i))
 	}
 	time.Sleep(50 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	load.Stop()
 
 	failures.Range(func(k, v any) bool { t.Errorf("%s: %s", k, v); return true })
 	t.Logf("%d keyed requests across 5 reloads: %d failed, %d connection resets retried with the same key", sent.Load(), failed.Load(), resets.Load())

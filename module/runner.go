@@ -57,6 +57,7 @@ type execution struct {
 	done       chan struct{}
 	pooled     bool
 	leaseUntil time.Time // as last renewed
+	started    time.Time // when it began running here, for the oldest-running gauge
 }
 
 // Causes of an execution's cancellation.
@@ -230,10 +231,13 @@ func (r *runner) accepted() {
 // this runner's lease: first delivers the outcome of the attempt under way, which runs on
 // ctx. It runs outside the pool: it was never queued.
 func (r *runner) launchConverted(op *store.Operation, ctx context.Context, cancel context.CancelCauseFunc, first <-chan attemptResult) {
-	r.start(op, ctx, &execution{cancel: cancel, done: make(chan struct{}), leaseUntil: op.LeaseUntil}, first)
+	r.start(op, ctx, &execution{cancel: cancel, done: make(chan struct{}), leaseUntil: op.LeaseUntil, started: op.StartedAt}, first)
 }
 
 func (r *runner) start(op *store.Operation, ctx context.Context, ex *execution, first <-chan attemptResult) {
+	if ex.started.IsZero() {
+		ex.started = time.Now()
+	}
 	r.mu.Lock()
 	r.running[op.ID] = ex
 	if ex.pooled {
@@ -458,4 +462,18 @@ func execOf(op *store.Operation) store.Execution {
 	}
 	return store.Execution{Timeout: defaultAsyncTimeout, Retries: 3, MaxResult: defaultMaxResult, OnCrash: CrashRequeue,
 		Events: []string{EventSucceeded, EventFailed, EventCanceled}, Prefix: defaultOperationsPath}
+}
+
+// runningSince reports how many operations this runner is executing and when the earliest of
+// them began (zero when none is).
+func (r *runner) runningSince() (int, time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var oldest time.Time
+	for _, ex := range r.running {
+		if oldest.IsZero() || ex.started.Before(oldest) {
+			oldest = ex.started
+		}
+	}
+	return len(r.running), oldest
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -59,7 +60,7 @@ func sitesConfig(t *testing.T, cfg modelserver.Config, bodies ...string) ([]byte
 	model := modelserver.New(cfg)
 	upstream := httptest.NewServer(model)
 	dir := t.TempDir()
-	ports := freePorts(t, len(bodies)+1)
+	ports := testkit.FreePorts(t, len(bodies)+1)
 	admin := fmt.Sprintf("127.0.0.1:%d", ports[len(bodies)])
 	var b strings.Builder
 	fmt.Fprintf(&b, "{\n admin %s\n persist_config off\n auto_https off\n grace_period 500ms\n storage file_system %s/caddy\n log {\n level ERROR\n }\n}\n", admin, dir)

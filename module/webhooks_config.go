@@ -37,10 +37,13 @@ type WebhooksConfig struct {
 	// Timeout bounds one delivery attempt. Default: 15s.
 	Timeout caddy.Duration `json:"timeout,omitempty"`
 
-	// MaxAttempts is how many attempts an event gets before it is dead-lettered. Default: 10.
+	// MaxAttempts is how many attempts an event gets before it is dead-lettered. Default: 8,
+	// which with the default schedule (retries 5s, 5m, 30m, 2h, 5h, 10h and 10h apart, each
+	// lengthened by up to 20% of jitter) span more than 27 hours.
 	MaxAttempts int `json:"max_attempts,omitempty"`
 
-	// MaxAge dead-letters an event still undelivered this long after it occurred. Default: 72h.
+	// MaxAge dead-letters an event still undelivered this long after it occurred, or after it
+	// was last redelivered. Default: 72h.
 	MaxAge caddy.Duration `json:"max_age,omitempty"`
 
 	// BreakerFailures consecutive failed attempts open an endpoint's circuit breaker. Default: 5.
@@ -49,8 +52,9 @@ type WebhooksConfig struct {
 	// BreakerCooldown is how long an open breaker waits before one probe. Default: 30s.
 	BreakerCooldown caddy.Duration `json:"breaker_cooldown,omitempty"`
 
-	// BackoffMin and BackoffMax bound the wait between attempts: exponential with full jitter,
-	// never shorter than the receiver's Retry-After. Default: 1s and 10m.
+	// BackoffMin and BackoffMax, when set, replace the default schedule with exponential
+	// backoff between them, with full jitter. Either way a wait is never shorter than the
+	// receiver's Retry-After (up to 1h). Default: unset, the schedule above.
 	BackoffMin caddy.Duration `json:"backoff_min,omitempty"`
 	BackoffMax caddy.Duration `json:"backoff_max,omitempty"`
 
@@ -71,7 +75,14 @@ type EndpointConfig struct {
 
 	// Secrets sign every delivery, one signature each (whsec_ and base64, as Standard Webhooks
 	// defines); several at once allow rotation. Placeholders such as {env.WHSEC} are expanded.
+	// With signature x-webhook a secret is used as written, its bytes the HMAC key.
 	Secrets []string `json:"secrets"`
+
+	// Signature is how deliveries to this endpoint are signed: "standard-webhooks" (the
+	// default: webhook-id, webhook-timestamp, webhook-signature) or "x-webhook" (X-Webhook-Id,
+	// X-Webhook-Timestamp in RFC 3339, X-Webhook-Signature "t=<timestamp>,v1=<hex HMAC-SHA256
+	// of t.body>"). Every delivery carries X-Event-Type in both styles.
+	Signature string `json:"signature,omitempty"`
 }
 
 func (c *WebhooksConfig) setDefaults() {
@@ -82,7 +93,7 @@ func (c *WebhooksConfig) setDefaults() {
 		c.Timeout = caddy.Duration(webhook.DefaultTimeout)
 	}
 	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 10
+		c.MaxAttempts = len(webhook.DefaultSchedule) + 1
 	}
 	if c.MaxAge == 0 {
 		c.MaxAge = caddy.Duration(72 * time.Hour)
@@ -93,18 +104,22 @@ func (c *WebhooksConfig) setDefaults() {
 	if c.BreakerCooldown == 0 {
 		c.BreakerCooldown = caddy.Duration(30 * time.Second)
 	}
-	if c.BackoffMin == 0 {
-		c.BackoffMin = caddy.Duration(time.Second)
-	}
-	if c.BackoffMax == 0 {
-		c.BackoffMax = caddy.Duration(10 * time.Minute)
-	}
 }
 
-// endpoint is a provisioned endpoint: parsed pattern and secrets.
+// retryWait is how long an event waits before retry number retry (0 for the first): the default
+// schedule, or exponential backoff when the config sets backoff; never less than retryAfter.
+func (h *hooks) retryWait(retry int, retryAfter time.Duration) time.Duration {
+	if h.cfg.BackoffMin == 0 {
+		return webhook.ScheduledWait(webhook.DefaultSchedule, retry, retryAfter)
+	}
+	return webhook.Backoff(time.Duration(h.cfg.BackoffMin), time.Duration(h.cfg.BackoffMax), retry, retryAfter)
+}
+
+// endpoint is a provisioned endpoint: parsed pattern, signature style and secrets.
 type endpoint struct {
 	name    string
 	pattern *url.URL
+	style   webhook.Style
 	secrets []webhook.Secret
 }
 
@@ -126,7 +141,7 @@ func newHooks(c *WebhooksConfig, repl *caddy.Replacer) (*hooks, error) {
 			return nil, fmt.Errorf("webhooks: unknown event type %q", e)
 		}
 	}
-	if c.MaxAttempts < 1 || c.BreakerFailures < 1 || c.Timeout <= 0 || c.MaxAge <= 0 || c.BreakerCooldown <= 0 || c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin {
+	if c.MaxAttempts < 1 || c.BreakerFailures < 1 || c.Timeout <= 0 || c.MaxAge <= 0 || c.BreakerCooldown <= 0 || c.BackoffMin < 0 || c.BackoffMax < c.BackoffMin || (c.BackoffMin == 0) != (c.BackoffMax == 0) {
 		return nil, fmt.Errorf("webhooks: max_attempts and breaker failures must be at least 1, durations positive, backoff min <= max")
 	}
 	for _, ec := range c.Endpoints {
@@ -160,10 +175,18 @@ func newEndpoint(ec EndpointConfig, repl *caddy.Replacer) (*endpoint, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Contains(u.Host, "*") || u.User != nil {
 		return nil, fmt.Errorf("webhooks: endpoint %q: URL %q must be an absolute http(s) URL without credentials or a wildcard host", ec.Name, ec.URL)
 	}
-	ep := &endpoint{name: ec.Name, pattern: u}
+	style, err := webhook.ParseStyle(ec.Signature)
+	if err != nil {
+		return nil, fmt.Errorf("webhooks: endpoint %q: %w", ec.Name, err)
+	}
+	parse := webhook.ParseSecret
+	if style == webhook.XWebhook {
+		parse = webhook.RawSecret // the seed's consumers key their HMAC with the secret as written
+	}
+	ep := &endpoint{name: ec.Name, pattern: u, style: style}
 	for _, raw := range ec.Secrets {
 		for _, s := range strings.Fields(repl.ReplaceAll(raw, "")) {
-			secret, err := webhook.ParseSecret(s)
+			secret, err := parse(s)
 			if err != nil {
 				return nil, fmt.Errorf("webhooks: endpoint %q: %w", ec.Name, err)
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/webhook"
 )
 
@@ -206,33 +207,21 @@ func TestEveryAnsweredKeyReplaysAfterAKillUnderLoad(t *testing.T) {
 	p.start()
 	var mu sync.Mutex
 	answered := map[string][]byte{}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range 32 {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				key := fmt.Sprintf("load-%d-%d", w, i)
-				resp, body, err := p.sendWithin(5*time.Second, "POST", "/v1/chat/completions", key, fmt.Sprintf(`{"messages":[{"role":"user","content":%q}]}`, key))
-				if err != nil {
-					return // the gateway died under us
-				}
-				if resp.StatusCode == 200 {
-					mu.Lock()
-					answered[key] = body
-					mu.Unlock()
-				}
-			}
-		})
-	}
+	load := testkit.StartKeyedLoad(32, 100_000, "load", func(key string) bool {
+		resp, body, err := p.sendWithin(5*time.Second, "POST", "/v1/chat/completions", key, fmt.Sprintf(`{"messages":[{"role":"user","content":%q}]}`, key))
+		if err != nil {
+			return false // the gateway died under us
+		}
+		if resp.StatusCode == 200 {
+			mu.Lock()
+			answered[key] = body
+			mu.Unlock()
+		}
+		return true
+	})
 	waitFor(t, "load under way", func() bool { return model.Stats().Completed >= 3000 })
 	p.kill()
-	close(stop)
-	wg.Wait()
+	load.Stop()
 	p.start()
 	lost := 0
 	for key, body := range answered {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/webhook"
 )
 
@@ -34,9 +35,9 @@ type sidecarProcess struct {
 
 // newSidecarProcess prepares (but does not start) `mulligan sidecar` with the given NAME=value
 // variables on top of loopback ports and a temporary data directory. Call it once the test's
-// other listeners are up (see freePorts).
+// other listeners are up (see testkit.FreePorts).
 func newSidecarProcess(t *testing.T, env ...string) *sidecarProcess {
-	ports := freePorts(t, 2)
+	ports := testkit.FreePorts(t, 2)
 	p := &gatewayProcess{t: t, dataDir: t.TempDir(), port: ports[0], args: []string{"sidecar"}}
 	p.base = fmt.Sprintf("http://127.0.0.1:%d", p.port)
 	s := &sidecarProcess{gatewayProcess: p, admin: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}

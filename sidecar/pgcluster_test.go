@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"sort"
 	"testing"
+
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 // pgCluster is a PostgreSQL cluster of one test's own, which the test may stop and start on
@@ -42,7 +44,7 @@ func ownCluster(t *testing.T) *pgCluster {
 		c.run("chown", "postgres:", dir)
 	}
 	c.run(c.cmd("initdb", "-D", filepath.Join(dir, "data"), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync")...)
-	c.port = freePorts(t, 1)[0]
+	c.port = testkit.FreePorts(t, 1)[0]
 	c.DSN = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port)
 	c.Start()
 	t.Cleanup(func() {

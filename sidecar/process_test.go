@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 // binary is the sidecar built once for the whole test run: crash tests need a real process to
@@ -51,27 +52,10 @@ type gatewayProcess struct {
 	env     []string // the environment; default: this process's, with XDG dirs in dataDir
 }
 
-// freePorts returns n distinct free loopback ports, holding each until all are chosen. Call it
-// after the test's other listeners are up: Caddy binds with SO_REUSEPORT, so a port another
-// socket of the same user still holds would be shared with it.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
-}
-
 // newGatewayProcess prepares (but does not start) a gateway in front of upstream.
 func newGatewayProcess(t *testing.T, upstream, mulliganBody string, globals ...string) *gatewayProcess {
 	dataDir := t.TempDir()
-	ports := freePorts(t, 2)
+	ports := testkit.FreePorts(t, 2)
 	p := &gatewayProcess{t: t, dataDir: dataDir, port: ports[0]}
 	p.base = fmt.Sprintf("http://127.0.0.1:%d", p.port)
 	cf := fmt.Sprintf(`{

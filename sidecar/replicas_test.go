@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
 )
 
@@ -35,7 +36,7 @@ func startReplicas(t *testing.T, n int, upstream, dsn, mulliganBody string) []*r
 	var out []*replica
 	for range n {
 		dataDir := t.TempDir()
-		ports := freePorts(t, 2)
+		ports := testkit.FreePorts(t, 2)
 		p := &gatewayProcess{t: t, dataDir: dataDir, port: ports[0], base: fmt.Sprintf("http://127.0.0.1:%d", ports[0])}
 		cf := fmt.Sprintf(`{
 	admin 127.0.0.1:%d

@@ -128,7 +128,8 @@ type Outbox interface {
 	GetEvent(id string) (*Event, error)
 	// DeadLetters returns up to limit dead letters, oldest id first, after `after`.
 	DeadLetters(after string, limit int) ([]*Event, error)
-	// CountEvents counts pending and dead-lettered events.
+	// CountEvents counts pending and dead-lettered events. Every /metrics scrape calls it, so
+	// it must not walk the events.
 	CountEvents() (pending, dead int, err error)
 	// SetEndpointState records an endpoint's lasting state (disabled after a 410).
 	SetEndpointState(name string, st EndpointState) error

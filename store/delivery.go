@@ -84,7 +84,7 @@ func (s *Store) Redeliver(id string, at time.Time) (*Event, error) {
 		}
 		prev := *ev
 		ev.Redelivered(at)
-		return putEvent(txn, ev, &prev)
+		return s.sh.putEvent(txn, ev, &prev)
 	})
 	return out, err
 }
@@ -103,7 +103,7 @@ func (s *Store) settleEvent(id string, fn func(ev *Event)) error {
 		}
 		prev := *ev
 		fn(ev)
-		return putEvent(txn, ev, &prev)
+		return s.sh.putEvent(txn, ev, &prev)
 	})
 }
 
@@ -122,16 +122,17 @@ func (ev *Event) Rescheduled(next time.Time, a Attempt) {
 	ev.setAttempt(a)
 }
 
-// DeadLettered gives up on the event, saying why.
+// DeadLettered gives up on the event, saying why; the attempt's time is its time of death, from
+// which the dead-letter retention counts.
 func (ev *Event) DeadLettered(reason string, a Attempt) {
-	ev.State, ev.DeadReason = EventDead, reason
+	ev.State, ev.DeadReason, ev.DeadAt = EventDead, reason, a.At
 	ev.setAttempt(a)
 }
 
 // Redelivered makes a dead letter pending again, due at `at`, with a fresh attempt budget and a
 // fresh max_age counted from `at`.
 func (ev *Event) Redelivered(at time.Time) {
-	ev.State, ev.NextAttempt, ev.Attempts, ev.DeadReason, ev.AgeFrom = EventPending, at, 0, "", at
+	ev.State, ev.NextAttempt, ev.Attempts, ev.DeadReason, ev.AgeFrom, ev.DeadAt = EventPending, at, 0, "", at, time.Time{}
 }
 
 // setAttempt copies an attempt's outcome onto the event; a zero Attempts leaves the count.

@@ -46,6 +46,8 @@ type Event struct {
 	// every delivery so the consumer's work joins the same trace.
 	Traceparent string `json:"traceparent,omitempty"`
 	Tracestate  string `json:"tracestate,omitempty"`
+	// DeadAt is when the event was dead-lettered; dead letters expire a retention after it.
+	DeadAt time.Time `json:"dead_at,omitzero"`
 }
 
 // AgeStart is when the event's max_age is counted from: its redelivery, else its occurrence.
@@ -84,7 +86,7 @@ func (s *Store) announce(txn *badger.Txn, op *Operation, result *Response) error
 		return nil
 	}
 	ev.State, ev.NextAttempt = EventPending, ev.OccurredAt
-	return putEvent(txn, ev, nil)
+	return s.sh.putEvent(txn, ev, nil)
 }
 
 // Due is a pending event in the schedule: enough to decide whether to deliver it now.
@@ -138,21 +140,84 @@ func (s *Store) NextDue(from time.Time) (time.Time, error) {
 	return at, err
 }
 
-// UpdateEvent applies fn to event id and stores it, keeping the pending and dead-letter
-// indexes in step with its state.
-func (s *Store) UpdateEvent(id string, fn func(ev *Event)) (*Event, error) {
-	var out *Event
-	err := s.update(func(txn *badger.Txn) error {
-		ev, err := getEvent(txn, id)
-		if err != nil {
-			return err
+// DefaultDeadLetterRetention is how long a dead letter is kept, from its death, when
+// Options.DeadLetterRetention is zero: time to notice and redeliver it (the PostgreSQL backend
+// keeps them as long).
+const DefaultDeadLetterRetention = 30 * 24 * time.Hour
+
+// ExpireDeadLetters deletes the dead letters dead-lettered before `before` and reports how many.
+// The store does it by itself every few minutes (Options.DeadLetterRetention).
+func (s *Store) ExpireDeadLetters(before time.Time) (int, error) {
+	if err := s.usable(); err != nil {
+		return 0, err
+	}
+	n, err := s.sh.expireDeadLetters(before)
+	return n, wrap(err)
+}
+
+// expireDeadLetters reads the dead-letter index alone, which holds each one's time of death,
+// then deletes those dead before `before`, one short transaction each.
+func (sh *shared) expireDeadLetters(before time.Time) (int, error) {
+	var expired []string
+	err := sh.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefixDead), PrefetchValues: true, PrefetchSize: 64})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			at, err := deadAt(txn, it.Item())
+			if err != nil {
+				return err
+			}
+			if at.Before(before) {
+				expired = append(expired, string(it.Item().Key()[len(prefixDead):]))
+			}
 		}
-		prev := *ev
-		fn(ev)
-		out = ev
-		return putEvent(txn, ev, &prev)
+		return nil
 	})
-	return out, err
+	if err != nil {
+		return 0, err
+	}
+	for i, id := range expired {
+		var txn *badger.Txn
+		err := sh.db.Update(func(t *badger.Txn) error { txn = t; return sh.deleteDead(t, id) })
+		sh.counts.settle(txn, err == nil)
+		if err != nil {
+			return i, err
+		}
+	}
+	return len(expired), nil
+}
+
+// deadAt reads a dead letter's time of death from its index entry (or, for an entry written
+// before the index held it, from the event).
+func deadAt(txn *badger.Txn, item *badger.Item) (time.Time, error) {
+	v, err := item.ValueCopy(nil)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if len(v) == 8 {
+		return time.Unix(0, int64(binary.BigEndian.Uint64(v))), nil
+	}
+	ev, err := getEvent(txn, string(item.Key()[len(prefixDead):]))
+	if err != nil {
+		return time.Time{}, err
+	}
+	return ev.AgeStart(), nil
+}
+
+// deleteDead removes dead letter id, if it still is one.
+func (sh *shared) deleteDead(txn *badger.Txn, id string) error {
+	ev, err := getEvent(txn, id)
+	if errors.Is(err, ErrNotFound) || (err == nil && ev.State != EventDead) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := txn.Delete([]byte(prefixDead + id)); err != nil {
+		return err
+	}
+	sh.counts.add(txn, 0, -1)
+	return txn.Delete([]byte(prefixEvent + id))
 }
 
 // GetEvent returns event id.
@@ -188,24 +253,14 @@ func (s *Store) DeadLetters(after string, limit int) ([]*Event, error) {
 	return out, err
 }
 
-// CountEvents counts pending and dead-lettered events.
+// CountEvents reports how many events are pending and dead-lettered. The counts are kept as
+// events change state, so a metrics scrape reads no event (see outboxCounts).
 func (s *Store) CountEvents() (pending, dead int, err error) {
-	err = s.view(func(txn *badger.Txn) error {
-		pending = countPrefix(txn, prefixPending)
-		dead = countPrefix(txn, prefixDead)
-		return nil
-	})
-	return pending, dead, err
-}
-
-func countPrefix(txn *badger.Txn, prefix string) int {
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
-	defer it.Close()
-	n := 0
-	for it.Rewind(); it.Valid(); it.Next() {
-		n++
+	if err := s.usable(); err != nil {
+		return 0, 0, err
 	}
-	return n
+	p, d := s.sh.counts.read()
+	return int(p), int(d), nil
 }
 
 // EndpointState is an endpoint's lasting condition: disabled after a 410 until re-enabled.
@@ -245,8 +300,25 @@ func getEvent(txn *badger.Txn, id string) (*Event, error) {
 	return &ev, err
 }
 
-// putEvent stores ev and moves its index entries from prev's (nil for a new event).
-func putEvent(txn *badger.Txn, ev *Event, prev *Event) error {
+// putEvent stores ev and moves its index entries from prev's (nil for a new event), counting
+// the change of state for CountEvents.
+func (sh *shared) putEvent(txn *badger.Txn, ev *Event, prev *Event) error {
+	var dPending, dDead int64
+	if ev.State == EventPending {
+		dPending++
+	}
+	if ev.State == EventDead {
+		dDead++
+	}
+	if prev != nil {
+		if prev.State == EventPending {
+			dPending--
+		}
+		if prev.State == EventDead {
+			dDead--
+		}
+	}
+	sh.counts.add(txn, dPending, dDead)
 	if prev != nil {
 		if prev.State == EventPending {
 			if err := txn.Delete(pendingKey(prev.NextAttempt, prev.ID)); err != nil {
@@ -265,7 +337,11 @@ func putEvent(txn *badger.Txn, ev *Event, prev *Event) error {
 			return err
 		}
 	case EventDead:
-		if err := txn.Set([]byte(prefixDead+ev.ID), nil); err != nil {
+		var at []byte // the time of death, read by ExpireDeadLetters
+		if !ev.DeadAt.IsZero() {
+			at = binary.BigEndian.AppendUint64(nil, uint64(ev.DeadAt.UnixNano()))
+		}
+		if err := txn.Set([]byte(prefixDead+ev.ID), at); err != nil {
 			return err
 		}
 	}
@@ -305,11 +381,7 @@ func (s *Store) RescheduleEndpoint(endpoint string, at time.Time) (int, error) {
 		if ev.Endpoint != endpoint {
 			continue
 		}
-		if _, err := s.UpdateEvent(ev.ID, func(e *Event) {
-			if e.State == EventPending {
-				e.NextAttempt = at
-			}
-		}); err != nil {
+		if err := s.Reschedule(ev.ID, at, Attempt{}); err != nil {
 			return n, err
 		}
 		n++

@@ -24,6 +24,8 @@ type shared struct {
 	announcer   announcerSlot
 	eventLeases eventLeases
 	queue       *queueState
+	counts      outboxCounts
+	deadKeptFor time.Duration // dead-letter retention
 }
 
 var (
@@ -53,12 +55,20 @@ func acquire(opts Options) (*shared, error) {
 		dir: dir, key: bytes.Clone(opts.EncryptionKey), db: db, refs: 1,
 		syncer: newGroupSyncer(newDurableSync(db, dir).sync), locks: newKeyLocks(),
 		stopGC: make(chan struct{}), gcDone: make(chan struct{}),
-		queue: newQueueState(),
+		queue: newQueueState(), deadKeptFor: opts.DeadLetterRetention,
+	}
+	if sh.deadKeptFor <= 0 {
+		sh.deadKeptFor = DefaultDeadLetterRetention
 	}
 	if err := sh.queue.load(db); err != nil {
 		sh.syncer.stop()
 		_ = db.Close()
 		return nil, fmt.Errorf("%w: reading the queue of %s: %v", ErrUnavailable, dir, err)
+	}
+	if err := sh.counts.load(db); err != nil {
+		sh.syncer.stop()
+		_ = db.Close()
+		return nil, fmt.Errorf("%w: counting the outbox of %s: %v", ErrUnavailable, dir, err)
 	}
 	go sh.collectGarbage()
 	pool[dir] = sh
@@ -113,7 +123,8 @@ func badgerOptions(dir string, opts Options) badger.Options {
 	return o
 }
 
-// collectGarbage reclaims value-log space left by expired and deleted records.
+// collectGarbage deletes dead letters past their retention and reclaims value-log space left by
+// expired and deleted records.
 func (sh *shared) collectGarbage() {
 	defer close(sh.gcDone)
 	t := time.NewTicker(5 * time.Minute)
@@ -123,6 +134,7 @@ func (sh *shared) collectGarbage() {
 		case <-sh.stopGC:
 			return
 		case <-t.C:
+			_, _ = sh.expireDeadLetters(time.Now().Add(-sh.deadKeptFor)) // tried again next tick
 			for sh.db.RunValueLogGC(0.5) == nil {
 			}
 		}

@@ -42,6 +42,9 @@ type Options struct {
 	Logger Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// DeadLetterRetention is how long a dead letter is kept after it was dead-lettered; zero
+	// means DefaultDeadLetterRetention. The first handle to open a directory sets it.
+	DeadLetterRetention time.Duration
 }
 
 // Store is one user's handle on a shared database. Close releases the handle; the database
@@ -134,11 +137,14 @@ func (s *Store) write(fn func(txn *badger.Txn) (bool, error), committed func()) 
 	}
 	wrote := false
 	for attempt := 0; ; attempt++ {
-		err := s.sh.db.Update(func(txn *badger.Txn) error {
+		var txn *badger.Txn
+		err := s.sh.db.Update(func(t *badger.Txn) error {
 			var err error
-			wrote, err = fn(txn)
+			txn = t
+			wrote, err = fn(t)
 			return err
 		})
+		s.sh.counts.settle(txn, err == nil)
 		if errors.Is(err, badger.ErrConflict) && attempt < 64 {
 			continue
 		}

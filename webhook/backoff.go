@@ -72,3 +72,29 @@ func ParseRetryAfter(v string, now time.Time) time.Duration {
 	}
 	return 0
 }
+
+// DefaultSchedule is the wait before each retry of an event in the durable outbox (Svix's
+// spacing): after the first attempt fails the event is tried again 5s later, then 5m, 30m, 2h,
+// 5h, 10h and 10h later, eight attempts over more than a day, so a receiver down for hours
+// loses nothing.
+var DefaultSchedule = []time.Duration{
+	5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 5 * time.Hour, 10 * time.Hour, 10 * time.Hour,
+}
+
+// scheduleJitter is the most a scheduled wait is lengthened by, as a fraction of it: waits are
+// only ever lengthened, so the schedule's span is a floor.
+const scheduleJitter = 0.2
+
+// ScheduledWait returns how long to wait before retry number retry (0 for the first retry) on
+// schedule: the schedule's wait (its last one repeating past its end) plus up to 20% of
+// random jitter, never less than retryAfter (capped at [MaxRetryAfter]).
+func ScheduledWait(schedule []time.Duration, retry int, retryAfter time.Duration) time.Duration {
+	if len(schedule) == 0 {
+		return min(max(retryAfter, 0), MaxRetryAfter)
+	}
+	wait := schedule[min(max(retry, 0), len(schedule)-1)]
+	if spread := time.Duration(float64(wait) * scheduleJitter); spread > 0 {
+		wait += rand.N(spread + 1)
+	}
+	return max(wait, min(retryAfter, MaxRetryAfter))
+}

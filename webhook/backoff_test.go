@@ -73,3 +73,55 @@ func TestBackoffSurvivesOddInputs(t *testing.T) {
 		})
 	}
 }
+
+// TestDefaultScheduleRidesOutADayLongOutage checks the outbox's default schedule: its eight
+// attempts span more than a day even with the least jitter, and an hour-long outage leaves
+// attempts to spare.
+func TestDefaultScheduleRidesOutADayLongOutage(t *testing.T) {
+	attempts := len(webhook.DefaultSchedule) + 1
+	if attempts != 8 {
+		t.Fatalf("the default schedule makes %d attempts, want 8", attempts)
+	}
+	var floor, ceiling time.Duration
+	for retry := range attempts - 1 {
+		lo := webhook.DefaultSchedule[retry]
+		floor += lo
+		for range 200 {
+			w := webhook.ScheduledWait(webhook.DefaultSchedule, retry, 0)
+			if w < lo || w > lo+lo/5 {
+				t.Fatalf("retry %d waits %v, want %v to %v", retry, w, lo, lo+lo/5)
+			}
+			ceiling = max(ceiling, w)
+		}
+	}
+	if want := 27*time.Hour + 35*time.Minute + 5*time.Second; floor != want {
+		t.Fatalf("the schedule spans %v at least, want %v", floor, want)
+	}
+	if floor < 24*time.Hour {
+		t.Fatalf("the schedule spans %v, under a day", floor)
+	}
+	// During a one-hour outage from the first attempt, the attempts made are those due within it.
+	var at time.Duration
+	used := 1
+	for retry := 0; at+webhook.DefaultSchedule[retry] <= time.Hour; retry++ {
+		at += webhook.DefaultSchedule[retry]
+		used++
+	}
+	if used >= attempts {
+		t.Fatalf("an hour-long outage uses all %d attempts", attempts)
+	}
+	t.Logf("default schedule: %d attempts over at least %v; an hour-long outage uses %d", attempts, floor, used)
+}
+
+func TestScheduledWaitRepeatsItsLastWaitAndHonoursRetryAfter(t *testing.T) {
+	schedule := []time.Duration{time.Second, time.Minute}
+	if w := webhook.ScheduledWait(schedule, 9, 0); w < time.Minute || w > 72*time.Second {
+		t.Errorf("retry past the schedule waits %v, want its last wait, 1m to 1m12s", w)
+	}
+	if w := webhook.ScheduledWait(schedule, 0, 30*time.Second); w != 30*time.Second {
+		t.Errorf("Retry-After 30s waits %v, want 30s", w)
+	}
+	if w := webhook.ScheduledWait(schedule, 0, 48*time.Hour); w != webhook.MaxRetryAfter {
+		t.Errorf("Retry-After 48h waits %v, want MaxRetryAfter", w)
+	}
+}

@@ -18,6 +18,7 @@ const dialTimeout = 30 * time.Second
 // the request context. retryablehttp runs the hooks one after another on the
 // goroutine that called Do, so it needs no lock.
 type call struct {
+	style     Style
 	secrets   []Secret
 	msgID     string
 	body      []byte

@@ -35,6 +35,8 @@ type Endpoint struct {
 	// AllowPrivate turns the SSRF guard off for this endpoint, allowing
 	// loopback, private and other special-purpose addresses.
 	AllowPrivate bool
+	// Style picks the signature headers; the zero value is StandardWebhooks.
+	Style Style
 }
 
 // Message is one event to deliver.
@@ -49,6 +51,8 @@ type Message struct {
 	// work the event is about. The content type, user agent and signature headers are set over
 	// them.
 	Header http.Header
+	// Type is sent as X-Event-Type, in either style, when not empty.
+	Type string
 }
 
 // Options configures a Deliverer. Every zero value has a safe default.
@@ -130,7 +134,7 @@ func (d *Deliverer) send(ctx context.Context, ep Endpoint, msg Message) Outcome 
 	if err := checkDelivery(ep, msg); err != nil {
 		return Outcome{Result: DeadLetter, Err: err}
 	}
-	c := &call{secrets: ep.Secrets, msgID: msg.ID, body: msg.Body, timeout: ep.Timeout}
+	c := &call{style: ep.Style, secrets: ep.Secrets, msgID: msg.ID, body: msg.Body, timeout: ep.Timeout}
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
 	}
@@ -143,7 +147,9 @@ func (d *Deliverer) send(ctx context.Context, ep Endpoint, msg Message) Outcome 
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", d.opts.UserAgent)
-	req.Header.Set(HeaderID, msg.ID)
+	if msg.Type != "" {
+		req.Header.Set(HeaderEventType, msg.Type)
+	}
 	d.sign(req.Header, c)
 
 	client := d.guarded
@@ -164,11 +170,10 @@ func (d *Deliverer) send(ctx context.Context, ep Endpoint, msg Message) Outcome 
 	return out
 }
 
-// sign stamps one attempt: a fresh webhook-timestamp and its signatures.
+// sign stamps one attempt in the endpoint's style: the id, a fresh timestamp and its
+// signatures.
 func (d *Deliverer) sign(h http.Header, c *call) {
-	now := d.opts.Now()
-	h.Set(HeaderTimestamp, formatTimestamp(now))
-	h.Set(HeaderSignature, Sign(c.secrets, c.msgID, now, c.body))
+	signHeaders(h, c.style, c.secrets, c.msgID, d.opts.Now(), c.body)
 }
 
 // checkDelivery refuses what can never be delivered, before any attempt.

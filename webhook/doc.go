@@ -11,8 +11,13 @@
 // time. It persists nothing: the durable outbox that calls it records each
 // [Outcome] and schedules the next try with [Backoff].
 //
+// An endpoint may instead use the X-Webhook style ([XWebhook]): X-Webhook-Id,
+// X-Webhook-Timestamp (RFC 3339) and X-Webhook-Signature ("t=<timestamp>,v1=<hex
+// HMAC-SHA256 of "t.body">", one v1= per raw secret). Every delivery, in either style,
+// carries X-Event-Type.
+//
 // Consumers verify deliveries with [Verify] or with any Standard Webhooks
-// library.
+// library, and X-Webhook deliveries with [VerifyXWebhook].
 //
 // This package imports neither Caddy nor Badger.
 package webhook

@@ -25,11 +25,17 @@ const (
 // ErrClosed is returned by WaitIdle once the consumer is closed.
 var ErrClosed = errors.New("consumer: closed")
 
-// Config configures a Consumer. Secrets and Dir are required.
+// Config configures a Consumer. Dir and Secrets or XWebhookSecrets are required.
 type Config struct {
-	// Secrets verify deliveries: the endpoint's whsec_... secrets. During a
-	// rotation list both; a delivery signed with any of them is accepted.
+	// Secrets verify Standard Webhooks deliveries (the default style): the
+	// endpoint's whsec_... secrets. During a rotation list both; a delivery
+	// signed with any of them is accepted.
 	Secrets []webhook.Secret
+	// XWebhookSecrets verify deliveries of an endpoint with "signature
+	// x-webhook" (X-Webhook-Signature), made with webhook.RawSecret from the
+	// secrets as configured. A delivery is verified in the style its headers
+	// show, with that style's secrets.
+	XWebhookSecrets []webhook.Secret
 	// Dir holds the journal (created if missing). One consumer per Dir.
 	Dir string
 	// Gateway is the gateway's origin, such as http://127.0.0.1:8080, that
@@ -103,7 +109,7 @@ func New(cfg Config) (*Consumer, error) {
 // withDefaults checks cfg and fills in its zero values.
 func withDefaults(cfg Config) (Config, error) {
 	switch {
-	case len(cfg.Secrets) == 0:
+	case len(cfg.Secrets) == 0 && len(cfg.XWebhookSecrets) == 0:
 		return cfg, errors.New("consumer: no secrets to verify deliveries with")
 	case cfg.Dir == "":
 		return cfg, errors.New("consumer: no Dir for the journal")

@@ -299,3 +299,44 @@ func TestRefusedRequests(t *testing.T) {
 		t.Errorf("processed %d events, want 0", got)
 	}
 }
+
+func TestEitherSignatureStyleIsAcceptedAndDedupedByItsID(t *testing.T) {
+	raw, err := webhook.RawSecret("seed-secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, t.TempDir(), Config{XWebhookSecrets: []webhook.Secret{raw}})
+	if got := h.deliverX("evt_x", event("evt_x", "op_1", "succeeded", 3), []webhook.Secret{raw}); got != http.StatusOK {
+		t.Fatalf("x-webhook delivery: status %d, want 200", got)
+	}
+	if got := h.deliverX("evt_x", event("evt_x", "op_1", "succeeded", 3), []webhook.Secret{raw}); got != http.StatusOK {
+		t.Fatalf("x-webhook redelivery: status %d, want 200", got)
+	}
+	if got := h.deliver("evt_s", event("evt_s", "op_2", "succeeded", 3)); got != http.StatusOK {
+		t.Fatalf("standard delivery: status %d, want 200", got)
+	}
+	h.waitIdle()
+	if got := versionsOf(h.processed.all()); !slices.Equal(got, []string{"op_1@3", "op_2@3"}) {
+		t.Errorf("processed %v, want [op_1@3 op_2@3]: each once", got)
+	}
+	if ids := journaledIDs(t, h.consumer.cfg.Dir); !slices.Equal(ids, []string{"evt_x", "evt_s"}) {
+		t.Errorf("journaled %v, want [evt_x evt_s]", ids)
+	}
+}
+
+func TestXWebhookDeliveryWithABadSignatureIsRefused(t *testing.T) {
+	raw, _ := webhook.RawSecret("seed-secret")
+	other, _ := webhook.RawSecret("other")
+	body := event("evt_x", "op_1", "succeeded", 3)
+	for name, secrets := range map[string][]webhook.Secret{
+		"wrong secret":                       {other},
+		"the whsec secret used as a raw one": {testSecret(t, "c")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := start(t, t.TempDir(), Config{XWebhookSecrets: []webhook.Secret{raw}})
+			if got := h.deliverX("evt_x", body, secrets); got != http.StatusUnauthorized {
+				t.Fatalf("status %d, want 401", got)
+			}
+		})
+	}
+}

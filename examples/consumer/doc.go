@@ -3,9 +3,12 @@
 //
 //  1. Read the raw body under a size limit (413 above it).
 //  2. Verify the signature over the raw bytes with [webhook.Verify] before
-//     parsing anything (401 on failure, nothing recorded).
-//  3. Deduplicate by webhook-id, which stays the same across retries, in
-//     durable storage: a redelivery after a restart is still recognised.
+//     parsing anything (401 on failure, nothing recorded); a delivery from an
+//     endpoint with "signature x-webhook" (X-Webhook-Signature) is verified
+//     with [webhook.VerifyXWebhook] and Config.XWebhookSecrets instead.
+//  3. Deduplicate by webhook-id (X-Webhook-Id in the other style), which
+//     stays the same across retries, in durable storage: a redelivery after
+//     a restart is still recognised.
 //  4. Acknowledge fast: answer 200 as soon as the event is durably
 //     journaled, and do the work afterwards from an in-process queue, so a
 //     slow handler never makes the gateway time out and retry.

@@ -40,7 +40,8 @@ func (c *Consumer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// Verify the raw bytes before parsing anything: re-encoded JSON would
 	// not verify, and an unverified body must not be trusted at all.
-	if err := webhook.Verify(c.cfg.Secrets, r.Header, body, c.cfg.Now()); err != nil {
+	id, err := c.verify(r.Header, body)
+	if err != nil {
 		c.cfg.Logf("consumer: refused a delivery: %v", err)
 		http.Error(w, "signature verification failed", http.StatusUnauthorized)
 		return
@@ -50,7 +51,7 @@ func (c *Consumer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	duplicate, err := c.accept(r.Header.Get(webhook.HeaderID), body, ev)
+	duplicate, err := c.accept(id, body, ev)
 	if err != nil {
 		w.Header().Set("Retry-After", retryAfterSeconds)
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
@@ -62,6 +63,16 @@ func (c *Consumer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fmt.Fprintln(w, `{"status":"accepted"}`)
+}
+
+// verify checks a delivery in the style its headers show (X-Webhook-Signature
+// or Standard Webhooks' webhook-signature) and returns its id, the dedupe key
+// of either style.
+func (c *Consumer) verify(h http.Header, body []byte) (string, error) {
+	if h.Get(webhook.HeaderXSignature) != "" {
+		return h.Get(webhook.HeaderXID), webhook.VerifyXWebhook(c.cfg.XWebhookSecrets, h, body, c.cfg.Now())
+	}
+	return h.Get(webhook.HeaderID), webhook.Verify(c.cfg.Secrets, h, body, c.cfg.Now())
 }
 
 // readBody reads the whole body, up to limit bytes. On failure it also

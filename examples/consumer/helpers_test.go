@@ -115,6 +115,27 @@ func (h *harness) deliverSigned(id string, body []byte, signature string) int {
 	return resp.StatusCode
 }
 
+// deliverX POSTs body as event id in the X-Webhook style, signed with secrets, and returns the
+// status.
+func (h *harness) deliverX(id string, body []byte, secrets []webhook.Secret) int {
+	h.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, h.server.URL+"/webhooks/ai-jobs", bytes.NewReader(body))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(webhook.HeaderXID, id)
+	req.Header.Set(webhook.HeaderXTimestamp, testNow.UTC().Format(time.RFC3339))
+	req.Header.Set(webhook.HeaderXSignature, webhook.SignXWebhook(secrets, testNow, body))
+	req.Header.Set(webhook.HeaderEventType, "operation.succeeded")
+	resp, err := h.server.Client().Do(req)
+	if err != nil {
+		h.t.Fatalf("delivering %s: %v", id, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 // waitIdle waits for the queue to drain.
 func (h *harness) waitIdle() {
 	h.t.Helper()

@@ -41,6 +41,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:9000", "address to receive webhooks on")
 	secretList := fs.String("secret", os.Getenv("WEBHOOK_SECRET"), "whsec_... signing secret(s), comma-separated during a rotation (default $WEBHOOK_SECRET)")
+	xSecretList := fs.String("x-webhook-secret", os.Getenv("X_WEBHOOK_SECRET"), "raw secret(s) of an endpoint with signature x-webhook, comma-separated during a rotation (default $X_WEBHOOK_SECRET)")
 	dir := fs.String("data", "./consumer-data", "directory of the dedupe journal")
 	gateway := fs.String("gateway", "http://127.0.0.1:8080", "gateway origin to poll operations from; empty disables polling")
 	if err := fs.Parse(args); err != nil {
@@ -49,19 +50,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	secrets, err := parseSecrets(*secretList)
+	secrets, xSecrets, err := parseBothSecrets(*secretList, *xSecretList)
 	if err != nil {
 		fmt.Fprintf(stderr, "consumer: %v\n", err)
 		return 2
 	}
 	logger := log.New(stderr, "", log.LstdFlags)
 	c, err := consumer.New(consumer.Config{
-		Secrets:    secrets,
-		Dir:        *dir,
-		Gateway:    *gateway,
-		PollHeader: pollHeader(os.Getenv("GATEWAY_AUTHORIZATION")),
-		Process:    func(ev consumer.Event) { fmt.Fprintln(stdout, describe(ev)) },
-		Logf:       logger.Printf,
+		Secrets:         secrets,
+		XWebhookSecrets: xSecrets,
+		Dir:             *dir,
+		Gateway:         *gateway,
+		PollHeader:      pollHeader(os.Getenv("GATEWAY_AUTHORIZATION")),
+		Process:         func(ev consumer.Event) { fmt.Fprintln(stdout, describe(ev)) },
+		Logf:            logger.Printf,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "consumer: %v\n", err)
@@ -99,21 +101,35 @@ func serve(addr string, c *consumer.Consumer, logger *log.Logger) int {
 	return 0
 }
 
-// parseSecrets reads a comma-separated list of whsec_... secrets.
-func parseSecrets(list string) ([]webhook.Secret, error) {
+// parseBothSecrets reads the whsec_... secrets of Standard Webhooks endpoints
+// and the raw secrets of x-webhook ones; at least one is needed.
+func parseBothSecrets(standard, x string) ([]webhook.Secret, []webhook.Secret, error) {
+	secrets, err := parseSecrets(standard, webhook.ParseSecret)
+	if err != nil {
+		return nil, nil, err
+	}
+	xSecrets, err := parseSecrets(x, webhook.RawSecret)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(secrets)+len(xSecrets) == 0 {
+		return nil, nil, errors.New("no secret: pass -secret whsec_... or -x-webhook-secret, or set WEBHOOK_SECRET")
+	}
+	return secrets, xSecrets, nil
+}
+
+// parseSecrets reads a comma-separated list of secrets with parse.
+func parseSecrets(list string, parse func(string) (webhook.Secret, error)) ([]webhook.Secret, error) {
 	var secrets []webhook.Secret
 	for _, text := range strings.Split(list, ",") {
 		if strings.TrimSpace(text) == "" {
 			continue
 		}
-		s, err := webhook.ParseSecret(text)
+		s, err := parse(strings.TrimSpace(text))
 		if err != nil {
 			return nil, err
 		}
 		secrets = append(secrets, s)
-	}
-	if len(secrets) == 0 {
-		return nil, errors.New("no secret: pass -secret whsec_... or set WEBHOOK_SECRET")
 	}
 	return secrets, nil
 }

@@ -1,0 +1,174 @@
+package module
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/webhook"
+)
+
+// TestDeliveryUnderWayWhenAReloadDropsTheWebhooksWaits: the courier picked an event, then a
+// reload to a config without webhooks cleared its endpoints before the delivery read them. The
+// delivery must leave the event pending, uncharged (it dereferenced nil hooks before).
+func TestDeliveryUnderWayWhenAReloadDropsTheWebhooksWaits(t *testing.T) {
+	st, err := store.Open(store.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	st.SetAnnouncer(func(op *store.Operation, _ *store.Response) *store.Event {
+		if !op.Status.Final() {
+			return nil
+		}
+		return &store.Event{ID: "evt_1", Type: EventSucceeded, OperationID: op.ID, Version: op.Version,
+			Endpoint: "hooks", URL: "http://127.0.0.1:9/hook", OccurredAt: time.Now()}
+	})
+	op := &store.Operation{ID: "op_1", Scope: "s", Status: store.StatusQueued, Version: 1, Method: "POST", Path: "/v1/x",
+		SubmittedAt: time.Now(), Retention: time.Hour}
+	if _, err := st.AcceptOperation(op, &store.Request{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	st.Transition("op_1", store.Change{To: store.StatusRunning})
+	if _, err := st.Transition("op_1", store.Change{To: store.StatusSucceeded, Result: &store.Response{Status: 200}}); err != nil {
+		t.Fatal(err)
+	}
+
+	c := newCourier(st, "worker-1", zap.NewNop())
+	defer c.stop()
+	c.configure(nil) // the reload's config has no webhooks
+	c.sends.Add(1)
+	c.deliver(store.Due{ID: "evt_1", Endpoint: "hooks"})
+
+	ev, err := st.GetEvent("evt_1")
+	if err != nil || ev.State != store.EventPending || ev.Attempts != 0 {
+		t.Fatalf("event after the delivery: %+v, %v; want pending with no attempt", ev, err)
+	}
+}
+
+// TestDefaultWebhookScheduleSpansADay: with no schedule settings an event gets 8 attempts whose
+// waits, even at their shortest, add up to more than a day (it was 10 attempts over 10 to 20
+// minutes).
+func TestDefaultWebhookScheduleSpansADay(t *testing.T) {
+	var c WebhooksConfig
+	c.setDefaults()
+	h, err := newHooks(&c, caddy.NewReplacer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var span time.Duration
+	for retry := range c.MaxAttempts - 1 {
+		span += h.retryWait(retry, 0)
+	}
+	if c.MaxAttempts != 8 || span < 27*time.Hour+35*time.Minute {
+		t.Fatalf("%d attempts over %v; want 8 over at least 27h35m", c.MaxAttempts, span)
+	}
+	if time.Duration(c.MaxAge) < span {
+		t.Fatalf("max_age %v is shorter than the schedule's %v", time.Duration(c.MaxAge), span)
+	}
+	t.Logf("default: %d attempts spanning %v", c.MaxAttempts, span)
+}
+
+// xReceiver is a consumer of the seed's X-Webhook style on loopback: it verifies every delivery
+// with webhook.VerifyXWebhook and keeps what it accepted.
+type xReceiver struct {
+	srv     *httptest.Server
+	secrets []webhook.Secret
+	mu      sync.Mutex
+	got     []http.Header
+	events  []map[string]any
+	badSigs []error
+}
+
+func newXReceiver(t *testing.T, secrets ...string) *xReceiver {
+	rc := &xReceiver{}
+	for _, s := range secrets {
+		secret, err := webhook.RawSecret(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc.secrets = append(rc.secrets, secret)
+	}
+	rc.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
+		rc.got = append(rc.got, r.Header.Clone())
+		if err := webhook.VerifyXWebhook(rc.secrets, r.Header, body, time.Now()); err != nil {
+			rc.badSigs = append(rc.badSigs, err)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		var ev map[string]any
+		_ = json.Unmarshal(body, &ev)
+		rc.events = append(rc.events, ev)
+	}))
+	t.Cleanup(rc.srv.Close)
+	return rc
+}
+
+func (rc *xReceiver) delivered() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return len(rc.events)
+}
+
+func TestXWebhookEndpointIsSignedInTheSeedsStyle(t *testing.T) {
+	rc := newXReceiver(t, "old-seed-secret") // the consumer still knows only the old secret
+	g := startGateway(t, modelserver.Config{}, fmt.Sprintf(
+		"webhooks {\n endpoint seed %s/hook {\n secret new-seed-secret old-seed-secret\n signature x-webhook\n }\n default seed\n allow_private\n}", rc.srv.URL))
+	_, op := g.submit(t, "x-style")
+	g.await(t, op.OperationID)
+	waitFor(t, func() bool { return rc.delivered() == 1 })
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	h, ev := rc.got[0], rc.events[0]
+	if len(rc.badSigs) != 0 {
+		t.Fatalf("deliveries that did not verify: %v", rc.badSigs)
+	}
+	if h.Get("X-Webhook-Id") != ev["event_id"] || h.Get("X-Event-Type") != "operation.succeeded" || ev["event_type"] != "operation.succeeded" {
+		t.Fatalf("X-Webhook-Id %q, X-Event-Type %q for event %v", h.Get("X-Webhook-Id"), h.Get("X-Event-Type"), ev)
+	}
+	if ts, err := time.Parse(time.RFC3339, h.Get("X-Webhook-Timestamp")); err != nil || !strings.HasSuffix(h.Get("X-Webhook-Timestamp"), "Z") || time.Since(ts) > time.Minute {
+		t.Fatalf("X-Webhook-Timestamp %q is not a recent RFC 3339 UTC time", h.Get("X-Webhook-Timestamp"))
+	}
+	if sig := h.Get("X-Webhook-Signature"); strings.Count(sig, ",v1=") != 2 || !strings.HasPrefix(sig, "t="+h.Get("X-Webhook-Timestamp")+",") {
+		t.Fatalf("X-Webhook-Signature %q, want t=<timestamp> and one v1= per secret", sig)
+	}
+	if h.Get("webhook-signature") != "" {
+		t.Fatalf("an x-webhook delivery carries webhook-signature too")
+	}
+}
+
+func TestStandardWebhooksDeliveryCarriesTheEventType(t *testing.T) {
+	var mu sync.Mutex
+	var types []string
+	rc := newReceiver(t, secretA, func(r *http.Request) int {
+		mu.Lock()
+		defer mu.Unlock()
+		types = append(types, r.Header.Get("X-Event-Type"))
+		return http.StatusNoContent
+	})
+	g := startGateway(t, modelserver.Config{}, webhooksBlock(rc.srv.URL+"/hook", "events operation.running operation.succeeded", secretA))
+	_, op := g.submit(t, "")
+	g.await(t, op.OperationID)
+	waitFor(t, func() bool { return rc.delivered() == 2 })
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(types) // the two events may arrive in either order
+	if strings.Join(types, " ") != "operation.running operation.succeeded" {
+		t.Fatalf("X-Event-Type of the deliveries: %q", types)
+	}
+}

@@ -1,0 +1,89 @@
+package module
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mulligan-gw/mulligan/examples/modelserver"
+)
+
+// deadLetterIDs lists the event ids in the dead-letter list.
+func (g *gateway) deadLetterIDs(t *testing.T) []string {
+	t.Helper()
+	var page struct {
+		DeadLetters []struct {
+			ID string `json:"id"`
+		} `json:"dead_letters"`
+	}
+	if err := json.Unmarshal([]byte(g.adminCall("GET", "/mulligan/dead-letters?limit=1000")), &page); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, len(page.DeadLetters))
+	for i, d := range page.DeadLetters {
+		ids[i] = d.ID
+	}
+	return ids
+}
+
+// TestRedeliveredDeadLetterPastMaxAgeIsDelivered: an event dead-lettered and redelivered after
+// its max_age gets a fresh max_age from the redelivery, and reaches the receiver (before, the
+// courier dead-lettered it again at once, unsent).
+func TestRedeliveredDeadLetterPastMaxAgeIsDelivered(t *testing.T) {
+	var refuse atomic.Bool
+	refuse.Store(true)
+	rc := newReceiver(t, secretA, func(*http.Request) int {
+		if refuse.Load() {
+			return http.StatusBadRequest
+		}
+		return http.StatusOK
+	})
+	const maxAge = 300 * time.Millisecond
+	g := startGateway(t, modelserver.Config{}, webhooksBlock(rc.srv.URL+"/hook", "max_age 300ms", secretA))
+	_, op := g.submit(t, "")
+	g.await(t, op.OperationID)
+	waitFor(t, func() bool { return len(g.deadLetterIDs(t)) == 1 })
+	time.Sleep(maxAge) // the event is now older than max_age: only the wall clock gets it there
+	refuse.Store(false)
+	id := g.deadLetterIDs(t)[0]
+	g.adminCall("POST", "/mulligan/dead-letters/"+id+"/redeliver")
+	waitFor(t, func() bool { return rc.delivered() == 1 || len(g.deadLetterIDs(t)) == 1 })
+	if rc.delivered() != 1 {
+		t.Fatalf("the redelivered event was dead-lettered again: %s", g.adminCall("GET", "/mulligan/dead-letters"))
+	}
+	if got := rc.attempts.Load(); got != 2 {
+		t.Fatalf("the receiver saw %d attempts, want 2 (the refused one and the redelivery)", got)
+	}
+}
+
+// TestRedeliverAllEndsWhileEventsDieAgain: the receiver refuses everything, so each redelivered
+// event is dead-lettered again moments later. "Redeliver all" must page once through the 30
+// that were dead when it was called and answer (before, it looped forever).
+func TestRedeliverAllEndsWhileEventsDieAgain(t *testing.T) {
+	const n = 30
+	rc := newReceiver(t, secretA, func(*http.Request) int { return http.StatusBadRequest })
+	g := startGateway(t, modelserver.Config{}, webhooksBlock(rc.srv.URL+"/hook", "", secretA))
+	for i := range n {
+		_, op := g.submit(t, fmt.Sprintf("dies-%d", i))
+		g.await(t, op.OperationID)
+	}
+	waitFor(t, func() bool { return len(g.deadLetterIDs(t)) == n })
+
+	for round := 1; round <= 2; round++ {
+		done := make(chan string, 1)
+		go func() { done <- g.adminCall("POST", "/mulligan/dead-letters/redeliver") }()
+		select {
+		case body := <-done:
+			if !strings.Contains(body, fmt.Sprintf(`"redelivering":%d`, n)) {
+				t.Fatalf("round %d: redeliver all answered %s, want %d redelivered", round, body, n)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("round %d: redeliver all has not answered in 20s", round)
+		}
+		waitFor(t, func() bool { return len(g.deadLetterIDs(t)) == n && rc.attempts.Load() == int64(n*(round+1)) })
+	}
+}

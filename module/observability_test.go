@@ -1,0 +1,99 @@
+package module
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mulligan-gw/mulligan/examples/modelserver"
+)
+
+// metricNames returns the name of every metric Mulligan's collectors describe.
+func metricNames() map[string]bool {
+	names := map[string]bool{}
+	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
+	for _, c := range collectors() {
+		ch := make(chan *prometheus.Desc, 16)
+		go func() { c.Describe(ch); close(ch) }()
+		for d := range ch {
+			if m := fqName.FindStringSubmatch(d.String()); m != nil {
+				names[m[1]] = true
+			}
+		}
+	}
+	return names
+}
+
+// TestAlertRulesAndDashboardUseRealMetricNames: every mulligan_* name in the shipped alert rules
+// and Grafana dashboard is a metric the gateway exports (a histogram's _bucket, _sum and _count
+// included), so a renamed metric cannot leave them silently empty.
+func TestAlertRulesAndDashboardUseRealMetricNames(t *testing.T) {
+	names := metricNames()
+	if len(names) < 15 {
+		t.Fatalf("found only %d metric names: %v", len(names), names)
+	}
+	used := regexp.MustCompile(`\bmulligan_[a-z_]+[a-z]`)
+	for _, file := range []string{"../examples/observability/alerts.yml", "../examples/observability/dashboard.json"} {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(file, ".json") && !json.Valid(src) {
+			t.Fatalf("%s is not valid JSON", file)
+		}
+		seen := map[string]bool{}
+		for _, name := range used.FindAllString(string(src), -1) {
+			seen[name] = true
+			base := name
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				base = strings.TrimSuffix(base, suffix)
+			}
+			if !names[name] && !names[base] {
+				t.Errorf("%s uses %s, which the gateway does not export", file, name)
+			}
+		}
+		if len(seen) < 8 {
+			t.Errorf("%s uses only %d metrics: %v", file, len(seen), seen)
+		}
+	}
+}
+
+// TestSeedMetricsCountSubmissionsPollsAndTheOldestRunning checks the metrics of the seeds'
+// dashboards over HTTP: submissions by type, status polls, the age of the oldest running
+// operation and the submit-to-final duration.
+func TestSeedMetricsCountSubmissionsPollsAndTheOldestRunning(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, "")
+	before := g.scrape(t)
+	_, slow := g.submit(t, "", modelserver.HeaderMockLatency, "30s")
+	waitFor(t, func() bool { return decodeOp(t, g.get(slow.Links.Self)).Status == "running" })
+	for i := range 2 {
+		_, op := g.submit(t, "quick-"+itoa(i))
+		g.get(op.Links.Self)
+		g.await(t, op.OperationID)
+	}
+	during := g.scrape(t)
+	if age := sum(during, "mulligan_oldest_running_operation_age_seconds"); age <= 0 || age > 60 {
+		t.Fatalf("oldest running operation age %v with one running for under a minute", age)
+	}
+	if r := g.post(slow.Links.Cancel, "", ""); r.StatusCode != http.StatusOK && r.StatusCode != http.StatusAccepted {
+		t.Fatalf("cancel: %s %s", r.Status, r.body)
+	}
+	waitFor(t, func() bool { return sum(g.scrape(t), "mulligan_oldest_running_operation_age_seconds") == 0 })
+	after := g.scrape(t)
+	delta := func(name string) float64 { return sum(after, name) - sum(before, name) }
+	submitted := `mulligan_operations_submitted_total{type="` + chatPath + `"}`
+	if d := after[submitted] - before[submitted]; d != 3 {
+		t.Errorf("%s grew by %v, want 3", submitted, d)
+	}
+	if d := delta("mulligan_operation_polls_total"); d < 3 {
+		t.Errorf("mulligan_operation_polls_total grew by %v, want at least the 3 polls made", d)
+	}
+	if d := delta("mulligan_operation_duration_seconds_count"); d != 3 {
+		t.Errorf("mulligan_operation_duration_seconds_count grew by %v, want 3 (two succeeded, one canceled)", d)
+	}
+}
