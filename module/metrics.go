@@ -29,7 +29,7 @@ var metrics = struct {
 }{
 	requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "mulligan", Name: "requests_total",
-		Help: "Covered requests by idempotency outcome: new, replayed, in_progress, mismatch, rejected (bad or missing key), passthrough (no key, not async), accepted (became an operation), queue_full, storage_unavailable.",
+		Help: "Covered requests by idempotency outcome: new, replayed, in_progress, mismatch, rejected (bad or missing key), passthrough (no key, not async), accepted (became an operation), queue_full, storage_unavailable, rate_limited (over max_per_scope), busy (over max_buffered).",
 	}, []string{"outcome"}),
 	submitted: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "mulligan", Name: "operations_submitted_total",
