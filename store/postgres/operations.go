@@ -50,8 +50,11 @@ func scanOps(rows pgx.Rows) ([]*store.Operation, error) {
 	return out, rows.Err()
 }
 
-// getOp reads operation id, locking its row for the transaction.
+// getOpForUpdate reads operation id, locking its row for the transaction.
 func getOpForUpdate(ctx context.Context, tx pgx.Tx, id string, now time.Time) (*store.Operation, error) {
+	if !storable(id) {
+		return nil, domain{store.ErrNotFound}
+	}
 	return scanOp(tx.QueryRow(ctx, `SELECT `+opColumns+` FROM operations WHERE id = $1 AND (purge_at IS NULL OR purge_at > $2) FOR UPDATE`, id, now))
 }
 
@@ -293,6 +296,9 @@ func (s *Store) RecordAttempt(id string) (*store.Operation, error) {
 
 // GetOperation returns operation id, or store.ErrNotFound.
 func (s *Store) GetOperation(id string) (*store.Operation, error) {
+	if !storable(id) {
+		return nil, store.ErrNotFound
+	}
 	var out *store.Operation
 	err := s.query(func(ctx context.Context, db querier) error {
 		var err error
@@ -304,6 +310,9 @@ func (s *Store) GetOperation(id string) (*store.Operation, error) {
 
 // LoadRequest returns the stored request of a queued or running operation.
 func (s *Store) LoadRequest(id string) (*store.Request, error) {
+	if !storable(id) {
+		return nil, store.ErrNotFound
+	}
 	var req store.Request
 	err := s.query(func(ctx context.Context, db querier) error {
 		var doc, body []byte
@@ -323,6 +332,9 @@ func (s *Store) LoadRequest(id string) (*store.Request, error) {
 // LoadResult returns the stored upstream response of a final operation within its retention,
 // or store.ErrNotFound.
 func (s *Store) LoadResult(id string) (*store.Response, error) {
+	if !storable(id) {
+		return nil, store.ErrNotFound
+	}
 	var out *store.Response
 	err := s.query(func(ctx context.Context, db querier) error {
 		var status int32
@@ -363,6 +375,11 @@ func (s *Store) ListAllOperations(status store.Status, after string, limit int) 
 func (s *Store) list(sql, scope string, status store.Status, after string, limit int) ([]*store.Operation, string, error) {
 	if limit <= 0 {
 		return nil, "", nil
+	}
+	if c, bounded := ceiling(after); !bounded {
+		after = "" // every id sorts below it
+	} else {
+		after = c
 	}
 	var ops []*store.Operation
 	err := s.query(func(ctx context.Context, db querier) error {

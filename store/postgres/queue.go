@@ -38,6 +38,7 @@ func (s *Store) ClaimNext(worker string, lease time.Duration) (*store.Operation,
 // (see store.Queue).
 func (s *Store) RenewLeases(worker string, ids []string, lease time.Duration) (store.Renewal, error) {
 	var out store.Renewal
+	ids, out.Lost = storableIDs(ids) // ids no row can have are held by no one
 	if len(ids) == 0 {
 		return out, nil
 	}
