@@ -132,7 +132,7 @@ func (s *Store) acceptKey(ctx context.Context, tx pgx.Tx, k *store.KeyAccept, op
 	if k.Token != "" {
 		return nil, completeKey(ctx, tx, k.Key, k.Token, opID, k.Response, k.Expires)
 	}
-	header, err := json.Marshal(k.Response.Header)
+	header, err := store.EncodeHeader(k.Response.Header)
 	if err != nil {
 		return nil, err
 	}
@@ -237,7 +237,7 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, op *store.Operation, resul
 // finalize stores a final operation's result for its retention and drops its request.
 func finalize(ctx context.Context, tx pgx.Tx, op *store.Operation, result *store.Response) error {
 	if result != nil {
-		header, err := json.Marshal(result.Header)
+		header, err := store.EncodeHeader(result.Header)
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"errors"
+	"net/http"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 var inputTests = []test{
 	{"IDsWithOddBytesAreNotFound", testOddIDs},
 	{"CursorsWithOddBytesPageAsTheirBytesSay", testOddCursors},
+	{"HeaderBytesAreKeptExactly", testHeaderBytes},
 }
 
 // oddIDs come from URLs (%00, %ff): no operation or event has them, and asking for one is an
@@ -92,5 +95,28 @@ func testOddCursors(t *testing.T, e *env) {
 		if err != nil || !slices.Equal(got, tc.dead) {
 			t.Errorf("DeadLetters after %q: %v %v, want %v", tc.after, got, err, tc.dead)
 		}
+	}
+}
+
+// oddHeader has values that are not UTF-8 (obs-text, RFC 9110 §5.5), as upstreams and clients
+// may send them.
+var oddHeader = http.Header{"Content-Disposition": {"attachment; filename=\"caf\xe9.txt\""}, "X-Bytes": {"\xff\xfe", "plain"}}
+
+// A replay, a stored request and a stored result keep header bytes exactly.
+func testHeaderBytes(t *testing.T, e *env) {
+	a, b := e.open(), e.open()
+	c := must(a.ClaimKey(keyA, fpA, time.Minute))(t)
+	ok(t, a.CompleteKey(keyA, c.Token, store.Response{Status: 200, Header: oddHeader, Body: []byte("x")}, e.clock.Now().Add(time.Hour)))
+	if r := must(b.ClaimKey(keyA, fpA, time.Minute))(t); r.Outcome != store.Replay || !reflect.DeepEqual(r.Record.Response.Header, oddHeader) {
+		t.Errorf("replayed header %q, want %q", r.Record.Response.Header, oddHeader)
+	}
+	must(a.AcceptOperation(e.newOp(0, "s"), &store.Request{Method: "POST", URL: "/v1/x", Header: oddHeader}, nil))(t)
+	if req := must(b.LoadRequest(opID(0)))(t); !reflect.DeepEqual(req.Header, oddHeader) {
+		t.Errorf("stored request header %q, want %q", req.Header, oddHeader)
+	}
+	must(a.ClaimNext("w1", time.Minute))(t)
+	must(a.Transition(opID(0), store.Change{To: store.StatusSucceeded, Holder: "w1", Result: &store.Response{Status: 200, Header: oddHeader}}))(t)
+	if res := must(b.LoadResult(opID(0)))(t); !reflect.DeepEqual(res.Header, oddHeader) {
+		t.Errorf("stored result header %q, want %q", res.Header, oddHeader)
 	}
 }
