@@ -150,6 +150,8 @@ func (s *Store) AcceptOperation(op *Operation, req *Request, key *KeyAccept) (Cl
 			}
 		}
 	}
+	unlockOp := s.sh.opLocks.lock([]byte(op.ID))
+	defer unlockOp()
 	err := s.updateThen(func(txn *badger.Txn) error {
 		if key != nil {
 			if err := completeInTxn(txn, key, op.ID, s.now()); err != nil {
@@ -222,6 +224,10 @@ func (s *Store) Transition(id string, c Change) (*Operation, error) {
 // change applies c to operation id; with claimBy set, the move to running is a claim by that
 // worker for lease (ClaimNext).
 func (s *Store) change(id string, c Change, claimBy string, lease time.Duration) (*Operation, error) {
+	// Two writers of one operation (a claim and a cancel) commit one after the other; without
+	// this their in-memory moves could land in the other order and leave a stale lease behind.
+	unlock := s.sh.opLocks.lock([]byte(id))
+	defer unlock()
 	var out *Operation
 	var prev Status
 	err := s.updateThen(func(txn *badger.Txn) error {

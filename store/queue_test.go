@@ -1,8 +1,10 @@
 package store
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 )
@@ -96,5 +98,43 @@ func TestPingWritesNothing(t *testing.T) {
 	}
 	if after := st.sh.db.MaxVersion(); after != before {
 		t.Fatalf("ping wrote: the database's version went from %d to %d", before, after)
+	}
+}
+
+// A cancel racing a claim of the same operation leaves the in-memory queue as the store has it:
+// the counts and the leases follow the commits, in their order.
+func TestCancelRacingAClaimLeavesTheQueueInStep(t *testing.T) {
+	st := openTemp(t, false)
+	const n = 3000
+	for i := range n {
+		id := fmt.Sprintf("op_%06d", i)
+		op := newOp(id)
+		if _, err := st.AcceptOperation(op, &Request{}, nil); err != nil {
+			t.Fatal(err)
+		}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			<-start
+			if _, err := st.ClaimNext("w1", time.Minute); err != nil {
+				t.Error(err)
+			}
+		})
+		wg.Go(func() {
+			<-start
+			_, _ = st.Transition(id, Change{To: StatusCanceled})
+		})
+		close(start)
+		wg.Wait()
+		if op, err := st.GetOperation(id); err == nil && op.Status == StatusRunning {
+			if _, err := st.Transition(id, Change{To: StatusCanceled}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		queued, running, _ := st.QueueStats()
+		active, _ := st.ActiveCount(op.Scope)
+		if queued != 0 || running != 0 || active != 0 {
+			t.Fatalf("after %d races: queued %d running %d active %d, want none", i+1, queued, running, active)
+		}
 	}
 }
