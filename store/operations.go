@@ -230,6 +230,7 @@ func (s *Store) change(id string, c Change, claimBy string, lease time.Duration)
 	defer unlock()
 	var out *Operation
 	var prev Status
+	committed := false
 	err := s.updateThen(func(txn *badger.Txn) error {
 		op, err := getOperation(txn, id)
 		if err != nil {
@@ -260,8 +261,11 @@ func (s *Store) change(id string, c Change, claimBy string, lease time.Duration)
 		}
 		out = op
 		return s.announce(txn, op, c.Result)
-	}, func() { s.sh.queue.moved(out, prev) })
-	return out, err
+	}, func() { committed = true; s.sh.queue.moved(out, prev) })
+	if !committed {
+		return nil, err
+	}
+	return out, err // with an error, the change is stored but its fsync failed
 }
 
 // fence refuses a change guarded by c.Holder unless that worker holds op (and, with

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -136,5 +137,28 @@ func TestCancelRacingAClaimLeavesTheQueueInStep(t *testing.T) {
 		if queued != 0 || running != 0 || active != 0 {
 			t.Fatalf("after %d races: queued %d running %d active %d, want none", i+1, queued, running, active)
 		}
+	}
+}
+
+// A claim committed whose fsync then failed is held all the same (the store is the truth): the
+// worker gets the operation, instead of an error while the operation sits running, held by
+// it, until its lease runs out and a takeover fails it as WORKER_LOST.
+func TestClaimWhoseFsyncFailedIsStillHandedToItsWorker(t *testing.T) {
+	st := openTemp(t, true)
+	if _, err := st.AcceptOperation(newOp("op_1"), &Request{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	syncer := st.sh.syncer
+	healthy := syncer.sync
+	syncer.sync = func() error { return errors.New("fsync: input/output error") }
+	op, err := st.ClaimNext("w1", time.Minute)
+	syncer.sync = healthy
+	if op == nil {
+		if op, err = st.ClaimNext("w1", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if op == nil || op.ID != "op_1" || op.Holder != "w1" || op.Status != StatusRunning {
+		t.Fatalf("claimed %+v, %v; want op_1 running, held by w1", op, err)
 	}
 }
