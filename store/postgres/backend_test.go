@@ -3,9 +3,12 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
@@ -215,5 +218,26 @@ func TestDatabaseDownIsUnavailableAndRecovers(t *testing.T) {
 	got, err := st.ClaimKey([]byte("k"), []byte("fp"), time.Minute)
 	if err != nil || got.Outcome != store.Replay || string(got.Record.Response.Body) != "kept" {
 		t.Fatalf("after recovery: %+v %v; want the recorded answer", got, err)
+	}
+}
+
+// Only an engine without LISTEN leaves a replica polling for good; a LISTEN refused for a
+// passing reason (a standby during a failover, the server shutting down) is retried.
+func TestOnlyAnEngineWithoutListenStopsTheListener(t *testing.T) {
+	for _, tc := range []struct {
+		code    string
+		refused bool
+	}{
+		{"0A000", true},  // feature_not_supported: CockroachDB, YugabyteDB, a transaction pooler
+		{"42601", true},  // syntax_error: an engine that does not parse it
+		{"25006", false}, // read_only_sql_transaction: "cannot execute LISTEN during recovery"
+		{"57P01", false}, // admin_shutdown: the server restarting
+		{"57P03", false}, // cannot_connect_now
+		{"53300", false}, // too_many_connections
+	} {
+		err := fmt.Errorf("LISTEN: %w", &pgconn.PgError{Code: tc.code, Message: "m"})
+		if got := listenUnsupported(err); got != tc.refused {
+			t.Errorf("SQLSTATE %s: stops listening %v, want %v", tc.code, got, tc.refused)
+		}
 	}
 }
