@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -376,6 +377,7 @@ func (s *Store) list(sql, scope string, status store.Status, after string, limit
 	if limit <= 0 {
 		return nil, "", nil
 	}
+	limit = min(limit, math.MaxInt32) // limit+1 below must not wrap round to a negative LIMIT
 	if c, bounded := ceiling(after); !bounded {
 		after = "" // every id sorts below it
 	} else {

@@ -82,6 +82,9 @@ func putEvent(ctx context.Context, db querier, ev *store.Event, now time.Time) e
 
 // DueEvents returns up to limit pending events due between from and now, soonest first.
 func (s *Store) DueEvents(from, now time.Time, limit int) ([]store.Due, error) {
+	if limit <= 0 {
+		return nil, nil // PostgreSQL refuses a negative LIMIT
+	}
 	var out []store.Due
 	err := s.query(func(ctx context.Context, db querier) error {
 		rows, err := db.Query(ctx, `SELECT id, endpoint, next_attempt FROM events WHERE state = 'pending'
@@ -207,6 +210,9 @@ func (s *Store) GetEvent(id string) (*store.Event, error) {
 
 // DeadLetters returns up to limit dead letters, oldest id first, after `after`.
 func (s *Store) DeadLetters(after string, limit int) ([]*store.Event, error) {
+	if limit <= 0 {
+		return nil, nil // PostgreSQL refuses a negative LIMIT
+	}
 	from := ""
 	if after != "" {
 		var ok bool

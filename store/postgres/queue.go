@@ -78,6 +78,9 @@ func (s *Store) RenewLeases(worker string, ids []string, lease time.Duration) (s
 // ExpiredLeases returns up to limit running operations whose lease ran out, longest expired
 // first (see store.Queue).
 func (s *Store) ExpiredLeases(limit int) ([]*store.Operation, error) {
+	if limit <= 0 {
+		return nil, nil // PostgreSQL refuses a negative LIMIT
+	}
 	var out []*store.Operation
 	err := s.query(func(ctx context.Context, db querier) error {
 		rows, err := db.Query(ctx, `SELECT `+opColumns+` FROM operations WHERE status = 'running'

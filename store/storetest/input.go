@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"math"
 	"net/http"
 	"reflect"
 	"slices"
@@ -15,6 +16,7 @@ var inputTests = []test{
 	{"IDsWithOddBytesAreNotFound", testOddIDs},
 	{"CursorsWithOddBytesPageAsTheirBytesSay", testOddCursors},
 	{"HeaderBytesAreKeptExactly", testHeaderBytes},
+	{"LimitsOfNothingOrEverything", testOddLimits},
 }
 
 // oddIDs come from URLs (%00, %ff): no operation or event has them, and asking for one is an
@@ -118,5 +120,49 @@ func testHeaderBytes(t *testing.T, e *env) {
 	must(a.Transition(opID(0), store.Change{To: store.StatusSucceeded, Holder: "w1", Result: &store.Response{Status: 200, Header: oddHeader}}))(t)
 	if res := must(b.LoadResult(opID(0)))(t); !reflect.DeepEqual(res.Header, oddHeader) {
 		t.Errorf("stored result header %q, want %q", res.Header, oddHeader)
+	}
+}
+
+// A limit of 0 or less asks for nothing, and a huge one for everything there is.
+func testOddLimits(t *testing.T, e *env) {
+	b := e.open()
+	b.SetAnnouncer(e.announcer())
+	e.event(t, b, 0)
+	ok(t, b.DeadLetter("evt_"+opID(0), "max_attempts", store.Attempt{Attempts: 1, At: e.clock.Now()}))
+	e.event(t, b, 1)
+	e.accept(t, b, "s", 2, 1)
+	must(b.ClaimNext("w1", time.Minute))(t)
+	e.clock.Advance(2 * time.Minute)
+	for _, limit := range []int{0, -1, math.MinInt} {
+		if ops, next, err := b.ListOperations("s", "", "", limit); err != nil || len(ops) != 0 || next != "" {
+			t.Errorf("ListOperations limit %d: %v %q %v", limit, ids(ops), next, err)
+		}
+		if ops, _, err := b.ListAllOperations("", "", limit); err != nil || len(ops) != 0 {
+			t.Errorf("ListAllOperations limit %d: %v %v", limit, ids(ops), err)
+		}
+		if evs, err := b.DeadLetters("", limit); err != nil || len(evs) != 0 {
+			t.Errorf("DeadLetters limit %d: %d %v", limit, len(evs), err)
+		}
+		if due, err := b.DueEvents(time.Time{}, e.clock.Now(), limit); err != nil || len(due) != 0 {
+			t.Errorf("DueEvents limit %d: %v %v", limit, due, err)
+		}
+		if exp, err := b.ExpiredLeases(limit); err != nil || len(exp) != 0 {
+			t.Errorf("ExpiredLeases limit %d: %v %v", limit, ids(exp), err)
+		}
+	}
+	if ops, next, err := b.ListOperations("s", "", "", math.MaxInt); err != nil || len(ops) != 3 || next != "" {
+		t.Errorf("ListOperations limit MaxInt: %v %q %v", ids(ops), next, err)
+	}
+	if ops, _, err := b.ListAllOperations("", "", math.MaxInt); err != nil || len(ops) != 3 {
+		t.Errorf("ListAllOperations limit MaxInt: %v %v", ids(ops), err)
+	}
+	if evs, err := b.DeadLetters("", math.MaxInt); err != nil || len(evs) != 1 {
+		t.Errorf("DeadLetters limit MaxInt: %d %v", len(evs), err)
+	}
+	if due, err := b.DueEvents(time.Time{}, e.clock.Now(), math.MaxInt); err != nil || len(due) != 1 {
+		t.Errorf("DueEvents limit MaxInt: %v %v", due, err)
+	}
+	if exp, err := b.ExpiredLeases(math.MaxInt); err != nil || len(exp) != 1 {
+		t.Errorf("ExpiredLeases limit MaxInt: %v %v", ids(exp), err)
 	}
 }
