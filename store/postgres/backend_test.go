@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mulligan-gw/mulligan/store"
@@ -240,4 +242,58 @@ func TestOnlyAnEngineWithoutListenStopsTheListener(t *testing.T) {
 			t.Errorf("SQLSTATE %s: stops listening %v, want %v", tc.code, got, tc.refused)
 		}
 	}
+}
+
+// A page of one status reads about what it returns, whatever the scope's history: a tenant
+// with many finished operations asking for its running ones does not scan them all.
+func TestListOfOneStatusReadsWhatItReturns(t *testing.T) {
+	dsn := pgtest.Database(t)
+	st := openTest(t, dsn, Options{})
+	ctx := context.Background()
+	now := time.Now()
+	if _, err := st.pool.Exec(ctx, `INSERT INTO operations (id, scope, status, holder, lease_until, expires_at, purge_at, doc)
+		SELECT 'op_' || lpad(i::text, 8, '0'), 'big', CASE WHEN i = 1 THEN 'running' ELSE 'succeeded' END,
+			CASE WHEN i = 1 THEN 'w1' END, CASE WHEN i = 1 THEN $1::timestamptz + interval '1 minute' END,
+			CASE WHEN i > 1 THEN $1::timestamptz + interval '1 hour' END, CASE WHEN i > 1 THEN $1::timestamptz + interval '8 days' END,
+			convert_to('{"id":"op_' || lpad(i::text, 8, '0') || '"}', 'UTF8')
+		FROM generate_series(1, 30000) i`, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.pool.Exec(ctx, `ANALYZE operations`); err != nil {
+		t.Fatal(err)
+	}
+	scope := "big"
+	for _, status := range []store.Status{store.StatusRunning, store.StatusQueued} {
+		sql, args := listQuery(&scope, status, "", 51, now)
+		rows, err := st.pool.Query(ctx, `EXPLAIN (ANALYZE, FORMAT TEXT) `+sql, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		read := 0
+		for _, line := range plan {
+			var n int
+			if _, err := fmt.Sscanf(strings.TrimSpace(line), "Rows Removed by Filter: %d", &n); err == nil {
+				read += n
+			}
+		}
+		if read > 100 {
+			t.Errorf("a page of %s operations read %d others:\n%s", status, read, strings.Join(plan, "\n"))
+		}
+	}
+	ops, _, err := st.ListOperations("big", store.StatusRunning, "", 50)
+	if err != nil || len(ops) != 1 || ops[0].ID != "op_00000001" {
+		t.Fatalf("running: %v %v", ids(ops), err)
+	}
+}
+
+func ids(ops []*store.Operation) []string {
+	out := []string{}
+	for _, o := range ops {
+		out = append(out, o.ID)
+	}
+	return out
 }
