@@ -297,3 +297,42 @@ func ids(ops []*store.Operation) []string {
 	}
 	return out
 }
+
+// Counting the outbox (every /metrics scrape) reads the pending events and the dead letters,
+// not the delivered events kept for a day beside them.
+func TestCountingEventsSkipsTheDeliveredOnes(t *testing.T) {
+	dsn := pgtest.Database(t)
+	st := openTest(t, dsn, Options{})
+	ctx := context.Background()
+	if _, err := st.pool.Exec(ctx, `INSERT INTO events (id, state, endpoint, next_attempt, dead_at, purge_at, doc)
+		SELECT 'evt_' || lpad(i::text, 8, '0'), CASE WHEN i <= 5 THEN 'pending' WHEN i <= 8 THEN 'dead' ELSE 'delivered' END, 'e',
+			CASE WHEN i <= 5 THEN now() END, CASE WHEN i BETWEEN 6 AND 8 THEN now() END, CASE WHEN i > 8 THEN now() + interval '1 day' END, '\x7b7d'
+		FROM generate_series(1, 30000) i`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.pool.Exec(ctx, `VACUUM ANALYZE events`); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := st.pool.Query(ctx, `EXPLAIN (ANALYZE, FORMAT TEXT) `+countEventsSQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range plan {
+		var n int
+		if strings.Contains(line, "Seq Scan") || (fmtScan(line, "Rows Removed by Filter: %d", &n) && n > 100) {
+			t.Fatalf("counting 8 events read the delivered ones:\n%s", strings.Join(plan, "\n"))
+		}
+	}
+	if pending, dead, err := st.CountEvents(); err != nil || pending != 5 || dead != 3 {
+		t.Fatalf("pending %d dead %d %v, want 5 and 3", pending, dead, err)
+	}
+}
+
+func fmtScan(line, format string, n *int) bool {
+	_, err := fmt.Sscanf(strings.TrimSpace(line), format, n)
+	return err == nil
+}
