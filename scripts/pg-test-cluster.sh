@@ -6,8 +6,8 @@
 #   source scripts/pg-test-cluster.sh          define pg_test_cluster_start (test.sh does this)
 #
 # Nothing starts when MULLIGAN_TEST_POSTGRES already names a cluster. The cluster lives in a
-# temporary directory: initdb, 127.0.0.1 on a random free port, its socket in the same directory,
-# fsync and synchronous_commit on (the backend's durability is what the tests measure). Run as
+# temporary directory: initdb, 127.0.0.1 on a random free port and no Unix socket (its path would
+# be too long under a deep TMPDIR; the tests use TCP), fsync and synchronous_commit on (the backend's durability is what the tests measure). Run as
 # root, the server runs as the postgres user. Without PostgreSQL binaries the tests that need them
 # are skipped with how to install them, and under CI=true this fails instead.
 
@@ -41,12 +41,12 @@ pg_test_cluster_start() {
 	fi
 	PG_TEST_CLUSTER_DIR=$(mktemp -d "${TMPDIR:-/tmp}/mulligan-pg.XXXXXX")
 	PG_TEST_CLUSTER_AS=()
+	PG_TEST_CLUSTER_CTL="$bindir/pg_ctl"
+	trap pg_test_cluster_stop EXIT # before anything can fail: the directory goes with the run
 	if [ "$(id -u)" = 0 ]; then
-		chown postgres: "$PG_TEST_CLUSTER_DIR"
+		chown postgres: "$PG_TEST_CLUSTER_DIR" || return 1
 		PG_TEST_CLUSTER_AS=(runuser -u postgres --)
 	fi
-	PG_TEST_CLUSTER_CTL="$bindir/pg_ctl"
-	trap pg_test_cluster_stop EXIT
 	if ! "${PG_TEST_CLUSTER_AS[@]}" "$bindir/initdb" -D "$PG_TEST_CLUSTER_DIR/data" -U postgres -A trust -E UTF8 --no-sync \
 		>"$PG_TEST_CLUSTER_DIR/initdb.log" 2>&1; then
 		cat "$PG_TEST_CLUSTER_DIR/initdb.log" >&2
@@ -59,7 +59,7 @@ pg_test_cluster_start() {
 			continue # taken
 		fi
 		if "${PG_TEST_CLUSTER_AS[@]}" "$PG_TEST_CLUSTER_CTL" -D "$PG_TEST_CLUSTER_DIR/data" -l "$PG_TEST_CLUSTER_DIR/server.log" -w -t 60 \
-			-o "-c listen_addresses=127.0.0.1 -p $port -k $PG_TEST_CLUSTER_DIR -c fsync=on -c synchronous_commit=on -c max_connections=300" \
+			-o "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories= -c fsync=on -c synchronous_commit=on -c max_connections=300" \
 			start >/dev/null; then
 			export MULLIGAN_TEST_POSTGRES="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
 			echo "PostgreSQL test cluster: $MULLIGAN_TEST_POSTGRES ($PG_TEST_CLUSTER_DIR)" >&2

@@ -41,16 +41,16 @@ func (l *eventLeases) drop(id string) {
 
 // ClaimEvent takes pending, due event id for delivery by worker (see Outbox).
 func (s *Store) ClaimEvent(id, worker string, lease time.Duration) (*Event, error) {
-	ev, err := s.GetEvent(id)
-	if err != nil {
-		return nil, err
-	}
 	now := s.now()
-	if ev.State != EventPending || ev.NextAttempt.After(now) {
-		return nil, nil
-	}
+	// The claim comes before the read: a read taken before another worker's delivery commits,
+	// then a claim taken once that worker let go, would hand out an acknowledged event again.
 	if !s.sh.eventLeases.take(id, worker, now, now.Add(lease)) {
 		return nil, nil
+	}
+	ev, err := s.GetEvent(id)
+	if err != nil || ev.State != EventPending || ev.NextAttempt.After(now) {
+		s.sh.eventLeases.drop(id)
+		return nil, err
 	}
 	return ev, nil
 }

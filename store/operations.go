@@ -150,6 +150,8 @@ func (s *Store) AcceptOperation(op *Operation, req *Request, key *KeyAccept) (Cl
 			}
 		}
 	}
+	unlockOp := s.sh.opLocks.lock([]byte(op.ID))
+	defer unlockOp()
 	err := s.updateThen(func(txn *badger.Txn) error {
 		if key != nil {
 			if err := completeInTxn(txn, key, op.ID, s.now()); err != nil {
@@ -222,8 +224,13 @@ func (s *Store) Transition(id string, c Change) (*Operation, error) {
 // change applies c to operation id; with claimBy set, the move to running is a claim by that
 // worker for lease (ClaimNext).
 func (s *Store) change(id string, c Change, claimBy string, lease time.Duration) (*Operation, error) {
+	// Two writers of one operation (a claim and a cancel) commit one after the other; without
+	// this their in-memory moves could land in the other order and leave a stale lease behind.
+	unlock := s.sh.opLocks.lock([]byte(id))
+	defer unlock()
 	var out *Operation
 	var prev Status
+	committed := false
 	err := s.updateThen(func(txn *badger.Txn) error {
 		op, err := getOperation(txn, id)
 		if err != nil {
@@ -254,8 +261,11 @@ func (s *Store) change(id string, c Change, claimBy string, lease time.Duration)
 		}
 		out = op
 		return s.announce(txn, op, c.Result)
-	}, func() { s.sh.queue.moved(out, prev) })
-	return out, err
+	}, func() { committed = true; s.sh.queue.moved(out, prev) })
+	if !committed {
+		return nil, err
+	}
+	return out, err // with an error, the change is stored but its fsync failed
 }
 
 // fence refuses a change guarded by c.Holder unless that worker holds op (and, with

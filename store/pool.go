@@ -18,8 +18,11 @@ type shared struct {
 	refs   int
 	syncer *groupSyncer
 	locks  *keyLocks
-	stopGC chan struct{}
-	gcDone chan struct{}
+	// opLocks serialise the writes of one operation with their in-memory moves (queue.go), so
+	// the moves land in the order of the commits.
+	opLocks *keyLocks
+	stopGC  chan struct{}
+	gcDone  chan struct{}
 
 	announcer   announcerSlot
 	eventLeases eventLeases
@@ -53,7 +56,7 @@ func acquire(opts Options) (*shared, error) {
 	}
 	sh := &shared{
 		dir: dir, key: bytes.Clone(opts.EncryptionKey), db: db, refs: 1,
-		syncer: newGroupSyncer(newDurableSync(db, dir).sync), locks: newKeyLocks(),
+		syncer: newGroupSyncer(newDurableSync(db, dir).sync), locks: newKeyLocks(), opLocks: newKeyLocks(),
 		stopGC: make(chan struct{}), gcDone: make(chan struct{}),
 		queue: newQueueState(), deadKeptFor: opts.DeadLetterRetention,
 	}

@@ -231,14 +231,18 @@ func (s *Store) ClaimNext(worker string, lease time.Duration) (*Operation, error
 			return nil, err
 		}
 		op, err := s.change(id, Change{To: StatusRunning}, worker, lease)
-		if errors.Is(err, ErrIllegalTransition) || errors.Is(err, ErrNotFound) {
+		switch {
+		case errors.Is(err, ErrIllegalTransition) || errors.Is(err, ErrNotFound):
 			continue // canceled or gone while it waited
-		}
-		if err != nil {
+		case op != nil:
+			// Committed, though perhaps not fsynced: the store holds it for worker, so worker
+			// runs it. Were the claim lost with the machine, a restart expires it all the same.
+			return op, nil
+		case err != nil:
 			q.unpop(id)
 			return nil, err
 		}
-		return op, nil
+		return nil, nil
 	}
 }
 

@@ -1,8 +1,11 @@
 package store
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 )
@@ -96,5 +99,66 @@ func TestPingWritesNothing(t *testing.T) {
 	}
 	if after := st.sh.db.MaxVersion(); after != before {
 		t.Fatalf("ping wrote: the database's version went from %d to %d", before, after)
+	}
+}
+
+// A cancel racing a claim of the same operation leaves the in-memory queue as the store has it:
+// the counts and the leases follow the commits, in their order.
+func TestCancelRacingAClaimLeavesTheQueueInStep(t *testing.T) {
+	st := openTemp(t, false)
+	const n = 3000
+	for i := range n {
+		id := fmt.Sprintf("op_%06d", i)
+		op := newOp(id)
+		if _, err := st.AcceptOperation(op, &Request{}, nil); err != nil {
+			t.Fatal(err)
+		}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			<-start
+			if _, err := st.ClaimNext("w1", time.Minute); err != nil {
+				t.Error(err)
+			}
+		})
+		wg.Go(func() {
+			<-start
+			_, _ = st.Transition(id, Change{To: StatusCanceled})
+		})
+		close(start)
+		wg.Wait()
+		if op, err := st.GetOperation(id); err == nil && op.Status == StatusRunning {
+			if _, err := st.Transition(id, Change{To: StatusCanceled}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		queued, running, _ := st.QueueStats()
+		active, _ := st.ActiveCount(op.Scope)
+		if queued != 0 || running != 0 || active != 0 {
+			t.Fatalf("after %d races: queued %d running %d active %d, want none", i+1, queued, running, active)
+		}
+	}
+}
+
+// A claim committed whose fsync then failed is held all the same (the store is the truth): the
+// worker gets the operation, instead of an error while the operation sits running, held by
+// it, until its lease runs out and a takeover fails it as WORKER_LOST.
+func TestClaimWhoseFsyncFailedIsStillHandedToItsWorker(t *testing.T) {
+	st := openTemp(t, true)
+	if _, err := st.AcceptOperation(newOp("op_1"), &Request{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	syncer := st.sh.syncer
+	healthy := syncer.sync
+	syncer.sync = func() error { return errors.New("fsync: input/output error") }
+	op, err := st.ClaimNext("w1", time.Minute)
+	syncer.sync = healthy
+	if op == nil {
+		if op, err = st.ClaimNext("w1", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if op == nil || op.ID != "op_1" || op.Holder != "w1" || op.Status != StatusRunning {
+		t.Fatalf("claimed %+v, %v; want op_1 running, held by w1", op, err)
 	}
 }

@@ -3,9 +3,14 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
@@ -216,4 +221,118 @@ func TestDatabaseDownIsUnavailableAndRecovers(t *testing.T) {
 	if err != nil || got.Outcome != store.Replay || string(got.Record.Response.Body) != "kept" {
 		t.Fatalf("after recovery: %+v %v; want the recorded answer", got, err)
 	}
+}
+
+// Only an engine without LISTEN leaves a replica polling for good; a LISTEN refused for a
+// passing reason (a standby during a failover, the server shutting down) is retried.
+func TestOnlyAnEngineWithoutListenStopsTheListener(t *testing.T) {
+	for _, tc := range []struct {
+		code    string
+		refused bool
+	}{
+		{"0A000", true},  // feature_not_supported: CockroachDB, YugabyteDB, a transaction pooler
+		{"42601", true},  // syntax_error: an engine that does not parse it
+		{"25006", false}, // read_only_sql_transaction: "cannot execute LISTEN during recovery"
+		{"57P01", false}, // admin_shutdown: the server restarting
+		{"57P03", false}, // cannot_connect_now
+		{"53300", false}, // too_many_connections
+	} {
+		err := fmt.Errorf("LISTEN: %w", &pgconn.PgError{Code: tc.code, Message: "m"})
+		if got := listenUnsupported(err); got != tc.refused {
+			t.Errorf("SQLSTATE %s: stops listening %v, want %v", tc.code, got, tc.refused)
+		}
+	}
+}
+
+// A page of one status reads about what it returns, whatever the scope's history: a tenant
+// with many finished operations asking for its running ones does not scan them all.
+func TestListOfOneStatusReadsWhatItReturns(t *testing.T) {
+	dsn := pgtest.Database(t)
+	st := openTest(t, dsn, Options{})
+	ctx := context.Background()
+	now := time.Now()
+	if _, err := st.pool.Exec(ctx, `INSERT INTO operations (id, scope, status, holder, lease_until, expires_at, purge_at, doc)
+		SELECT 'op_' || lpad(i::text, 8, '0'), 'big', CASE WHEN i = 1 THEN 'running' ELSE 'succeeded' END,
+			CASE WHEN i = 1 THEN 'w1' END, CASE WHEN i = 1 THEN $1::timestamptz + interval '1 minute' END,
+			CASE WHEN i > 1 THEN $1::timestamptz + interval '1 hour' END, CASE WHEN i > 1 THEN $1::timestamptz + interval '8 days' END,
+			convert_to('{"id":"op_' || lpad(i::text, 8, '0') || '"}', 'UTF8')
+		FROM generate_series(1, 30000) i`, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.pool.Exec(ctx, `ANALYZE operations`); err != nil {
+		t.Fatal(err)
+	}
+	scope := "big"
+	for _, status := range []store.Status{store.StatusRunning, store.StatusQueued} {
+		sql, args := listQuery(&scope, status, "", 51, now)
+		rows, err := st.pool.Query(ctx, `EXPLAIN (ANALYZE, FORMAT TEXT) `+sql, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		read := 0
+		for _, line := range plan {
+			var n int
+			if _, err := fmt.Sscanf(strings.TrimSpace(line), "Rows Removed by Filter: %d", &n); err == nil {
+				read += n
+			}
+		}
+		if read > 100 {
+			t.Errorf("a page of %s operations read %d others:\n%s", status, read, strings.Join(plan, "\n"))
+		}
+	}
+	ops, _, err := st.ListOperations("big", store.StatusRunning, "", 50)
+	if err != nil || len(ops) != 1 || ops[0].ID != "op_00000001" {
+		t.Fatalf("running: %v %v", ids(ops), err)
+	}
+}
+
+func ids(ops []*store.Operation) []string {
+	out := []string{}
+	for _, o := range ops {
+		out = append(out, o.ID)
+	}
+	return out
+}
+
+// Counting the outbox (every /metrics scrape) reads the pending events and the dead letters,
+// not the delivered events kept for a day beside them.
+func TestCountingEventsSkipsTheDeliveredOnes(t *testing.T) {
+	dsn := pgtest.Database(t)
+	st := openTest(t, dsn, Options{})
+	ctx := context.Background()
+	if _, err := st.pool.Exec(ctx, `INSERT INTO events (id, state, endpoint, next_attempt, dead_at, purge_at, doc)
+		SELECT 'evt_' || lpad(i::text, 8, '0'), CASE WHEN i <= 5 THEN 'pending' WHEN i <= 8 THEN 'dead' ELSE 'delivered' END, 'e',
+			CASE WHEN i <= 5 THEN now() END, CASE WHEN i BETWEEN 6 AND 8 THEN now() END, CASE WHEN i > 8 THEN now() + interval '1 day' END, '\x7b7d'
+		FROM generate_series(1, 30000) i`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.pool.Exec(ctx, `VACUUM ANALYZE events`); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := st.pool.Query(ctx, `EXPLAIN (ANALYZE, FORMAT TEXT) `+countEventsSQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range plan {
+		var n int
+		if strings.Contains(line, "Seq Scan") || (fmtScan(line, "Rows Removed by Filter: %d", &n) && n > 100) {
+			t.Fatalf("counting 8 events read the delivered ones:\n%s", strings.Join(plan, "\n"))
+		}
+	}
+	if pending, dead, err := st.CountEvents(); err != nil || pending != 5 || dead != 3 {
+		t.Fatalf("pending %d dead %d %v, want 5 and 3", pending, dead, err)
+	}
+}
+
+func fmtScan(line, format string, n *int) bool {
+	_, err := fmt.Sscanf(strings.TrimSpace(line), format, n)
+	return err == nil
 }

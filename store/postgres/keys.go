@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 
@@ -74,17 +73,17 @@ func deref(t *time.Time) time.Time {
 	return *t
 }
 
-// response is a stored response: its header is JSON.
+// response is a stored response; its header is as store.EncodeHeader wrote it.
 func response(status int32, header, body []byte) (*store.Response, error) {
 	resp := &store.Response{Status: int(status), Body: body}
 	if resp.Body == nil {
 		resp.Body = []byte{}
 	}
-	if len(header) > 0 {
-		if err := json.Unmarshal(header, &resp.Header); err != nil {
-			return nil, err
-		}
+	h, err := store.DecodeHeader(header)
+	if err != nil {
+		return nil, err
 	}
+	resp.Header = h
 	return resp, nil
 }
 
@@ -147,7 +146,7 @@ func (s *Store) CompleteKey(key []byte, token string, resp store.Response, expir
 // completeKey completes the claim held under token with resp (and the operation it accepted,
 // if any); ErrNotHolder when the claim is no longer held under token.
 func completeKey(ctx context.Context, db querier, key []byte, token, opID string, resp store.Response, expires time.Time) error {
-	header, err := json.Marshal(resp.Header)
+	header, err := store.EncodeHeader(resp.Header)
 	if err != nil {
 		return err
 	}

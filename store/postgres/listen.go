@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -99,9 +100,11 @@ func (s *Store) listenOnce(cfg *pgx.ConnConfig) error {
 		return err
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(s.base, "LISTEN "+wakeChannel); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) {
+	ctx, cancel = context.WithTimeout(s.base, s.opts.Timeout) // a server that never answers is an outage too
+	_, err = conn.Exec(ctx, "LISTEN "+wakeChannel)
+	cancel()
+	if err != nil {
+		if listenUnsupported(err) {
 			return listenRefused{err}
 		}
 		return err
@@ -119,3 +122,11 @@ func (s *Store) listenOnce(cfg *pgx.ConnConfig) error {
 type listenRefused struct{ err error }
 
 func (l listenRefused) Error() string { return l.err.Error() }
+
+// listenUnsupported reports whether the server refused LISTEN because it has no such thing
+// (feature_not_supported, or a syntax error from an engine that does not parse it). Any other
+// refusal passes (a standby during a failover, the server shutting down) and is retried.
+func listenUnsupported(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "0A") || pgErr.Code == "42601")
+}

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -50,8 +53,11 @@ func scanOps(rows pgx.Rows) ([]*store.Operation, error) {
 	return out, rows.Err()
 }
 
-// getOp reads operation id, locking its row for the transaction.
+// getOpForUpdate reads operation id, locking its row for the transaction.
 func getOpForUpdate(ctx context.Context, tx pgx.Tx, id string, now time.Time) (*store.Operation, error) {
+	if !storable(id) {
+		return nil, domain{store.ErrNotFound}
+	}
 	return scanOp(tx.QueryRow(ctx, `SELECT `+opColumns+` FROM operations WHERE id = $1 AND (purge_at IS NULL OR purge_at > $2) FOR UPDATE`, id, now))
 }
 
@@ -129,7 +135,7 @@ func (s *Store) acceptKey(ctx context.Context, tx pgx.Tx, k *store.KeyAccept, op
 	if k.Token != "" {
 		return nil, completeKey(ctx, tx, k.Key, k.Token, opID, k.Response, k.Expires)
 	}
-	header, err := json.Marshal(k.Response.Header)
+	header, err := store.EncodeHeader(k.Response.Header)
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +240,7 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, op *store.Operation, resul
 // finalize stores a final operation's result for its retention and drops its request.
 func finalize(ctx context.Context, tx pgx.Tx, op *store.Operation, result *store.Response) error {
 	if result != nil {
-		header, err := json.Marshal(result.Header)
+		header, err := store.EncodeHeader(result.Header)
 		if err != nil {
 			return err
 		}
@@ -293,6 +299,9 @@ func (s *Store) RecordAttempt(id string) (*store.Operation, error) {
 
 // GetOperation returns operation id, or store.ErrNotFound.
 func (s *Store) GetOperation(id string) (*store.Operation, error) {
+	if !storable(id) {
+		return nil, store.ErrNotFound
+	}
 	var out *store.Operation
 	err := s.query(func(ctx context.Context, db querier) error {
 		var err error
@@ -304,6 +313,9 @@ func (s *Store) GetOperation(id string) (*store.Operation, error) {
 
 // LoadRequest returns the stored request of a queued or running operation.
 func (s *Store) LoadRequest(id string) (*store.Request, error) {
+	if !storable(id) {
+		return nil, store.ErrNotFound
+	}
 	var req store.Request
 	err := s.query(func(ctx context.Context, db querier) error {
 		var doc, body []byte
@@ -323,6 +335,9 @@ func (s *Store) LoadRequest(id string) (*store.Request, error) {
 // LoadResult returns the stored upstream response of a final operation within its retention,
 // or store.ErrNotFound.
 func (s *Store) LoadResult(id string) (*store.Response, error) {
+	if !storable(id) {
+		return nil, store.ErrNotFound
+	}
 	var out *store.Response
 	err := s.query(func(ctx context.Context, db querier) error {
 		var status int32
@@ -341,32 +356,63 @@ func (s *Store) LoadResult(id string) (*store.Response, error) {
 	return out, err
 }
 
-// listFilter selects by status as store.Operation.As reads it: a final operation past its
-// retention is expired.
-const listFilter = `($2 = '' OR (CASE WHEN expires_at <= $3 THEN 'expired' ELSE status END) = $2)
-	AND (purge_at IS NULL OR purge_at > $3) AND ($4 = '' OR id < $4)`
-
 // ListOperations returns scope's operations newest first (see store.Operations).
 func (s *Store) ListOperations(scope string, status store.Status, after string, limit int) ([]*store.Operation, string, error) {
-	return s.list(`SELECT `+opColumns+` FROM operations WHERE scope = $1 AND `+listFilter+` ORDER BY id DESC LIMIT $5`,
-		scope, status, after, limit)
+	return s.list(&scope, status, after, limit)
 }
 
 // ListAllOperations is ListOperations across every scope.
 func (s *Store) ListAllOperations(status store.Status, after string, limit int) ([]*store.Operation, string, error) {
-	return s.list(`SELECT `+opColumns+` FROM operations WHERE $1 = '' AND `+listFilter+` ORDER BY id DESC LIMIT $5`,
-		"", status, after, limit)
+	return s.list(nil, status, after, limit)
+}
+
+// listQuery is the query of a list page at now: scope's operations (every scope's when nil)
+// in status as store.Operation.As reads it, below the cursor after (none when ""), at most
+// limit, newest first. Each part is written only when it applies, so the plan walks the index
+// that has the page in order (scope and status, then id) rather than filtering a whole history.
+func listQuery(scope *string, status store.Status, after string, limit int, now time.Time) (string, []any) {
+	var where []string
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	if scope != nil {
+		where = append(where, "scope = "+arg(*scope))
+	}
+	switch {
+	case status == "":
+	case status == store.StatusExpired: // a final operation past its retention
+		where = append(where, "expires_at <= "+arg(now))
+	case status.Final():
+		where = append(where, "status = "+arg(string(status)), "expires_at > "+arg(now))
+	default:
+		where = append(where, "status = "+arg(string(status)))
+	}
+	if after != "" {
+		where = append(where, "id < "+arg(after))
+	}
+	where = append(where, "(purge_at IS NULL OR purge_at > "+arg(now)+")")
+	return `SELECT ` + opColumns + ` FROM operations WHERE ` + strings.Join(where, " AND ") +
+		` ORDER BY id DESC LIMIT ` + arg(limit), args
 }
 
 // list runs a list query for one more than limit: if it comes, the page ends early and the
 // last operation returned is the cursor.
-func (s *Store) list(sql, scope string, status store.Status, after string, limit int) ([]*store.Operation, string, error) {
+func (s *Store) list(scope *string, status store.Status, after string, limit int) ([]*store.Operation, string, error) {
 	if limit <= 0 {
 		return nil, "", nil
 	}
+	limit = min(limit, math.MaxInt32) // limit+1 below must not wrap round to a negative LIMIT
+	if c, bounded := ceiling(after); !bounded {
+		after = "" // every id sorts below it
+	} else {
+		after = c
+	}
 	var ops []*store.Operation
 	err := s.query(func(ctx context.Context, db querier) error {
-		rows, err := db.Query(ctx, sql, scope, string(status), s.now(), after, limit+1)
+		sql, args := listQuery(scope, status, after, limit+1, s.now())
+		rows, err := db.Query(ctx, sql, args...)
 		if err != nil {
 			return err
 		}

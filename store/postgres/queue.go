@@ -38,6 +38,7 @@ func (s *Store) ClaimNext(worker string, lease time.Duration) (*store.Operation,
 // (see store.Queue).
 func (s *Store) RenewLeases(worker string, ids []string, lease time.Duration) (store.Renewal, error) {
 	var out store.Renewal
+	ids, out.Lost = storableIDs(ids) // ids no row can have are held by no one
 	if len(ids) == 0 {
 		return out, nil
 	}
@@ -77,6 +78,9 @@ func (s *Store) RenewLeases(worker string, ids []string, lease time.Duration) (s
 // ExpiredLeases returns up to limit running operations whose lease ran out, longest expired
 // first (see store.Queue).
 func (s *Store) ExpiredLeases(limit int) ([]*store.Operation, error) {
+	if limit <= 0 {
+		return nil, nil // PostgreSQL refuses a negative LIMIT
+	}
 	var out []*store.Operation
 	err := s.query(func(ctx context.Context, db querier) error {
 		rows, err := db.Query(ctx, `SELECT `+opColumns+` FROM operations WHERE status = 'running'

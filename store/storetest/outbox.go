@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ var outboxTests = []test{
 	{"StatusChangeAndItsEventAreOneWrite", testStatusChangeAndEvent},
 	{"AcceptOfARunningCallIsAnnouncedInTheSameWrite", testAcceptAnnounces},
 	{"ClaimEventIsExclusiveAcrossWorkers", testClaimEventIsExclusive},
+	{"ClaimRacingADeliveryGetsNothing", testClaimRacingDelivery},
 	{"DeliveredEventIsNeverSentAgain", testDeliveredIsFinal},
 	{"RescheduledEventIsDueAtItsNextAttempt", testReschedule},
 	{"DeadLetterRedeliversWithAFreshMaxAge", testDeadLetterAndRedeliver},
@@ -125,6 +127,49 @@ func testClaimEventIsExclusive(t *testing.T, e *env) {
 	e.clock.Advance(61 * time.Second) // the winner fell silent: its claim runs out
 	if ev := must(handles[1].ClaimEvent(id, "late", time.Minute))(t); ev == nil || ev.ID != id {
 		t.Fatalf("after the claim's lease: %+v", ev)
+	}
+}
+
+// A claim by one worker that is under way while another worker records the event's delivery
+// never hands the acknowledged event out again.
+func testClaimRacingDelivery(t *testing.T, e *env) {
+	a := e.open()
+	a.SetAnnouncer(e.announcer())
+	id := e.event(t, a, 0)
+	if ev := must(a.ClaimEvent(id, "w1", time.Minute))(t); ev == nil {
+		t.Fatal("not claimed")
+	}
+	// The other worker's handle stops inside its claim, at its first look at the clock.
+	paused, resume := make(chan struct{}), make(chan struct{})
+	var armed atomic.Bool
+	b := e.storage(func() time.Time {
+		if armed.CompareAndSwap(true, false) {
+			close(paused)
+			<-resume
+		}
+		return e.clock.Now()
+	})
+	armed.Store(true)
+	got := make(chan *store.Event, 1)
+	go func() {
+		ev, err := b.ClaimEvent(id, "w2", time.Minute)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- ev
+	}()
+	select {
+	case <-paused:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the claim never looked at the clock")
+	}
+	ok(t, a.MarkDelivered(id, store.Attempt{Attempts: 1, At: e.clock.Now(), Status: 200}))
+	close(resume)
+	if ev := <-got; ev != nil {
+		t.Fatalf("a claim racing the delivery got the delivered event: %+v", ev)
+	}
+	if ev := must(b.GetEvent(id))(t); ev.State != store.EventDelivered {
+		t.Fatalf("state %s, want delivered", ev.State)
 	}
 }
 
