@@ -66,17 +66,17 @@ func TestLookupByKeyPagesLikeTheList(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "")
 	var ids []string
 	for _, path := range []string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings"} {
-		r := g.post(path, "shared", `{"model":"demo","prompt":"x","input":"x"}`, "Prefer", "respond-async")
+		r := g.post(path, "shared", `{"model":"demo","prompt":"x","input":"x"}`, "Prefer", "respond-async", "Authorization", "Bearer paging")
 		if r.StatusCode != 202 {
 			t.Fatalf("%s: %d %s", path, r.StatusCode, r.body)
 		}
 		ids = append(ids, decodeOp(t, r).OperationID)
 	}
-	first, next := listed(t, g.get("/v1/operations?idempotency_key=shared&limit=2"))
+	first, next := listed(t, g.get("/v1/operations?idempotency_key=shared&limit=2", "Authorization", "Bearer paging"))
 	if len(first) != 2 || first[0] != ids[2] || first[1] != ids[1] || next != ids[1] {
 		t.Fatalf("first page %v next %q, want %v newest first", first, next, ids)
 	}
-	rest, next := listed(t, g.get("/v1/operations?idempotency_key=shared&limit=2&after="+next))
+	rest, next := listed(t, g.get("/v1/operations?idempotency_key=shared&limit=2&after="+next, "Authorization", "Bearer paging"))
 	if len(rest) != 1 || rest[0] != ids[0] || next != "" {
 		t.Fatalf("second page %v next %q", rest, next)
 	}

@@ -32,15 +32,15 @@ func TestReplicasKeepWhatAnOperationCarries(t *testing.T) {
 
 	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	resp, body, err := rs[0].send("POST", "/v1/chat/completions", "job-7",
-		`{"metadata":{"ticket":"T-1"},"messages":[{"role":"user","content":"hi"}]}`, "Prefer", "respond-async", "traceparent", traceparent)
+		`{"metadata":{"ticket":"T-1"},"messages":[{"role":"user","content":"hi"}]}`, "Prefer", "respond-async", "traceparent", traceparent, "Authorization", "Bearer carried")
 	if err != nil || resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("submit: %v %v %s", err, resp, body)
 	}
 	var op operation
 	_ = json.Unmarshal(body, &op)
-	rs[1].await(t, op.OperationID, 60*time.Second)
+	rs[1].await(t, op.OperationID, 60*time.Second, "Authorization", "Bearer carried")
 
-	resp, body, err = rs[1].send("GET", "/v1/operations?idempotency_key="+url.QueryEscape("job-7"), "", "")
+	resp, body, err = rs[1].send("GET", "/v1/operations?idempotency_key="+url.QueryEscape("job-7"), "", "", "Authorization", "Bearer carried")
 	var page struct {
 		Operations []struct {
 			OperationID string          `json:"operation_id"`

@@ -91,11 +91,11 @@ func (p *gatewayProcess) submit(t *testing.T, key string, headers ...string) ope
 }
 
 // await polls operation id on p until it is final, for up to bound.
-func (p *gatewayProcess) await(t *testing.T, id string, bound time.Duration) operation {
+func (p *gatewayProcess) await(t *testing.T, id string, bound time.Duration, headers ...string) operation {
 	t.Helper()
 	deadline := time.Now().Add(bound)
 	for {
-		resp, body, err := p.send("GET", "/v1/operations/"+id, "", "")
+		resp, body, err := p.send("GET", "/v1/operations/"+id, "", "", headers...)
 		var op operation
 		if err == nil && resp.StatusCode == 200 && json.Unmarshal(body, &op) == nil && op.Done {
 			return op
