@@ -159,7 +159,7 @@ func (c *converter) keyAccept(kr *keyedRequest, op *store.Operation, token strin
 
 // accept stores the request as a queued operation (durably, with its key) and answers 202.
 func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st store.Backend, run *runner) error {
-	if n := run.queued.Load(); n >= int64(c.cfg.Queue) {
+	if n := run.queued.Load(); n >= int64(c.cfg.Queue) && !c.recorded(kr, st) {
 		countRequest(outcomeQueueFull)
 		writeError(w, apiError{Code: CodeQueueFull, RetryAfter: 5 * time.Second, Details: map[string]any{"queue": c.cfg.Queue},
 			Message: "The operation queue is full; retry later."})
@@ -277,14 +277,23 @@ func (c *converter) admit(w http.ResponseWriter, kr *keyedRequest, st store.Back
 	case ok:
 		return leave, true
 	}
-	if kr.key != "" {
-		if rec, err := st.LookupKey(kr.recordKey); err == nil && rec != nil {
-			return func() {}, true
-		}
+	if c.recorded(kr, st) {
+		return func() {}, true
 	}
 	countRequest(outcomeRateLimited)
 	writeError(w, rateLimitedError(c.cfg.MaxPerScope))
 	return nil, false
+}
+
+// recorded reports whether the request's key already has a live record: its retry is answered
+// from that record (a replay of the 202, a mismatch, or in progress) and adds nothing to the
+// queue, so neither a full queue nor max_per_scope may refuse it.
+func (c *converter) recorded(kr *keyedRequest, st store.Keys) bool {
+	if kr.key == "" {
+		return false
+	}
+	rec, err := st.LookupKey(kr.recordKey)
+	return err == nil && rec != nil
 }
 
 // answerInWindow answers a call that ended within its window: the upstream's answer, recorded
