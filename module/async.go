@@ -311,9 +311,9 @@ func (c *converter) answerInWindow(w http.ResponseWriter, kr *keyedRequest, st s
 		writeError(w, apiError{Code: CodeResultTooLarge, Details: map[string]any{"max_result": c.cfg.MaxResult},
 			Message: fmt.Sprintf("The upstream response is over the %d-byte max_result.", c.cfg.MaxResult)})
 	case res.status == 0 && errors.Is(ctxErr, context.DeadlineExceeded):
-		writeError(w, apiError{Code: CodeOperationTimeout, Message: "The upstream call did not finish within the async timeout."})
+		writeError(w, apiError{Code: CodeOperationTimeout, RetryAfter: time.Second, Message: "The upstream call did not finish within the async timeout."})
 	case res.status == 0:
-		writeError(w, apiError{Code: CodeUpstreamUnavailable, Message: errUpstreamUnreachable.Error() + "."})
+		writeError(w, apiError{Code: CodeUpstreamUnavailable, RetryAfter: time.Second, Message: errUpstreamUnreachable.Error() + "."})
 	default:
 		writeResponse(w, store.Response{Status: res.status, Header: res.header, Body: res.body})
 	}

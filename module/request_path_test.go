@@ -154,6 +154,15 @@ func TestAnswersWithinTheWindowThatAreNotWholeFailInTheErrorSchema(t *testing.T)
 	}
 }
 
+func TestCallOverTheTimeoutWithinTheWindowIsOperationTimeout(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, "async {\n mode after 10s\n timeout 500ms\n}")
+	r := g.post(chatPath, "k", chat("x"), "X-Mock-Latency", "5s")
+	expectError(t, r, http.StatusGatewayTimeout, CodeOperationTimeout, true)
+	if !strings.Contains(string(r.body), "within the async timeout") {
+		t.Fatalf("the timeout does not say so: %s", r.body)
+	}
+}
+
 func TestAfterModeKeyStaysClaimedForTheWholeCall(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "idempotency {\n lease 1s\n}\nasync {\n mode after 2500ms\n timeout 30s\n}")
 	first := make(chan result, 1)
