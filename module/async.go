@@ -307,6 +307,9 @@ func (c *converter) answerInWindow(w http.ResponseWriter, kr *keyedRequest, st s
 		}
 	}
 	switch {
+	case res.panicked != nil: // a buggy handler of the route: the outcome table's UPSTREAM_ERROR
+		kr.log.Error("a handler panicked serving the call", zap.Any("panic", res.panicked), zap.ByteString("stack", res.stack))
+		writeError(w, apiError{Code: CodeUpstreamError, RetryAfter: time.Second, Message: "A handler of the route failed while serving the call."})
 	case res.over:
 		writeError(w, apiError{Code: CodeResultTooLarge, Details: map[string]any{"max_result": c.cfg.MaxResult},
 			Message: fmt.Sprintf("The upstream response is over the %d-byte max_result.", c.cfg.MaxResult)})

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
 )
 
@@ -160,6 +162,21 @@ func TestCallOverTheTimeoutWithinTheWindowIsOperationTimeout(t *testing.T) {
 	expectError(t, r, http.StatusGatewayTimeout, CodeOperationTimeout, true)
 	if !strings.Contains(string(r.body), "within the async timeout") {
 		t.Fatalf("the timeout does not say so: %s", r.body)
+	}
+}
+
+func TestPanickingHandlerWithinTheWindowIsUpstreamError(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, "async {\n mode after 10s\n}")
+	cf := strings.Replace(string(g.config("async {\n mode after 10s\n}")), `{"handler":"reverse_proxy"`, `{"handler":"mulligan_test_panic"},{"handler":"reverse_proxy"`, 1)
+	if err := caddy.Load([]byte(cf), true); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"panics", "panics", ""} { // the key is released: its retry runs again
+		r := g.post(chatPath, key, chat("x"))
+		expectError(t, r, http.StatusBadGateway, CodeUpstreamError, true)
+		if !strings.Contains(string(r.body), "A handler of the route failed") {
+			t.Fatalf("the answer does not say a handler failed: %s", r.body)
+		}
 	}
 }
 
