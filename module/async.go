@@ -159,7 +159,7 @@ func (c *converter) keyAccept(kr *keyedRequest, op *store.Operation, token strin
 
 // accept stores the request as a queued operation (durably, with its key) and answers 202.
 func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st store.Backend, run *runner) error {
-	if n := run.queued.Load(); n >= int64(c.cfg.Queue) {
+	if n := run.queued.Load(); n >= int64(c.cfg.Queue) && !c.recorded(kr, st) {
 		countRequest(outcomeQueueFull)
 		writeError(w, apiError{Code: CodeQueueFull, RetryAfter: 5 * time.Second, Details: map[string]any{"queue": c.cfg.Queue},
 			Message: "The operation queue is full; retry later."})
@@ -277,14 +277,23 @@ func (c *converter) admit(w http.ResponseWriter, kr *keyedRequest, st store.Back
 	case ok:
 		return leave, true
 	}
-	if kr.key != "" {
-		if rec, err := st.LookupKey(kr.recordKey); err == nil && rec != nil {
-			return func() {}, true
-		}
+	if c.recorded(kr, st) {
+		return func() {}, true
 	}
 	countRequest(outcomeRateLimited)
 	writeError(w, rateLimitedError(c.cfg.MaxPerScope))
 	return nil, false
+}
+
+// recorded reports whether the request's key already has a live record: its retry is answered
+// from that record (a replay of the 202, a mismatch, or in progress) and adds nothing to the
+// queue, so neither a full queue nor max_per_scope may refuse it.
+func (c *converter) recorded(kr *keyedRequest, st store.Keys) bool {
+	if kr.key == "" {
+		return false
+	}
+	rec, err := st.LookupKey(kr.recordKey)
+	return err == nil && rec != nil
 }
 
 // answerInWindow answers a call that ended within its window: the upstream's answer, recorded
@@ -298,13 +307,16 @@ func (c *converter) answerInWindow(w http.ResponseWriter, kr *keyedRequest, st s
 		}
 	}
 	switch {
+	case res.panicked != nil: // a buggy handler of the route: the outcome table's UPSTREAM_ERROR
+		kr.log.Error("a handler panicked serving the call", zap.Any("panic", res.panicked), zap.ByteString("stack", res.stack))
+		writeError(w, apiError{Code: CodeUpstreamError, RetryAfter: time.Second, Message: "A handler of the route failed while serving the call."})
 	case res.over:
 		writeError(w, apiError{Code: CodeResultTooLarge, Details: map[string]any{"max_result": c.cfg.MaxResult},
 			Message: fmt.Sprintf("The upstream response is over the %d-byte max_result.", c.cfg.MaxResult)})
 	case res.status == 0 && errors.Is(ctxErr, context.DeadlineExceeded):
-		writeError(w, apiError{Code: CodeOperationTimeout, Message: "The upstream call did not finish within the async timeout."})
+		writeError(w, apiError{Code: CodeOperationTimeout, RetryAfter: time.Second, Message: "The upstream call did not finish within the async timeout."})
 	case res.status == 0:
-		writeError(w, apiError{Code: CodeUpstreamUnavailable, Message: errUpstreamUnreachable.Error() + "."})
+		writeError(w, apiError{Code: CodeUpstreamUnavailable, RetryAfter: time.Second, Message: errUpstreamUnreachable.Error() + "."})
 	default:
 		writeResponse(w, store.Response{Status: res.status, Header: res.header, Body: res.body})
 	}

@@ -213,6 +213,21 @@ func TestFullQueueAnswers503(t *testing.T) {
 	}
 }
 
+// A client that lost its 202 (it disconnected while the answer was written) retries with its
+// key: the retry is a replay of the accepted request, not a new one, so a full queue does not
+// stand between the client and its operation id.
+func TestKeyedRetryOfAnAcceptedRequestIsReplayedWhenTheQueueIsFull(t *testing.T) {
+	g := startGateway(t, modelserver.Config{Latency: 10 * time.Second}, "async {\n concurrency 1\n queue 1\n}")
+	g.submit(t, "a")
+	waitFor(t, func() bool { return g.model.Stats().InFlight == 1 })
+	first, op := g.submit(t, "b")
+	expectError(t, g.post(chatPath, "c", chat("async c"), "Prefer", "respond-async"), 503, CodeQueueFull, true)
+	again := g.post(chatPath, "b", chat("async b"), "Prefer", "respond-async")
+	if again.err != nil || again.StatusCode != http.StatusAccepted || again.Header.Get(headerReplayed) != "true" || string(again.body) != string(first.body) {
+		t.Fatalf("the retry of accepted operation %s got %v replayed=%q: %s", op.OperationID, again.Status, again.Header.Get(headerReplayed), again.body)
+	}
+}
+
 func TestAnotherScopesOperationIsNotFound(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "scope {http.request.header.Authorization}")
 	_, op := g.submit(t, "", "Authorization", "Bearer alice")

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"unsafe"
 )
 
 // The canonical form of a JSON body is built in one streaming pass over its bytes, never by
@@ -20,7 +21,22 @@ import (
 // maxNesting is encoding/json's own limit: deeper input was never canonicalised.
 const maxNesting = 10000
 
-var errNotCanonical = errors.New("not canonicalisable JSON")
+var (
+	errNotCanonical = errors.New("not canonicalisable JSON")
+	// errTooCostly: the body's shape (a great many members or objects out of order) would need
+	// bookkeeping of a multiple of the body to canonicalise; it is fingerprinted as written.
+	errTooCostly = errors.New("canonicalising would cost a multiple of the body")
+)
+
+// minBookkeeping is the bookkeeping every body may use, however small.
+const minBookkeeping = 64 << 10
+
+// Sizes of the bookkeeping records, for its bound.
+const (
+	memberSize    = int(unsafe.Sizeof(member{}))
+	reorderedSize = int(unsafe.Sizeof(reordered{}))
+	spanSize      = int(unsafe.Sizeof(span{}))
+)
 
 // pointer is a parsed fingerprint_ignore pointer: each reference token as a member name and,
 // when it reads as one (strconv.Atoi, as before), as an array index.
@@ -72,6 +88,16 @@ type canonicaliser struct {
 	names   []byte   // decoded member names of the open objects
 	members []member // members of the open objects
 	scratch []byte   // a decoded string
+	// bookkeeping bounds the bytes of members and moved (half the body), so that canonicalising
+	// a hostile shape (millions of small objects out of order) costs of the order of the body
+	// (docs/api.md), not twenty times it; spans counts the spans held in moved.
+	bookkeeping int
+	spans       int
+}
+
+// overBudget reports whether the bookkeeping passed its bound.
+func (c *canonicaliser) overBudget() bool {
+	return cap(c.members)*memberSize+cap(c.moved)*reorderedSize+c.spans*spanSize > c.bookkeeping
 }
 
 func (c *canonicaliser) skipSpace() {
@@ -230,6 +256,9 @@ func (c *canonicaliser) object() error {
 			}
 			c.members = append(c.members, member{text: span{text, len(c.out)}, name: name})
 			written++
+			if err == nil && c.overBudget() {
+				err = errTooCostly
+			}
 		}
 		c.path = c.path[:len(c.path)-1]
 		if err != nil {
@@ -246,6 +275,9 @@ func (c *canonicaliser) object() error {
 	c.out = append(c.out, '}')
 	if !ordered {
 		c.moved = append(c.moved, reordered{start: start, end: len(c.out), members: c.sorted(c.members[membersBase:])})
+		if c.spans += len(c.moved[len(c.moved)-1].members); c.overBudget() {
+			return errTooCostly
+		}
 	}
 	return nil
 }
@@ -304,6 +336,9 @@ func (c *canonicaliser) array() error {
 func (c *canonicaliser) skip() error {
 	mark, moved := len(c.out), len(c.moved)
 	err := c.value()
+	for _, m := range c.moved[moved:] {
+		c.spans -= len(m.members)
+	}
 	c.out, c.moved = c.out[:mark], c.moved[:moved]
 	return err
 }

@@ -63,9 +63,11 @@ func isJSON(mediaType string) bool {
 
 // canonicalJSON re-encodes body with sorted keys, no insignificant whitespace, numbers as
 // written, and the ignored pointers removed: the text encoding/json gives for the body decoded
-// into any. It reports false when body is not one JSON value. See canonical.go.
+// into any. It reports false when body is not one JSON value, or when its shape would cost a
+// multiple of the body to canonicalise (then the body is fingerprinted as written). See
+// canonical.go.
 func (f *fingerprinter) canonicalJSON(body []byte) ([]byte, bool) {
-	c := &canonicaliser{in: body, ignore: f.ignore, out: make([]byte, 0, len(body)+1)}
+	c := &canonicaliser{in: body, ignore: f.ignore, out: make([]byte, 0, len(body)+1), bookkeeping: max(len(body)/2, minBookkeeping)}
 	if c.document() != nil {
 		return nil, false
 	}

@@ -146,24 +146,40 @@ func fpOf(t testing.TB, ignore []string) *fingerprinter {
 	return f
 }
 
-// TestFingerprintMemoryIsOfTheOrderOfTheBody measures the bytes allocated to fingerprint a
-// 4 MiB body of many small objects, the shape that costs most when decoded into any.
+// TestFingerprintMemoryIsOfTheOrderOfTheBody measures the bytes allocated to fingerprint 4 MiB
+// bodies of the shapes that cost most: many small objects (the worst when decoded into any),
+// with their keys out of order (each one to reorder), and one object of many members.
 func TestFingerprintMemoryIsOfTheOrderOfTheBody(t *testing.T) {
-	var b strings.Builder
-	b.WriteString(`{"items":[`)
-	for i := 0; b.Len() < 4<<20; i++ {
-		fmt.Fprintf(&b, `{"id":%d,"name":"n%d","ok":true},`, i, i)
-	}
-	body := []byte(strings.TrimSuffix(b.String(), ",") + `]}`)
-	f := fpOf(t, nil)
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	f.sum("POST", "/p", "", "application/json", body)
-	runtime.ReadMemStats(&after)
-	allocated := after.TotalAlloc - before.TotalAlloc
-	t.Logf("fingerprinting %d bytes allocated %d bytes (%.1fx the body)", len(body), allocated, float64(allocated)/float64(len(body)))
-	if allocated > 4*uint64(len(body)) {
-		t.Fatalf("allocated %.1fx the body", float64(allocated)/float64(len(body)))
+	for _, tc := range []struct {
+		name              string
+		open, item, close string
+	}{
+		{"small objects", `{"items":[`, `{"id":%d,"name":"n%d","ok":true},`, `{}]}`},
+		{"small objects out of order", `[`, `{"b":%d,"a":%d},`, `{}]`},
+		{"one object of many members out of order", `{`, `"k%[1]d":0,"a%[1]d":0,`, `"":0}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			b.WriteString(tc.open)
+			for i := 0; b.Len() < 4<<20; i++ {
+				fmt.Fprintf(&b, tc.item, i, i)
+			}
+			body := []byte(b.String() + tc.close)
+			f := fpOf(t, nil)
+			runtime.GC()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			sum := f.sum("POST", "/p", "", "application/json", body)
+			runtime.ReadMemStats(&after)
+			allocated := after.TotalAlloc - before.TotalAlloc
+			t.Logf("fingerprinting %d bytes allocated %d bytes (%.1fx the body)", len(body), allocated, float64(allocated)/float64(len(body)))
+			if allocated > 4*uint64(len(body)) {
+				t.Fatalf("allocated %.1fx the body", float64(allocated)/float64(len(body)))
+			}
+			if again := f.sum("POST", "/p", "", "application/json", body); !bytes.Equal(again, sum) {
+				t.Fatal("the same body fingerprints differently")
+			}
+		})
 	}
 }
 

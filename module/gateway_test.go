@@ -202,6 +202,10 @@ func expectError(t *testing.T, r result, status int, code ErrorCode, retryable b
 	if e.Error.Message == "" || e.Error.RequestID == "" || e.Error.RequestID != r.Header.Get(headerRequestID) {
 		t.Fatalf("message or request_id missing: %s (X-Request-Id %q)", r.body, r.Header.Get(headerRequestID))
 	}
+	// A retryable answer says when to retry, in the header and in the body (docs/api.md, Errors).
+	if secs := fmt.Sprint(e.Error.Details["retry_after_seconds"]); retryable && (r.Header.Get("Retry-After") == "" || secs != r.Header.Get("Retry-After")) {
+		t.Fatalf("retryable %s with Retry-After %q and details.retry_after_seconds %s", code, r.Header.Get("Retry-After"), secs)
+	}
 }
 
 // closeStorages closes every open storage's handle under the running config, as if the

@@ -117,32 +117,37 @@ func (g *gate) prepare(w http.ResponseWriter, r *http.Request, budget *byteBudge
 // errAnswered means the gate already wrote the answer.
 var errAnswered = errors.New("answered")
 
-// bodyChunk is the first buffer of a body of unknown length.
+// bodyChunk is the first buffer of a body; it doubles as bytes arrive.
 const bodyChunk = 32 << 10
 
 // readBody reads the whole body with a hard limit, answering 413 past it, and 503 GATEWAY_BUSY
 // when the bodies being held at once would pass max_buffered. Every byte of buffer is reserved
-// before it is allocated; it returns the bytes reserved.
+// before it is allocated, and the buffer grows as bytes arrive, never ahead of them to the
+// Content-Length: a client that promises a large body and stalls holds one chunk of the budget,
+// not its whole promise. It returns the bytes reserved.
 func (g *gate) readBody(w http.ResponseWriter, r *http.Request, budget *byteBudget, log reqLog) ([]byte, int64, error) {
 	if r.ContentLength > g.maxBody {
 		return nil, 0, g.tooLarge(w)
 	}
+	end := g.maxBody + 1 // room for one byte past the body: its end, or max_body passed
+	if r.ContentLength >= 0 {
+		end = r.ContentLength + 1
+	}
 	var reserved int64
 	grow := func(buf []byte, size int64) ([]byte, bool) {
-		if !budget.take(size - int64(cap(buf))) {
+		// The byte past max_body only detects an overrun and is not counted, so that one body
+		// of max_body fits a max_buffered of max_body.
+		need := min(size, g.maxBody) - reserved
+		if !budget.take(need) {
 			return buf, false
 		}
-		reserved += size - int64(cap(buf))
+		reserved += need
 		return append(make([]byte, 0, size), buf...), true
 	}
-	size := min(g.maxBody, bodyChunk) + 1
-	if r.ContentLength >= 0 {
-		size = r.ContentLength + 1 // room to see the end without growing
-	}
-	buf, ok := grow(nil, size)
+	buf, ok := grow(nil, min(end, bodyChunk))
 	for ok {
 		if len(buf) == cap(buf) {
-			if buf, ok = grow(buf, min(2*int64(cap(buf)), g.maxBody+1)); !ok {
+			if buf, ok = grow(buf, min(2*int64(cap(buf)), end)); !ok {
 				break
 			}
 		}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
 )
 
@@ -154,6 +156,30 @@ func TestAnswersWithinTheWindowThatAreNotWholeFailInTheErrorSchema(t *testing.T)
 	}
 }
 
+func TestCallOverTheTimeoutWithinTheWindowIsOperationTimeout(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, "async {\n mode after 10s\n timeout 500ms\n}")
+	r := g.post(chatPath, "k", chat("x"), "X-Mock-Latency", "5s")
+	expectError(t, r, http.StatusGatewayTimeout, CodeOperationTimeout, true)
+	if !strings.Contains(string(r.body), "within the async timeout") {
+		t.Fatalf("the timeout does not say so: %s", r.body)
+	}
+}
+
+func TestPanickingHandlerWithinTheWindowIsUpstreamError(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, "async {\n mode after 10s\n}")
+	cf := strings.Replace(string(g.config("async {\n mode after 10s\n}")), `{"handler":"reverse_proxy"`, `{"handler":"mulligan_test_panic"},{"handler":"reverse_proxy"`, 1)
+	if err := caddy.Load([]byte(cf), true); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"panics", "panics", ""} { // the key is released: its retry runs again
+		r := g.post(chatPath, key, chat("x"))
+		expectError(t, r, http.StatusBadGateway, CodeUpstreamError, true)
+		if !strings.Contains(string(r.body), "A handler of the route failed") {
+			t.Fatalf("the answer does not say a handler failed: %s", r.body)
+		}
+	}
+}
+
 func TestAfterModeKeyStaysClaimedForTheWholeCall(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "idempotency {\n lease 1s\n}\nasync {\n mode after 2500ms\n timeout 30s\n}")
 	first := make(chan result, 1)
@@ -242,29 +268,69 @@ func TestSharedScopeIsAnExplicitChoice(t *testing.T) {
 
 func TestBodiesOverMaxBufferedGet503(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "idempotency {\n max_body 600KiB\n max_buffered 1MiB\n}")
-	const size = 600 << 10
-	// A client that sends its headers and then stalls holds its body's share of the budget.
+	body := `{"pad":"` + strings.Repeat("x", 600<<10-10) + `"}`
+	// A request whose upstream call is under way holds its body's share of the budget.
+	held := make(chan result, 1)
+	go func() { held <- g.post(chatPath, "held", body, "X-Mock-Latency", "3s") }()
+	waitFor(t, func() bool { return g.model.Stats().InFlight == 1 })
+	busy := g.post(chatPath, "busy", body)
+	expectError(t, busy, 503, CodeBusy, true)
+	if r := <-held; r.err != nil || r.StatusCode != 200 {
+		t.Fatalf("the held request: %v %v", r.err, r.Status)
+	}
+	if r := g.post(chatPath, "busy", body); r.StatusCode != 200 {
+		t.Fatalf("the budget was not given back: %v %.200s", r.Status, r.body)
+	}
+}
+
+// A body counts against max_buffered as its bytes arrive, not as its Content-Length promises:
+// a client that announces a large body and sends none of it holds almost nothing, so idle
+// connections cannot keep everyone else at 503 GATEWAY_BUSY.
+func TestStalledBodyHoldsOnlyTheBytesItSent(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, "idempotency {\n max_body 600KiB\n max_buffered 1MiB\n}")
 	conn, err := net.Dial("tcp", strings.TrimPrefix(g.base, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: slow\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", chatPath, size)
-	body := `{"pad":"` + strings.Repeat("x", size-10) + `"}`
-	var busy result
-	deadline := time.Now().Add(10 * time.Second)
-	for i := 0; busy.Response == nil || busy.StatusCode != 503; i++ {
-		if time.Now().After(deadline) {
-			t.Fatalf("a second large body never met the budget: last %v %.200s", busy.Status, busy.body)
+	_ = conn.SetDeadline(time.Now().Add(15 * time.Second))
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: stalled\r\nContent-Type: application/json\r\n"+
+		"Content-Length: %d\r\nExpect: 100-continue\r\n\r\n", chatPath, 600<<10)
+	// net/http says 100 Continue when the handler first reads the body: it is now reading.
+	if line, err := bufio.NewReader(conn).ReadString('\n'); err != nil || !strings.Contains(line, "100") {
+		t.Fatalf("no 100 Continue: %q %v", line, err)
+	}
+	fmt.Fprint(conn, "{")
+	body := `{"pad":"` + strings.Repeat("x", 500<<10) + `"}`
+	for i := range 3 {
+		if r := g.post(chatPath, fmt.Sprintf("k%d", i), body); r.err != nil || r.StatusCode != 200 {
+			t.Fatalf("a body while another connection stalls: %v %v %.200s", r.err, r.Status, r.body)
 		}
-		busy = g.post(chatPath, fmt.Sprintf("k%d", i), body)
 	}
-	expectError(t, busy, 503, CodeBusy, true)
-	if busy.Header.Get("Retry-After") == "" {
-		t.Fatal("503 GATEWAY_BUSY without Retry-After")
+}
+
+// A body of exactly max_body fits a max_buffered of max_body, with or without Content-Length:
+// otherwise it would get a retryable 503 GATEWAY_BUSY that no retry can pass.
+func TestBodyOfMaxBodyFitsAMaxBufferedOfMaxBody(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, "idempotency {\n max_body 64KiB\n max_buffered 64KiB\n}")
+	body := `{"pad":"` + strings.Repeat("x", 64<<10-10) + `"}`
+	for _, tc := range []struct {
+		name string
+		body io.Reader
+	}{
+		{"with Content-Length", strings.NewReader(body)},
+		{"chunked", io.MultiReader(strings.NewReader(body))}, // no length known: sent chunked
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest("POST", g.base+chatPath, tc.body)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", tc.name)
+			if r := g.do(req); r.err != nil || r.StatusCode != 200 {
+				t.Fatalf("a body of max_body: %v %v %.200s", r.err, r.Status, r.body)
+			}
+		})
 	}
-	conn.Close()
-	waitFor(t, func() bool { return g.post(chatPath, "after", body).StatusCode == 200 })
+	expectError(t, g.post(chatPath, "over", body+" "), 413, CodeRequestTooLarge, false)
 }
 
 func TestRecordedStreamSaysWhenItExpiresInATrailer(t *testing.T) {
