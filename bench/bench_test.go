@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
 )
 
 // logWriter sends the harness's progress lines to the test log.
@@ -17,7 +20,7 @@ func (w logWriter) Write(p []byte) (int, error) {
 }
 
 // TestHarnessMeasuresEveryScenario runs the whole harness briefly (real binary, real model
-// server, both gateways) and checks that every scenario measured something on both gateways.
+// server, plain Caddy and Mulligan on Badger) and checks that every scenario measured something on both gateways.
 // It asserts nothing about speed.
 func TestHarnessMeasuresEveryScenario(t *testing.T) {
 	if testing.Short() {
@@ -45,10 +48,88 @@ func TestHarnessMeasuresEveryScenario(t *testing.T) {
 		t.Fatalf("%d rows, want 6", len(rep.Rows))
 	}
 	for _, r := range rep.Rows {
-		for side, res := range map[string]*Result{"plain": r.Plain, "mulligan": r.Mulligan} {
+		if len(r.Mulligan) != 1 {
+			t.Fatalf("%s: %d Mulligan results, want 1 (Badger)", r.Scenario, len(r.Mulligan))
+		}
+		for side, res := range map[string]*Result{"plain": r.Plain, "badger": r.Mulligan[0]} {
 			if res == nil || res.RPS <= 0 {
 				t.Errorf("%s: no %s rate measured (%+v, note %q)", r.Scenario, side, res, r.Note)
 			}
 		}
+	}
+}
+
+// TestHarnessMeasuresPostgresReplicasBesideBadger runs plain Caddy, Mulligan on Badger and
+// three Mulligan replicas on one PostgreSQL database in one brief run, and checks that every
+// side measured every scenario and that each replica's connections were counted apart.
+func TestHarnessMeasuresPostgresReplicasBesideBadger(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the gateway binary")
+	}
+	cfg := DefaultConfig()
+	cfg.Concurrency, cfg.Duration, cfg.Rounds = 6, 300*time.Millisecond, 1
+	cfg.Scenarios = []string{ScenarioPassthrough, ScenarioNewKeys, ScenarioReplays}
+	cfg.ReplayKeys = 30
+	cfg.Postgres, cfg.Replicas = pgtest.Database(t), 3
+	cfg.Progress = logWriter{t}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	var out bytes.Buffer
+	rep, err := Run(ctx, cfg, &out)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"badger", "postgres×3"}; !slices.Equal(rep.Sides, want) {
+		t.Fatalf("sides %q, want %q", rep.Sides, want)
+	}
+	if len(rep.Rows) != 3 {
+		t.Fatalf("%d rows, want 3", len(rep.Rows))
+	}
+	for _, r := range rep.Rows {
+		results := []*Result{r.Plain}
+		results = append(results, r.Mulligan...)
+		if len(results) != 3 {
+			t.Fatalf("%s: %d results, want plain and two sides", r.Scenario, len(results))
+		}
+		for i, res := range results {
+			if res == nil || res.RPS <= 0 || res.Errors > 0 {
+				t.Errorf("%s: result %d: %+v (note %q)", r.Scenario, i, res, r.Note)
+			}
+		}
+	}
+	var gateways []string
+	for _, c := range rep.Connections {
+		gateways = append(gateways, c.Gateway)
+		if c.Peak < 1 {
+			t.Errorf("%s: peak of %d connections", c.Gateway, c.Peak)
+		}
+	}
+	if want := []string{"postgres-1", "postgres-2", "postgres-3"}; !slices.Equal(gateways, want) {
+		t.Errorf("connections counted for %q, want %q", gateways, want)
+	}
+}
+
+// TestConfigsThatCannotRunAreRejected checks the flags' combinations the harness refuses,
+// with their messages.
+func TestConfigsThatCannotRunAreRejected(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"replicas without postgres", func(c *Config) { c.Replicas = 3 }, "above 1 needs -postgres"},
+		{"no replica", func(c *Config) { c.Postgres, c.Replicas = "postgres://127.0.0.1/x", 0 }, "-replicas must be at least 1"},
+		{"key=value DSN", func(c *Config) { c.Postgres = "host=127.0.0.1 password=secret" }, "must be a postgres:// URL (got \"(a DSN with a password)\")"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tc.edit(&cfg)
+			err := cfg.validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("validate: %v, want an error containing %q", err, tc.want)
+			}
+		})
 	}
 }

@@ -17,18 +17,26 @@ import (
 
 // Report is the outcome of a run, as printed.
 type Report struct {
+	// Sides names the Mulligan gateways measured beside plain Caddy, in Row.Mulligan's order:
+	// "badger", then "postgres" (or "postgres×N" for N replicas) with -postgres.
+	Sides []string
 	// Rows are the scenarios, in the order they ran.
 	Rows []Row
+	// Connections are the PostgreSQL gateways' connections (empty without -postgres).
+	Connections []ConnRow
 	// Scale holds the -scale measurements (empty without -scale).
 	Scale []ScaleRow
 }
 
-// Row is one scenario measured on both gateways.
+// Row is one scenario measured on every gateway.
 type Row struct {
 	// Scenario names the measurement.
 	Scenario string
-	// Plain and Mulligan are the two gateways' results; nil when not measured.
-	Plain, Mulligan *Result
+	// Plain is plain Caddy's result; nil when not measured.
+	Plain *Result
+	// Mulligan holds one result per Report.Sides; a nil entry (or a short slice) was not
+	// measured.
+	Mulligan []*Result
 	// Note says what the numbers mean, or why they are missing.
 	Note string
 }
@@ -49,20 +57,31 @@ func resultOf(s sample) *Result {
 	return &Result{RPS: s.rps(), P50: s.percentile(50), P99: s.percentile(99), OK: s.ok, Errors: s.errs, FirstError: s.firstErr}
 }
 
+// resultsOf is resultOf of each sample.
+func resultsOf(ss []sample) []*Result {
+	out := make([]*Result, len(ss))
+	for i := range ss {
+		out[i] = resultOf(ss[i])
+	}
+	return out
+}
+
 // harness owns everything a run starts: the model server, the gateways, their temp dirs.
+// mulligans are the Mulligan sides (sides.go): Badger, then PostgreSQL with -postgres.
 type harness struct {
-	cfg      Config
-	progress io.Writer
-	client   *http.Client
-	tmp      string
-	binary   string
-	model    *modelserver.Server
-	modelSrv *http.Server
-	upstream string // host:port of the model server
-	plain    *gateway
-	mulligan *gateway
-	runID    string
-	seq      atomic.Int64
+	cfg       Config
+	progress  io.Writer
+	client    *http.Client
+	tmp       string
+	binary    string
+	model     *modelserver.Server
+	modelSrv  *http.Server
+	upstream  string // host:port of the model server
+	plain     *gateway
+	mulligans []*gateway
+	conns     *connWatch
+	runID     string
+	seq       atomic.Int64
 }
 
 // Run builds the sidecar, starts the model server and both gateways, measures cfg.Scenarios
@@ -81,6 +100,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{}
+	for _, g := range h.mulligans {
+		rep.Sides = append(rep.Sides, g.name)
+	}
 	var err error
 	for _, name := range cfg.Scenarios {
 		var rows []Row
@@ -90,7 +112,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 		}
 		rep.Rows = append(rep.Rows, rows...)
 	}
-	printTable(out, rep.Rows)
+	printTable(out, rep.Sides, rep.Rows)
+	if h.conns != nil {
+		rep.Connections = h.conns.stop(ctx)
+		printConnections(out, rep.Connections)
+	}
 	if err == nil && cfg.Scale {
 		rep.Scale, err = h.scale(ctx)
 		printScale(out, rep.Scale)
@@ -131,11 +157,11 @@ func (h *harness) start(ctx context.Context) error {
 	if h.plain, err = h.startGateway(ctx, "plain", func(int) string { return plainSite(h.upstream) }); err != nil {
 		return err
 	}
-	h.mulligan, err = h.startGateway(ctx, "mulligan", func(int) string {
-		return mulliganSite(h.upstream, h.storage("mulligan"), "")
-	})
-	if err != nil {
+	if err := h.startSides(ctx); err != nil {
 		return err
+	}
+	if h.cfg.Postgres != "" {
+		h.conns = h.watchConnections(ctx)
 	}
 	return h.warmUp(ctx)
 }
@@ -166,8 +192,8 @@ func (h *harness) startModel() error {
 // warmUp opens the client's connections and lets both processes settle before measuring.
 func (h *harness) warmUp(ctx context.Context) error {
 	d := min(time.Second, h.cfg.Duration)
-	for _, g := range []*gateway{h.plain, h.mulligan} {
-		s := closedLoop(ctx, h.cfg.Concurrency, d, 0, g.base, &h.seq, h.chat())
+	for _, g := range h.gateways() {
+		s := closedLoop(ctx, h.cfg.Concurrency, d, 0, g, &h.seq, h.chat())
 		if s.ok == 0 {
 			return fmt.Errorf("warm-up of %s: no request succeeded: %s", g.name, s.firstErr)
 		}
@@ -177,8 +203,12 @@ func (h *harness) warmUp(ctx context.Context) error {
 
 // close stops everything start started and removes the temp dir.
 func (h *harness) close() {
-	h.plain.stop()
-	h.mulligan.stop()
+	if h.conns != nil {
+		h.conns.stop(context.Background())
+	}
+	for _, g := range h.gateways() {
+		g.stop()
+	}
 	if h.modelSrv != nil {
 		_ = h.modelSrv.Close()
 	}
@@ -188,37 +218,39 @@ func (h *harness) close() {
 	}
 }
 
-// alternate measures round on each gateway cfg.Rounds times, interleaved, swapping which goes
-// first every round so that drift hits both alike.
-func (h *harness) alternate(ctx context.Context, name string, round func(g *gateway) (sample, error)) (plain, mull sample, err error) {
+// gateways is plain Caddy, then the Mulligan sides.
+func (h *harness) gateways() []*gateway {
+	return append([]*gateway{h.plain}, h.mulligans...)
+}
+
+// alternate measures round on each gateway cfg.Rounds times, interleaved, rotating which goes
+// first every round so that drift hits them all alike. It returns plain Caddy's sample and one
+// per Mulligan side.
+func (h *harness) alternate(ctx context.Context, name string, round func(g *gateway) (sample, error)) (plain sample, mull []sample, err error) {
+	all := h.gateways()
+	samples := make([]sample, len(all))
 	for r := range h.cfg.Rounds {
-		order := []*gateway{h.plain, h.mulligan}
-		if r%2 == 1 {
-			order[0], order[1] = order[1], order[0]
-		}
-		for _, g := range order {
+		for k := range all {
+			i := (k + r) % len(all)
+			g := all[i]
 			s, err := round(g)
 			if err == nil {
 				err = ctx.Err()
 			}
 			if err != nil {
-				return plain, mull, err
+				return samples[0], samples[1:], err
 			}
-			h.logf("%s: round %d/%d %-8s %8.0f/s  p99 %s  errors %d", name, r+1, h.cfg.Rounds, g.name, s.rps(), fmtDuration(s.percentile(99)), s.errs)
-			if g == h.plain {
-				plain.add(s)
-			} else {
-				mull.add(s)
-			}
+			h.logf("%s: round %d/%d %-10s %8.0f/s  p99 %s  errors %d", name, r+1, h.cfg.Rounds, g.name, s.rps(), fmtDuration(s.percentile(99)), s.errs)
+			samples[i].add(s)
 		}
 	}
-	return plain, mull, nil
+	return samples[0], samples[1:], nil
 }
 
 // closedRounds is alternate with a closed loop of fn per round.
-func (h *harness) closedRounds(ctx context.Context, name string, fn call) (plain, mull sample, err error) {
+func (h *harness) closedRounds(ctx context.Context, name string, fn call) (plain sample, mull []sample, err error) {
 	return h.alternate(ctx, name, func(g *gateway) (sample, error) {
-		return closedLoop(ctx, h.cfg.Concurrency, h.cfg.Duration, 0, g.base, &h.seq, fn), nil
+		return closedLoop(ctx, h.cfg.Concurrency, h.cfg.Duration, 0, g, &h.seq, fn), nil
 	})
 }
 
@@ -226,11 +258,7 @@ func (h *harness) logf(format string, args ...any) {
 	fmt.Fprintf(h.progress, "[%s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 }
 
-// storage is the mulligan block's storage for the gateway named name: its own Badger directory,
-// or the PostgreSQL database of -postgres.
-func (h *harness) storage(name string) string {
-	if h.cfg.Postgres != "" {
-		return "postgres " + h.cfg.Postgres
-	}
+// badgerDir is the Badger directory of the gateway named name, in its own directory.
+func (h *harness) badgerDir(name string) string {
 	return filepath.Join(h.tmp, name, "badger")
 }

@@ -78,8 +78,9 @@ func (s *sample) percentile(p float64) time.Duration {
 }
 
 // closedLoop runs `workers` clients, each sending its next request as soon as the previous one
-// is answered, for d or until limit requests are sent (0: no limit).
-func closedLoop(ctx context.Context, workers int, d time.Duration, limit int64, base string, seq *atomic.Int64, fn call) sample {
+// is answered, for d or until limit requests are sent (0: no limit), to g (or its replicas in
+// turn).
+func closedLoop(ctx context.Context, workers int, d time.Duration, limit int64, g *gateway, seq *atomic.Int64, fn call) sample {
 	deadline := time.Now().Add(d)
 	var sent atomic.Int64
 	return measured(workers, func(s *sample) bool {
@@ -87,7 +88,8 @@ func closedLoop(ctx context.Context, workers int, d time.Duration, limit int64, 
 			return false
 		}
 		t0 := time.Now()
-		err := fn(ctx, base, seq.Add(1)-1)
+		n := seq.Add(1) - 1
+		err := fn(ctx, g.pick(n), n)
 		s.record(time.Since(t0), err)
 		return true
 	})
@@ -116,8 +118,9 @@ func measured(workers int, step func(s *sample) bool) sample {
 // openLoop sends at a fixed rate for d, whatever the answers' latency: a ticker releases the
 // requests due so far. Latency runs from each request's scheduled time, so a stalled gateway
 // is charged for the requests queued behind the stall (no coordinated omission). At most
-// maxInFlight requests are outstanding; one more due is counted as an error.
-func openLoop(ctx context.Context, rate float64, d time.Duration, maxInFlight int, base string, seq *atomic.Int64, fn call) sample {
+// maxInFlight requests are outstanding; one more due is counted as an error. Requests go to g
+// (or its replicas in turn).
+func openLoop(ctx context.Context, rate float64, d time.Duration, maxInFlight int, g *gateway, seq *atomic.Int64, fn call) sample {
 	var (
 		mu    sync.Mutex
 		total = sample{elapsed: d}
@@ -143,7 +146,8 @@ func openLoop(ctx context.Context, rate float64, d time.Duration, maxInFlight in
 			}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				err := fn(ctx, base, seq.Add(1)-1)
+				n := seq.Add(1) - 1
+				err := fn(ctx, g.pick(n), n)
 				lat := time.Since(intended)
 				mu.Lock()
 				total.record(lat, err)

@@ -1,13 +1,15 @@
 // Command bench measures Mulligan side by side with plain Caddy: the same binary (Caddy v2 with
-// the module), started twice on loopback, once with a bare reverse_proxy and once with
-// `mulligan` in front of it, both in front of the example model server answering at once. It
-// drives both at the same concurrency in alternating short rounds, so machine noise hits both
-// alike, and prints requests per second, p50 and p99 latency and the ratio to plain Caddy.
+// the module), started on loopback with a bare reverse_proxy, with `mulligan` on Badger in
+// front of it and, with -postgres, with `mulligan` on PostgreSQL, all in front of the example
+// model server answering at once. It drives them at the same concurrency in interleaved short
+// rounds, so machine noise hits them alike, and prints requests per second, p50 and p99
+// latency and each Mulligan side's ratio to plain Caddy.
 //
 //	go run ./bench                               # every scenario, ~2-3 minutes on 2 cores
 //	go run ./bench -scenarios replays -rounds 5  # one scenario, longer
 //	go run ./bench -scale                        # also seed 10k and 1M keys: RSS and lookup p99
-//	go run ./bench -postgres postgres://...      # Mulligan on PostgreSQL instead of Badger
+//	go run ./bench -postgres postgres://...      # Mulligan on PostgreSQL too, beside Badger
+//	go run ./bench -postgres postgres://... -replicas 3  # 3 gateways on the database, load spread
 //
 // All traffic stays on 127.0.0.1. The processes it starts are stopped when it ends, also on
 // Ctrl-C.
@@ -62,9 +64,13 @@ type Config struct {
 	ScaleKeys int
 	// ScaleOps is how many finished operations the large scale run seeds.
 	ScaleOps int
-	// Postgres, when set, is a PostgreSQL DSN the Mulligan gateway stores in (`storage
-	// postgres`) instead of a Badger directory; keys carry the run's id, so runs may share it.
+	// Postgres, when set, is a PostgreSQL URL DSN: a third gateway stores there (`storage
+	// postgres`), measured beside plain Caddy and Mulligan on Badger; keys carry the run's id,
+	// so runs may share the database.
 	Postgres string
+	// Replicas is how many gateway processes share the PostgreSQL database; the load is spread
+	// over them round-robin. Above 1 it needs Postgres.
+	Replicas int
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
 }
@@ -73,7 +79,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Concurrency: 64, Duration: 3 * time.Second, Rounds: 3, Scenarios: AllScenarios,
-		ReplayKeys: 1000, Operations: 1000, AsyncOps: 4000, ScaleKeys: 1_000_000, ScaleOps: 100_000,
+		Replicas: 1, ReplayKeys: 1000, Operations: 1000, AsyncOps: 4000, ScaleKeys: 1_000_000, ScaleOps: 100_000,
 	}
 }
 
@@ -90,7 +96,8 @@ func main() {
 	flag.BoolVar(&cfg.Scale, "scale", false, "also seed 10k, then -scale-keys keys and -scale-ops operations, and measure RSS and replay p99 (slow)")
 	flag.IntVar(&cfg.ScaleKeys, "scale-keys", cfg.ScaleKeys, "keys of the large scale run")
 	flag.IntVar(&cfg.ScaleOps, "scale-ops", cfg.ScaleOps, "finished operations seeded by the large scale run")
-	flag.StringVar(&cfg.Postgres, "postgres", "", "a PostgreSQL DSN: Mulligan stores there instead of in Badger (the scale run stays on Badger)")
+	flag.StringVar(&cfg.Postgres, "postgres", "", "a postgres:// DSN: also measure Mulligan storing there, beside Badger (the scale run stays on Badger)")
+	flag.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "PostgreSQL gateway processes on the one database, the load spread round-robin over them (needs -postgres)")
 	flag.Parse()
 	cfg.Scenarios = splitList(scenarios)
 	cfg.Progress = os.Stderr
@@ -123,8 +130,15 @@ func (c Config) validate() error {
 		return fmt.Errorf("-duration and -rounds must be positive")
 	case c.ReplayKeys < 1 || c.Operations < 1 || c.AsyncOps < 1:
 		return fmt.Errorf("-keys, -ops and -async-ops must be positive")
+	case c.Replicas < 1 || (c.Replicas > 1 && c.Postgres == ""):
+		return fmt.Errorf("-replicas must be at least 1, and above 1 needs -postgres")
 	case c.Scale && (c.ScaleKeys < scaleSmallKeys || c.ScaleOps < 0):
 		return fmt.Errorf("-scale-keys must be at least %d and -scale-ops not negative", scaleSmallKeys)
+	}
+	if c.Postgres != "" {
+		if _, err := withApplicationName(c.Postgres, "check"); err != nil {
+			return err
+		}
 	}
 	known := map[string]bool{}
 	for _, s := range AllScenarios {
@@ -142,6 +156,9 @@ func (c Config) validate() error {
 func (c Config) flagLine() string {
 	line := fmt.Sprintf("go run ./bench -concurrency %d -duration %s -rounds %d -scenarios %s -keys %d -ops %d -async-ops %d",
 		c.Concurrency, c.Duration, c.Rounds, strings.Join(c.Scenarios, ","), c.ReplayKeys, c.Operations, c.AsyncOps)
+	if c.Postgres != "" {
+		line += fmt.Sprintf(" -postgres %s -replicas %d", redactDSN(c.Postgres), c.Replicas)
+	}
 	if c.Scale {
 		line += fmt.Sprintf(" -scale -scale-keys %d -scale-ops %d", c.ScaleKeys, c.ScaleOps)
 	}

@@ -102,15 +102,16 @@ func (h *harness) getOperation(ctx context.Context, base, id string) (opView, er
 	return v, json.Unmarshal(body, &v)
 }
 
-// drain waits until operation id (the newest accepted) is done, so the runner's backlog does
-// not slow down the next round, whichever gateway it measures.
-func (h *harness) drain(ctx context.Context, id string) error {
+// drain waits until operation id (the newest accepted on g) is done, so the runner's backlog
+// does not slow down the next round, whichever gateway it measures. Replicas share their
+// database, so the first one answers for all.
+func (h *harness) drain(ctx context.Context, g *gateway, id string) error {
 	if id == "" {
 		return nil
 	}
 	start := time.Now()
 	for time.Since(start) < drainTimeout {
-		v, err := h.getOperation(ctx, h.mulligan.base, id)
+		v, err := h.getOperation(ctx, g.base, id)
 		if err != nil {
 			return fmt.Errorf("polling %s: %w", id, err)
 		}

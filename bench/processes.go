@@ -47,16 +47,18 @@ func moduleRoot() string {
 }
 
 // gateway is one running Caddy process of the benchmark, with its own data directory and
-// admin port.
+// admin port; or, with replicas, several processes on one database that the load is spread
+// over (pick), its base and admin being the first replica's.
 type gateway struct {
-	name   string
-	dir    string
-	port   int
-	base   string // http://127.0.0.1:port
-	admin  string // http://127.0.0.1:admin port
-	cmd    *exec.Cmd
-	exited chan struct{}
-	log    *os.File
+	replicas []*gateway
+	name     string
+	dir      string
+	port     int
+	base     string // http://127.0.0.1:port
+	admin    string // http://127.0.0.1:admin port
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	log      *os.File
 }
 
 // siteConfig is the Caddyfile of a gateway listening on port: global options keeping it on
@@ -152,6 +154,11 @@ func (g *gateway) logError() string {
 
 // stop asks the process to end (SIGTERM), and kills it if it has not within 10 s.
 func (g *gateway) stop() {
+	if g != nil {
+		for _, r := range g.replicas {
+			r.stop()
+		}
+	}
 	if g == nil || g.cmd == nil || g.cmd.Process == nil {
 		return
 	}

@@ -7,20 +7,37 @@ import (
 	"time"
 )
 
-// printTable writes the rows as an aligned Markdown table.
-func printTable(w io.Writer, rows []Row) {
+// printTable writes the rows as an aligned Markdown table: plain Caddy, then each Mulligan
+// side with its rate over plain Caddy's.
+func printTable(w io.Writer, sides []string, rows []Row) {
 	if len(rows) == 0 {
 		return
 	}
-	table := [][]string{{"scenario", "plain req/s", "p50", "p99", "mulligan req/s", "p50", "p99", "ratio", "notes"}}
+	header := []string{"scenario", "plain req/s", "p50", "p99"}
+	for _, side := range sides {
+		header = append(header, side+" req/s", "p50", "p99", "ratio")
+	}
+	table := [][]string{append(header, "notes")}
 	for _, r := range rows {
 		line := []string{r.Scenario}
 		line = append(line, resultCells(r.Plain)...)
-		line = append(line, resultCells(r.Mulligan)...)
-		line = append(line, ratio(r), notes(r))
+		for i := range sides {
+			res := sideResult(r, i)
+			line = append(line, resultCells(res)...)
+			line = append(line, ratio(r.Plain, res))
+		}
+		line = append(line, notes(sides, r))
 		table = append(table, line)
 	}
 	writeMarkdown(w, table)
+}
+
+// sideResult is the row's result of side i, nil when not measured.
+func sideResult(r Row, i int) *Result {
+	if i < len(r.Mulligan) {
+		return r.Mulligan[i]
+	}
+	return nil
 }
 
 // resultCells are the req/s, p50 and p99 cells of one result, dashes when there is none.
@@ -31,24 +48,29 @@ func resultCells(r *Result) []string {
 	return []string{fmt.Sprintf("%.0f", r.RPS), fmtDuration(r.P50), fmtDuration(r.P99)}
 }
 
-// ratio is Mulligan's req/s over plain Caddy's.
-func ratio(r Row) string {
-	if r.Plain == nil || r.Mulligan == nil || r.Plain.RPS == 0 {
+// ratio is a Mulligan side's req/s over plain Caddy's.
+func ratio(plain, side *Result) string {
+	if plain == nil || side == nil || plain.RPS == 0 {
 		return "–"
 	}
-	return fmt.Sprintf("%.2f", r.Mulligan.RPS/r.Plain.RPS)
+	return fmt.Sprintf("%.2f", side.RPS/plain.RPS)
 }
 
 // notes joins the row's note with any unexpected answers.
-func notes(r Row) string {
+func notes(sides []string, r Row) string {
 	parts := []string{}
 	if r.Note != "" {
 		parts = append(parts, r.Note)
 	}
-	for _, side := range []struct {
+	type named struct {
 		name string
 		res  *Result
-	}{{"plain", r.Plain}, {"mulligan", r.Mulligan}} {
+	}
+	all := []named{{"plain", r.Plain}}
+	for i, side := range sides {
+		all = append(all, named{side, sideResult(r, i)})
+	}
+	for _, side := range all {
 		if side.res != nil && side.res.Errors > 0 {
 			parts = append(parts, fmt.Sprintf("%s: %d unexpected answers of %d, first: %s",
 				side.name, side.res.Errors, side.res.Errors+side.res.OK, truncate(side.res.FirstError, 160)))

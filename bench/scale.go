@@ -76,7 +76,7 @@ func (h *harness) measureScale(ctx context.Context, dir, storeDir string, row *S
 	n := uint64(row.Keys)
 	// A multiplicative hash spreads consecutive requests over the whole key space.
 	keyOf := func(seq int64) string { return scaleKey(int(uint64(seq) * 2654435761 % n)) }
-	replay := h.keyed(keyOf, g.base)
+	replay := h.keyed(keyOf, true)
 	if err := replay(ctx, g.base, 1); err != nil {
 		return fmt.Errorf("a seeded key does not replay (is bench/fingerprint.go in step with module/?): %w", err)
 	}
@@ -85,7 +85,7 @@ func (h *harness) measureScale(ctx context.Context, dir, storeDir string, row *S
 	}
 	var s sample
 	for r := range h.cfg.Rounds {
-		round := closedLoop(ctx, h.cfg.Concurrency, h.cfg.Duration, 0, g.base, &h.seq, replay)
+		round := closedLoop(ctx, h.cfg.Concurrency, h.cfg.Duration, 0, g, &h.seq, replay)
 		h.logf("scale %d keys: round %d/%d %8.0f/s  p99 %s  errors %d", row.Keys, r+1, h.cfg.Rounds, round.rps(), fmtDuration(round.percentile(99)), round.errs)
 		s.add(round)
 	}
