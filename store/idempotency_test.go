@@ -227,3 +227,17 @@ func FuzzDecodeRecord(f *testing.F) {
 		}
 	})
 }
+
+func TestSizeCountsTheFilesOnDisk(t *testing.T) {
+	s := openTemp(t, true)
+	claim, err := s.ClaimKey([]byte("size"), []byte("fp"), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CompleteKey([]byte("size"), claim.Token, Response{Status: 200, Body: make([]byte, 4096)}, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Size(); n <= 0 {
+		t.Fatalf("Size() = %d after a durable write, want the bytes of the database's files", n)
+	}
+}
