@@ -86,17 +86,21 @@ type streamHead struct {
 var errStreamNotLive = errors.New("stream is not live under this claim")
 
 // BeginStream implements StreamRecorder. A previous attempt's stream under the same key is
-// replaced: its events are left to expire.
+// replaced: its events are left to expire. Like AppendEvents it does not wait for an fsync, so
+// the first event is not held up by one.
 func (s *Store) BeginStream(key []byte, token string, status int, header http.Header, keep time.Duration) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
 	unlock := s.locks.lock(key)
 	defer unlock()
-	return s.update(func(txn *badger.Txn) error {
+	return wrap(s.sh.db.Update(func(txn *badger.Txn) error {
 		if _, err := heldRecord(txn, key, token); err != nil {
 			return err
 		}
 		head := &streamHead{Token: token, State: StreamLive, Status: status, Header: header, KeepUntil: s.now().Add(keep).Unix()}
 		return putHead(txn, key, head)
-	})
+	}))
 }
 
 // AppendEvents implements StreamRecorder. It commits without waiting for an fsync: a partial
