@@ -369,4 +369,3 @@ func TestSSESplitterFindsEventsAcrossChunksAndLineEnds(t *testing.T) {
 		}
 	}
 }
-
