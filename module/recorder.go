@@ -163,6 +163,9 @@ type bufferWriter struct {
 	body   bytes.Buffer
 	limit  int64
 	over   bool
+	// stream, when set, publishes an event-stream answer as it arrives (docs/streams.md).
+	stream    *opStream
+	streaming bool
 }
 
 func newBufferWriter(limit int64) *bufferWriter {
@@ -174,6 +177,7 @@ func (b *bufferWriter) Header() http.Header { return b.header }
 func (b *bufferWriter) WriteHeader(status int) {
 	if b.status == 0 && (status < 100 || status >= 200) {
 		b.status = status
+		b.streaming = b.stream != nil && b.stream.begin(status, recordableHeader(b.header))
 	}
 }
 
@@ -187,6 +191,9 @@ func (b *bufferWriter) Write(p []byte) (int, error) {
 	if int64(b.body.Len()+len(p)) > b.limit {
 		b.over, b.body = true, bytes.Buffer{}
 		return 0, errResultTooLarge
+	}
+	if b.streaming {
+		b.stream.write(p)
 	}
 	return b.body.Write(p)
 }

@@ -87,7 +87,7 @@ func (g *gate) joinStream(w http.ResponseWriter, kr *keyedRequest, st store.Stre
 		h.Set(headerExpires, js.expires.UTC().Format(http.TimeFormat))
 	}
 	w.WriteHeader(js.status)
-	g.relayJoined(w, kr, js.src, after)
+	relayEvents(w, kr.r, js.src, after)
 	return true
 }
 
@@ -119,11 +119,11 @@ func (g *gate) streamToJoin(kr *keyedRequest, st store.StreamRecorder, claim sto
 	return joinedStream{}, false
 }
 
-// relayJoined writes the stream's events after `after` as they come, each flushed. A stream
+// relayEvents writes the stream's events after `after` as they come, each flushed. A stream
 // that broke off ends the response as broken (the connection is aborted, as the first client's
-// was), so no client takes part of an answer for the whole. A joiner that leaves only stops
+// was), so no client takes part of an answer for the whole. A follower that leaves only stops
 // its own copy.
-func (g *gate) relayJoined(w http.ResponseWriter, kr *keyedRequest, src eventSource, after uint64) {
+func relayEvents(w http.ResponseWriter, r *http.Request, src eventSource, after uint64) {
 	rc := http.NewResponseController(w)
 	_ = rc.Flush()
 	for cursor := after; ; {
@@ -151,7 +151,7 @@ func (g *gate) relayJoined(w http.ResponseWriter, kr *keyedRequest, src eventSou
 		}
 		select {
 		case <-wait:
-		case <-kr.r.Context().Done():
+		case <-r.Context().Done():
 			return
 		}
 	}

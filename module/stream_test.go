@@ -3,6 +3,7 @@ package module
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -76,6 +77,23 @@ func (g *gateway) openStream(key string, headers ...string) *sseStream {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	return g.stream(req, headers...)
+}
+
+// followOperation opens an operation's result as Server-Sent Events.
+func (g *gateway) followOperation(id, query string, headers ...string) *sseStream {
+	g.t.Helper()
+	req, err := http.NewRequest("GET", g.base+"/v1/operations/"+id+"/result"+query, nil)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	return g.stream(req, headers...)
+}
+
+// stream sends req with extra headers and expects an event stream.
+func (g *gateway) stream(req *http.Request, headers ...string) *sseStream {
+	g.t.Helper()
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
@@ -367,5 +385,49 @@ func TestSSESplitterFindsEventsAcrossChunksAndLineEnds(t *testing.T) {
 		if out, _ := withEventID([]byte(block), 7); !bytes.Equal(out, []byte(want)) {
 			t.Errorf("withEventID(%q) = %q, want %q", block, out, want)
 		}
+	}
+}
+
+func TestAsyncStreamIsFollowedWhileItRunsAndResumedAfterIt(t *testing.T) {
+	up := newEventUpstream(20)
+	up.holdAt = 5
+	g := startGatewayFor(t, up, "", "")
+	_, op := g.submit(t, "")
+	var progress struct {
+		Progress *struct {
+			Events int   `json:"events"`
+			Bytes  int64 `json:"bytes"`
+		} `json:"progress"`
+	}
+	waitFor(t, func() bool {
+		r := g.get("/v1/operations/" + op.OperationID)
+		return json.Unmarshal(r.body, &progress) == nil && progress.Progress != nil && progress.Progress.Events == 5
+	})
+	if progress.Progress.Bytes < int64(5*len(`data: {"n":1,"run":1,"pad":""}`)) {
+		t.Fatalf("progress of a running stream: %+v", *progress.Progress)
+	}
+
+	live := g.followOperation(op.OperationID, "", headerLastEventID, "2")
+	checkEvents(t, live.readN(t, 3), 3, 5, 1, false)
+	close(up.resume)
+	rest, err := live.readAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEvents(t, rest, 6, 20, 1, false)
+
+	if final := g.await(t, op.OperationID); final.Status != "succeeded" {
+		t.Fatalf("operation %s", final.Status)
+	}
+	resumed, err := g.followOperation(op.OperationID, "?starting_after=17").readAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEvents(t, resumed, 18, 20, 1, false)
+	if raw := g.get("/v1/operations/" + op.OperationID + "/result"); bytes.Contains(raw.body, []byte("id: ")) || !bytes.Contains(raw.body, []byte(`"n":20`)) {
+		t.Fatalf("without Accept: text/event-stream the result must be the upstream's bytes as sent: %s", raw.body)
+	}
+	if n := up.runs.Load(); n != 1 {
+		t.Fatalf("the upstream ran %d times, want 1", n)
 	}
 }
