@@ -16,9 +16,11 @@ type sseSplitter struct {
 }
 
 // push adds p and calls emit with each event it completes. The slice given to emit is only
-// valid during the call.
+// valid during the call. The partial event left over is moved to the front once per push, not
+// once per event, so a large chunk of many events costs one pass.
 func (s *sseSplitter) push(p []byte, emit func(block []byte)) {
 	s.buf = append(s.buf, p...)
+	start := 0
 	for s.pos < len(s.buf) {
 		c := s.buf[s.pos]
 		if c != '\n' && c != '\r' {
@@ -28,7 +30,7 @@ func (s *sseSplitter) push(p []byte, emit func(block []byte)) {
 		end := s.pos + 1
 		if c == '\r' {
 			if end == len(s.buf) {
-				return // a CR at the end: wait to see whether an LF follows
+				break // a CR at the end: wait to see whether an LF follows
 			}
 			if s.buf[end] == '\n' {
 				end++
@@ -39,11 +41,15 @@ func (s *sseSplitter) push(p []byte, emit func(block []byte)) {
 		if !blank {
 			continue
 		}
-		if end > len(lineEnd(s.buf[:end])) { // a stray blank line between events carries nothing
-			emit(s.buf[:end])
+		if block := s.buf[start:end]; len(block) > len(lineEnd(block)) { // a stray blank line carries nothing
+			emit(block)
 		}
-		s.buf = append(s.buf[:0], s.buf[end:]...)
-		s.pos, s.lineStart = 0, 0
+		start = end
+	}
+	if start > 0 {
+		s.buf = append(s.buf[:0], s.buf[start:]...)
+		s.pos -= start
+		s.lineStart -= start
 	}
 }
 

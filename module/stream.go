@@ -35,6 +35,7 @@ type liveStream struct {
 	token  string
 	status int
 	header http.Header
+	keep   time.Duration // how long the store keeps the events
 	st     store.StreamRecorder
 
 	mu           sync.Mutex
@@ -49,10 +50,9 @@ type liveStream struct {
 	appenderDone chan struct{}
 }
 
-func newLiveStream(st store.StreamRecorder, key []byte, token string, status int, header http.Header) *liveStream {
-	l := &liveStream{key: key, token: token, status: status, header: header, st: st,
+func newLiveStream(st store.StreamRecorder, key []byte, token string, status int, header http.Header, keep time.Duration) *liveStream {
+	return &liveStream{key: key, token: token, status: status, header: header, keep: keep, st: st,
 		changed: make(chan struct{}), recording: true, appenderDone: make(chan struct{})}
-	return l
 }
 
 // notify wakes everyone waiting on a change; mu is held.
@@ -61,8 +61,8 @@ func (l *liveStream) notify() {
 	l.changed = make(chan struct{})
 }
 
-// add queues an event for the store and the joiners, waiting while too much is pending.
-func (l *liveStream) add(e store.StreamEvent) {
+// add queues events for the store and the joiners, waiting while too much is pending.
+func (l *liveStream) add(events []store.StreamEvent) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for l.recording && l.pendingBytes > maxPendingBytes {
@@ -74,10 +74,12 @@ func (l *liveStream) add(e store.StreamEvent) {
 	if !l.recording {
 		return
 	}
-	l.total++
-	e.Seq = l.total
-	l.pending = append(l.pending, e)
-	l.pendingBytes += len(e.Data)
+	for _, e := range events {
+		l.total++
+		e.Seq = l.total
+		l.pending = append(l.pending, e)
+		l.pendingBytes += len(e.Data)
+	}
 	l.notify()
 }
 
@@ -92,12 +94,20 @@ func (l *liveStream) stopRecording() {
 	}
 }
 
-// appendEvents writes pending events to the store in batches until the stream closes: one
-// transaction for whatever queued up during the previous write.
+// appendEvents begins the stream in the store, then writes pending events in batches until
+// the stream closes: one transaction for whatever queued up during the previous write. It runs
+// beside the relay, so the first event reaches the client without waiting for the store.
 func (l *liveStream) appendEvents(log reqLog) {
 	defer close(l.appenderDone)
+	err := l.st.BeginStream(l.key, l.token, l.status, l.header, l.keep)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if err != nil {
+		log.Warn("starting a stream recording; the stream will not replay", zap.Error(err))
+		l.recording, l.pending, l.pendingBytes = false, nil, 0
+		l.notify()
+		return
+	}
 	for {
 		if len(l.pending) == 0 || !l.recording {
 			if l.closing || !l.recording {
@@ -255,42 +265,43 @@ func (g *gate) newStreamRecording(tee *teeWriter, kr *keyedRequest, st store.Str
 }
 
 // open starts recording when the answer is an event stream the policy records; it reports
-// whether it did. A stream the store cannot begin is relayed unrecorded (the key is released
-// at the end).
+// whether it did. A stream the store cannot record is relayed unrecorded (the key is then
+// released at the end).
 func (r *streamRecording) open(status int, header http.Header) bool {
 	if !r.g.policy.records(status) || !isEventStream(header.Get("Content-Type")) {
 		return false
 	}
+	header.Del("Content-Length") // ids are added: the length changes
+	r.tee.client.Header().Del("Content-Length")
 	keep := r.g.lease + r.g.ttl + time.Minute // the record replays for ttl after the stream ends
-	r.live = newLiveStream(r.st, r.kr.recordKey, r.token, status, header)
-	if err := r.st.BeginStream(r.kr.recordKey, r.token, status, header, keep); err != nil {
-		r.kr.log.Warn("starting a stream recording; the stream will not replay", zap.Error(err))
-		r.live.stopRecording()
-	} else {
-		r.g.streams.add(r.live)
-	}
+	r.live = newLiveStream(r.st, r.kr.recordKey, r.token, status, header, keep)
+	r.g.streams.add(r.live)
 	go r.live.appendEvents(r.kr.log)
 	return true
 }
 
-// write splits upstream bytes into events, relays each with its id and flushes it.
+// write splits upstream bytes into events and relays each with its id. What one upstream
+// write completed is flushed at once: a live upstream sends its events one write at a time.
 func (r *streamRecording) write(p []byte) {
+	var batch []store.StreamEvent
 	r.split.push(p, func(block []byte) {
 		r.seq++
 		data, id := withEventID(block, r.seq)
 		r.tee.toClient(data)
-		r.tee.flushClient()
 		r.bytes += int64(len(data))
 		if r.bytes > r.g.maxResult {
 			r.live.stopRecording() // relayed, not recorded (docs/streams.md)
 			return
 		}
-		r.live.add(store.StreamEvent{ID: id, Data: data})
+		batch = append(batch, store.StreamEvent{ID: id, Data: data})
 	})
 	if int64(r.split.buffered()) > r.g.maxResult { // one event larger than a whole record
 		r.live.stopRecording()
 		r.tee.toClient(r.split.rest())
-		r.tee.flushClient()
+	}
+	r.tee.flushClient()
+	if len(batch) > 0 {
+		r.live.add(batch)
 	}
 }
 

@@ -18,7 +18,7 @@ const (
 	prefixDead        = "d/" // d/<event id>                  -> (empty) dead letter
 	prefixEndpoint    = "n/" // n/<endpoint name>             -> endpoint state
 	prefixStreamHead  = "t/" // t/<record key>                -> a recorded stream's state
-	prefixStreamEvent = "v/" // v/<record key><token>/<seq, 8 bytes> -> one event of the stream
+	prefixStreamEvent = "v/" // v/<record key><token>/<seq, 8 bytes> -> events from seq on (a segment)
 	prefixStreamID    = "y/" // y/<record key><token>/<event id>     -> its seq (upstream ids only)
 	keyPing           = "m/ping"
 )

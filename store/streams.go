@@ -103,10 +103,15 @@ func (s *Store) BeginStream(key []byte, token string, status int, header http.He
 	}))
 }
 
-// AppendEvents implements StreamRecorder. It commits without waiting for an fsync: a partial
-// recording is worth nothing after a crash (it is never replayed), and FinishStream's fsync
-// covers every event written before it.
+// AppendEvents implements StreamRecorder. The batch is stored as one segment, keyed by the
+// position of its first event: a fast stream costs one write per batch, not one per event, and
+// a slow one (a batch per event) one per event. It commits without waiting for an fsync: a
+// partial recording is worth nothing after a crash (it is never replayed), and FinishStream's
+// fsync covers every event written before it.
 func (s *Store) AppendEvents(key []byte, token string, events []StreamEvent) error {
+	if len(events) == 0 {
+		return nil
+	}
 	if err := s.usable(); err != nil {
 		return err
 	}
@@ -117,12 +122,24 @@ func (s *Store) AppendEvents(key []byte, token string, events []StreamEvent) err
 		if err != nil {
 			return err
 		}
+		first := head.Events + 1
+		size := 0
+		for _, e := range events {
+			size += len(e.ID) + len(e.Data) + 2*binary.MaxVarintLen32
+		}
+		segment := make([]byte, 0, size)
 		for _, e := range events {
 			head.Events++
 			head.Bytes += int64(len(e.Data))
-			if err := putStreamEvent(txn, key, head, e); err != nil {
+			segment = appendBytes(appendBytes(segment, []byte(e.ID)), e.Data)
+			if err := indexEventID(txn, key, head, e.ID); err != nil {
 				return err
 			}
+		}
+		entry := badger.NewEntry(streamEventKey(key, token, first), segment)
+		entry.ExpiresAt = uint64(head.KeepUntil)
+		if err := txn.SetEntry(entry); err != nil {
+			return err
 		}
 		return putHead(txn, key, head)
 	}))
@@ -302,46 +319,48 @@ func putHead(txn *badger.Txn, key []byte, head *streamHead) error {
 	return txn.SetEntry(e)
 }
 
-// putStreamEvent writes e at position head.Events, and indexes its id when it is the upstream's.
-func putStreamEvent(txn *badger.Txn, key []byte, head *streamHead, e StreamEvent) error {
-	v := appendBytes(make([]byte, 0, len(e.ID)+len(e.Data)+4), []byte(e.ID))
-	ev := badger.NewEntry(streamEventKey(key, head.Token, head.Events), append(v, e.Data...))
-	ev.ExpiresAt = uint64(head.KeepUntil)
-	if err := txn.SetEntry(ev); err != nil {
-		return err
-	}
-	if e.ID == "" || e.ID == strconv.FormatUint(head.Events, 10) {
+// indexEventID indexes the id of event number head.Events when it is the upstream's own (a
+// gateway-assigned id is the position itself).
+func indexEventID(txn *badger.Txn, key []byte, head *streamHead, id string) error {
+	if id == "" || id == strconv.FormatUint(head.Events, 10) {
 		return nil
 	}
-	ix := badger.NewEntry(streamIDKey(key, head.Token, e.ID), binary.BigEndian.AppendUint64(nil, head.Events))
+	ix := badger.NewEntry(streamIDKey(key, head.Token, id), binary.BigEndian.AppendUint64(nil, head.Events))
 	ix.ExpiresAt = uint64(head.KeepUntil)
 	return txn.SetEntry(ix)
 }
 
+// readStreamEvents reads at most limit events after position after: from the segment that
+// holds event after+1 (the last one starting at or before it) on.
 func readStreamEvents(txn *badger.Txn, key []byte, token string, after uint64, limit int) ([]StreamEvent, error) {
 	prefix := streamEventPrefix(key, token)
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: min(limit, 100)})
+	start := prefix
+	back := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
+	if back.Seek(streamEventKey(key, token, after+1)); back.Valid() {
+		start = back.Item().KeyCopy(nil)
+	}
+	back.Close()
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 4})
 	defer it.Close()
 	var out []StreamEvent
-	for it.Seek(streamEventKey(key, token, after+1)); it.Valid() && len(out) < limit; it.Next() {
-		k := it.Item().Key()
-		e := StreamEvent{Seq: binary.BigEndian.Uint64(k[len(prefix):])}
+	for it.Seek(start); it.Valid() && len(out) < limit; it.Next() {
+		seq := binary.BigEndian.Uint64(it.Item().Key()[len(prefix):])
 		err := it.Item().Value(func(v []byte) error {
 			d := &decoder{b: v}
-			e.ID = string(d.bytes())
-			e.Data = append([]byte(nil), d.rest()...)
-			if d.err {
-				return errCorrupt
+			for ; len(d.b) > 0 && len(out) < limit; seq++ {
+				id, data := d.bytes(), d.bytes()
+				if d.err {
+					return errCorrupt
+				}
+				if seq > after {
+					out = append(out, StreamEvent{Seq: seq, ID: string(id), Data: data})
+				}
 			}
 			return nil
 		})
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, e)
 	}
 	return out, nil
 }
-
-// Interface guard
-var _ StreamRecorder = (*Store)(nil)
