@@ -22,9 +22,12 @@ type opStream struct {
 	events  []store.StreamEvent
 	bytes   int64
 	end     streamEnd
+	begun   chan struct{} // closed when an event-stream answer begins
 }
 
-func newOpStream() *opStream { return &opStream{changed: make(chan struct{})} }
+func newOpStream() *opStream {
+	return &opStream{changed: make(chan struct{}), begun: make(chan struct{})}
+}
 
 // begin sets the answer's status and headers; it reports whether the answer is an event stream.
 func (s *opStream) begin(status int, header http.Header) bool {
@@ -35,7 +38,27 @@ func (s *opStream) begin(status int, header http.Header) bool {
 	s.status, s.header = status, header
 	s.notify()
 	s.mu.Unlock()
+	close(s.begun)
 	return true
+}
+
+// head returns the answer's status and headers.
+func (s *opStream) head() (int, http.Header) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.status, s.header
+}
+
+// relayed is the whole answer as its events were relayed, ids included, and any unterminated
+// rest: what a replay must give.
+func (s *opStream) relayed() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]byte, 0, s.bytes+int64(s.split.buffered()))
+	for _, e := range s.events {
+		out = append(out, e.Data...)
+	}
+	return append(out, s.split.buf...)
 }
 
 func (s *opStream) notify() {
@@ -201,14 +224,14 @@ func (h *Handler) followResult(q *opsRequest, op *store.Operation) bool {
 	if id != "" {
 		after, _ = s.find(id)
 	}
-	s.mu.Lock()
-	status, header := s.status, s.header
-	s.mu.Unlock()
+	status, header := s.head()
 	for k, v := range header {
 		q.w.Header()[k] = v
 	}
 	q.w.Header().Del("Content-Length")
 	q.w.WriteHeader(status)
-	relayEvents(q.w, q.r, s, after)
+	if relayEvents(q.w, q.r, s, after) {
+		panic(http.ErrAbortHandler) // see relayEvents
+	}
 	return true
 }

@@ -87,7 +87,9 @@ func (g *gate) joinStream(w http.ResponseWriter, kr *keyedRequest, st store.Stre
 		h.Set(headerExpires, js.expires.UTC().Format(http.TimeFormat))
 	}
 	w.WriteHeader(js.status)
-	relayEvents(w, kr.r, js.src, after)
+	if relayEvents(w, kr.r, js.src, after) {
+		panic(http.ErrAbortHandler) // as the first client's connection was: see relayEvents
+	}
 	return true
 }
 
@@ -119,40 +121,40 @@ func (g *gate) streamToJoin(kr *keyedRequest, st store.StreamRecorder, claim sto
 	return joinedStream{}, false
 }
 
-// relayEvents writes the stream's events after `after` as they come, each flushed. A stream
-// that broke off ends the response as broken (the connection is aborted, as the first client's
-// was), so no client takes part of an answer for the whole. A follower that leaves only stops
-// its own copy.
-func relayEvents(w http.ResponseWriter, r *http.Request, src eventSource, after uint64) {
+// relayEvents writes the stream's events after `after` as they come, each flushed, and reports
+// whether the stream broke off. The caller then aborts the connection (panic with
+// http.ErrAbortHandler, as the proxy does for the first client), so no client takes part of an
+// answer for the whole. A follower that leaves only stops its own copy.
+func relayEvents(w http.ResponseWriter, r *http.Request, src eventSource, after uint64) (broken bool) {
 	rc := http.NewResponseController(w)
 	_ = rc.Flush()
 	for cursor := after; ; {
 		evs, end, wait, err := src.next(cursor)
 		switch {
 		case err != nil || end == streamBrokeOff:
-			panic(http.ErrAbortHandler)
+			return true
 		case end == streamWhole:
-			return
+			return false
 		}
 		for _, e := range evs {
 			if e.Seq <= cursor {
 				continue
 			}
 			if _, err := w.Write(e.Data); err != nil {
-				return
+				return false
 			}
 			cursor = e.Seq
 		}
 		if len(evs) > 0 {
 			if rc.Flush() != nil {
-				return
+				return false
 			}
 			continue
 		}
 		select {
 		case <-wait:
 		case <-r.Context().Done():
-			return
+			return false
 		}
 	}
 }

@@ -431,3 +431,29 @@ func TestAsyncStreamIsFollowedWhileItRunsAndResumedAfterIt(t *testing.T) {
 		t.Fatalf("the upstream ran %d times, want 1", n)
 	}
 }
+
+func TestAfterModeRelaysAStreamThatBeginsWithinTheWindowLive(t *testing.T) {
+	up := newEventUpstream(20)
+	up.holdAt = 5
+	g := startGatewayFor(t, up, "", "async {\n mode after 1s\n}")
+	live := g.openStream("k")
+	if live.resp.Header.Get("Preference-Applied") != "" {
+		t.Fatal("a stream that began within the window was converted")
+	}
+	head := live.readN(t, 5) // the upstream holds here: these came live, not after the window
+	close(up.resume)
+	rest, err := live.readAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := append(head, rest...)
+	checkEvents(t, all, 1, 20, 1, false)
+	again := g.openStream("k")
+	replayed, err := again.readAll()
+	if err != nil || again.resp.Header.Get(headerReplayed) != "true" || joinRaw(replayed) != joinRaw(all) {
+		t.Fatalf("the retry did not replay the stream as relayed: %v %v", err, again.resp.Header)
+	}
+	if n := up.runs.Load(); n != 1 {
+		t.Fatalf("the upstream ran %d times, want 1", n)
+	}
+}
