@@ -354,7 +354,7 @@ func (c *converter) attemptNext(ctx context.Context, kr *keyedRequest, next cadd
 // relayLive answers a call in after mode whose answer began streaming within the window: it is
 // relayed live, never held until the window ends (docs/streams.md). The call outlives the
 // client as any keyed call does; its key records the answer as relayed, ids included.
-func (c *converter) relayLive(w http.ResponseWriter, kr *keyedRequest, st *store.Store, token string, s *opStream, first <-chan attemptResult, cancel context.CancelCauseFunc) error {
+func (c *converter) relayLive(w http.ResponseWriter, kr *keyedRequest, st store.Keys, token string, s *opStream, first <-chan attemptResult, cancel context.CancelCauseFunc) error {
 	defer cancel(nil)
 	countRequest(outcomeNew)
 	status, header := s.head()

@@ -258,9 +258,13 @@ type streamRecording struct {
 	settled bool
 }
 
-func (g *gate) newStreamRecording(tee *teeWriter, kr *keyedRequest, st store.StreamRecorder, token string) *streamRecording {
-	rec := &streamRecording{g: g, kr: kr, st: st, token: token, tee: tee}
-	tee.streams = rec
+// newStreamRecording prepares tee to record an event-stream answer event by event, when the
+// storage can (store.StreamRecorder); otherwise such an answer is recorded whole at its end.
+func (g *gate) newStreamRecording(tee *teeWriter, kr *keyedRequest, st store.Keys, token string) *streamRecording {
+	rec := &streamRecording{g: g, kr: kr, token: token, tee: tee}
+	if sr, ok := st.(store.StreamRecorder); ok {
+		rec.st, tee.streams = sr, rec
+	}
 	return rec
 }
 
