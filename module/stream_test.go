@@ -194,7 +194,7 @@ func joinRaw(evs []sseEvent) string {
 func TestDroppedStreamIsJoinedOnRetryAndReplaysWhenFinished(t *testing.T) {
 	up := newEventUpstream(20)
 	up.holdAt = 5
-	g := startGatewayFor(t, up, "", "")
+	g := startGatewayWith(t, gatewaySetup{upstream: up})
 
 	first := g.openStream("k")
 	checkEvents(t, first.readN(t, 5), 1, 5, 1, false)
@@ -245,7 +245,7 @@ func TestLastEventIDResumesAfterThatEvent(t *testing.T) {
 			} else {
 				close(up.resume)
 			}
-			g := startGatewayFor(t, up, "", "")
+			g := startGatewayWith(t, gatewaySetup{upstream: up})
 			first := g.openStream("k")
 			seen := first.readN(t, 8)
 			if !tc.live {
@@ -277,7 +277,7 @@ func TestLastEventIDResumesAfterThatEvent(t *testing.T) {
 func TestFiftyJoinersOfOneLiveStreamGetIdenticalCompleteStreams(t *testing.T) {
 	up := newEventUpstream(20)
 	up.holdAt = 3
-	g := startGatewayFor(t, up, "", "")
+	g := startGatewayWith(t, gatewaySetup{upstream: up})
 	first := g.openStream("k")
 	head := first.readN(t, 3)
 
@@ -318,7 +318,7 @@ func TestFiftyJoinersOfOneLiveStreamGetIdenticalCompleteStreams(t *testing.T) {
 func TestStreamThatBreaksOffIsNotReplayedAndItsKeyIsReleased(t *testing.T) {
 	up := newEventUpstream(20)
 	up.holdAt, up.breakAt = 5, 10
-	g := startGatewayFor(t, up, "", "")
+	g := startGatewayWith(t, gatewaySetup{upstream: up})
 	first := g.openStream("k")
 	head := first.readN(t, 5)
 	joiner := g.openStream("k")
@@ -350,7 +350,7 @@ func TestStreamOverMaxResultIsRelayedButNotRecorded(t *testing.T) {
 	up := newEventUpstream(20)
 	up.size = 200
 	close(up.resume)
-	g := startGatewayFor(t, up, "", "async {\n max_result 2KiB\n}")
+	g := startGatewayWith(t, gatewaySetup{upstream: up, mulligan: "async {\n max_result 2KiB\n}"})
 	evs, err := g.openStream("k").readAll()
 	if err != nil {
 		t.Fatal(err)
@@ -391,7 +391,7 @@ func TestSSESplitterFindsEventsAcrossChunksAndLineEnds(t *testing.T) {
 func TestAsyncStreamIsFollowedWhileItRunsAndResumedAfterIt(t *testing.T) {
 	up := newEventUpstream(20)
 	up.holdAt = 5
-	g := startGatewayFor(t, up, "", "")
+	g := startGatewayWith(t, gatewaySetup{upstream: up})
 	_, op := g.submit(t, "")
 	var progress struct {
 		Progress *struct {
@@ -435,7 +435,7 @@ func TestAsyncStreamIsFollowedWhileItRunsAndResumedAfterIt(t *testing.T) {
 func TestAfterModeRelaysAStreamThatBeginsWithinTheWindowLive(t *testing.T) {
 	up := newEventUpstream(20)
 	up.holdAt = 5
-	g := startGatewayFor(t, up, "", "async {\n mode after 1s\n}")
+	g := startGatewayWith(t, gatewaySetup{upstream: up, mulligan: "async {\n mode after 1s\n}"})
 	live := g.openStream("k")
 	if live.resp.Header.Get("Preference-Applied") != "" {
 		t.Fatal("a stream that began within the window was converted")
