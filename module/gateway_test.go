@@ -63,7 +63,6 @@ type gatewaySetup struct {
 	site     string                          // more directives of the site (such as tracing)
 	mulligan string                          // the mulligan block's body
 	wrap     func(http.Handler) http.Handler // around the model server, to see what reaches it
-	upstream http.Handler                    // in place of the model server (g.model is then nil)
 }
 
 // startGatewayWith starts the gateway s describes.
