@@ -19,16 +19,21 @@ import (
 type eventUpstream struct {
 	events  int
 	holdAt  int           // after this many events, wait until resume is closed (0: never)
-	resume  chan struct{} // closed by the test
-	breakAt int           // the first execution breaks off after this many events (0: never)
-	ownIDs  bool          // the upstream names its events itself
-	size    int           // padding per event, to make streams large
+	resume  chan struct{} // closed by release
+	once    sync.Once
+	breakAt int  // the first execution breaks off after this many events (0: never)
+	ownIDs  bool // the upstream names its events itself
+	size    int  // padding per event, to make streams large
 	runs    atomic.Int64
 }
 
 func newEventUpstream(events int) *eventUpstream {
 	return &eventUpstream{events: events, resume: make(chan struct{})}
 }
+
+// release lets held executions go on. A test registers it as a cleanup too, so that a test
+// that fails while the upstream holds does not leave it holding past the end.
+func (u *eventUpstream) release() { u.once.Do(func() { close(u.resume) }) }
 
 func (u *eventUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	run := u.runs.Add(1)
@@ -195,6 +200,7 @@ func TestDroppedStreamIsJoinedOnRetryAndReplaysWhenFinished(t *testing.T) {
 	up := newEventUpstream(20)
 	up.holdAt = 5
 	g := startGatewayWith(t, gatewaySetup{upstream: up})
+	t.Cleanup(up.release)
 
 	first := g.openStream("k")
 	checkEvents(t, first.readN(t, 5), 1, 5, 1, false)
@@ -205,7 +211,7 @@ func TestDroppedStreamIsJoinedOnRetryAndReplaysWhenFinished(t *testing.T) {
 		t.Fatalf("the joined stream is not marked replayed: %v", retry.resp.Header)
 	}
 	head := retry.readN(t, 5)
-	close(up.resume)
+	up.release()
 	rest, err := retry.readAll()
 	if err != nil {
 		t.Fatal(err)
@@ -243,9 +249,10 @@ func TestLastEventIDResumesAfterThatEvent(t *testing.T) {
 			if tc.live {
 				up.holdAt = 8
 			} else {
-				close(up.resume)
+				up.release()
 			}
 			g := startGatewayWith(t, gatewaySetup{upstream: up})
+			t.Cleanup(up.release)
 			first := g.openStream("k")
 			seen := first.readN(t, 8)
 			if !tc.live {
@@ -256,7 +263,7 @@ func TestLastEventIDResumesAfterThatEvent(t *testing.T) {
 			resumed := g.openStream("k", headerLastEventID, seen[3].id)
 			if tc.live {
 				checkEvents(t, resumed.readN(t, 4), 5, 8, 1, tc.ownIDs)
-				close(up.resume)
+				up.release()
 			}
 			rest, err := resumed.readAll()
 			if err != nil {
@@ -278,6 +285,7 @@ func TestFiftyJoinersOfOneLiveStreamGetIdenticalCompleteStreams(t *testing.T) {
 	up := newEventUpstream(20)
 	up.holdAt = 3
 	g := startGatewayWith(t, gatewaySetup{upstream: up})
+	t.Cleanup(up.release)
 	first := g.openStream("k")
 	head := first.readN(t, 3)
 
@@ -298,7 +306,7 @@ func TestFiftyJoinersOfOneLiveStreamGetIdenticalCompleteStreams(t *testing.T) {
 	for range joiners {
 		<-joined
 	}
-	close(up.resume)
+	up.release()
 	rest, err := first.readAll()
 	if err != nil {
 		t.Fatal(err)
@@ -319,11 +327,12 @@ func TestStreamThatBreaksOffIsNotReplayedAndItsKeyIsReleased(t *testing.T) {
 	up := newEventUpstream(20)
 	up.holdAt, up.breakAt = 5, 10
 	g := startGatewayWith(t, gatewaySetup{upstream: up})
+	t.Cleanup(up.release)
 	first := g.openStream("k")
 	head := first.readN(t, 5)
 	joiner := g.openStream("k")
 	joiner.readN(t, 5)
-	close(up.resume)
+	up.release()
 
 	for name, s := range map[string]*sseStream{"first client": first, "joiner": joiner} {
 		evs, err := s.readAll()
@@ -349,8 +358,9 @@ func TestStreamThatBreaksOffIsNotReplayedAndItsKeyIsReleased(t *testing.T) {
 func TestStreamOverMaxResultIsRelayedButNotRecorded(t *testing.T) {
 	up := newEventUpstream(20)
 	up.size = 200
-	close(up.resume)
+	up.release()
 	g := startGatewayWith(t, gatewaySetup{upstream: up, mulligan: "async {\n max_result 2KiB\n}"})
+	t.Cleanup(up.release)
 	evs, err := g.openStream("k").readAll()
 	if err != nil {
 		t.Fatal(err)
@@ -392,6 +402,7 @@ func TestAsyncStreamIsFollowedWhileItRunsAndResumedAfterIt(t *testing.T) {
 	up := newEventUpstream(20)
 	up.holdAt = 5
 	g := startGatewayWith(t, gatewaySetup{upstream: up})
+	t.Cleanup(up.release)
 	_, op := g.submit(t, "")
 	var progress struct {
 		Progress *struct {
@@ -409,7 +420,7 @@ func TestAsyncStreamIsFollowedWhileItRunsAndResumedAfterIt(t *testing.T) {
 
 	live := g.followOperation(op.OperationID, "", headerLastEventID, "2")
 	checkEvents(t, live.readN(t, 3), 3, 5, 1, false)
-	close(up.resume)
+	up.release()
 	rest, err := live.readAll()
 	if err != nil {
 		t.Fatal(err)
@@ -436,12 +447,13 @@ func TestAfterModeRelaysAStreamThatBeginsWithinTheWindowLive(t *testing.T) {
 	up := newEventUpstream(20)
 	up.holdAt = 5
 	g := startGatewayWith(t, gatewaySetup{upstream: up, mulligan: "async {\n mode after 1s\n}"})
+	t.Cleanup(up.release)
 	live := g.openStream("k")
 	if live.resp.Header.Get("Preference-Applied") != "" {
 		t.Fatal("a stream that began within the window was converted")
 	}
 	head := live.readN(t, 5) // the upstream holds here: these came live, not after the window
-	close(up.resume)
+	up.release()
 	rest, err := live.readAll()
 	if err != nil {
 		t.Fatal(err)
