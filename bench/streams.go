@@ -80,7 +80,7 @@ func (h *harness) streams(ctx context.Context) ([]Row, error) {
 	}
 	plain, mull, err := h.alternate(ctx, ScenarioStreams+" ttfb", ttfb)
 	rows := []Row{{Scenario: fmt.Sprintf("stream: time to first event (%d events, new key)", ttfbEvents),
-		Plain: resultOf(plain), Mulligan: resultOf(mull), Note: "req/s: streams/s; p50/p99: time to the first event"}}
+		Plain: resultOf(plain), Mulligan: resultsOf(mull), Note: "req/s: streams/s; p50/p99: time to the first event"}}
 	if err != nil {
 		return rows, err
 	}
@@ -89,7 +89,7 @@ func (h *harness) streams(ctx context.Context) ([]Row, error) {
 	}
 	plain, mull, err = h.alternate(ctx, ScenarioStreams+" throughput", bulk)
 	rows = append(rows, Row{Scenario: fmt.Sprintf("stream: throughput (%d events of %d B, one at a time)", bulkEvents, bulkSize),
-		Plain: throughputOf(plain), Mulligan: throughputOf(mull), Note: "req/s column: MiB/s relayed; p50/p99: whole stream"})
+		Plain: throughputOf(plain), Mulligan: throughputsOf(mull), Note: "req/s column: MiB/s relayed; p50/p99: whole stream"})
 	if err != nil {
 		return rows, err
 	}
@@ -171,13 +171,22 @@ func throughputOf(s sample) *Result {
 	return r
 }
 
+// throughputsOf is throughputOf of each sample.
+func throughputsOf(ss []sample) []*Result {
+	out := make([]*Result, len(ss))
+	for i := range ss {
+		out[i] = throughputOf(ss[i])
+	}
+	return out
+}
+
 // liveStreamMemory opens cfg.LiveStreams keyed streams on each gateway at once, each held open by
 // the upstream after its first event, and reads the gateway's resident memory while all of
 // them are live.
 func (h *harness) liveStreamMemory(ctx context.Context) (Row, error) {
 	row := Row{Scenario: fmt.Sprintf("stream: %d concurrent live streams", h.cfg.LiveStreams)}
 	var notes []string
-	for _, g := range []*gateway{h.plain, h.mulligan} {
+	for _, g := range h.gateways() {
 		before, err := g.rssBytes()
 		if err != nil {
 			return row, err
