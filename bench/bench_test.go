@@ -28,8 +28,8 @@ func TestHarnessMeasuresEveryScenario(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.Concurrency, cfg.Duration, cfg.Rounds = 4, 300*time.Millisecond, 1
-	cfg.Scenarios = []string{ScenarioPassthrough, ScenarioNewKeys, ScenarioReplays, ScenarioAsync}
-	cfg.ReplayKeys, cfg.Operations, cfg.AsyncOps = 50, 50, 500
+	cfg.Scenarios = []string{ScenarioPassthrough, ScenarioNewKeys, ScenarioReplays, ScenarioAsync, ScenarioStreams}
+	cfg.ReplayKeys, cfg.Operations, cfg.AsyncOps, cfg.LiveStreams = 50, 50, 500, 20
 	cfg.Progress = logWriter{t}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -43,11 +43,18 @@ func TestHarnessMeasuresEveryScenario(t *testing.T) {
 	if !strings.Contains(out.String(), "machine: ") || !strings.Contains(out.String(), "| scenario") {
 		t.Error("the output lacks the machine line or the table")
 	}
-	// passthrough, newkeys, replays, and async's accept, end-to-end and half-rate rows.
-	if len(rep.Rows) != 6 {
-		t.Fatalf("%d rows, want 6", len(rep.Rows))
+	// passthrough, newkeys, replays, async's accept, end-to-end and half-rate rows, and the
+	// streams' first event, throughput and live-memory rows.
+	if len(rep.Rows) != 9 {
+		t.Fatalf("%d rows, want 9", len(rep.Rows))
 	}
 	for _, r := range rep.Rows {
+		if strings.Contains(r.Scenario, "concurrent live streams") {
+			if strings.Count(r.Note, " RSS ") < 2 { // plain Caddy's and each Mulligan side's
+				t.Errorf("%s: no memory measured: %q", r.Scenario, r.Note)
+			}
+			continue
+		}
 		if len(r.Mulligan) != 1 {
 			t.Fatalf("%s: %d Mulligan results, want 1 (Badger)", r.Scenario, len(r.Mulligan))
 		}

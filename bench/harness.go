@@ -75,6 +75,7 @@ type harness struct {
 	tmp       string
 	binary    string
 	model     *modelserver.Server
+	source    *streamSource // the streams scenario's upstream, beside the model server
 	modelSrv  *http.Server
 	upstream  string // host:port of the model server
 	plain     *gateway
@@ -137,6 +138,8 @@ func (h *harness) scenario(ctx context.Context, name string) ([]Row, error) {
 		return h.async(ctx)
 	case ScenarioWebhooks:
 		return h.webhooks(ctx)
+	case ScenarioStreams:
+		return h.streams(ctx)
 	}
 	return nil, fmt.Errorf("unknown scenario")
 }
@@ -176,14 +179,19 @@ func (h *harness) startGateway(ctx context.Context, name string, site func(port 
 	return startGateway(ctx, h.binary, dir, name, site)
 }
 
-// startModel serves the example model server, answering at once, on a loopback port.
+// startModel serves the example model server, answering at once, and the streams scenario's
+// event source, on a loopback port.
 func (h *harness) startModel() error {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
 	h.model = modelserver.New(modelserver.Config{Latency: 0})
-	h.modelSrv = &http.Server{Handler: h.model, ReadHeaderTimeout: 10 * time.Second}
+	h.source = newStreamSource()
+	mux := http.NewServeMux()
+	mux.Handle(streamPath, h.source)
+	mux.Handle("/", h.model)
+	h.modelSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	h.upstream = l.Addr().String()
 	go func() { _ = h.modelSrv.Serve(l) }()
 	return nil

@@ -24,6 +24,7 @@ type call func(ctx context.Context, base string, seq int64) error
 // time it took, and the latency of every expected answer.
 type sample struct {
 	ok, errs int
+	bytes    int64 // body bytes of the expected answers, where a scenario counts them
 	elapsed  time.Duration
 	lat      []time.Duration
 	firstErr string
@@ -48,6 +49,7 @@ func (s *sample) record(d time.Duration, err error) {
 func (s *sample) add(o sample) {
 	s.ok += o.ok
 	s.errs += o.errs
+	s.bytes += o.bytes
 	s.elapsed += o.elapsed
 	s.lat = append(s.lat, o.lat...)
 	s.sorted = false

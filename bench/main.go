@@ -10,6 +10,7 @@
 //	go run ./bench -scale                        # also seed 10k and 1M keys: RSS and lookup p99
 //	go run ./bench -postgres postgres://...      # Mulligan on PostgreSQL too, beside Badger
 //	go run ./bench -postgres postgres://... -replicas 3  # 3 gateways on the database, load spread
+//	go run ./bench -scenarios streams            # SSE: first event, throughput, 1,000 live streams
 //
 // All traffic stays on 127.0.0.1. The processes it starts are stopped when it ends, also on
 // Ctrl-C.
@@ -34,10 +35,11 @@ const (
 	ScenarioReplays     = "replays"
 	ScenarioAsync       = "async"
 	ScenarioWebhooks    = "webhooks"
+	ScenarioStreams     = "streams"
 )
 
 // AllScenarios is the default -scenarios list, in the order they run.
-var AllScenarios = []string{ScenarioPassthrough, ScenarioNewKeys, ScenarioReplays, ScenarioAsync, ScenarioWebhooks}
+var AllScenarios = []string{ScenarioPassthrough, ScenarioNewKeys, ScenarioReplays, ScenarioAsync, ScenarioWebhooks, ScenarioStreams}
 
 // Config is one run of the harness.
 type Config struct {
@@ -57,6 +59,9 @@ type Config struct {
 	// executed afterwards (the runner drains a few hundred per second with its default
 	// concurrency of 4) and the default queue holds 10000.
 	AsyncOps int
+	// LiveStreams is how many keyed streams the streams scenario holds open at once while it
+	// reads the gateways' memory.
+	LiveStreams int
 	// Scale seeds the store with ScaleKeys keys and ScaleOps operations (and 10k first) and
 	// measures the gateway's memory and replay latency.
 	Scale bool
@@ -79,7 +84,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Concurrency: 64, Duration: 3 * time.Second, Rounds: 3, Scenarios: AllScenarios,
-		Replicas: 1, ReplayKeys: 1000, Operations: 1000, AsyncOps: 4000, ScaleKeys: 1_000_000, ScaleOps: 100_000,
+		Replicas: 1, ReplayKeys: 1000, Operations: 1000, AsyncOps: 4000, LiveStreams: 1000, ScaleKeys: 1_000_000, ScaleOps: 100_000,
 	}
 }
 
@@ -93,6 +98,7 @@ func main() {
 	flag.IntVar(&cfg.ReplayKeys, "keys", cfg.ReplayKeys, "keys recorded, then replayed, by the replays scenario")
 	flag.IntVar(&cfg.Operations, "ops", cfg.Operations, "operations submitted by the end-to-end async and webhook scenarios")
 	flag.IntVar(&cfg.AsyncOps, "async-ops", cfg.AsyncOps, "most operations accepted per async accept round (the queue holds 10000)")
+	flag.IntVar(&cfg.LiveStreams, "live-streams", cfg.LiveStreams, "keyed streams the streams scenario holds open at once to measure memory")
 	flag.BoolVar(&cfg.Scale, "scale", false, "also seed 10k, then -scale-keys keys and -scale-ops operations, and measure RSS and replay p99 (slow)")
 	flag.IntVar(&cfg.ScaleKeys, "scale-keys", cfg.ScaleKeys, "keys of the large scale run")
 	flag.IntVar(&cfg.ScaleOps, "scale-ops", cfg.ScaleOps, "finished operations seeded by the large scale run")
@@ -128,8 +134,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("-concurrency must be at least 1")
 	case c.Duration <= 0 || c.Rounds < 1:
 		return fmt.Errorf("-duration and -rounds must be positive")
-	case c.ReplayKeys < 1 || c.Operations < 1 || c.AsyncOps < 1:
-		return fmt.Errorf("-keys, -ops and -async-ops must be positive")
+	case c.ReplayKeys < 1 || c.Operations < 1 || c.AsyncOps < 1 || c.LiveStreams < 1:
+		return fmt.Errorf("-keys, -ops, -async-ops and -live-streams must be positive")
 	case c.Replicas < 1 || (c.Replicas > 1 && c.Postgres == ""):
 		return fmt.Errorf("-replicas must be at least 1, and above 1 needs -postgres")
 	case c.Scale && (c.ScaleKeys < scaleSmallKeys || c.ScaleOps < 0):
@@ -154,8 +160,8 @@ func (c Config) validate() error {
 
 // flagLine is the command that reproduces cfg, every flag spelled out.
 func (c Config) flagLine() string {
-	line := fmt.Sprintf("go run ./bench -concurrency %d -duration %s -rounds %d -scenarios %s -keys %d -ops %d -async-ops %d",
-		c.Concurrency, c.Duration, c.Rounds, strings.Join(c.Scenarios, ","), c.ReplayKeys, c.Operations, c.AsyncOps)
+	line := fmt.Sprintf("go run ./bench -concurrency %d -duration %s -rounds %d -scenarios %s -keys %d -ops %d -async-ops %d -live-streams %d",
+		c.Concurrency, c.Duration, c.Rounds, strings.Join(c.Scenarios, ","), c.ReplayKeys, c.Operations, c.AsyncOps, c.LiveStreams)
 	if c.Postgres != "" {
 		line += fmt.Sprintf(" -postgres %s -replicas %d", redactDSN(c.Postgres), c.Replicas)
 	}

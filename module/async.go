@@ -230,7 +230,8 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 	// the runner settles the converted operation (it cancels the context then), or at the deadline.
 	context.AfterFunc(ctx, func() { stop(); c.calls.release() })
 	first := make(chan attemptResult, 1)
-	go func() { first <- c.attemptNext(ctx, kr, next) }()
+	stream := newOpStream()
+	go func() { first <- c.attemptNext(ctx, kr, next, stream) }()
 
 	t := time.NewTimer(window)
 	defer t.Stop()
@@ -240,6 +241,8 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 		countRequest(outcomeNew)
 		c.answerInWindow(w, kr, st, token, res, ctx.Err())
 		return nil
+	case <-stream.begun:
+		return c.relayLive(w, kr, st, token, stream, first, cancel)
 	case <-t.C:
 	case <-kr.r.Context().Done(): // the client left: convert, so the call's outcome is kept
 	}
@@ -333,9 +336,43 @@ func ownVars(ctx context.Context) context.Context {
 }
 
 // attemptNext sends the request to the rest of the route, recording the answer in memory.
-func (c *converter) attemptNext(ctx context.Context, kr *keyedRequest, next caddyhttp.Handler) attemptResult {
+// An event-stream answer is also published on stream as it arrives.
+func (c *converter) attemptNext(ctx context.Context, kr *keyedRequest, next caddyhttp.Handler, stream *opStream) attemptResult {
 	up := kr.r.WithContext(ctx) // ctx carries the call's deadline
 	setBody(up, kr.body)
 	rec := newBufferWriter(c.cfg.MaxResult)
-	return serveRecorded(rec, func() error { return next.ServeHTTP(rec, up) })
+	rec.stream = stream
+	res := serveRecorded(rec, func() error { return next.ServeHTTP(rec, up) })
+	if res.status != 0 && !res.over {
+		stream.finish(streamWhole)
+	} else {
+		stream.finish(streamBrokeOff)
+	}
+	return res
+}
+
+// relayLive answers a call in after mode whose answer began streaming within the window: it is
+// relayed live, never held until the window ends (docs/streams.md). The call outlives the
+// client as any keyed call does; its key records the answer as relayed, ids included.
+func (c *converter) relayLive(w http.ResponseWriter, kr *keyedRequest, st store.Keys, token string, s *opStream, first <-chan attemptResult, cancel context.CancelCauseFunc) error {
+	defer cancel(nil)
+	countRequest(outcomeNew)
+	status, header := s.head()
+	for k, v := range header {
+		w.Header()[k] = v
+	}
+	w.Header().Del("Content-Length")
+	w.WriteHeader(status)
+	broken := relayEvents(w, kr.r, s, 0)
+	res := <-first
+	if kr.key != "" {
+		if res.status != 0 && !res.over {
+			res.body = s.relayed()
+		}
+		c.gate.settleKey(st, kr, token, res)
+	}
+	if broken {
+		panic(http.ErrAbortHandler) // see relayEvents
+	}
+	return nil
 }

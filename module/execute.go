@@ -247,7 +247,10 @@ func (r *runner) attempt(ctx context.Context, op *store.Operation, req *store.Re
 	injectTrace(hr)
 	hr.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(req.Body)), nil }
 	rec := newBufferWriter(limit)
-	return serveRecorded(rec, func() error { srv.ServeHTTP(rec, hr); return nil })
+	rec.stream = r.streams.start(op.ID)
+	res := serveRecorded(rec, func() error { srv.ServeHTTP(rec, hr); return nil })
+	r.streams.end(op.ID, rec.stream, res.status != 0 && !res.over)
+	return res
 }
 
 // serveRecorded runs serve into rec. The proxy aborts a response it cannot finish writing

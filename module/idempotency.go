@@ -38,6 +38,7 @@ type gate struct {
 	policy    statusPolicy
 	fp        *fingerprinter
 	flights   *flights
+	streams   *liveStreams
 	now       func() time.Time
 }
 
@@ -53,7 +54,7 @@ func newGate(c *IdempotencyConfig, a *AsyncConfig) (*gate, error) {
 	return &gate{
 		header: c.Header, required: c.Required, ttl: time.Duration(c.TTL), lease: time.Duration(c.Lease),
 		wait: time.Duration(c.WaitInflight), maxBody: c.MaxBody, maxResult: a.MaxResult,
-		mismatch: c.MismatchStatus, policy: policy, fp: fp, flights: newFlights(), now: time.Now,
+		mismatch: c.MismatchStatus, policy: policy, fp: fp, flights: newFlights(), streams: newLiveStreams(), now: time.Now,
 	}, nil
 }
 
@@ -209,6 +210,8 @@ func (g *gate) claimAndRun(w http.ResponseWriter, kr *keyedRequest, next caddyht
 		case claim.Outcome == store.Claimed:
 			countRequest(outcomeNew)
 			return g.run(w, kr, next, st, claim.Token)
+		case g.joinStream(w, kr, st, claim):
+			return nil
 		case claim.Outcome == store.InProgress && g.now().Before(deadline) && g.awaitFlight(kr, deadline):
 			continue
 		}
@@ -274,16 +277,22 @@ func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handl
 
 	tee := newTeeWriter(w, g.maxResult)
 	tee.trailers = []string{headerExpires} // a stream says until when it replays at its end
+	stream := g.newStreamRecording(tee, kr, st, token)
 	defer func() {
 		// reverse_proxy panics with http.ErrAbortHandler when the upstream breaks off its body
 		// (docs/api.md): the half answer is dropped, the key freed at once, and the panic goes
 		// on so that net/http aborts the client's connection instead of ending it cleanly.
 		if v := recover(); v != nil {
-			g.settleKey(st, kr, token, attemptResult{})
+			if !stream.abandon() {
+				g.settleKey(st, kr, token, attemptResult{})
+			}
 			panic(v)
 		}
 	}()
 	err := next.ServeHTTP(tee, up)
+	if tee.streaming {
+		return stream.settle(err)
+	}
 	if err == nil && tee.status == 0 {
 		tee.WriteHeader(http.StatusOK) // the handler wrote nothing: net/http's implicit 200
 	}

@@ -215,7 +215,7 @@ func TestStreamedResponseStreamsAndReplays(t *testing.T) {
 	}
 	rd := bufio.NewReader(resp.Body)
 	line, err := rd.ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "data: ") {
+	if err != nil || !strings.HasPrefix(line, "id: ") { // every relayed event carries an id (docs/streams.md)
 		t.Fatalf("first line %q: %v", line, err)
 	}
 	if g.model.Stats().InFlight != 1 {

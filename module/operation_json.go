@@ -37,6 +37,7 @@ type operationView struct {
 	ExpiresAt         *time.Time      `json:"expires_at"`
 	CancelRequestedAt *time.Time      `json:"cancel_requested_at,omitempty"`
 	Attempts          int             `json:"attempts"`
+	Progress          *progressView   `json:"progress,omitempty"`
 	Response          *responseView   `json:"response"`
 	Error             *operationError `json:"error"`
 	Links             links           `json:"links"`

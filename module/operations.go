@@ -111,7 +111,11 @@ func (h *Handler) writeOperation(q *opsRequest, status int, op *store.Operation)
 	if !op.Status.Final() {
 		q.w.Header().Set("Retry-After", retryAfterValue(pollAfter))
 	}
-	writeJSON(q.w, status, viewOf(h.conv.prefix, op, result, now))
+	v := viewOf(h.conv.prefix, op, result, now)
+	if s := q.run.streamOf(op.ID); s != nil && !op.Status.Final() {
+		v.Progress = s.progress() // docs/streams.md
+	}
+	writeJSON(q.w, status, v)
 }
 
 func (h *Handler) getResult(q *opsRequest, id string) {
@@ -120,6 +124,9 @@ func (h *Handler) getResult(q *opsRequest, id string) {
 		return
 	}
 	cur := op.As(h.now())
+	if wantsEventStream(q.r) && h.followResult(q, cur) {
+		return
+	}
 	if !cur.Status.Final() {
 		writeError(q.w, apiError{Code: CodeNotFinished, RetryAfter: pollAfter, Details: map[string]any{"operation_id": id},
 			Message: "The operation is " + string(cur.Status) + "; its result is not there yet."})

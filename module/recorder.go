@@ -20,6 +20,10 @@ type teeWriter struct {
 	// trailers are declared on a streamed response, whose headers leave before it is known
 	// whether the answer will be recorded; the caller sets them once it is.
 	trailers []string
+	// streams, when set, may take over an event-stream answer (docs/streams.md); streaming
+	// says it did.
+	streams   *streamRecording
+	streaming bool
 
 	status  int
 	header  http.Header // snapshot of the recorded headers
@@ -47,6 +51,7 @@ func (t *teeWriter) WriteHeader(status int) {
 	t.status = status
 	t.header = recordableHeader(t.client.Header())
 	t.holding = !isStreamed(t.header.Get("Content-Type"))
+	t.streaming = t.streams != nil && t.streams.open(status, t.header)
 	if !t.holding {
 		for _, name := range t.trailers {
 			t.client.Header().Add("Trailer", name)
@@ -58,6 +63,10 @@ func (t *teeWriter) WriteHeader(status int) {
 func (t *teeWriter) Write(p []byte) (int, error) {
 	if t.status == 0 {
 		t.WriteHeader(http.StatusOK)
+	}
+	if t.streaming {
+		t.streams.write(p)
+		return len(p), nil
 	}
 	if t.overran {
 		t.toClient(p)
@@ -100,7 +109,14 @@ func (t *teeWriter) Flush() {
 	if t.status == 0 {
 		t.WriteHeader(http.StatusOK)
 	}
-	if t.holding || t.clientGone {
+	if t.holding || t.streaming {
+		return // a recorded stream is flushed event by event
+	}
+	t.flushClient()
+}
+
+func (t *teeWriter) flushClient() {
+	if t.clientGone {
 		return
 	}
 	if err := http.NewResponseController(t.client).Flush(); err != nil {
@@ -147,6 +163,9 @@ type bufferWriter struct {
 	body   bytes.Buffer
 	limit  int64
 	over   bool
+	// stream, when set, publishes an event-stream answer as it arrives (docs/streams.md).
+	stream    *opStream
+	streaming bool
 }
 
 func newBufferWriter(limit int64) *bufferWriter {
@@ -158,6 +177,7 @@ func (b *bufferWriter) Header() http.Header { return b.header }
 func (b *bufferWriter) WriteHeader(status int) {
 	if b.status == 0 && (status < 100 || status >= 200) {
 		b.status = status
+		b.streaming = b.stream != nil && b.stream.begin(status, recordableHeader(b.header))
 	}
 }
 
@@ -171,6 +191,9 @@ func (b *bufferWriter) Write(p []byte) (int, error) {
 	if int64(b.body.Len()+len(p)) > b.limit {
 		b.over, b.body = true, bytes.Buffer{}
 		return 0, errResultTooLarge
+	}
+	if b.streaming {
+		b.stream.write(p)
 	}
 	return b.body.Write(p)
 }

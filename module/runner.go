@@ -30,7 +30,8 @@ type runner struct {
 	mu      sync.Mutex
 	cfg     runnerConfig
 	running map[string]*execution
-	pooled  int // running executions claimed from the queue (converted calls run outside it)
+	pooled  int       // running executions claimed from the queue (converted calls run outside it)
+	streams opStreams // the streamed answers of running attempts, for followers
 
 	queued   atomic.Int64 // queued operations in the storage, as last counted (admission, readiness)
 	wake     chan struct{}

@@ -57,10 +57,14 @@ func encodeRecord(rec *Record) ([]byte, error) {
 	for _, t := range []time.Time{rec.ClaimedAt, rec.LeaseUntil, rec.ExpiresAt} {
 		out = binary.AppendVarint(out, unixNano(t))
 	}
-	if rec.Response == nil {
+	switch {
+	case rec.Response == nil:
 		return append(out, 0), nil
+	case rec.Streamed:
+		out = append(out, 2) // status and headers; the body is the stream's events
+	default:
+		out = append(out, 1)
 	}
-	out = append(out, 1)
 	out = binary.AppendUvarint(out, uint64(rec.Response.Status))
 	out = binary.AppendUvarint(out, uint64(len(rec.Response.Header)))
 	for name, values := range rec.Response.Header {
@@ -83,7 +87,8 @@ func decodeRecord(v []byte) (*Record, error) {
 	rec.Fingerprint = d.bytes()
 	rec.Token, rec.OperationID = string(d.bytes()), string(d.bytes())
 	rec.ClaimedAt, rec.LeaseUntil, rec.ExpiresAt = d.time(), d.time(), d.time()
-	if d.byte() == 1 {
+	if kind := d.byte(); kind == 1 || kind == 2 {
+		rec.Streamed = kind == 2
 		resp := &Response{Status: int(d.uvarint())}
 		n := d.uvarint()
 		if n > uint64(len(v)) {

@@ -38,6 +38,9 @@ type Record struct {
 	ExpiresAt   time.Time
 	OperationID string
 	Response    *Response
+	// Streamed: the response is a recorded event stream; Response holds its status and
+	// headers, and its events are read with ReadEvents.
+	Streamed bool
 }
 
 // ClaimOutcome says what ClaimKey found.

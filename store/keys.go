@@ -1,5 +1,7 @@
 package store
 
+import "encoding/binary"
+
 // Key layout. Every key starts with a one-letter family and a slash, so families never collide
 // and each can be scanned by prefix. Operation ids sort by creation time, so the queue and the
 // scope index are in time order.
@@ -15,6 +17,9 @@ const (
 	prefixPending     = "p/" // p/<due, 8 bytes>/<event id>   -> (empty) pending, by due time
 	prefixDead        = "d/" // d/<event id>                  -> (empty) dead letter
 	prefixEndpoint    = "n/" // n/<endpoint name>             -> endpoint state
+	prefixStreamHead  = "t/" // t/<record key>                -> a recorded stream's state
+	prefixStreamEvent = "v/" // v/<record key><token>/<seq, 8 bytes> -> events from seq on (a segment)
+	prefixStreamID    = "y/" // y/<record key><token>/<event id>     -> its seq (upstream ids only)
 	keyPing           = "m/ping"
 )
 
@@ -22,6 +27,24 @@ func idempotencyKey(k []byte) []byte { return append([]byte(prefixIdempotency), 
 func operationKey(id string) []byte  { return []byte(prefixOperation + id) }
 func requestKey(id string) []byte    { return []byte(prefixRequest + id) }
 func resultKey(id string) []byte     { return []byte(prefixResult + id) }
+
+func streamHeadKey(k []byte) []byte { return append([]byte(prefixStreamHead), k...) }
+
+// The record key has a fixed length (a SHA-256) and so has the token, so one stream's prefix is
+// never a prefix of another's.
+func streamEventPrefix(k []byte, token string) []byte {
+	return append(append(append([]byte(prefixStreamEvent), k...), token...), '/')
+}
+
+func streamEventKey(k []byte, token string, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(streamEventPrefix(k, token), seq)
+}
+
+func streamIDPrefix(k []byte, token string) []byte {
+	return append(append(append([]byte(prefixStreamID), k...), token...), '/')
+}
+
+func streamIDKey(k []byte, token, id string) []byte { return append(streamIDPrefix(k, token), id...) }
 
 func scopeIndexKey(scope, id string) []byte { return []byte(prefixScope + scope + "/" + id) }
 

@@ -1,0 +1,84 @@
+package module
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mulligan-gw/mulligan/examples/modelserver"
+)
+
+// openaiSDK is the npm package the SDK test installs: the official client, from the registry.
+const openaiSDK = "openai@7"
+
+// requireNode returns the paths of node and npm. Without them the test is skipped, except
+// under CI, where a missing toolchain must not pass for a green test.
+func requireNode(t *testing.T) (node, npm string) {
+	t.Helper()
+	node, nodeErr := exec.LookPath("node")
+	npm, npmErr := exec.LookPath("npm")
+	if nodeErr == nil && npmErr == nil {
+		return node, npm
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("node and npm are required under CI to run the openai SDK test: %v %v", nodeErr, npmErr)
+	}
+	t.Skip("skipping the openai npm SDK test: node or npm is not installed (it runs whenever they are, and always under CI=true)")
+	return "", ""
+}
+
+func TestOpenAINodeSDKGetsTheWholeAnswerAfterADroppedStream(t *testing.T) {
+	node, npm := requireNode(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	install := exec.CommandContext(ctx, npm, "install", "--no-audit", "--no-fund", "--silent", "--prefix", dir, openaiSDK)
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("npm install %s: %v\n%s", openaiSDK, err, out)
+	}
+	script, err := os.ReadFile("testdata/openai_stream.cjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scriptPath := filepath.Join(dir, "openai_stream.cjs") // beside its node_modules
+	if err := os.WriteFile(scriptPath, script, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	g := startGateway(t, modelserver.Config{ChunkDelay: 40 * time.Millisecond}, "")
+	prompt := "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen"
+	run := exec.CommandContext(ctx, node, scriptPath, g.base+"/v1", "sdk-stream-key", prompt)
+	out, err := run.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("the SDK script failed: %v\n%s\n%s", err, out, stderr)
+	}
+	var got struct {
+		FirstChunks int    `json:"firstChunks"`
+		Chunks      int    `json:"chunks"`
+		Content     string `json:"content"`
+		Replayed    string `json:"replayed"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("the script printed %q: %v", out, err)
+	}
+	want := "You said: " + prompt
+	if got.FirstChunks != 4 || got.Content != want || got.Chunks != len(strings.Fields(want)) {
+		t.Fatalf("the SDK's retry got %d chunks %q (first attempt %d chunks), want %d chunks %q", got.Chunks, got.Content, got.FirstChunks, len(strings.Fields(want)), want)
+	}
+	t.Logf("the SDK's retry got %d chunks after dropping the first attempt at %d", got.Chunks, got.FirstChunks)
+	if got.Replayed != "true" {
+		t.Fatalf("the retry was not answered from the first execution: Idempotent-Replayed %q", got.Replayed)
+	}
+	if n := g.model.Stats().Received; n != 1 {
+		t.Fatalf("the upstream ran %d times, want 1", n)
+	}
+}
