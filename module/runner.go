@@ -29,6 +29,7 @@ type runner struct {
 
 	mu      sync.Mutex
 	cfg     runnerConfig
+	held    []heldConfig // the configs holding this runner, oldest first; cfg is the newest's
 	running map[string]*execution
 	pooled  int // running executions claimed from the queue (converted calls run outside it)
 
@@ -49,6 +50,12 @@ type runnerConfig struct {
 	grace       time.Duration // how long a stopping gateway lets running operations finish
 	servers     map[string]*caddyhttp.Server
 	endpoints   map[string]*hooks // webhook endpoints of every block on the storage
+}
+
+// heldConfig is one config's settings for the runner, kept while that config holds the storage.
+type heldConfig struct {
+	owner any
+	cfg   runnerConfig
 }
 
 // execution is one operation being executed here.
@@ -95,7 +102,9 @@ func (r *runner) begin() {
 	go r.heartbeat()
 }
 
-func (r *runner) configure(c runnerConfig) {
+// configure hands the runner the settings of owner, a config that has just started: the
+// newest config's servers and endpoints are the ones operations and events go through.
+func (r *runner) configure(owner any, c runnerConfig) {
 	if c.concurrency < 1 {
 		c.concurrency = defaultConcurrency
 	}
@@ -106,6 +115,27 @@ func (r *runner) configure(c runnerConfig) {
 		c.grace = defaultGrace
 	}
 	r.mu.Lock()
+	r.held = append(slices.DeleteFunc(r.held, func(h heldConfig) bool { return h.owner == owner }), heldConfig{owner, c})
+	r.apply(c)
+}
+
+// release forgets owner's settings when that config lets go. If they were in use (a reload
+// that failed to start after this runner was configured), the newest config still holding the
+// storage takes over again, so operations never run through the servers of a config that is
+// not serving.
+func (r *runner) release(owner any) {
+	r.mu.Lock()
+	wasNewest := len(r.held) > 0 && r.held[len(r.held)-1].owner == owner
+	r.held = slices.DeleteFunc(r.held, func(h heldConfig) bool { return h.owner == owner })
+	if !wasNewest || len(r.held) == 0 {
+		r.mu.Unlock()
+		return
+	}
+	r.apply(r.held[len(r.held)-1].cfg)
+}
+
+// apply makes c the runner's settings; r.mu is held and is released.
+func (r *runner) apply(c runnerConfig) {
 	r.cfg = c
 	r.mu.Unlock()
 	r.courier.configure(c.endpoints)
