@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -319,11 +320,42 @@ func (r *runner) stopAll(cause error) {
 	}
 }
 
-// server returns the current config's server of that name.
-func (r *runner) server(name string) *caddyhttp.Server {
+// server returns the current config's server an operation was accepted by: the one listening
+// where it did (see serverID); failing that (the addresses changed, or differ per replica, or
+// the operation was stored with a bare name), the server of the same name.
+func (r *runner) server(id string) *caddyhttp.Server {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	listen, name, ok := strings.Cut(strings.TrimPrefix(id, serverIDPrefix), serverIDName)
+	if !ok || !strings.HasPrefix(id, serverIDPrefix) {
+		return r.cfg.servers[id]
+	}
+	for _, srv := range r.cfg.servers {
+		if listenOf(srv) == listen {
+			return srv
+		}
+	}
 	return r.cfg.servers[name]
+}
+
+// The parts of a server's id.
+const (
+	serverIDPrefix = "listen:"
+	serverIDName   = ";name:"
+)
+
+// serverID identifies a server across reloads and restarts by the addresses it listens on,
+// and its name. The name alone will not do: the Caddyfile adapter numbers servers in order
+// (srv0, srv1, ...), so a reload that adds a site ahead renames them, and an operation queued
+// before would run through another site's routes and upstream.
+func serverID(srv *caddyhttp.Server) string {
+	return serverIDPrefix + listenOf(srv) + serverIDName + srv.Name()
+}
+
+func listenOf(srv *caddyhttp.Server) string {
+	listen := slices.Clone(srv.Listen)
+	slices.Sort(listen)
+	return strings.Join(listen, ",")
 }
 
 // renewEvery paces the heartbeat: well under takeover, and at most a second apart so a

@@ -10,6 +10,10 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"testing"
 )
 
@@ -67,5 +71,65 @@ func TestFailedReloadKeepsOperationsOnTheRunningConfig(t *testing.T) {
 	}
 	if onB.Load() != 0 || onA.Load() != tries {
 		t.Fatalf("upstream A ran %d, B (of the config that failed) %d; want %d and 0", onA.Load(), onB.Load(), tries)
+	}
+}
+
+// A reload that adds a site ahead of the one that accepted an operation renumbers Caddyfile
+// servers (srv0, srv1, ... in order): a queued operation must still run through the site that
+// accepted it, never through whichever server now bears its old name.
+func TestQueuedOperationRunsOnItsSiteAfterAReloadRenumbersServers(t *testing.T) {
+	release := make(chan struct{})
+	var onA, onB atomic.Int64
+	a := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if onA.Add(1) == 1 {
+			<-release // holds the only slot, so the second operation stays queued
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"upstream":"A"}`)
+	})
+	g := startGatewayBefore(t, a, "log {\n level ERROR\n }", "async {\n concurrency 1\n }")
+	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		onB.Add(1)
+		fmt.Fprint(w, `{"upstream":"B"}`)
+	}))
+	defer b.Close()
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+
+	_, first := g.submit(t, "holds-the-slot")
+	waitFor(t, func() bool { return onA.Load() == 1 })
+	_, queued := g.submit(t, "queued-across-the-reload")
+
+	// The new config puts another site first: it becomes srv0, the accepting site srv1.
+	other := testkit.FreePorts(t, 1)[0]
+	cf := strings.Replace(string(g.caddyfile("async {\n concurrency 1\n }")), fmt.Sprintf("http://127.0.0.1:%d {", g.port),
+		fmt.Sprintf("http://127.0.0.1:%d {\n\treverse_proxy %s\n}\nhttp://127.0.0.1:%d {", other, strings.TrimPrefix(b.URL, "http://"), g.port), 1)
+	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cf), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post("http://"+g.admin+"/load", "application/json", bytes.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("reload: %d %s", resp.StatusCode, msg)
+	}
+	close(release)
+	for _, id := range []string{first.OperationID, queued.OperationID} {
+		got := g.await(t, id)
+		if got.Status != "succeeded" || got.Response == nil || !strings.Contains(string(got.Response.Body), `"A"`) {
+			t.Errorf("%s ended %s %+v, want succeeded on its own site's upstream A", id, got.Status, got.Response)
+		}
+	}
+	if onB.Load() != 0 {
+		t.Fatalf("the other site's upstream B ran %d operations accepted by the first site", onB.Load())
 	}
 }
