@@ -11,10 +11,12 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"testing"
+	"time"
 )
 
 // A reload that fails to start (here: the new config's second site cannot bind its port) leaves
@@ -131,5 +133,34 @@ func TestQueuedOperationRunsOnItsSiteAfterAReloadRenumbersServers(t *testing.T) 
 	}
 	if onB.Load() != 0 {
 		t.Fatalf("the other site's upstream B ran %d operations accepted by the first site", onB.Load())
+	}
+}
+
+// A gateway stopping while its storage is down hands its running operations back within the
+// grace period, then lets go: what it could not record is the takeover's, as after a crash. It
+// must not hold the stop (a reload, a SIGTERM) for the two minutes a final transition is
+// retried while the gateway runs on.
+func TestStopWithStorageDownEndsWithinTheGracePeriod(t *testing.T) {
+	started := make(chan struct{}, 1)
+	upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // so the server sees the gateway hang up
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-r.Context().Done()
+	})
+	g := startGatewayBefore(t, upstream, "log {\n level ERROR\n }", "")
+	g.submit(t, "running-at-stop")
+	<-started
+	closeStorages()
+	stopped := make(chan error, 1)
+	begun := time.Now()
+	go func() { stopped <- caddy.Stop() }()
+	select {
+	case <-stopped:
+		t.Logf("stopped %v after the storage went down (grace 500ms)", time.Since(begun).Round(time.Millisecond))
+	case <-time.After(20 * time.Second):
+		t.Fatal("the gateway was still stopping 20s after its grace period began: a running operation's hand-back to a storage that is down held it")
 	}
 }
