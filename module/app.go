@@ -31,7 +31,7 @@ type App struct {
 	log  *zap.Logger
 	mu   *sync.Mutex
 	uses map[string]*storageUse // by storage (backend and location)
-	held []string               // pool keys held from Start to Cleanup
+	held []heldStorage          // storages held from Start to Cleanup
 }
 
 // CaddyModule returns the Caddy module information.
@@ -90,8 +90,8 @@ func (a *App) Start() error {
 			a.releaseLocked()
 			return err
 		}
-		a.held = append(a.held, key)
-		v.(*storage).run.configure(runnerConfig{
+		a.held = append(a.held, heldStorage{key, v.(*storage)})
+		v.(*storage).run.configure(a, runnerConfig{
 			concurrency: u.set.concurrency, takeover: u.set.takeover, grace: grace,
 			servers: servers, endpoints: u.endpoints,
 		})
@@ -114,8 +114,9 @@ func (a *App) Cleanup() error {
 }
 
 func (a *App) releaseLocked() {
-	for _, key := range a.held {
-		_, _ = storages.Delete(key)
+	for _, h := range a.held {
+		h.s.run.release(a)
+		_, _ = storages.Delete(h.key)
 	}
 	a.held = nil
 	for _, u := range a.uses {
@@ -125,6 +126,12 @@ func (a *App) releaseLocked() {
 			close(u.ready) // never started: its requests get 503 instead of waiting
 		}
 	}
+}
+
+// heldStorage is a storage a config holds: its pool key and the handle.
+type heldStorage struct {
+	key string
+	s   *storage
 }
 
 // Interface guards

@@ -74,7 +74,7 @@ func (c *converter) newOperation(kr *keyedRequest, status store.Status) *store.O
 		op.Type = op.Path
 	}
 	if srv, ok := kr.r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok {
-		op.Server = srv.Name()
+		op.Server = serverID(srv)
 	}
 	if status == store.StatusRunning {
 		op.StartedAt, op.Attempts = now, 1

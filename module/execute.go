@@ -205,7 +205,9 @@ func (r *runner) finish(parent context.Context, id string, change store.Change, 
 		case errors.Is(err, store.ErrNotHolder), errors.Is(err, store.ErrIllegalTransition), errors.Is(err, store.ErrNotFound):
 			log.Warn("operation settled elsewhere; its outcome here is dropped", zap.String("new_status", string(change.To)), zap.Error(err))
 			return
-		case errors.Is(context.Cause(parent), errLeaseLost) || time.Now().After(giveUp):
+		case errors.Is(context.Cause(parent), errLeaseLost) || errors.Is(context.Cause(parent), errRunnerStopping) || time.Now().After(giveUp):
+			// A stopping gateway past its grace period leaves the rest to a takeover, as a
+			// crash would, rather than hold the stop (docs/operating.md).
 			log.Error("recording the operation's outcome failed; leaving it to a takeover", zap.String("new_status", string(change.To)), zap.Error(err))
 			return
 		}

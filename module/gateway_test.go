@@ -103,7 +103,17 @@ func startGatewayWith(t *testing.T, s gatewaySetup) *gateway {
 // config adapts the test Caddyfile to JSON.
 func (g *gateway) config(mulliganBody string) []byte {
 	g.t.Helper()
-	cf := fmt.Sprintf(`{
+	cf := g.caddyfile(mulliganBody)
+	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt(cf, nil)
+	if err != nil {
+		g.t.Fatalf("adapting: %v\n%s", err, cf)
+	}
+	return out
+}
+
+// caddyfile is the test Caddyfile with the given mulligan block body.
+func (g *gateway) caddyfile(mulliganBody string) []byte {
+	return []byte(fmt.Sprintf(`{
 	admin %s
 	persist_config off
 	auto_https off
@@ -119,12 +129,7 @@ http://127.0.0.1:%d {
 	}
 	reverse_proxy %s
 }
-`, g.admin, g.dir, g.globals, g.port, g.site, g.dir, mulliganBody, strings.TrimPrefix(g.upstream.URL, "http://"))
-	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cf), nil)
-	if err != nil {
-		g.t.Fatalf("adapting: %v\n%s", err, cf)
-	}
-	return out
+`, g.admin, g.dir, g.globals, g.port, g.site, g.dir, mulliganBody, strings.TrimPrefix(g.upstream.URL, "http://")))
 }
 
 // reload loads a new config through Caddy's admin API, as an operator would.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,7 @@ type runner struct {
 
 	mu      sync.Mutex
 	cfg     runnerConfig
+	held    []heldConfig // the configs holding this runner, oldest first; cfg is the newest's
 	running map[string]*execution
 	pooled  int       // running executions claimed from the queue (converted calls run outside it)
 	streams opStreams // the streamed answers of running attempts, for followers
@@ -50,6 +52,12 @@ type runnerConfig struct {
 	grace       time.Duration // how long a stopping gateway lets running operations finish
 	servers     map[string]*caddyhttp.Server
 	endpoints   map[string]*hooks // webhook endpoints of every block on the storage
+}
+
+// heldConfig is one config's settings for the runner, kept while that config holds the storage.
+type heldConfig struct {
+	owner any
+	cfg   runnerConfig
 }
 
 // execution is one operation being executed here.
@@ -96,7 +104,9 @@ func (r *runner) begin() {
 	go r.heartbeat()
 }
 
-func (r *runner) configure(c runnerConfig) {
+// configure hands the runner the settings of owner, a config that has just started: the
+// newest config's servers and endpoints are the ones operations and events go through.
+func (r *runner) configure(owner any, c runnerConfig) {
 	if c.concurrency < 1 {
 		c.concurrency = defaultConcurrency
 	}
@@ -107,6 +117,27 @@ func (r *runner) configure(c runnerConfig) {
 		c.grace = defaultGrace
 	}
 	r.mu.Lock()
+	r.held = append(slices.DeleteFunc(r.held, func(h heldConfig) bool { return h.owner == owner }), heldConfig{owner, c})
+	r.apply(c)
+}
+
+// release forgets owner's settings when that config lets go. If they were in use (a reload
+// that failed to start after this runner was configured), the newest config still holding the
+// storage takes over again, so operations never run through the servers of a config that is
+// not serving.
+func (r *runner) release(owner any) {
+	r.mu.Lock()
+	wasNewest := len(r.held) > 0 && r.held[len(r.held)-1].owner == owner
+	r.held = slices.DeleteFunc(r.held, func(h heldConfig) bool { return h.owner == owner })
+	if !wasNewest || len(r.held) == 0 {
+		r.mu.Unlock()
+		return
+	}
+	r.apply(r.held[len(r.held)-1].cfg)
+}
+
+// apply makes c the runner's settings; r.mu is held and is released.
+func (r *runner) apply(c runnerConfig) {
 	r.cfg = c
 	r.mu.Unlock()
 	r.courier.configure(c.endpoints)
@@ -290,11 +321,42 @@ func (r *runner) stopAll(cause error) {
 	}
 }
 
-// server returns the current config's server of that name.
-func (r *runner) server(name string) *caddyhttp.Server {
+// server returns the current config's server an operation was accepted by: the one listening
+// where it did (see serverID); failing that (the addresses changed, or differ per replica, or
+// the operation was stored with a bare name), the server of the same name.
+func (r *runner) server(id string) *caddyhttp.Server {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	listen, name, ok := strings.Cut(strings.TrimPrefix(id, serverIDPrefix), serverIDName)
+	if !ok || !strings.HasPrefix(id, serverIDPrefix) {
+		return r.cfg.servers[id]
+	}
+	for _, srv := range r.cfg.servers {
+		if listenOf(srv) == listen {
+			return srv
+		}
+	}
 	return r.cfg.servers[name]
+}
+
+// The parts of a server's id.
+const (
+	serverIDPrefix = "listen:"
+	serverIDName   = ";name:"
+)
+
+// serverID identifies a server across reloads and restarts by the addresses it listens on,
+// and its name. The name alone will not do: the Caddyfile adapter numbers servers in order
+// (srv0, srv1, ...), so a reload that adds a site ahead renames them, and an operation queued
+// before would run through another site's routes and upstream.
+func serverID(srv *caddyhttp.Server) string {
+	return serverIDPrefix + listenOf(srv) + serverIDName + srv.Name()
+}
+
+func listenOf(srv *caddyhttp.Server) string {
+	listen := slices.Clone(srv.Listen)
+	slices.Sort(listen)
+	return strings.Join(listen, ",")
 }
 
 // renewEvery paces the heartbeat: well under takeover, and at most a second apart so a
