@@ -73,6 +73,11 @@ func newCourier(st store.Outbox, worker string, log *zap.Logger) *courier {
 func (c *courier) configure(endpoints map[string]*hooks) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	for name := range endpoints {
+		if c.endpoints[name] == nil {
+			c.wakeEndpoint(name)
+		}
+	}
 	c.endpoints = endpoints
 	kept := map[[2]int64]*webhook.Deliverer{}
 	for _, h := range endpoints {
@@ -88,6 +93,20 @@ func (c *courier) configure(endpoints map[string]*hooks) {
 	}
 	c.deliverers = kept
 	c.kickLocked()
+}
+
+// unknownEndpointMaxAge is how long an event waits for a config that declares its endpoint
+// before it is dead-lettered: the default max_age.
+const unknownEndpointMaxAge = 72 * time.Hour
+
+// wakeEndpoint makes the events waiting for an endpoint this config now declares due at once.
+func (c *courier) wakeEndpoint(name string) {
+	go func() {
+		if _, err := c.st.RescheduleEndpoint(name, c.now()); err != nil && !errors.Is(err, store.ErrClosed) {
+			c.log.Warn("making a newly configured endpoint's events due", zap.String("endpoint", name), zap.Error(err))
+		}
+		c.kick()
+	}()
 }
 
 func breakerKey(h *hooks) [2]int64 {
@@ -285,8 +304,13 @@ func (c *courier) deliver(claimed store.Due) {
 	}
 	now := c.now()
 	switch {
+	case ep == nil && now.Sub(ev.AgeStart()) > unknownEndpointMaxAge:
+		c.deadLetter(ev, "the endpoint was not configured for "+unknownEndpointMaxAge.String())
+		return
 	case ep == nil:
-		c.deadLetter(ev, "the endpoint is no longer configured")
+		// Another replica may declare it (a rolling deploy), or the next config may: leave the
+		// event to them, uncharged; a config that declares the endpoint makes it due at once.
+		c.reschedule(ev, now.Add(time.Minute), 0, nil)
 		return
 	case now.Sub(ev.AgeStart()) > time.Duration(h.cfg.MaxAge): // a redelivery starts a fresh max_age
 		c.deadLetter(ev, "undelivered past max_age")
@@ -322,8 +346,10 @@ func (c *courier) record(ev *store.Event, out webhook.Outcome, h *hooks) {
 		c.settled(ev, c.st.MarkDelivered(ev.ID, attemptOf(attempts, c.now(), &out)))
 	case webhook.Disabled:
 		c.log.Warn("endpoint answered 410 Gone: disabled until re-enabled", zap.String("endpoint", ev.Endpoint))
-		_ = c.st.SetEndpointState(ev.Endpoint, store.EndpointState{Disabled: true, DisabledAt: c.now(), Reason: "410 Gone"})
+		// The event waits first, then the endpoint is marked: an operator who re-enables it as
+		// soon as it shows disabled makes the event due, and no later write of ours delays it.
 		c.reschedule(ev, c.now().Add(time.Minute), attempts, &out)
+		_ = c.st.SetEndpointState(ev.Endpoint, store.EndpointState{Disabled: true, DisabledAt: c.now(), Reason: "410 Gone"})
 	case webhook.DeadLetter:
 		reason := "the receiver refused the event"
 		if errors.Is(out.Err, webhook.ErrBlockedAddress) {
