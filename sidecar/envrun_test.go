@@ -211,7 +211,18 @@ func TestSidecarSignsWebhooksWithTheMountedSecrets(t *testing.T) {
 	delivered := func(secret string) {
 		t.Helper()
 		consumerKnows(secret)
-		resp, body, err := s.send("POST", "/v1/chat/completions", "", `{"messages":[{"role":"user","content":"notify me"}]}`, "Prefer", "respond-async")
+		// A reload (the rotation below) closes the old server's connections: a request caught by
+		// that is retried under its key, as any client would, and runs once.
+		var resp *http.Response
+		var body []byte
+		var err error
+		for try := 0; try < 20; try++ {
+			resp, body, err = s.send("POST", "/v1/chat/completions", "notify-"+secret, `{"messages":[{"role":"user","content":"notify me"}]}`, "Prefer", "respond-async")
+			if err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 		var op struct {
 			ID string `json:"operation_id"`
 		}
