@@ -286,12 +286,16 @@ func (r *streamRecording) open(status int, header http.Header) bool {
 
 // write splits upstream bytes into events and relays each with its id. What one upstream
 // write completed is flushed at once: a live upstream sends its events one write at a time.
+//
+// The events are handed to the live stream before the client sees them: a client that drops
+// and comes back at once with Last-Event-ID must find the event it names.
 func (r *streamRecording) write(p []byte) {
 	var batch []store.StreamEvent
+	var relay [][]byte
 	r.split.push(p, func(block []byte) {
 		r.seq++
 		data, id := withEventID(block, r.seq)
-		r.tee.toClient(data)
+		relay = append(relay, data)
 		r.bytes += int64(len(data))
 		if r.bytes > r.g.maxResult {
 			r.live.stopRecording() // relayed, not recorded (docs/streams.md)
@@ -299,14 +303,17 @@ func (r *streamRecording) write(p []byte) {
 		}
 		batch = append(batch, store.StreamEvent{ID: id, Data: data})
 	})
+	if len(batch) > 0 {
+		r.live.add(batch)
+	}
+	for _, data := range relay {
+		r.tee.toClient(data)
+	}
 	if int64(r.split.buffered()) > r.g.maxResult { // one event larger than a whole record
 		r.live.stopRecording()
 		r.tee.toClient(r.split.rest())
 	}
 	r.tee.flushClient()
-	if len(batch) > 0 {
-		r.live.add(batch)
-	}
 }
 
 // settle ends the stream: recorded whole and finished when the upstream ended it (err nil),
