@@ -144,6 +144,9 @@ func (g *gateway) reload(mulliganBody string) {
 		b, _ := io.ReadAll(resp.Body)
 		g.t.Fatalf("reload: %d %s", resp.StatusCode, b)
 	}
+	// A kept-alive connection still leads to the old config's server, which is closing it: the
+	// next request dials the new one.
+	g.client.CloseIdleConnections()
 }
 
 // result is a finished response with its body read.
