@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,14 +33,7 @@ func (g *gateway) deadLetterIDs(t *testing.T) []string {
 // its max_age gets a fresh max_age from the redelivery, and reaches the receiver (before, the
 // courier dead-lettered it again at once, unsent).
 func TestRedeliveredDeadLetterPastMaxAgeIsDelivered(t *testing.T) {
-	var refuse atomic.Bool
-	refuse.Store(true)
-	rc := newReceiver(t, secretA, func(*http.Request) int {
-		if refuse.Load() {
-			return http.StatusBadRequest
-		}
-		return http.StatusOK
-	})
+	rc, refuse := newFailingReceiver(t, http.StatusBadRequest)
 	const maxAge = 300 * time.Millisecond
 	g := startGateway(t, modelserver.Config{}, webhooksBlock(rc.srv.URL+"/hook", "max_age 300ms", secretA))
 	_, op := g.submit(t, "")

@@ -82,6 +82,21 @@ func (rc *receiver) delivered() int {
 	return len(rc.events)
 }
 
+// newFailingReceiver is a receiver that answers status until the returned switch is turned
+// off, then 200.
+func newFailingReceiver(t *testing.T, status int) (*receiver, *atomic.Bool) {
+	t.Helper()
+	failing := new(atomic.Bool)
+	failing.Store(true)
+	rc := newReceiver(t, secretA, func(*http.Request) int {
+		if failing.Load() {
+			return status
+		}
+		return http.StatusOK
+	})
+	return rc, failing
+}
+
 func webhooksBlock(url, extra string, secrets ...string) string {
 	return fmt.Sprintf("webhooks {\n endpoint hooks %s {\n secret %s\n }\n default hooks\n allow_private\n %s\n}", url, strings.Join(secrets, " "), extra)
 }
@@ -136,14 +151,7 @@ func TestCallbackUrlOutsideTheEndpointsIsRefusedBeforeAnything(t *testing.T) {
 }
 
 func TestGoneDisablesTheEndpointUntilReenabled(t *testing.T) {
-	var gone atomic.Bool
-	gone.Store(true)
-	rc := newReceiver(t, secretA, func(*http.Request) int {
-		if gone.Load() {
-			return http.StatusGone
-		}
-		return http.StatusOK
-	})
+	rc, gone := newFailingReceiver(t, http.StatusGone)
 	g := startGateway(t, modelserver.Config{}, webhooksBlock(rc.srv.URL+"/hook", "", secretA))
 	_, op := g.submit(t, "")
 	g.await(t, op.OperationID)
@@ -170,14 +178,7 @@ func TestRedirectIsAFailureAndIsNotFollowed(t *testing.T) {
 }
 
 func TestRefusedEventIsDeadLetteredAndRedelivered(t *testing.T) {
-	var refuse atomic.Bool
-	refuse.Store(true)
-	rc := newReceiver(t, secretA, func(*http.Request) int {
-		if refuse.Load() {
-			return http.StatusBadRequest
-		}
-		return http.StatusOK
-	})
+	rc, refuse := newFailingReceiver(t, http.StatusBadRequest)
 	g := startGateway(t, modelserver.Config{}, webhooksBlock(rc.srv.URL+"/hook", "", secretA))
 	_, op := g.submit(t, "")
 	g.await(t, op.OperationID)
@@ -300,14 +301,7 @@ func TestRunningEventsAreDeliveredWhenAskedFor(t *testing.T) {
 // (or no longer) declare an endpoint that others do; it must leave that endpoint's events to
 // them, not dead-letter them.
 func TestEventOfAnEndpointMissingFromTheConfigWaitsForIt(t *testing.T) {
-	var down atomic.Bool
-	down.Store(true)
-	rc := newReceiver(t, secretA, func(*http.Request) int {
-		if down.Load() {
-			return http.StatusServiceUnavailable
-		}
-		return http.StatusOK
-	})
+	rc, down := newFailingReceiver(t, http.StatusServiceUnavailable)
 	block := webhooksBlock(rc.srv.URL+"/hook", "backoff 100ms 200ms", secretA)
 	g := startGateway(t, modelserver.Config{}, block)
 	_, op := g.submit(t, "")

@@ -120,15 +120,7 @@ func TestKilledGatewayLosesNoOperation(t *testing.T) {
 		}
 	}
 	after := model.Stats()
-	rerun := 0
-	for i := range n {
-		switch c := after.ByKey[fmt.Sprintf("op-%d", i)]; {
-		case c == 2:
-			rerun++
-		case c != 1:
-			t.Errorf("op-%d ran %d times", i, c)
-		}
-	}
+	rerun := countReruns(t, after.ByKey, "op-", n)
 	t.Logf("killed with %d of %d upstream calls finished; after restart: %v, %d upstream executions in all, %d operations re-run",
 		before.Completed, n, statuses, after.Received, rerun)
 	if statuses["succeeded"] != n {
@@ -234,4 +226,20 @@ func TestEveryAnsweredKeyReplaysAfterAKillUnderLoad(t *testing.T) {
 	if lost != 0 {
 		t.Fatalf("%d answered keys were lost by the crash", lost)
 	}
+}
+
+// countReruns counts the keys prefix0 .. prefix(n-1) the model ran twice (a run cut by a kill,
+// then the rerun), and fails the test for any that ran neither once nor twice.
+func countReruns(t *testing.T, byKey map[string]int64, prefix string, n int) int {
+	t.Helper()
+	reruns := 0
+	for i := range n {
+		switch runs := byKey[fmt.Sprintf("%s%d", prefix, i)]; {
+		case runs == 2:
+			reruns++
+		case runs != 1:
+			t.Errorf("%s%d ran %d times", prefix, i, runs)
+		}
+	}
+	return reruns
 }
