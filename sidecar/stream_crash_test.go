@@ -15,8 +15,9 @@ import (
 // chunk per word of "You said: <prompt>".
 var streamWords = strings.Fields(strings.Repeat("tick tock ", 15))
 
-// openStream posts a keyed streaming chat completion and returns the response, unread.
-func (p *gatewayProcess) openStream(t *testing.T, key string) *http.Response {
+// openStream posts a keyed streaming chat completion, with extra header pairs, and returns the
+// response, unread.
+func (p *gatewayProcess) openStream(t *testing.T, key string, headers ...string) *http.Response {
 	t.Helper()
 	body := fmt.Sprintf(`{"stream":true,"messages":[{"role":"user","content":%q}]}`, strings.Join(streamWords, " "))
 	req, err := http.NewRequest("POST", p.base+"/v1/chat/completions", strings.NewReader(body))
@@ -25,6 +26,9 @@ func (p *gatewayProcess) openStream(t *testing.T, key string) *http.Response {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -83,7 +83,9 @@ type streamHead struct {
 	KeepUntil int64       `json:"keep_until"` // unix seconds: the events' expiry
 }
 
-var errStreamNotLive = errors.New("stream is not live under this claim")
+// ErrStreamNotLive answers a write to a stream that is not live under the given claim: it was
+// finished, aborted, or replaced by another attempt.
+var ErrStreamNotLive = errors.New("stream is not live under this claim")
 
 // BeginStream implements StreamRecorder. A previous attempt's stream under the same key is
 // replaced: its events are left to expire. Like AppendEvents it does not wait for an fsync, so
@@ -288,7 +290,7 @@ func liveHead(txn *badger.Txn, key []byte, token string) (*streamHead, error) {
 		return nil, err
 	}
 	if head == nil || head.Token != token || head.State != StreamLive {
-		return nil, domainError{errStreamNotLive}
+		return nil, domainError{ErrStreamNotLive}
 	}
 	return head, nil
 }

@@ -104,6 +104,16 @@ func TestSweepRemovesWhatIsPastRetentionOnOneReplicaAtATime(t *testing.T) {
 	if err := st.CompleteKey([]byte("k"), c.Token, store.Response{Status: 200}, clock.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
+	// A recorded stream, finished: its head and its 3 events go when their keep time ends.
+	sc, err := st.ClaimKey([]byte("s"), []byte("fp"), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = st.BeginStream([]byte("s"), sc.Token, 200, nil, 2*time.Hour)
+	_ = st.AppendEvents([]byte("s"), sc.Token, []store.StreamEvent{{ID: "1", Data: []byte("a")}, {ID: "2", Data: []byte("b")}, {ID: "3", Data: []byte("c")}})
+	if err := st.FinishStream([]byte("s"), sc.Token, clock.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
 	for _, id := range []string{"op_1", "op_2"} {
 		op := &store.Operation{ID: id, Scope: "s", Status: store.StatusQueued, Retention: time.Hour, SubmittedAt: clock.Now()}
 		if _, err := st.AcceptOperation(op, &store.Request{}, nil); err != nil {
@@ -142,13 +152,14 @@ func TestSweepRemovesWhatIsPastRetentionOnOneReplicaAtATime(t *testing.T) {
 	conn.Release()
 
 	got, err := st.Sweep()
-	want := SweepStats{Keys: 1, Results: 2, Operations: 2, Delivered: 1, DeadLetters: 1}
+	want := SweepStats{Keys: 2, Results: 2, Operations: 2, Delivered: 1, DeadLetters: 1, StreamEvents: 3}
 	if err != nil || got != want {
 		t.Fatalf("swept %+v, %v; want %+v", got, err, want)
 	}
 	for table, sql := range map[string]string{
 		"idempotency_keys": `SELECT count(*) FROM idempotency_keys`, "operations": `SELECT count(*) FROM operations`,
 		"operation_results": `SELECT count(*) FROM operation_results`, "events": `SELECT count(*) FROM events`,
+		"stream_heads": `SELECT count(*) FROM stream_heads`, "stream_events": `SELECT count(*) FROM stream_events`,
 	} {
 		if n := count(t, st, sql); n != 0 {
 			t.Errorf("%s: %d rows left", table, n)

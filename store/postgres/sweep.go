@@ -15,6 +15,8 @@ type SweepStats struct {
 	Operations  int64
 	Delivered   int64
 	DeadLetters int64
+	// StreamEvents counts the events of recorded streams past their keep time.
+	StreamEvents int64
 }
 
 // sweepBatch bounds the rows one statement of a sweep deletes, so a backlog is worked off in
@@ -23,7 +25,7 @@ const sweepBatch = 5000
 
 // Sweep removes what is past its retention: idempotency records past their window, results
 // and tombstones of expired operations, delivered events, dead letters older than
-// DeadLetterRetention. It runs on one replica at a time: a replica that cannot take the sweep
+// DeadLetterRetention, recorded streams past their keep time. It runs on one replica at a time: a replica that cannot take the sweep
 // lock skips its turn.
 func (s *Store) Sweep() (SweepStats, error) {
 	var st SweepStats
@@ -48,6 +50,9 @@ func (s *Store) Sweep() (SweepStats, error) {
 			{&st.Delivered, `DELETE FROM events WHERE id IN (SELECT id FROM events WHERE purge_at <= $1 LIMIT $2)`, now},
 			{&st.DeadLetters, `DELETE FROM events WHERE id IN (SELECT id FROM events WHERE state = 'dead' AND dead_at <= $1 LIMIT $2)`,
 				now.Add(-s.opts.DeadLetterRetention)},
+			{&st.StreamEvents, `WITH gone AS (DELETE FROM stream_heads WHERE key IN
+					(SELECT key FROM stream_heads WHERE keep_until <= $1 LIMIT $2) RETURNING key, token)
+				DELETE FROM stream_events e USING gone WHERE e.key = gone.key AND e.token = gone.token`, now},
 		}
 		for _, step := range steps {
 			tag, err := tx.Exec(ctx, step.sql, step.until, sweepBatch)

@@ -16,6 +16,9 @@ var streamTests = []test{
 	{"UpstreamEventIDsAreIndexed", testUpstreamEventIDsAreIndexed},
 	{"AbortedStreamReleasesTheKeyAndIsNeverReplayed", testAbortedStreamReleasesTheKey},
 	{"StreamOfACrashedGatewayReadsAsAborted", testStreamOfACrashedGatewayReadsAsAborted},
+	{"LiveStreamIsFollowedThroughAnotherHandle", testLiveStreamIsFollowedThroughAnotherHandle},
+	{"NextAttemptReplacesTheStreamAndFencesTheOld", testNextAttemptReplacesTheStream},
+	{"EventIDsAndDataKeepTheirBytes", testEventIDsAndDataKeepTheirBytes},
 }
 
 var sseHeader = http.Header{"Content-Type": {"text/event-stream"}}
@@ -138,5 +141,101 @@ func testStreamOfACrashedGatewayReadsAsAborted(t *testing.T, e *env) {
 	}
 	if p := must(sr.ReadEvents(keyA, 0, 100))(t); p.State == store.StreamLive || p.Token == next.Token {
 		t.Fatalf("the new claim inherited the old stream: %+v", p)
+	}
+}
+
+// A stream written through one handle is followed through another (another replica, on
+// PostgreSQL): live with the events so far, then finished, and the key replays there.
+func testLiveStreamIsFollowedThroughAnotherHandle(t *testing.T, e *env) {
+	b, sr := e.recorder(t)
+	other := e.open()
+	osr := other.(store.StreamRecorder)
+	c := must(b.ClaimKey(keyA, fpA, time.Minute))(t)
+	if dup := must(other.ClaimKey(keyA, fpA, time.Minute))(t); dup.Outcome != store.InProgress {
+		t.Fatalf("a duplicate on the other handle: %v", dup.Outcome)
+	}
+	hdr := http.Header{"Content-Type": {"text/event-stream"}, "X-Model": {"m1"}}
+	_ = sr.BeginStream(keyA, c.Token, 200, hdr, time.Hour)
+	_ = sr.AppendEvents(keyA, c.Token, events(1, 5))
+	p := must(osr.ReadEvents(keyA, 0, 100))(t)
+	if p.State != store.StreamLive || p.Token != c.Token || p.Events != 5 || len(p.List) != 5 || p.Header.Get("X-Model") != "m1" {
+		t.Fatalf("the other handle reads %v, %d of %d events, header %v", p.State, len(p.List), p.Events, p.Header)
+	}
+	if seq, ok, _ := osr.FindEvent(keyA, "4"); !ok || seq != 4 {
+		t.Fatalf("the other handle finds event 4 at %d %v", seq, ok)
+	}
+	_ = sr.AppendEvents(keyA, c.Token, events(6, 8))
+	if err := sr.FinishStream(keyA, c.Token, e.clock.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	p = must(osr.ReadEvents(keyA, 5, 100))(t)
+	if p.State != store.StreamFinished || p.Events != 8 || len(p.List) != 3 || p.List[0].Seq != 6 {
+		t.Fatalf("after finish the other handle reads %v with %d events after 5", p.State, len(p.List))
+	}
+	if again := must(other.ClaimKey(keyA, fpA, time.Minute))(t); again.Outcome != store.Replay || !again.Record.Streamed {
+		t.Fatalf("the other handle's claim after finish: %v streamed %v", again.Outcome, again.Record != nil && again.Record.Streamed)
+	}
+}
+
+// When a crashed holder's claim is taken over, the next attempt's stream replaces the old one:
+// the old attempt can neither start, append to nor finish a stream any more, and its events
+// are not read as the new attempt's.
+func testNextAttemptReplacesTheStream(t *testing.T, e *env) {
+	b, sr := e.recorder(t)
+	old := must(b.ClaimKey(keyA, fpA, time.Minute))(t)
+	_ = sr.BeginStream(keyA, old.Token, 200, sseHeader, time.Hour)
+	_ = sr.AppendEvents(keyA, old.Token, events(1, 6))
+	e.clock.Advance(2 * time.Minute)
+	next := must(b.ClaimKey(keyA, fpA, time.Minute))(t)
+	if next.Outcome != store.Claimed {
+		t.Fatalf("takeover: %v", next.Outcome)
+	}
+	if err := sr.BeginStream(keyA, old.Token, 200, sseHeader, time.Hour); err == nil {
+		t.Fatal("the old attempt began a stream after losing its claim")
+	}
+	if err := sr.BeginStream(keyA, next.Token, 201, sseHeader, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := sr.AppendEvents(keyA, old.Token, events(7, 7)); err == nil {
+		t.Fatal("the old attempt appended to the new attempt's stream")
+	}
+	_ = sr.AppendEvents(keyA, next.Token, events(1, 2))
+	if err := sr.FinishStream(keyA, old.Token, e.clock.Now().Add(time.Hour)); err == nil {
+		t.Fatal("the old attempt finished the new attempt's stream")
+	}
+	p := must(sr.ReadEvents(keyA, 0, 100))(t)
+	if p.Token != next.Token || p.Status != 201 || p.Events != 2 || len(p.List) != 2 || p.State != store.StreamLive {
+		t.Fatalf("the new attempt's stream reads %+v", p)
+	}
+	if _, ok, _ := sr.FindEvent(keyA, "5"); ok {
+		t.Fatal("found the old attempt's event 5 in the new stream")
+	}
+}
+
+// Event ids and data are kept byte for byte, whatever the bytes: an upstream's id need not
+// be UTF-8.
+func testEventIDsAndDataKeepTheirBytes(t *testing.T, e *env) {
+	b, sr := e.recorder(t)
+	c := must(b.ClaimKey(keyA, fpA, time.Minute))(t)
+	_ = sr.BeginStream(keyA, c.Token, 200, sseHeader, time.Hour)
+	odd := []store.StreamEvent{
+		{ID: "caf\xe9\x00", Data: []byte("id: caf\xe9\x00\ndata: \xff\x00\r\n\n")},
+		{ID: "", Data: []byte{}},
+		{ID: "3", Data: []byte("data: ok\n\n")},
+	}
+	if err := sr.AppendEvents(keyA, c.Token, odd); err != nil {
+		t.Fatal(err)
+	}
+	if seq, ok, err := sr.FindEvent(keyA, odd[0].ID); !ok || seq != 1 || err != nil {
+		t.Fatalf("FindEvent of an odd id: %d %v %v", seq, ok, err)
+	}
+	p := must(sr.ReadEvents(keyA, 0, 10))(t)
+	if len(p.List) != 3 {
+		t.Fatalf("read %d events", len(p.List))
+	}
+	for i, ev := range p.List {
+		if ev.ID != odd[i].ID || string(ev.Data) != string(odd[i].Data) {
+			t.Errorf("event %d reads back as %q %q, want %q %q", i+1, ev.ID, ev.Data, odd[i].ID, odd[i].Data)
+		}
 	}
 }

@@ -1,0 +1,33 @@
+-- Recorded event streams (docs/streams.md): a keyed Server-Sent Events answer is stored event by
+-- event while it is relayed, so a duplicate on any replica can join it, resume it by
+-- Last-Event-ID, or replay it once finished.
+
+-- A completed key whose answer is a recorded stream: its events are in stream_events, and
+-- response_body stays empty. A constant default adds the column without rewriting the table.
+ALTER TABLE idempotency_keys ADD COLUMN streamed boolean NOT NULL DEFAULT false;
+
+-- The stream of a key's current attempt (token: the claim it records). A new attempt replaces
+-- the row and deletes the previous attempt's events.
+CREATE TABLE stream_heads (
+    key        bytea PRIMARY KEY,
+    token      text NOT NULL,
+    state      smallint NOT NULL,                -- store.StreamState: 1 live, 2 finished, 3 aborted
+    status     integer NOT NULL,
+    header     bytea,                            -- as store.EncodeHeader writes it
+    events     bigint NOT NULL DEFAULT 0,
+    bytes      bigint NOT NULL DEFAULT 0,
+    keep_until timestamptz NOT NULL              -- the events' expiry: the sweep deletes them then
+);
+CREATE INDEX stream_heads_keep ON stream_heads (keep_until);
+
+-- One row per event, in the order relayed. id is the event's id as relayed (the upstream's or
+-- the gateway's), kept as bytes: an upstream's id need not be UTF-8.
+CREATE TABLE stream_events (
+    key   bytea NOT NULL,
+    token text NOT NULL,
+    seq   bigint NOT NULL,
+    id    bytea NOT NULL,
+    data  bytea NOT NULL,
+    PRIMARY KEY (key, token, seq)
+);
+CREATE INDEX stream_events_id ON stream_events (key, token, id);
