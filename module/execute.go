@@ -249,7 +249,7 @@ func (r *runner) attempt(ctx context.Context, op *store.Operation, req *store.Re
 	injectTrace(hr)
 	hr.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(req.Body)), nil }
 	rec := newBufferWriter(limit)
-	rec.stream = r.streams.start(op.ID)
+	rec.stream = r.streams.start(op.ID, r.recordingFor(ctx, op.ID))
 	res := serveRecorded(rec, func() error { srv.ServeHTTP(rec, hr); return nil })
 	r.streams.end(op.ID, rec.stream, res.status != 0 && !res.over)
 	return res

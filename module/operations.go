@@ -112,8 +112,12 @@ func (h *Handler) writeOperation(q *opsRequest, status int, op *store.Operation)
 		q.w.Header().Set("Retry-After", retryAfterValue(pollAfter))
 	}
 	v := viewOf(h.conv.prefix, op, result, now)
-	if s := q.run.streamOf(op.ID); s != nil && !op.Status.Final() {
-		v.Progress = s.progress() // docs/streams.md
+	if !op.Status.Final() { // docs/streams.md
+		if s := q.run.streamOf(op.ID); s != nil {
+			v.Progress = s.progress()
+		} else {
+			v.Progress = q.run.storedProgress(op)
+		}
 	}
 	writeJSON(q.w, status, v)
 }

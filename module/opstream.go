@@ -1,10 +1,15 @@
 package module
 
 import (
+	"context"
+	"errors"
 	"mime"
 	"net/http"
 	"strings"
 	"sync"
+	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/store"
 )
@@ -23,6 +28,9 @@ type opStream struct {
 	bytes   int64
 	end     streamEnd
 	begun   chan struct{} // closed when an event-stream answer begins
+	// rec, when set, copies the stream into a store shared by replicas, for followers on the
+	// others (opRecording).
+	rec *opRecording
 }
 
 func newOpStream() *opStream {
@@ -38,6 +46,7 @@ func (s *opStream) begin(status int, header http.Header) bool {
 	s.status, s.header = status, header
 	s.notify()
 	s.mu.Unlock()
+	s.rec.begin(status, header)
 	close(s.begun)
 	return true
 }
@@ -69,13 +78,16 @@ func (s *opStream) notify() {
 // write adds upstream bytes: each event they complete is numbered and published.
 func (s *opStream) write(p []byte) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	from := len(s.events)
 	s.split.push(p, func(block []byte) {
 		data, id := withEventID(block, uint64(len(s.events)+1))
 		s.events = append(s.events, store.StreamEvent{Seq: uint64(len(s.events) + 1), ID: id, Data: data})
 		s.bytes += int64(len(data))
 	})
+	added := s.events[from:len(s.events):len(s.events)]
 	s.notify()
+	s.mu.Unlock()
+	s.rec.add(added) // outside mu: it may wait for the store, and followers here need not
 }
 
 // finish ends the stream: whole when the upstream ended it, else broken off.
@@ -132,9 +144,11 @@ type opStreams struct {
 	m  map[string]*opStream
 }
 
-// start registers a fresh stream for an attempt of operation id.
-func (o *opStreams) start(id string) *opStream {
+// start registers a fresh stream for an attempt of operation id, copied to the store by rec
+// when it is set.
+func (o *opStreams) start(id string, rec *opRecording) *opStream {
 	s := newOpStream()
+	s.rec = rec
 	o.mu.Lock()
 	if o.m == nil {
 		o.m = map[string]*opStream{}
@@ -151,6 +165,7 @@ func (o *opStreams) end(id string, s *opStream, whole bool) {
 		delete(o.m, id)
 	}
 	o.mu.Unlock()
+	s.rec.end(whole)
 	if whole {
 		s.finish(streamWhole)
 	} else {
@@ -197,24 +212,38 @@ func wantsEventStream(r *http.Request) bool {
 }
 
 // followResult serves an operation's answer as Server-Sent Events: the events so far, then the
-// live ones while it runs; Last-Event-ID or ?starting_after= resumes after that event. It
-// reports false when there is no event stream to serve (the caller answers as usual).
+// live ones while it runs (from this replica's runner, or from the store when another replica
+// runs it); Last-Event-ID or ?starting_after= resumes after that event. It reports false when
+// there is no event stream to serve (the caller answers as usual).
 func (h *Handler) followResult(q *opsRequest, op *store.Operation) bool {
-	var s *opStream
-	if !op.Status.Final() {
-		if s = q.run.streamOf(op.ID); s == nil {
+	var (
+		src    eventSource
+		status int
+		header http.Header
+	)
+	switch {
+	case !op.Status.Final():
+		if s := q.run.streamOf(op.ID); s != nil {
+			src = s
+			status, header = s.head()
+		} else if f := q.run.followStored(op); f != nil {
+			src, status, header = f, f.status, f.header
+		} else {
 			return false
 		}
-	} else {
+	default:
 		res, err := q.st.LoadResult(op.ID)
 		if err != nil || res == nil {
 			return false
 		}
-		if s = newOpStream(); !s.begin(res.Status, res.Header) {
+		s := newOpStream()
+		if !s.begin(res.Status, res.Header) {
 			return false
 		}
 		s.write(res.Body)
 		s.finish(streamWhole)
+		src = s
+		status, header = s.head()
 	}
 	after := uint64(0)
 	id := q.r.Header.Get(headerLastEventID)
@@ -222,16 +251,160 @@ func (h *Handler) followResult(q *opsRequest, op *store.Operation) bool {
 		id = q.r.URL.Query().Get("starting_after")
 	}
 	if id != "" {
-		after, _ = s.find(id)
+		after, _ = src.find(id)
 	}
-	status, header := s.head()
 	for k, v := range header {
 		q.w.Header()[k] = v
 	}
 	q.w.Header().Del("Content-Length")
 	q.w.WriteHeader(status)
-	if relayEvents(q.w, q.r, s, after) {
+	if relayEvents(q.w, q.r, src, after) {
 		panic(http.ErrAbortHandler) // see relayEvents
 	}
 	return true
+}
+
+// streamStore is a storage that records streams under keys of its own: PostgreSQL, shared by
+// replicas (docs/streams.md).
+type streamStore interface {
+	store.Keys
+	store.StreamRecorder
+}
+
+// opStreamKey names the recording of an operation's streamed answer: no request's record has
+// such a key (those are SHA-256 digests).
+func opStreamKey(id string) []byte { return append([]byte("mulligan/operation-stream/"), id...) }
+
+// opRecording copies an operation's streamed answer into a store shared by replicas, so that a
+// follower on another replica than the one running the operation reads the stream there. It
+// is a keyed stream's appender (liveStream, group-committed beside the relay) under a key of
+// the operation's own, which each attempt claims afresh: an earlier attempt's recording is
+// replaced, and an attempt that lost its claim cannot write into the next one's. A nil
+// *opRecording records nothing.
+type opRecording struct {
+	st    streamStore
+	id    string
+	lease time.Duration // how long the attempt may run: the claim lasts that long
+	log   reqLog
+	live  *liveStream
+}
+
+// recordingFor returns what copies the stream of an attempt of operation id to a shared store,
+// or nil when the storage is this process's alone (its followers are all here).
+func (r *runner) recordingFor(ctx context.Context, id string) *opRecording {
+	if r.shared == nil {
+		return nil
+	}
+	lease := time.Hour
+	if dl, ok := ctx.Deadline(); ok {
+		lease = time.Until(dl) + 30*time.Second
+	}
+	return &opRecording{st: r.shared, id: id, lease: lease, log: newReqLog(r.log, zap.String("operation_id", id))}
+}
+
+func (o *opRecording) begin(status int, header http.Header) {
+	if o == nil {
+		return
+	}
+	key := opStreamKey(o.id)
+	o.live = newLiveStream(o.st, key, "", status, header, o.lease+time.Minute)
+	o.live.claim = func() (string, error) {
+		for range 2 {
+			c, err := o.st.ClaimKey(key, []byte(o.id), o.lease)
+			if err != nil || c.Outcome == store.Claimed {
+				return c.Token, err
+			}
+			// An earlier attempt's recording (the runner holds the operation, so that attempt
+			// is over): this one replaces it.
+			if _, err := o.st.EvictKey(key); err != nil {
+				return "", err
+			}
+		}
+		return "", errors.New("the key of the operation's stream is held by another attempt")
+	}
+	go o.live.appendEvents(o.log)
+}
+
+func (o *opRecording) add(events []store.StreamEvent) {
+	if o != nil && o.live != nil && len(events) > 0 {
+		o.live.add(events)
+	}
+}
+
+// end finishes the recording when the attempt's answer was whole and every event is stored,
+// else aborts it; followers elsewhere then see the stream end the same way. A finished
+// recording is kept a minute: by then the operation's stored result answers.
+func (o *opRecording) end(whole bool) {
+	if o == nil || o.live == nil {
+		return
+	}
+	key := opStreamKey(o.id)
+	if o.live.drain() && whole {
+		err := o.st.FinishStream(key, o.live.token, time.Now().Add(time.Minute))
+		if err == nil {
+			return
+		}
+		o.log.Warn("finishing the recording of the operation's stream", zap.Error(err))
+	}
+	if o.live.token != "" {
+		if err := o.st.AbortStream(key, o.live.token); err != nil {
+			o.log.Warn("ending the recording of the operation's stream", zap.Error(err))
+		}
+	}
+}
+
+// storedOpStream is a running operation's stream followed through the store, from another
+// replica than the one running it. Besides the stream's own end, it ends as broken off when
+// the operation stops running under the holder it had (a takeover after that replica died),
+// which the followed recording, claimed for the whole attempt, would not show until later.
+type storedOpStream struct {
+	*storedStream
+	ops     store.Operations
+	id      string
+	holder  string
+	checked time.Time
+	status  int
+	header  http.Header
+}
+
+// opCheckEvery is how often a follower through the store asks whether the operation still
+// runs where it did.
+const opCheckEvery = time.Second
+
+// followStored returns operation op's live stream as recorded in a shared store, or nil.
+func (r *runner) followStored(op *store.Operation) *storedOpStream {
+	if r == nil || r.shared == nil || op.Status != store.StatusRunning {
+		return nil
+	}
+	key := opStreamKey(op.ID)
+	page, err := r.shared.ReadEvents(key, 0, 0)
+	if err != nil || page.State != store.StreamLive {
+		return nil
+	}
+	return &storedOpStream{storedStream: &storedStream{st: r.shared, key: key, token: page.Token}, ops: r.st, id: op.ID,
+		holder: op.Holder, checked: time.Now(), status: page.Status, header: page.Header}
+}
+
+func (s *storedOpStream) next(cursor uint64) ([]store.StreamEvent, streamEnd, <-chan struct{}, error) {
+	evs, end, wait, err := s.storedStream.next(cursor)
+	if wait != nil && time.Since(s.checked) >= opCheckEvery {
+		s.checked = time.Now()
+		if op, gerr := s.ops.GetOperation(s.id); gerr == nil && (op.Status != store.StatusRunning || op.Holder != s.holder) {
+			return nil, streamBrokeOff, nil, nil
+		}
+	}
+	return evs, end, wait, err
+}
+
+// storedProgress is the progress of operation op's stream as recorded in a shared store, or
+// nil.
+func (r *runner) storedProgress(op *store.Operation) *progressView {
+	if r == nil || r.shared == nil || op.Status != store.StatusRunning {
+		return nil
+	}
+	page, err := r.shared.ReadEvents(opStreamKey(op.ID), 0, 0)
+	if err != nil || page.State != store.StreamLive {
+		return nil
+	}
+	return &progressView{Events: int(page.Events), Bytes: page.Bytes}
 }

@@ -32,8 +32,9 @@ type runner struct {
 	cfg     runnerConfig
 	held    []heldConfig // the configs holding this runner, oldest first; cfg is the newest's
 	running map[string]*execution
-	pooled  int       // running executions claimed from the queue (converted calls run outside it)
-	streams opStreams // the streamed answers of running attempts, for followers
+	pooled  int         // running executions claimed from the queue (converted calls run outside it)
+	streams opStreams   // the streamed answers of running attempts, for followers
+	shared  streamStore // the storage, when replicas share it: streams are copied there
 
 	queued   atomic.Int64 // queued operations in the storage, as last counted (admission, readiness)
 	wake     chan struct{}
@@ -92,6 +93,9 @@ func newRunner(st store.Backend, set storageSettings, log *zap.Logger) *runner {
 		stopping: make(chan struct{}), stopped: make(chan struct{}),
 	}
 	r.courier = newCourier(st, r.worker, log)
+	if ss, ok := st.(streamStore); ok && set.backend == BackendPostgres {
+		r.shared = ss
+	}
 	return r
 }
 

@@ -48,6 +48,11 @@ type liveStream struct {
 	closing      bool // no more events: the appender drains and stops
 	end          streamEnd
 	appenderDone chan struct{}
+
+	// claim, when set, is run by the appender before it begins the stream, and gives the
+	// token the stream is recorded under (an operation's stream claims its own key: see
+	// opRecording).
+	claim func() (string, error)
 }
 
 func newLiveStream(st store.StreamRecorder, key []byte, token string, status int, header http.Header, keep time.Duration) *liveStream {
@@ -99,7 +104,13 @@ func (l *liveStream) stopRecording() {
 // beside the relay, so the first event reaches the client without waiting for the store.
 func (l *liveStream) appendEvents(log reqLog) {
 	defer close(l.appenderDone)
-	err := l.st.BeginStream(l.key, l.token, l.status, l.header, l.keep)
+	var err error
+	if l.claim != nil {
+		l.token, err = l.claim()
+	}
+	if err == nil {
+		err = l.st.BeginStream(l.key, l.token, l.status, l.header, l.keep)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -98,5 +100,90 @@ func TestStreamIsJoinedResumedAndReplayedAcrossReplicas(t *testing.T) {
 	}
 	if runs := model.Stats().ByKey["s"]; runs != 1 {
 		t.Fatalf("the model ran %d times for the key, want 1", runs)
+	}
+}
+
+// follow opens operation id's result on p as Server-Sent Events, with extra header pairs.
+func (p *gatewayProcess) follow(t *testing.T, id string, headers ...string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest("GET", p.base+"/v1/operations/"+id+"/result", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// An async operation whose answer streams is followed live through every replica, not only
+// the one running it: its progress shows on each, a follower on each gets the events so far
+// and then the live ones to the same end, and Last-Event-ID resumes there too. It ran once.
+func TestAsyncStreamIsFollowedThroughEveryReplica(t *testing.T) {
+	dsn := pgtest.Database(t)
+	model, upstream := startModelServer(t, modelserver.Config{ChunkDelay: 100 * time.Millisecond})
+	rs := startReplicas(t, 3, upstream, dsn, "")
+	whole := len(streamWords) + 2 + 1
+	body := fmt.Sprintf(`{"stream":true,"messages":[{"role":"user","content":%q}]}`, strings.Join(streamWords, " "))
+	resp, b, err := rs[0].send("POST", "/v1/chat/completions", "op-stream", body, "Prefer", "respond-async")
+	if err != nil || resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("submit: %v %v %s", err, resp, b)
+	}
+	var op operation
+	if err := json.Unmarshal(b, &op); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rs {
+		waitFor(t, fmt.Sprintf("progress on replica %d", i), func() bool {
+			_, b, err := r.send("GET", "/v1/operations/"+op.OperationID, "", "")
+			var v struct {
+				Progress *struct {
+					Events int `json:"events"`
+				} `json:"progress"`
+			}
+			return err == nil && json.Unmarshal(b, &v) == nil && v.Progress != nil && v.Progress.Events >= 3
+		})
+	}
+	got := make([][]string, len(rs))
+	errs := make([]error, len(rs))
+	var wg sync.WaitGroup
+	for i, r := range rs {
+		wg.Go(func() {
+			var headers []string
+			if i == 2 {
+				headers = []string{"Last-Event-ID", "2"}
+			}
+			resp := r.follow(t, op.OperationID, headers...)
+			if resp.StatusCode != 200 {
+				errs[i] = fmt.Errorf("status %d", resp.StatusCode)
+				return
+			}
+			got[i], errs[i] = sseEvents(bufio.NewReader(resp.Body), 0)
+		})
+	}
+	wg.Wait()
+	for i := range rs {
+		t.Logf("replica %d: %d events, %v", i, len(got[i]), errs[i])
+	}
+	if errs[0] != nil || len(got[0]) != whole {
+		t.Fatalf("replica 0's follower got %d of %d events: %v", len(got[0]), whole, errs[0])
+	}
+	if errs[1] != nil || strings.Join(got[1], "") != strings.Join(got[0], "") {
+		t.Fatalf("replica 1's follower got %d events (%v), not the same stream", len(got[1]), errs[1])
+	}
+	if errs[2] != nil || strings.Join(got[2], "") != strings.Join(got[0][2:], "") {
+		t.Fatalf("replica 2's resume after event 2 got %d events (%v), want events 3 to %d", len(got[2]), errs[2], whole)
+	}
+	if final := rs[1].await(t, op.OperationID, 15*time.Second); final.Status != "succeeded" {
+		t.Fatalf("operation %s", final.Status)
+	}
+	if runs := model.Stats().ByKey["op-stream"]; runs != 1 {
+		t.Fatalf("the model ran %d times, want 1", runs)
 	}
 }
