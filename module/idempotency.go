@@ -201,6 +201,7 @@ func recordKey(scope, method, path, key string) []byte {
 // claimAndRun claims the key and runs the request, or answers from the record.
 func (g *gate) claimAndRun(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Keys) error {
 	deadline := g.now().Add(g.wait)
+	streamAsked, poll := false, false
 	for {
 		claim, err := st.ClaimKey(kr.recordKey, kr.fp, g.lease)
 		if err != nil {
@@ -212,12 +213,44 @@ func (g *gate) claimAndRun(w http.ResponseWriter, kr *keyedRequest, next caddyht
 			return g.run(w, kr, next, st, claim.Token)
 		case g.joinStream(w, kr, st, claim):
 			return nil
-		case claim.Outcome == store.InProgress && g.now().Before(deadline) && g.awaitFlight(kr, deadline):
+		case claim.Outcome == store.InProgress && !streamAsked:
+			// A duplicate of a request that asks for a stream, arriving before the first
+			// attempt's answer has begun, waits for it (up to the lease) and then joins it, as
+			// it would have a moment later (docs/streams.md): no 409 for streams.
+			streamAsked = true
+			if asksForStream(kr) {
+				poll = true
+				deadline = later(deadline, g.now().Add(g.lease))
+			}
+		}
+		if claim.Outcome == store.InProgress && g.now().Before(deadline) && g.awaitFlight(kr, deadline, poll) {
 			continue
 		}
 		g.answer(w, kr, claim)
 		return nil
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// asksForStream reports whether a request asks for an event-stream answer: Accept:
+// text/event-stream, or a JSON body with "stream": true (the OpenAI-style APIs' switch).
+func asksForStream(kr *keyedRequest) bool {
+	if wantsEventStream(kr.r) {
+		return true
+	}
+	if !bytes.Contains(kr.body, []byte(`"stream"`)) {
+		return false
+	}
+	var v struct {
+		Stream bool `json:"stream"`
+	}
+	return json.Unmarshal(kr.body, &v) == nil && v.Stream
 }
 
 // answer responds to a request whose key is not the caller's to run: replay, mismatch or
@@ -240,11 +273,12 @@ func (g *gate) answer(w http.ResponseWriter, kr *keyedRequest, claim store.Claim
 }
 
 // awaitFlight waits until the in-flight original ends, the deadline passes or the client
-// leaves. It reports whether it is worth claiming again.
-func (g *gate) awaitFlight(kr *keyedRequest, deadline time.Time) bool {
+// leaves; with poll (or when another process holds the claim) it looks again after
+// pollInterval. It reports whether it is worth claiming again.
+func (g *gate) awaitFlight(kr *keyedRequest, deadline time.Time, poll bool) bool {
 	done := g.flights.wait(string(kr.recordKey))
 	wait := time.Until(deadline)
-	if done == nil && wait > pollInterval {
+	if (done == nil || poll) && wait > pollInterval {
 		wait = pollInterval
 	}
 	t := time.NewTimer(wait)

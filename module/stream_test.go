@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // eventUpstream is a model server's streaming endpoint in miniature: every request is one
@@ -24,7 +25,10 @@ type eventUpstream struct {
 	breakAt int  // the first execution breaks off after this many events (0: never)
 	ownIDs  bool // the upstream names its events itself
 	size    int  // padding per event, to make streams large
-	runs    atomic.Int64
+	// holdHead: every execution waits until resume is closed before it answers at all, as
+	// a model server does until its first token.
+	holdHead bool
+	runs     atomic.Int64
 }
 
 func newEventUpstream(events int) *eventUpstream {
@@ -38,6 +42,13 @@ func (u *eventUpstream) release() { u.once.Do(func() { close(u.resume) }) }
 func (u *eventUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	run := u.runs.Add(1)
 	_, _ = io.Copy(io.Discard, r.Body)
+	if u.holdHead {
+		select {
+		case <-u.resume:
+		case <-r.Context().Done():
+			return
+		}
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
@@ -226,6 +237,49 @@ func TestDroppedStreamIsJoinedOnRetryAndReplaysWhenFinished(t *testing.T) {
 	}
 	if joinRaw(replayed) != joinRaw(all) {
 		t.Fatalf("the replay differs from the joined stream:\n%s\n%s", joinRaw(replayed), joinRaw(all))
+	}
+	if n := up.runs.Load(); n != 1 {
+		t.Fatalf("the upstream ran %d times, want 1", n)
+	}
+}
+
+// A duplicate that arrives before the first attempt's answer has begun (the model has not
+// produced its first token) waits for it and joins it, instead of 409; the upstream runs once.
+func TestDuplicateBeforeTheStreamBeginsWaitsAndJoinsIt(t *testing.T) {
+	up := newEventUpstream(20)
+	up.holdHead = true
+	g := startGatewayWith(t, gatewaySetup{upstream: up})
+	t.Cleanup(up.release)
+	type answer struct {
+		status int
+		events []sseEvent
+		err    error
+	}
+	answers := make(chan answer, 2)
+	send := func() {
+		req, _ := http.NewRequest("POST", g.base+chatPath, strings.NewReader(`{"model":"demo","stream":true,"messages":[]}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "early")
+		resp, err := g.client.Do(req)
+		if err != nil {
+			answers <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		evs, err := (&sseStream{resp: resp, rd: bufio.NewReader(resp.Body)}).readAll()
+		answers <- answer{status: resp.StatusCode, events: evs, err: err}
+	}
+	go send()
+	waitFor(t, func() bool { return up.runs.Load() == 1 })
+	go send()
+	time.Sleep(500 * time.Millisecond) // the duplicate finds the key in flight, with no answer begun
+	up.release()
+	for range 2 {
+		a := <-answers
+		if a.err != nil || a.status != 200 {
+			t.Fatalf("answer %d, %v: %v", a.status, a.err, a.events)
+		}
+		checkEvents(t, a.events, 1, 20, 1, false)
 	}
 	if n := up.runs.Load(); n != 1 {
 		t.Fatalf("the upstream ran %d times, want 1", n)

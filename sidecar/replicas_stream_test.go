@@ -187,3 +187,40 @@ func TestAsyncStreamIsFollowedThroughEveryReplica(t *testing.T) {
 		t.Fatalf("the model ran %d times, want 1", runs)
 	}
 }
+
+// A duplicate on another replica, sent before the model's first token, waits for the stream
+// to begin and joins it from the store; the model runs once.
+func TestDuplicateOnAnotherReplicaBeforeTheStreamBeginsJoinsIt(t *testing.T) {
+	dsn := pgtest.Database(t)
+	model, upstream := startModelServer(t, modelserver.Config{Latency: time.Second, ChunkDelay: 20 * time.Millisecond})
+	rs := startReplicas(t, 2, upstream, dsn, "")
+	whole := len(streamWords) + 2 + 1
+	got := make([][]string, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, r := range rs {
+		wg.Go(func() {
+			if i == 1 {
+				time.Sleep(300 * time.Millisecond) // the first is in flight, its answer not begun
+			}
+			resp := r.openStream(t, "early")
+			if resp.StatusCode != 200 {
+				errs[i] = fmt.Errorf("status %d", resp.StatusCode)
+				return
+			}
+			got[i], errs[i] = sseEvents(bufio.NewReader(resp.Body), 0)
+		})
+	}
+	wg.Wait()
+	for i := range rs {
+		if errs[i] != nil || len(got[i]) != whole {
+			t.Fatalf("replica %d: %d of %d events, %v", i, len(got[i]), whole, errs[i])
+		}
+	}
+	if strings.Join(got[0], "") != strings.Join(got[1], "") {
+		t.Fatal("the two replicas relayed different streams")
+	}
+	if runs := model.Stats().ByKey["early"]; runs != 1 {
+		t.Fatalf("the model ran %d times, want 1", runs)
+	}
+}
