@@ -1,6 +1,7 @@
 package module
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"mime"
@@ -284,6 +285,7 @@ func opStreamKey(id string) []byte { return append([]byte("mulligan/operation-st
 type opRecording struct {
 	st    streamStore
 	id    string
+	fp    []byte        // opRecordingFP: the attempt's holder, so followers tell its recording from another's
 	lease time.Duration // how long the attempt may run: the claim lasts that long
 	log   reqLog
 	live  *liveStream
@@ -299,7 +301,32 @@ func (r *runner) recordingFor(ctx context.Context, id string) *opRecording {
 	if dl, ok := ctx.Deadline(); ok {
 		lease = time.Until(dl) + 30*time.Second
 	}
-	return &opRecording{st: r.shared, id: id, lease: lease, log: newReqLog(r.log, zap.String("operation_id", id))}
+	return &opRecording{st: r.shared, id: id, fp: opRecordingFP(id, r.worker), lease: lease, log: newReqLog(r.log, zap.String("operation_id", id))}
+}
+
+// opRecordingFP is the fingerprint of the claim on an operation's stream key: the operation
+// and the worker running the attempt. A follower elsewhere follows a recording only when its
+// claim names the operation's current holder: after a takeover, the dead holder's recording
+// (whose claim lasts the attempt's whole timeout) is not the running attempt's.
+func opRecordingFP(id, holder string) []byte { return []byte(id + "\n" + holder) }
+
+// currentRecording reads the live recording of operation op's running attempt, or reports
+// false when there is none (none begun yet, or one left by an earlier holder).
+func (r *runner) currentRecording(op *store.Operation) (store.StreamPage, bool) {
+	if r == nil || r.shared == nil || op.Status != store.StatusRunning {
+		return store.StreamPage{}, false
+	}
+	key := opStreamKey(op.ID)
+	page, err := r.shared.ReadEvents(key, 0, 0)
+	if err != nil || page.State != store.StreamLive {
+		return store.StreamPage{}, false
+	}
+	rec, err := r.shared.LookupKey(key)
+	if err != nil || rec == nil || rec.State != store.InFlight || rec.Token != page.Token ||
+		!bytes.Equal(rec.Fingerprint, opRecordingFP(op.ID, op.Holder)) {
+		return store.StreamPage{}, false
+	}
+	return page, true
 }
 
 func (o *opRecording) begin(status int, header http.Header) {
@@ -310,7 +337,7 @@ func (o *opRecording) begin(status int, header http.Header) {
 	o.live = newLiveStream(o.st, key, "", status, header, o.lease+time.Minute)
 	o.live.claim = func() (string, error) {
 		for range 2 {
-			c, err := o.st.ClaimKey(key, []byte(o.id), o.lease)
+			c, err := o.st.ClaimKey(key, o.fp, o.lease)
 			if err != nil || c.Outcome == store.Claimed {
 				return c.Token, err
 			}
@@ -373,14 +400,11 @@ const opCheckEvery = time.Second
 
 // followStored returns operation op's live stream as recorded in a shared store, or nil.
 func (r *runner) followStored(op *store.Operation) *storedOpStream {
-	if r == nil || r.shared == nil || op.Status != store.StatusRunning {
+	page, ok := r.currentRecording(op)
+	if !ok {
 		return nil
 	}
 	key := opStreamKey(op.ID)
-	page, err := r.shared.ReadEvents(key, 0, 0)
-	if err != nil || page.State != store.StreamLive {
-		return nil
-	}
 	return &storedOpStream{storedStream: &storedStream{st: r.shared, key: key, token: page.Token}, ops: r.st, id: op.ID,
 		holder: op.Holder, checked: time.Now(), status: page.Status, header: page.Header}
 }
@@ -399,11 +423,8 @@ func (s *storedOpStream) next(cursor uint64) ([]store.StreamEvent, streamEnd, <-
 // storedProgress is the progress of operation op's stream as recorded in a shared store, or
 // nil.
 func (r *runner) storedProgress(op *store.Operation) *progressView {
-	if r == nil || r.shared == nil || op.Status != store.StatusRunning {
-		return nil
-	}
-	page, err := r.shared.ReadEvents(opStreamKey(op.ID), 0, 0)
-	if err != nil || page.State != store.StreamLive {
+	page, ok := r.currentRecording(op)
+	if !ok {
 		return nil
 	}
 	return &progressView{Events: int(page.Events), Bytes: page.Bytes}

@@ -1,0 +1,71 @@
+package module
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// After a takeover (the replica that ran attempt 1 died mid-stream), the operation runs again
+// under another holder whose answer has not begun. Attempt 1's recording is still live in the
+// shared store: its claim on the operation's stream key lasts the attempt's whole timeout. A
+// follower or a progress read on a third replica must not be given the dead attempt's events
+// as the running attempt's.
+func TestStoredFollowerIgnoresTheRecordingOfADeadAttempt(t *testing.T) {
+	st, err := store.Open(store.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	op := &store.Operation{ID: "op_1", Scope: "s", Status: store.StatusQueued, Version: 1, Method: "POST", Path: "/v1/x",
+		SubmittedAt: time.Now(), Retention: time.Hour}
+	if _, err := st.AcceptOperation(op, &store.Request{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Attempt 1 (replica H1) recorded 5 events under the operation's stream key, then H1 died.
+	key := opStreamKey("op_1")
+	c, err := st.ClaimKey(key, []byte("op_1\nH1"), 10*time.Minute) // as H1's runner claims it
+	if err != nil || c.Outcome != store.Claimed {
+		t.Fatal(c, err)
+	}
+	_ = st.BeginStream(key, c.Token, 200, http.Header{"Content-Type": {"text/event-stream"}}, 11*time.Minute)
+	var evs []store.StreamEvent
+	for i := 1; i <= 5; i++ {
+		evs = append(evs, store.StreamEvent{ID: fmt.Sprint(i), Data: []byte(fmt.Sprintf("id: %d\ndata: old %d\n\n", i, i))})
+	}
+	if err := st.AppendEvents(key, c.Token, evs); err != nil {
+		t.Fatal(err)
+	}
+	// The operation now runs under H2 (taken over); H2's attempt has not answered yet.
+	running, err := st.ClaimNext("H2", time.Minute)
+	if err != nil || running == nil || running.Holder != "H2" {
+		t.Fatalf("claim: %+v %v", running, err)
+	}
+	r := &runner{st: st, shared: st}
+	if p := r.storedProgress(running); p != nil {
+		t.Errorf("progress of H2's attempt reads the dead attempt's: %+v", *p)
+	}
+	if f := r.followStored(running); f != nil {
+		got, _, _, _ := f.next(0)
+		t.Errorf("a follower of H2's attempt is given the dead attempt's %d events", len(got))
+	}
+	// Once H2's answer begins, its recording (which evicts H1's claim) is followed.
+	if _, err := st.EvictKey(key); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := st.ClaimKey(key, []byte("op_1\nH2"), 10*time.Minute)
+	if err != nil || c2.Outcome != store.Claimed {
+		t.Fatal(c2, err)
+	}
+	_ = st.BeginStream(key, c2.Token, 200, http.Header{"Content-Type": {"text/event-stream"}}, 11*time.Minute)
+	_ = st.AppendEvents(key, c2.Token, evs[:2])
+	if p := r.storedProgress(running); p == nil || p.Events != 2 {
+		t.Errorf("progress of H2's own recording: %+v", p)
+	}
+	if f := r.followStored(running); f == nil {
+		t.Error("H2's own recording is not followed")
+	}
+}
