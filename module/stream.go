@@ -103,7 +103,20 @@ func (l *liveStream) stopRecording() {
 // the stream closes: one transaction for whatever queued up during the previous write. It runs
 // beside the relay, so the first event reaches the client without waiting for the store.
 func (l *liveStream) appendEvents(log reqLog) {
-	defer close(l.appenderDone)
+	begun := false
+	defer func() {
+		// A stream no longer recorded is dropped from the store at once, so that joiners
+		// following it there (on other replicas) see it end and new duplicates do not join it.
+		l.mu.Lock()
+		stopped := !l.recording
+		l.mu.Unlock()
+		if begun && stopped {
+			if err := l.st.DropStream(l.key, l.token); err != nil {
+				log.Warn("dropping the recording of a stream no longer recorded", zap.Error(err))
+			}
+		}
+		close(l.appenderDone)
+	}()
 	var err error
 	if l.claim != nil {
 		l.token, err = l.claim()
@@ -111,6 +124,7 @@ func (l *liveStream) appendEvents(log reqLog) {
 	if err == nil {
 		err = l.st.BeginStream(l.key, l.token, l.status, l.header, l.keep)
 	}
+	begun = err == nil
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {

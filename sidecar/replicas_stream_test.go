@@ -111,15 +111,15 @@ func (p *gatewayProcess) follow(t *testing.T, id string, headers ...string) *htt
 		t.Fatal(err)
 	}
 	req.Header.Set("Accept", "text/event-stream")
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
+	return doStream(t, req, headers...)
+}
+
+// streamed reads a streamed answer's events to the end; an answer other than 200 is an error.
+func streamed(resp *http.Response) ([]string, error) {
+	if resp.StatusCode != 200 {
+		return nil, fmt.Errorf("status %d", resp.StatusCode)
 	}
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { resp.Body.Close() })
-	return resp
+	return sseEvents(bufio.NewReader(resp.Body), 0)
 }
 
 // An async operation whose answer streams is followed live through every replica, not only
@@ -159,12 +159,7 @@ func TestAsyncStreamIsFollowedThroughEveryReplica(t *testing.T) {
 			if i == 2 {
 				headers = []string{"Last-Event-ID", "2"}
 			}
-			resp := r.follow(t, op.OperationID, headers...)
-			if resp.StatusCode != 200 {
-				errs[i] = fmt.Errorf("status %d", resp.StatusCode)
-				return
-			}
-			got[i], errs[i] = sseEvents(bufio.NewReader(resp.Body), 0)
+			got[i], errs[i] = streamed(r.follow(t, op.OperationID, headers...))
 		})
 	}
 	wg.Wait()
@@ -203,12 +198,7 @@ func TestDuplicateOnAnotherReplicaBeforeTheStreamBeginsJoinsIt(t *testing.T) {
 			if i == 1 {
 				time.Sleep(300 * time.Millisecond) // the first is in flight, its answer not begun
 			}
-			resp := r.openStream(t, "early")
-			if resp.StatusCode != 200 {
-				errs[i] = fmt.Errorf("status %d", resp.StatusCode)
-				return
-			}
-			got[i], errs[i] = sseEvents(bufio.NewReader(resp.Body), 0)
+			got[i], errs[i] = streamed(r.openStream(t, "early"))
 		})
 	}
 	wg.Wait()
@@ -222,5 +212,37 @@ func TestDuplicateOnAnotherReplicaBeforeTheStreamBeginsJoinsIt(t *testing.T) {
 	}
 	if runs := model.Stats().ByKey["early"]; runs != 1 {
 		t.Fatalf("the model ran %d times, want 1", runs)
+	}
+}
+
+// A stream over max_result is relayed to its first client but not recorded: it is dropped from
+// the store when it passes the limit, so a duplicate on another replica does not join it (and
+// stall there with nothing more to come); it waits for the first attempt to end and then runs
+// the request itself, and gets a whole stream.
+func TestUnrecordedStreamIsNotJoinedThroughAnotherReplica(t *testing.T) {
+	dsn := pgtest.Database(t)
+	model, upstream := startModelServer(t, modelserver.Config{ChunkDelay: 100 * time.Millisecond})
+	rs := startReplicas(t, 2, upstream, dsn, "async {\n\t\t\tmax_result 1200B\n\t\t}")
+	whole := len(streamWords) + 2 + 1
+	first := rs[0].openStream(t, "big")
+	rd := bufio.NewReader(first.Body)
+	if head, err := sseEvents(rd, 3); err != nil || len(head) != 3 {
+		t.Fatalf("first client: %d events, %v", len(head), err)
+	}
+	firstDone := make(chan int, 1)
+	go func() { // the first client reads on to the end
+		rest, _ := sseEvents(rd, 0)
+		firstDone <- 3 + len(rest)
+	}()
+	time.Sleep(time.Second) // past max_result (about 6 events): the recording is dropped
+	dup, err := streamed(rs[1].openStream(t, "big"))
+	if n := <-firstDone; n != whole {
+		t.Fatalf("the first client got %d of %d events", n, whole)
+	}
+	if err != nil || len(dup) != whole {
+		t.Fatalf("the duplicate on replica 1 got %d of %d events (%v): it joined a stream that is not recorded", len(dup), whole, err)
+	}
+	if runs := model.Stats().ByKey["big"]; runs != 2 {
+		t.Fatalf("the model ran %d times, want 2 (the unrecorded stream, then the duplicate's own)", runs)
 	}
 }

@@ -26,6 +26,13 @@ func (p *gatewayProcess) openStream(t *testing.T, key string, headers ...string)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	return doStream(t, req, headers...)
+}
+
+// doStream sends req with extra header pairs and returns the response, unread; its body is
+// closed when the test ends.
+func doStream(t *testing.T, req *http.Request, headers ...string) *http.Response {
+	t.Helper()
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}

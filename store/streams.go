@@ -31,6 +31,11 @@ type StreamRecorder interface {
 	FinishStream(key []byte, token string, expires time.Time) error
 	// AbortStream ends the stream as broken and releases the key held under token at once.
 	AbortStream(key []byte, token string) error
+	// DropStream gives up recording a stream that is still being relayed (it passed
+	// max_result, or a write failed): from then on it reads as aborted, so joiners everywhere
+	// see it end and new duplicates do not join it, and its events are deleted; the key stays
+	// claimed under token until the attempt ends (AbortStream then releases it).
+	DropStream(key []byte, token string) error
 }
 
 // StreamState is where a recorded stream is in its life.
@@ -253,6 +258,24 @@ func (s *Store) AbortStream(key []byte, token string) error {
 			return err // the claim is already gone: nothing to release
 		}
 		return txn.Delete(idempotencyKey(key))
+	})
+	unlock()
+	if err != nil {
+		return err
+	}
+	return s.dropEvents(key, token)
+}
+
+// DropStream implements StreamRecorder.
+func (s *Store) DropStream(key []byte, token string) error {
+	unlock := s.locks.lock(key)
+	err := s.update(func(txn *badger.Txn) error {
+		head, err := liveHead(txn, key, token)
+		if err != nil {
+			return err
+		}
+		head.State = StreamAborted
+		return putHead(txn, key, head)
 	})
 	unlock()
 	if err != nil {

@@ -199,6 +199,22 @@ func (s *Store) FinishStream(key []byte, token string, expires time.Time) error 
 	})
 }
 
+// DropStream implements store.StreamRecorder: the stream is marked aborted and its events
+// deleted, in one transaction; the claim stays.
+func (s *Store) DropStream(key []byte, token string) error {
+	return s.do(func(ctx context.Context, tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE stream_heads SET state = 3 WHERE key = $1 AND token = $2 AND state = 1`, key, token)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return domain{store.ErrStreamNotLive}
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM stream_events WHERE key = $1 AND token = $2`, key, token)
+		return err
+	})
+}
+
 // AbortStream implements store.StreamRecorder: the stream is marked aborted, its events
 // deleted and the key released, in one transaction.
 func (s *Store) AbortStream(key []byte, token string) error {

@@ -19,6 +19,7 @@ var streamTests = []test{
 	{"LiveStreamIsFollowedThroughAnotherHandle", testLiveStreamIsFollowedThroughAnotherHandle},
 	{"NextAttemptReplacesTheStreamAndFencesTheOld", testNextAttemptReplacesTheStream},
 	{"EventIDsAndDataKeepTheirBytes", testEventIDsAndDataKeepTheirBytes},
+	{"DroppedStreamReadsAsAbortedButKeepsItsClaim", testDroppedStreamKeepsItsClaim},
 }
 
 var sseHeader = http.Header{"Content-Type": {"text/event-stream"}}
@@ -34,6 +35,17 @@ func (e *env) recorder(t *testing.T) (store.Backend, store.StreamRecorder) {
 	return b, sr
 }
 
+// liveStream claims keyA on a handle that records streams and begins the key's stream.
+func (e *env) liveStream(t *testing.T) (store.Backend, store.StreamRecorder, store.Claim) {
+	t.Helper()
+	b, sr := e.recorder(t)
+	c := must(b.ClaimKey(keyA, fpA, time.Minute))(t)
+	if err := sr.BeginStream(keyA, c.Token, 200, sseHeader, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	return b, sr, c
+}
+
 // events are the stream's events from..to, with gateway ids.
 func events(from, to int) []store.StreamEvent {
 	var out []store.StreamEvent
@@ -46,11 +58,7 @@ func events(from, to int) []store.StreamEvent {
 // A stream appended in uneven batches reads back whole, in pages across the batches, and
 // its key then replays it.
 func testFinishedStreamReplaysWholeInPages(t *testing.T, e *env) {
-	b, sr := e.recorder(t)
-	c := must(b.ClaimKey(keyA, fpA, time.Minute))(t)
-	if err := sr.BeginStream(keyA, c.Token, 200, sseHeader, time.Hour); err != nil {
-		t.Fatal(err)
-	}
+	b, sr, c := e.liveStream(t)
 	for _, batch := range [][]store.StreamEvent{events(1, 3), events(4, 4), events(5, 20)} {
 		if err := sr.AppendEvents(keyA, c.Token, batch); err != nil {
 			t.Fatal(err)
@@ -90,9 +98,7 @@ func testFinishedStreamReplaysWholeInPages(t *testing.T, e *env) {
 
 // The upstream's own event ids are found by id; gateway ids are positions.
 func testUpstreamEventIDsAreIndexed(t *testing.T, e *env) {
-	b, sr := e.recorder(t)
-	c := must(b.ClaimKey(keyA, fpA, time.Minute))(t)
-	_ = sr.BeginStream(keyA, c.Token, 200, sseHeader, time.Hour)
+	_, sr, c := e.liveStream(t)
 	_ = sr.AppendEvents(keyA, c.Token, []store.StreamEvent{{ID: "chatcmpl-a", Data: []byte("x")}, {ID: "2", Data: []byte("y")}, {ID: "chatcmpl-c", Data: []byte("z")}})
 	for id, want := range map[string]uint64{"chatcmpl-a": 1, "2": 2, "chatcmpl-c": 3} {
 		if seq, ok, err := sr.FindEvent(keyA, id); !ok || seq != want || err != nil {
@@ -106,9 +112,7 @@ func testUpstreamEventIDsAreIndexed(t *testing.T, e *env) {
 
 // An aborted stream releases its key at once and is never replayed, nor finished later.
 func testAbortedStreamReleasesTheKey(t *testing.T, e *env) {
-	b, sr := e.recorder(t)
-	c := must(b.ClaimKey(keyA, fpA, time.Minute))(t)
-	_ = sr.BeginStream(keyA, c.Token, 200, sseHeader, time.Hour)
+	b, sr, c := e.liveStream(t)
 	_ = sr.AppendEvents(keyA, c.Token, events(1, 10))
 	if err := sr.AbortStream(keyA, c.Token); err != nil {
 		t.Fatal(err)
@@ -127,9 +131,7 @@ func testAbortedStreamReleasesTheKey(t *testing.T, e *env) {
 // A stream whose holder died (its claim's lease ran out) reads as aborted, and the next claim
 // does not inherit it.
 func testStreamOfACrashedGatewayReadsAsAborted(t *testing.T, e *env) {
-	b, sr := e.recorder(t)
-	c := must(b.ClaimKey(keyA, fpA, time.Minute))(t)
-	_ = sr.BeginStream(keyA, c.Token, 200, sseHeader, time.Hour)
+	b, sr, c := e.liveStream(t)
 	_ = sr.AppendEvents(keyA, c.Token, events(1, 10))
 	e.clock.Advance(2 * time.Minute)
 	if p := must(sr.ReadEvents(keyA, 0, 100))(t); p.State != store.StreamAborted {
@@ -215,9 +217,7 @@ func testNextAttemptReplacesTheStream(t *testing.T, e *env) {
 // Event ids and data are kept byte for byte, whatever the bytes: an upstream's id need not
 // be UTF-8.
 func testEventIDsAndDataKeepTheirBytes(t *testing.T, e *env) {
-	b, sr := e.recorder(t)
-	c := must(b.ClaimKey(keyA, fpA, time.Minute))(t)
-	_ = sr.BeginStream(keyA, c.Token, 200, sseHeader, time.Hour)
+	_, sr, c := e.liveStream(t)
 	odd := []store.StreamEvent{
 		{ID: "caf\xe9\x00", Data: []byte("id: caf\xe9\x00\ndata: \xff\x00\r\n\n")},
 		{ID: "", Data: []byte{}},
@@ -237,5 +237,35 @@ func testEventIDsAndDataKeepTheirBytes(t *testing.T, e *env) {
 		if ev.ID != odd[i].ID || string(ev.Data) != string(odd[i].Data) {
 			t.Errorf("event %d reads back as %q %q, want %q %q", i+1, ev.ID, ev.Data, odd[i].ID, odd[i].Data)
 		}
+	}
+}
+
+// A stream given up while it is still relayed reads as aborted at once, through every handle,
+// with its events gone; its key stays claimed (the first client is still being served) until
+// the attempt aborts, and it can no longer be appended to or finished.
+func testDroppedStreamKeepsItsClaim(t *testing.T, e *env) {
+	b, sr, c := e.liveStream(t)
+	other := e.open()
+	_ = sr.AppendEvents(keyA, c.Token, events(1, 4))
+	if err := sr.DropStream(keyA, c.Token); err != nil {
+		t.Fatal(err)
+	}
+	if p := must(other.(store.StreamRecorder).ReadEvents(keyA, 0, 100))(t); p.State != store.StreamAborted || len(p.List) != 0 {
+		t.Fatalf("a dropped stream reads as %v with %d events through another handle", p.State, len(p.List))
+	}
+	if dup := must(other.ClaimKey(keyA, fpA, time.Minute))(t); dup.Outcome != store.InProgress {
+		t.Fatalf("a dropped stream's key is %v, want still in progress", dup.Outcome)
+	}
+	if err := sr.AppendEvents(keyA, c.Token, events(5, 5)); err == nil {
+		t.Fatal("appended to a dropped stream")
+	}
+	if err := sr.FinishStream(keyA, c.Token, e.clock.Now().Add(time.Hour)); err == nil {
+		t.Fatal("finished a dropped stream")
+	}
+	if err := sr.AbortStream(keyA, c.Token); err != nil {
+		t.Fatal(err)
+	}
+	if again := must(b.ClaimKey(keyA, fpA, time.Minute))(t); again.Outcome != store.Claimed {
+		t.Fatalf("after the abort the key is %v, want claimable", again.Outcome)
 	}
 }
