@@ -176,8 +176,20 @@ func (g *gateway) stop() {
 // rssBytes is the process's resident set size, from /proc/<pid>/status (Linux only).
 func (g *gateway) rssBytes() (int64, error) { return g.procStatus("VmRSS") }
 
-// procStatus reads one size field of /proc/<pid>/status, such as VmRSS, RssAnon or RssFile.
+// procStatus reads one size field of /proc/<pid>/status, such as VmRSS, RssAnon or RssFile;
+// of a set of replicas, their sum.
 func (g *gateway) procStatus(field string) (int64, error) {
+	if g.cmd == nil && len(g.replicas) > 0 {
+		var sum int64
+		for _, r := range g.replicas {
+			n, err := r.procStatus(field)
+			if err != nil {
+				return 0, err
+			}
+			sum += n
+		}
+		return sum, nil
+	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", g.cmd.Process.Pid))
 	if err != nil {
 		return 0, err

@@ -201,7 +201,8 @@ func recordKey(scope, method, path, key string) []byte {
 // claimAndRun claims the key and runs the request, or answers from the record.
 func (g *gate) claimAndRun(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Keys) error {
 	deadline := g.now().Add(g.wait)
-	streamAsked, poll := false, false
+	wait := waiting{interval: pollInterval}
+	streamAsked := false
 	for {
 		claim, err := st.ClaimKey(kr.recordKey, kr.fp, g.lease)
 		if err != nil {
@@ -215,15 +216,15 @@ func (g *gate) claimAndRun(w http.ResponseWriter, kr *keyedRequest, next caddyht
 			return nil
 		case claim.Outcome == store.InProgress && !streamAsked:
 			// A duplicate of a request that asks for a stream, arriving before the first
-			// attempt's answer has begun, waits for it (up to the lease) and then joins it, as
-			// it would have a moment later (docs/streams.md): no 409 for streams.
+			// attempt's answer has begun, waits for it (up to streamWaitMax) and then joins it,
+			// as it would have a moment later (docs/streams.md): no 409 for streams.
 			streamAsked = true
 			if asksForStream(kr) {
-				poll = true
-				deadline = later(deadline, g.now().Add(g.lease))
+				wait.stream = true
+				deadline = later(deadline, g.now().Add(min(g.lease, streamWaitMax)))
 			}
 		}
-		if claim.Outcome == store.InProgress && g.now().Before(deadline) && g.awaitFlight(kr, deadline, poll) {
+		if claim.Outcome == store.InProgress && g.now().Before(deadline) && g.awaitFlight(kr, deadline, &wait) {
 			continue
 		}
 		g.answer(w, kr, claim)
@@ -272,19 +273,46 @@ func (g *gate) answer(w http.ResponseWriter, kr *keyedRequest, claim store.Claim
 	}
 }
 
-// awaitFlight waits until the in-flight original ends, the deadline passes or the client
-// leaves; with poll (or when another process holds the claim) it looks again after
-// pollInterval. It reports whether it is worth claiming again.
-func (g *gate) awaitFlight(kr *keyedRequest, deadline time.Time, poll bool) bool {
-	done := g.flights.wait(string(kr.recordKey))
+// How long a duplicate that asks for a stream waits for the original's answer to begin, and
+// how far apart it looks for it when another process holds the claim (docs/streams.md).
+const (
+	streamWaitMax = time.Minute
+	streamPollMax = time.Second
+)
+
+// waiting is how a duplicate waits for the in-flight original.
+type waiting struct {
+	// stream: the duplicate asks for a stream. It also wakes when the original's answer begins
+	// as a stream in this process, and looks less often, the longer it waits, when another
+	// process holds the claim.
+	stream bool
+	// interval is how soon to look again at a claim another process holds.
+	interval time.Duration
+}
+
+// awaitFlight waits until the in-flight original ends (or, for a duplicate that asks for a
+// stream, its answer begins here), the deadline passes or the client leaves; when another
+// process holds the claim it looks again after w.interval. It reports whether it is worth
+// claiming again.
+func (g *gate) awaitFlight(kr *keyedRequest, deadline time.Time, w *waiting) bool {
+	done, begun := g.flights.wait(string(kr.recordKey))
+	if !w.stream {
+		begun = nil
+	}
 	wait := time.Until(deadline)
-	if (done == nil || poll) && wait > pollInterval {
-		wait = pollInterval
+	if done == nil && wait > w.interval {
+		wait = w.interval
+		if w.stream {
+			w.interval = min(2*w.interval, streamPollMax)
+		}
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-done:
+		return true
+	case <-begun:
+		w.stream = false // woken once: a stream it cannot join is waited out, not spun on
 		return true
 	case <-t.C:
 		return g.now().Before(deadline) || done == nil

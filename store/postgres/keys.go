@@ -22,7 +22,8 @@ type keyRow struct {
 
 // keyColumns are read by scanKey; k is the table's alias.
 const keyColumns = `k.rev, k.fingerprint, k.state, k.token, k.claimed_at, k.lease_until, k.expires_at, k.purge_at,
-	k.operation_id, k.response_status, k.response_header, k.response_body, k.streamed`
+	k.operation_id, k.response_status, k.response_header, k.response_body,
+	coalesce(k.streamed_rev = k.rev, false)`
 
 // scanKey reads keyColumns (after the leading targets) at now; the columns may all be NULL (no
 // row).
@@ -123,7 +124,7 @@ func (s *Store) ClaimKey(key, fp []byte, lease time.Duration) (store.Claim, erro
 			}
 			tag, err := db.Exec(ctx, `UPDATE idempotency_keys SET rev = rev + 1, fingerprint = $3, state = 1, token = $4,
 				claimed_at = $5, lease_until = $6, expires_at = NULL, purge_at = $7, operation_id = NULL,
-				response_status = NULL, response_header = NULL, response_body = NULL, streamed = false
+				response_status = NULL, response_header = NULL, response_body = NULL
 				WHERE key = $1 AND rev = $2`, key, kr.rev, fp, token, now, now.Add(lease), now.Add(lease+claimKeptFor))
 			if err != nil {
 				return err
@@ -153,8 +154,8 @@ func completeKey(ctx context.Context, db querier, key []byte, token, opID string
 		return err
 	}
 	tag, err := db.Exec(ctx, `UPDATE idempotency_keys SET rev = rev + 1, state = 2, token = '', lease_until = NULL,
-		expires_at = $3, purge_at = $3, operation_id = nullif($4, ''), response_status = $5, response_header = $6, response_body = $7,
-		streamed = false WHERE key = $1 AND state = 1 AND token = $2`, key, token, expires, opID, resp.Status, header, nonNil(resp.Body))
+		expires_at = $3, purge_at = $3, operation_id = nullif($4, ''), response_status = $5, response_header = $6, response_body = $7
+		WHERE key = $1 AND state = 1 AND token = $2`, key, token, expires, opID, resp.Status, header, nonNil(resp.Body))
 	if err != nil {
 		return err
 	}

@@ -164,7 +164,7 @@ func (s *Store) acceptKey(ctx context.Context, tx pgx.Tx, k *store.KeyAccept, op
 		// Claimable (a holder's lease ran out, a record past its window): the row is locked.
 		if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET rev = rev + 1, fingerprint = $2, state = 2, token = '',
 				claimed_at = $3, lease_until = NULL, expires_at = $4, purge_at = $4, operation_id = $5,
-				response_status = $6, response_header = $7, response_body = $8, streamed = false
+				response_status = $6, response_header = $7, response_body = $8
 			WHERE key = $1`, args...); err != nil {
 			return nil, err
 		}

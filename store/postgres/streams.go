@@ -188,7 +188,7 @@ func (s *Store) FinishStream(key []byte, token string, expires time.Time) error 
 		}
 		tag, err := tx.Exec(ctx, `UPDATE idempotency_keys SET rev = rev + 1, state = 2, token = '', lease_until = NULL,
 			expires_at = $3, purge_at = $3, operation_id = NULL, response_status = $4, response_header = $5,
-			response_body = '', streamed = true WHERE key = $1 AND state = 1 AND token = $2`, key, token, expires, status, header)
+			response_body = '', streamed_rev = rev + 1 WHERE key = $1 AND state = 1 AND token = $2`, key, token, expires, status, header)
 		if err != nil {
 			return err
 		}

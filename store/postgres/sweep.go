@@ -21,6 +21,11 @@ type SweepStats struct {
 
 // sweepBatch bounds the rows one statement of a sweep deletes, so a backlog is worked off in
 // short transactions over several sweeps instead of one long one.
+//
+// Each statement picks its rows in a subquery and checks the condition again on the row it
+// deletes: a row rewritten meanwhile (a key claimed again, a dead letter redelivered) is waited
+// for, and under READ COMMITTED only the outer condition is checked again on the new version,
+// so without the repeat the sweep would delete a row that is no longer past its time.
 const sweepBatch = 5000
 
 // Sweep removes what is past its retention: idempotency records past their window, results
@@ -44,14 +49,18 @@ func (s *Store) Sweep() (SweepStats, error) {
 			sql   string
 			until time.Time
 		}{
-			{&st.Keys, `DELETE FROM idempotency_keys WHERE key IN (SELECT key FROM idempotency_keys WHERE purge_at <= $1 LIMIT $2)`, now},
-			{&st.Results, `DELETE FROM operation_results WHERE op_id IN (SELECT op_id FROM operation_results WHERE expires_at <= $1 LIMIT $2)`, now},
-			{&st.Operations, `DELETE FROM operations WHERE id IN (SELECT id FROM operations WHERE purge_at <= $1 LIMIT $2)`, now},
-			{&st.Delivered, `DELETE FROM events WHERE id IN (SELECT id FROM events WHERE purge_at <= $1 LIMIT $2)`, now},
-			{&st.DeadLetters, `DELETE FROM events WHERE id IN (SELECT id FROM events WHERE state = 'dead' AND dead_at <= $1 LIMIT $2)`,
-				now.Add(-s.opts.DeadLetterRetention)},
+			{&st.Keys, `DELETE FROM idempotency_keys WHERE key IN (SELECT key FROM idempotency_keys WHERE purge_at <= $1 LIMIT $2)
+				AND purge_at <= $1`, now},
+			{&st.Results, `DELETE FROM operation_results WHERE op_id IN (SELECT op_id FROM operation_results WHERE expires_at <= $1 LIMIT $2)
+				AND expires_at <= $1`, now},
+			{&st.Operations, `DELETE FROM operations WHERE id IN (SELECT id FROM operations WHERE purge_at <= $1 LIMIT $2)
+				AND purge_at <= $1`, now},
+			{&st.Delivered, `DELETE FROM events WHERE id IN (SELECT id FROM events WHERE purge_at <= $1 LIMIT $2)
+				AND purge_at <= $1`, now},
+			{&st.DeadLetters, `DELETE FROM events WHERE id IN (SELECT id FROM events WHERE state = 'dead' AND dead_at <= $1 LIMIT $2)
+				AND state = 'dead' AND dead_at <= $1`, now.Add(-s.opts.DeadLetterRetention)},
 			{&st.StreamEvents, `WITH gone AS (DELETE FROM stream_heads WHERE key IN
-					(SELECT key FROM stream_heads WHERE keep_until <= $1 LIMIT $2) RETURNING key, token)
+					(SELECT key FROM stream_heads WHERE keep_until <= $1 LIMIT $2) AND keep_until <= $1 RETURNING key, token)
 				DELETE FROM stream_events e USING gone WHERE e.key = gone.key AND e.token = gone.token`, now},
 		}
 		for _, step := range steps {

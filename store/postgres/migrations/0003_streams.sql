@@ -2,9 +2,12 @@
 -- event while it is relayed, so a duplicate on any replica can join it, resume it by
 -- Last-Event-ID, or replay it once finished.
 
--- A completed key whose answer is a recorded stream: its events are in stream_events, and
--- response_body stays empty. A constant default adds the column without rewriting the table.
-ALTER TABLE idempotency_keys ADD COLUMN streamed boolean NOT NULL DEFAULT false;
+-- A completed key whose answer is a recorded stream (its events are in stream_events, and
+-- response_body stays empty) keeps the revision it was completed at. The record replays the
+-- stream only while the row is still at that revision: any later write to the row, by any
+-- version of the gateway, bumps rev and so unbinds the stream from it. Adding a column without
+-- a default rewrites nothing.
+ALTER TABLE idempotency_keys ADD COLUMN streamed_rev bigint;
 
 -- The stream of a key's current attempt (token: the claim it records). A new attempt replaces
 -- the row and deletes the previous attempt's events.
