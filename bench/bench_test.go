@@ -44,9 +44,9 @@ func TestHarnessMeasuresEveryScenario(t *testing.T) {
 		t.Error("the output lacks the machine line or the table")
 	}
 	// passthrough, newkeys, replays, async's accept, end-to-end and half-rate rows, and the
-	// streams' first event, throughput and live-memory rows.
-	if len(rep.Rows) != 9 {
-		t.Fatalf("%d rows, want 9", len(rep.Rows))
+	// streams' first event (one client, then many), throughput and live-memory rows.
+	if len(rep.Rows) != 10 {
+		t.Fatalf("%d rows, want 10", len(rep.Rows))
 	}
 	for _, r := range rep.Rows {
 		if strings.Contains(r.Scenario, "concurrent live streams") {
@@ -75,8 +75,8 @@ func TestHarnessMeasuresPostgresReplicasBesideBadger(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.Concurrency, cfg.Duration, cfg.Rounds = 6, 300*time.Millisecond, 1
-	cfg.Scenarios = []string{ScenarioPassthrough, ScenarioNewKeys, ScenarioReplays}
-	cfg.ReplayKeys = 30
+	cfg.Scenarios = []string{ScenarioPassthrough, ScenarioNewKeys, ScenarioReplays, ScenarioStreams}
+	cfg.ReplayKeys, cfg.LiveStreams = 30, 12
 	cfg.Postgres, cfg.Replicas = pgtest.Database(t), 3
 	cfg.Progress = logWriter{t}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -91,10 +91,16 @@ func TestHarnessMeasuresPostgresReplicasBesideBadger(t *testing.T) {
 	if want := []string{"badger", "postgres×3"}; !slices.Equal(rep.Sides, want) {
 		t.Fatalf("sides %q, want %q", rep.Sides, want)
 	}
-	if len(rep.Rows) != 3 {
-		t.Fatalf("%d rows, want 3", len(rep.Rows))
+	if len(rep.Rows) != 7 {
+		t.Fatalf("%d rows, want 7 (3, and the streams' 4)", len(rep.Rows))
 	}
 	for _, r := range rep.Rows {
+		if strings.Contains(r.Scenario, "concurrent live streams") {
+			if !strings.Contains(r.Note, "badger RSS") || !strings.Contains(r.Note, "postgres×3 RSS") {
+				t.Errorf("%s: memory not measured on every side: %q", r.Scenario, r.Note)
+			}
+			continue
+		}
 		results := []*Result{r.Plain}
 		results = append(results, r.Mulligan...)
 		if len(results) != 3 {

@@ -223,7 +223,7 @@ func (h *harness) holdStreams(ctx context.Context, g *gateway) (int64, error) {
 	started.Add(h.cfg.LiveStreams)
 	for i := range h.cfg.LiveStreams {
 		ended.Go(func() {
-			key := fmt.Sprintf("%s-live-%s-%d", h.runID, g.name, i)
+			key := fmt.Sprintf("%s-live-%s-%d", h.runID, strings.ReplaceAll(g.name, "×", "x"), i) // a key is ASCII
 			var once sync.Once
 			_, _, n, err := h.readStream(ctx, g.base, key, ttfbEvents, ttfbSize, true, func() { once.Do(started.Done) })
 			once.Do(started.Done)
