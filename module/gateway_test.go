@@ -34,6 +34,7 @@ type gateway struct {
 	client   *http.Client
 	globals  string // extra global options
 	site     string // extra site directives
+	reloaded time.Time
 }
 
 // startGateway starts a model server with cfg and Caddy with the given mulligan block body.
@@ -147,7 +148,12 @@ func (g *gateway) reload(mulliganBody string) {
 	// A kept-alive connection still leads to the old config's server, which is closing it: the
 	// next request dials the new one.
 	g.client.CloseIdleConnections()
+	g.reloaded = time.Now()
 }
+
+// handoverWindow is how long after a reload a request may still meet the old config's closing
+// listener (a SYN in its queue is reset, never served).
+const handoverWindow = 5 * time.Second
 
 // result is a finished response with its body read.
 type result struct {
@@ -178,8 +184,25 @@ func (g *gateway) post(path, key, body string, headers ...string) result {
 	return g.do(req)
 }
 
+// do sends req and reads the whole answer. A request that got no answer at all shortly after a
+// reload met the old config's closing listener: it is sent again (as any client would, under
+// its key), a few times.
 func (g *gateway) do(req *http.Request) result {
 	resp, err := g.client.Do(req)
+	for try := 0; err != nil && try < 20 && time.Since(g.reloaded) < handoverWindow; try++ {
+		time.Sleep(50 * time.Millisecond)
+		again := req.Clone(req.Context())
+		if req.GetBody != nil {
+			body, berr := req.GetBody()
+			if berr != nil {
+				break
+			}
+			again.Body = body
+		} else if req.Body != nil && req.Body != http.NoBody {
+			break // a body that cannot be sent again
+		}
+		resp, err = g.client.Do(again)
+	}
 	if err != nil {
 		return result{err: err}
 	}

@@ -50,8 +50,14 @@ func TestMetricsArePresentAndKeepCountingAcrossReloads(t *testing.T) {
 	block := webhooksBlock(rc.srv.URL+"/hook", "", secretA)
 	g := startGateway(t, modelserver.Config{}, block)
 	traffic := func(round int) {
-		g.post(chatPath, fmt.Sprintf("m-%d", round), chat("x"))
-		g.post(chatPath, fmt.Sprintf("m-%d", round), chat("x"))
+		first := g.post(chatPath, fmt.Sprintf("m-%d", round), chat("x"))
+		again := g.post(chatPath, fmt.Sprintf("m-%d", round), chat("x"))
+		if first.err != nil || again.err != nil {
+			t.Fatalf("round %d: a keyed request and its replay: %v, %v", round, first.err, again.err)
+		}
+		if again.Header.Get(headerReplayed) != "true" {
+			t.Fatalf("round %d: the keyed request was not replayed: %d %s", round, again.StatusCode, again.body)
+		}
 		_, op := g.submit(t, fmt.Sprintf("mo-%d", round))
 		g.await(t, op.OperationID)
 		_, failing := g.submit(t, "", "X-Mock-Status", "503")
