@@ -103,3 +103,27 @@ func BenchmarkAccept(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkAppendEvents measures recording a stream: one batch of 10 events of 400 bytes per
+// op, appended to one live stream, as the appender does while a stream is relayed.
+func BenchmarkAppendEvents(b *testing.B) {
+	st := openTest(b, pgtest.Database(b), Options{})
+	key := []byte("stream")
+	c, err := st.ClaimKey(key, key, time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := st.BeginStream(key, c.Token, 200, nil, 2*time.Hour); err != nil {
+		b.Fatal(err)
+	}
+	batch := make([]store.StreamEvent, 10)
+	for i := range batch {
+		batch[i] = store.StreamEvent{ID: fmt.Sprint(i), Data: make([]byte, 400)}
+	}
+	b.SetBytes(int64(len(batch) * 400))
+	for b.Loop() {
+		if err := st.AppendEvents(key, c.Token, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -54,9 +54,10 @@ func (s *Store) BeginStream(key []byte, token string, status int, header http.He
 	})
 }
 
-// AppendEvents implements store.StreamRecorder: the head is advanced (fenced on the claim's
-// token and a live stream) and the batch inserted by one statement, in one transaction that
-// does not wait for the WAL flush (see relaxed).
+// AppendEvents implements store.StreamRecorder in one statement, so one round trip: the head is
+// advanced (fenced on the claim's token and a live stream) and the batch inserted, in the
+// statement's own transaction, which does not wait for the WAL flush (set_config, local to
+// that transaction: see relaxed).
 func (s *Store) AppendEvents(key []byte, token string, events []store.StreamEvent) error {
 	if len(events) == 0 {
 		return nil
@@ -67,24 +68,21 @@ func (s *Store) AppendEvents(key []byte, token string, events []store.StreamEven
 		ids[i], data[i] = []byte(e.ID), e.Data
 		size += int64(len(e.Data))
 	}
-	return s.do(func(ctx context.Context, tx pgx.Tx) error {
-		if err := relaxed(ctx, tx); err != nil {
-			return err
-		}
-		var last int64
-		err := tx.QueryRow(ctx, `UPDATE stream_heads SET events = events + $3, bytes = bytes + $4
-			WHERE key = $1 AND token = $2 AND state = 1 RETURNING events - $3`,
-			key, token, len(events), size).Scan(&last)
-		if err == pgx.ErrNoRows {
-			return domain{store.ErrStreamNotLive}
-		}
+	return s.query(func(ctx context.Context, db querier) error {
+		tag, err := db.Exec(ctx, `WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true)),
+			head AS (UPDATE stream_heads SET events = events + $3, bytes = bytes + $4
+				WHERE key = $1 AND token = $2 AND state = 1 RETURNING events - $3 AS last)
+			INSERT INTO stream_events (key, token, seq, id, data)
+			SELECT $1, $2, head.last + e.n, e.id, e.data
+			FROM relaxed, head, unnest($5::bytea[], $6::bytea[]) WITH ORDINALITY AS e(id, data, n)`,
+			key, token, len(events), size, ids, data)
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO stream_events (key, token, seq, id, data)
-			SELECT $1, $2, $3 + n, id, data FROM unnest($4::bytea[], $5::bytea[]) WITH ORDINALITY AS e(id, data, n)`,
-			key, token, last, ids, data)
-		return err
+		if tag.RowsAffected() == 0 {
+			return domain{store.ErrStreamNotLive}
+		}
+		return nil
 	})
 }
 
