@@ -181,7 +181,9 @@ func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st store.Bac
 		return c.gate.storageFailed(w, kr, err)
 	}
 	if claim.Outcome != store.Claimed {
-		c.gate.answer(w, kr, claim)
+		if !c.gate.joinStream(w, kr, st, claim) {
+			c.gate.answer(w, kr, claim)
+		}
 		return nil
 	}
 	defer endAccept(span, op)
@@ -219,7 +221,9 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 		}
 		if claim.Outcome != store.Claimed {
 			c.calls.release()
-			c.gate.answer(w, kr, claim)
+			if !c.gate.joinStream(w, kr, st, claim) {
+				c.gate.answer(w, kr, claim)
+			}
 			return nil
 		}
 		token = claim.Token

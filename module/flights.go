@@ -6,22 +6,28 @@ import "sync"
 // for its answer to begin as a stream they can join, instead of polling storage. It only knows
 // about claims held by this process.
 type flights struct {
-	mu sync.Mutex
-	m  map[string]*flight
+	mu      sync.Mutex
+	m       map[string]*flight
+	waiters map[string]int // duplicates waiting for a stream to begin, by key
 }
 
-// flight is one claim held by this process: done is closed when it ends, begun when its answer
-// begins as a recorded stream.
+// flight is one claim held by this process (token): done is closed when it ends, begun when its
+// answer begins as a recorded stream.
 type flight struct {
+	token       string
 	done, begun chan struct{}
 	beginOnce   sync.Once
 }
 
-func newFlights() *flights { return &flights{m: map[string]*flight{}} }
+// maxStreamWaiters bounds the duplicates of one key that wait in this process for its stream
+// to begin: each holds a connection and its request body. The others are answered at once.
+const maxStreamWaiters = 64
 
-// start registers a claim on key and returns the function that ends it.
-func (f *flights) start(key string) func() {
-	fl := &flight{done: make(chan struct{}), begun: make(chan struct{})}
+func newFlights() *flights { return &flights{m: map[string]*flight{}, waiters: map[string]int{}} }
+
+// start registers the claim held under token on key and returns the function that ends it.
+func (f *flights) start(key, token string) func() {
+	fl := &flight{token: token, done: make(chan struct{}), begun: make(chan struct{})}
 	f.mu.Lock()
 	f.m[key] = fl
 	f.mu.Unlock()
@@ -35,12 +41,13 @@ func (f *flights) start(key string) func() {
 	}
 }
 
-// began says that the answer of the claim on key has begun as a recorded stream.
-func (f *flights) began(key string) {
+// began says that the answer of the claim held under token on key has begun as a recorded
+// stream (an older attempt that opens its stream late wakes nobody).
+func (f *flights) began(key, token string) {
 	f.mu.Lock()
 	fl := f.m[key]
 	f.mu.Unlock()
-	if fl != nil {
+	if fl != nil && fl.token == token {
 		fl.beginOnce.Do(func() { close(fl.begun) })
 	}
 }
@@ -54,4 +61,24 @@ func (f *flights) wait(key string) (done, begun <-chan struct{}) {
 		return fl.done, fl.begun
 	}
 	return nil, nil
+}
+
+// enterWait counts one more duplicate waiting for key's stream to begin; false when
+// maxStreamWaiters already do. leaveWait undoes it.
+func (f *flights) enterWait(key string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.waiters[key] >= maxStreamWaiters {
+		return false
+	}
+	f.waiters[key]++
+	return true
+}
+
+func (f *flights) leaveWait(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.waiters[key]--; f.waiters[key] <= 0 {
+		delete(f.waiters, key)
+	}
 }

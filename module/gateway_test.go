@@ -184,12 +184,14 @@ func (g *gateway) post(path, key, body string, headers ...string) result {
 	return g.do(req)
 }
 
-// do sends req and reads the whole answer. A request that got no answer at all shortly after a
-// reload met the old config's closing listener: it is sent again (as any client would, under
-// its key), a few times.
+// do sends req and reads the whole answer. A keyed or GET request that got no answer at all
+// shortly after a reload may have met the old config's closing listener: it is sent again, a
+// few times, as any client would (a keyed one under its key, so it runs once). An unkeyed
+// POST is never sent twice: a test must see what happened to it.
 func (g *gateway) do(req *http.Request) result {
 	resp, err := g.client.Do(req)
-	for try := 0; err != nil && try < 20 && time.Since(g.reloaded) < handoverWindow; try++ {
+	resend := req.Method == http.MethodGet || req.Header.Get("Idempotency-Key") != ""
+	for try := 0; err != nil && resend && try < 20 && time.Since(g.reloaded) < handoverWindow; try++ {
 		time.Sleep(50 * time.Millisecond)
 		again := req.Clone(req.Context())
 		if req.GetBody != nil {

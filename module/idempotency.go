@@ -219,8 +219,9 @@ func (g *gate) claimAndRun(w http.ResponseWriter, kr *keyedRequest, next caddyht
 			// attempt's answer has begun, waits for it (up to streamWaitMax) and then joins it,
 			// as it would have a moment later (docs/streams.md): no 409 for streams.
 			streamAsked = true
-			if asksForStream(kr) {
-				wait.stream = true
+			if asksForStream(kr) && g.flights.enterWait(string(kr.recordKey)) {
+				defer g.flights.leaveWait(string(kr.recordKey))
+				wait.stream, wait.backoff = true, true
 				deadline = later(deadline, g.now().Add(min(g.lease, streamWaitMax)))
 			}
 		}
@@ -259,6 +260,13 @@ func asksForStream(kr *keyedRequest) bool {
 func (g *gate) answer(w http.ResponseWriter, kr *keyedRequest, claim store.Claim) {
 	switch claim.Outcome {
 	case store.Replay:
+		if claim.Record.Streamed {
+			// The answer is a recorded stream that joinStream could not give (a failed read, or
+			// the key expired and was claimed again meanwhile): the record's own body is empty
+			// and must never be passed off as the stream.
+			_ = g.storageFailed(w, kr, errors.New("the recorded stream could not be read"))
+			return
+		}
 		countRequest(outcomeReplayed)
 		kr.log.Debug("replaying recorded response")
 		replay(w, claim.Record)
@@ -282,10 +290,11 @@ const (
 
 // waiting is how a duplicate waits for the in-flight original.
 type waiting struct {
-	// stream: the duplicate asks for a stream. It also wakes when the original's answer begins
-	// as a stream in this process, and looks less often, the longer it waits, when another
-	// process holds the claim.
+	// stream: the duplicate asks for a stream; it also wakes when the original's answer begins
+	// as a stream in this process (once: then it waits for the end).
 	stream bool
+	// backoff: it looks less often, the longer it waits, when another process holds the claim.
+	backoff bool
 	// interval is how soon to look again at a claim another process holds.
 	interval time.Duration
 }
@@ -302,7 +311,7 @@ func (g *gate) awaitFlight(kr *keyedRequest, deadline time.Time, w *waiting) boo
 	wait := time.Until(deadline)
 	if done == nil && wait > w.interval {
 		wait = w.interval
-		if w.stream {
+		if w.backoff {
 			w.interval = min(2*w.interval, streamPollMax)
 		}
 	}
@@ -331,7 +340,7 @@ func (g *gate) storageFailed(w http.ResponseWriter, kr *keyedRequest, err error)
 // run sends the claimed request upstream on a context that outlives the client (bounded by the
 // lease), streams the answer to the client, and records or releases the key.
 func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Keys, token string) error {
-	defer g.flights.start(string(kr.recordKey))()
+	defer g.flights.start(string(kr.recordKey), token)()
 	ctx, cancel := detachedContext(kr.r.Context(), g.lease)
 	defer cancel()
 	up := kr.r.WithContext(ctx)

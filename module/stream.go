@@ -305,7 +305,7 @@ func (r *streamRecording) open(status int, header http.Header) bool {
 	keep := r.g.lease + r.g.ttl + time.Minute // the record replays for ttl after the stream ends
 	r.live = newLiveStream(r.st, r.kr.recordKey, r.token, status, header, keep)
 	r.g.streams.add(r.live)
-	r.g.flights.began(string(r.kr.recordKey)) // duplicates waiting here join it now
+	r.g.flights.began(string(r.kr.recordKey), r.token) // duplicates waiting here join it now
 	go r.live.appendEvents(r.kr.log)
 	return true
 }

@@ -286,6 +286,46 @@ func TestDuplicateBeforeTheStreamBeginsWaitsAndJoinsIt(t *testing.T) {
 	}
 }
 
+// At most maxStreamWaiters duplicates of one key wait for its stream to begin; the ones past
+// that are answered 409 at once, and the ones that waited join the stream.
+func TestWaitingStreamDuplicatesAreBounded(t *testing.T) {
+	up := newEventUpstream(5)
+	up.holdHead = true
+	g := startGatewayWith(t, gatewaySetup{upstream: up})
+	t.Cleanup(up.release)
+	statuses := make(chan int, maxStreamWaiters+7)
+	send := func() {
+		r := g.post(chatPath, "crowd", `{"model":"demo","stream":true,"messages":[]}`)
+		if r.err != nil {
+			statuses <- 0
+			return
+		}
+		if r.StatusCode == 200 && strings.Count(string(r.body), "data: ") != 5 {
+			statuses <- -1
+			return
+		}
+		statuses <- r.StatusCode
+	}
+	go send()
+	waitFor(t, func() bool { return up.runs.Load() == 1 })
+	for range maxStreamWaiters + 6 {
+		go send()
+	}
+	waitFor(t, func() bool { return len(statuses) == 6 }) // the ones past the bound, at once
+	time.Sleep(200 * time.Millisecond)                    // and no more while the head is held
+	if n := len(statuses); n != 6 {
+		t.Fatalf("%d duplicates answered while the stream had not begun, want 6", n)
+	}
+	up.release()
+	count := map[int]int{}
+	for range maxStreamWaiters + 7 {
+		count[<-statuses]++
+	}
+	if count[http.StatusConflict] != 6 || count[200] != maxStreamWaiters+1 || up.runs.Load() != 1 {
+		t.Fatalf("answers by status %v (0: no answer, -1: not the whole stream), upstream runs %d", count, up.runs.Load())
+	}
+}
+
 func TestLastEventIDResumesAfterThatEvent(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
