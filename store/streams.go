@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -92,6 +93,38 @@ type streamHead struct {
 // finished, aborted, or replaced by another attempt.
 var ErrStreamNotLive = errors.New("stream is not live under this claim")
 
+// A batch of events is stored as one segment, on every backend: a fast stream costs one write
+// per batch, not one per event. A segment is each event's id and data, length-prefixed.
+
+// EncodeSegment appends the segment of events to dst.
+func EncodeSegment(dst []byte, events []StreamEvent) []byte {
+	size := 0
+	for _, e := range events {
+		size += len(e.ID) + len(e.Data) + 2*binary.MaxVarintLen32
+	}
+	dst = slices.Grow(dst, size)
+	for _, e := range events {
+		dst = appendBytes(appendBytes(dst, []byte(e.ID)), e.Data)
+	}
+	return dst
+}
+
+// DecodeSegment reads a segment whose first event is at position first and appends to out its
+// events after position after, up to limit events in out.
+func DecodeSegment(seg []byte, first, after uint64, limit int, out []StreamEvent) ([]StreamEvent, error) {
+	d := &decoder{b: seg}
+	for seq := first; len(d.b) > 0 && len(out) < limit; seq++ {
+		id, data := d.bytes(), d.bytes()
+		if d.err {
+			return out, errCorrupt
+		}
+		if seq > after {
+			out = append(out, StreamEvent{Seq: seq, ID: string(id), Data: data})
+		}
+	}
+	return out, nil
+}
+
 // BeginStream implements StreamRecorder. A previous attempt's stream under the same key is
 // replaced: its events are left to expire. Like AppendEvents it does not wait for an fsync, so
 // the first event is not held up by one.
@@ -130,20 +163,14 @@ func (s *Store) AppendEvents(key []byte, token string, events []StreamEvent) err
 			return err
 		}
 		first := head.Events + 1
-		size := 0
-		for _, e := range events {
-			size += len(e.ID) + len(e.Data) + 2*binary.MaxVarintLen32
-		}
-		segment := make([]byte, 0, size)
 		for _, e := range events {
 			head.Events++
 			head.Bytes += int64(len(e.Data))
-			segment = appendBytes(appendBytes(segment, []byte(e.ID)), e.Data)
 			if err := indexEventID(txn, key, head, e.ID); err != nil {
 				return err
 			}
 		}
-		entry := badger.NewEntry(streamEventKey(key, token, first), segment)
+		entry := badger.NewEntry(streamEventKey(key, token, first), EncodeSegment(nil, events))
 		entry.ExpiresAt = uint64(head.KeepUntil)
 		if err := txn.SetEntry(entry); err != nil {
 			return err
@@ -369,19 +396,11 @@ func readStreamEvents(txn *badger.Txn, key []byte, token string, after uint64, l
 	defer it.Close()
 	var out []StreamEvent
 	for it.Seek(start); it.Valid() && len(out) < limit; it.Next() {
-		seq := binary.BigEndian.Uint64(it.Item().Key()[len(prefix):])
+		first := binary.BigEndian.Uint64(it.Item().Key()[len(prefix):])
 		err := it.Item().Value(func(v []byte) error {
-			d := &decoder{b: v}
-			for ; len(d.b) > 0 && len(out) < limit; seq++ {
-				id, data := d.bytes(), d.bytes()
-				if d.err {
-					return errCorrupt
-				}
-				if seq > after {
-					out = append(out, StreamEvent{Seq: seq, ID: string(id), Data: data})
-				}
-			}
-			return nil
+			var err error
+			out, err = DecodeSegment(v, first, after, limit, out)
+			return err
 		})
 		if err != nil {
 			return nil, err

@@ -110,7 +110,7 @@ func TestSweepRemovesWhatIsPastRetentionOnOneReplicaAtATime(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = st.BeginStream([]byte("s"), sc.Token, 200, nil, 2*time.Hour)
-	_ = st.AppendEvents([]byte("s"), sc.Token, []store.StreamEvent{{ID: "1", Data: []byte("a")}, {ID: "2", Data: []byte("b")}, {ID: "3", Data: []byte("c")}})
+	_ = st.AppendEvents([]byte("s"), sc.Token, []store.StreamEvent{{ID: "evt-1", Data: []byte("a")}, {ID: "2", Data: []byte("b")}, {ID: "3", Data: []byte("c")}})
 	if err := st.FinishStream([]byte("s"), sc.Token, clock.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
@@ -152,14 +152,15 @@ func TestSweepRemovesWhatIsPastRetentionOnOneReplicaAtATime(t *testing.T) {
 	conn.Release()
 
 	got, err := st.Sweep()
-	want := SweepStats{Keys: 2, Results: 2, Operations: 2, Delivered: 1, DeadLetters: 1, StreamEvents: 3}
+	want := SweepStats{Keys: 2, Results: 2, Operations: 2, Delivered: 1, DeadLetters: 1, StreamSegments: 1}
 	if err != nil || got != want {
 		t.Fatalf("swept %+v, %v; want %+v", got, err, want)
 	}
 	for table, sql := range map[string]string{
 		"idempotency_keys": `SELECT count(*) FROM idempotency_keys`, "operations": `SELECT count(*) FROM operations`,
 		"operation_results": `SELECT count(*) FROM operation_results`, "events": `SELECT count(*) FROM events`,
-		"stream_heads": `SELECT count(*) FROM stream_heads`, "stream_events": `SELECT count(*) FROM stream_events`,
+		"stream_heads": `SELECT count(*) FROM stream_heads`, "stream_segments": `SELECT count(*) FROM stream_segments`,
+		"stream_ids": `SELECT count(*) FROM stream_ids`,
 	} {
 		if n := count(t, st, sql); n != 0 {
 			t.Errorf("%s: %d rows left", table, n)

@@ -12,7 +12,8 @@ import (
 )
 
 // The Store records event streams, so a duplicate on any replica joins, resumes or replays a
-// keyed stream (docs/streams.md).
+// keyed stream (docs/streams.md). A batch of events is one row of stream_segments (as on
+// Badger, one write per batch), with the upstream's own event ids in stream_ids.
 var _ store.StreamRecorder = (*Store)(nil)
 
 // relaxed turns off the wait for the WAL flush for the rest of tx: events are appended as
@@ -22,6 +23,17 @@ var _ store.StreamRecorder = (*Store)(nil)
 func relaxed(ctx context.Context, tx pgx.Tx) error {
 	_, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`)
 	return err
+}
+
+// dropAttempts deletes the segments and ids of key's streams: of every attempt but keep's when
+// keep is set (`<>`), else of attempt token (`=`).
+func dropAttempts(ctx context.Context, tx pgx.Tx, key []byte, op, token string) error {
+	for _, table := range []string{"stream_segments", "stream_ids"} {
+		if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE key = $1 AND token `+op+` $2`, key, token); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // BeginStream implements store.StreamRecorder. The stream of a previous attempt under the same
@@ -49,37 +61,45 @@ func (s *Store) BeginStream(key []byte, token string, status int, header http.He
 		if tag.RowsAffected() == 0 {
 			return domain{store.ErrNotHolder}
 		}
-		_, err = tx.Exec(ctx, `DELETE FROM stream_events WHERE key = $1 AND token <> $2`, key, token)
-		return err
+		return dropAttempts(ctx, tx, key, "<>", token)
 	})
 }
 
 // AppendEvents implements store.StreamRecorder in one statement, so one round trip: the head is
-// advanced (fenced on the claim's token and a live stream) and the batch inserted, in the
-// statement's own transaction, which does not wait for the WAL flush (set_config, local to
-// that transaction: see relaxed).
+// advanced (fenced on the claim's token and a live stream), the batch stored as one segment and
+// the upstream's own ids indexed, in the statement's own transaction, which does not wait for
+// the WAL flush (set_config, local to that transaction: see relaxed).
 func (s *Store) AppendEvents(key []byte, token string, events []store.StreamEvent) error {
 	if len(events) == 0 {
 		return nil
 	}
-	ids, data := make([][]byte, len(events)), make([][]byte, len(events))
 	var size int64
+	var ids [][]byte
+	var at []int64 // the position of each of ids in the batch, from 1
 	for i, e := range events {
-		ids[i], data[i] = []byte(e.ID), e.Data
 		size += int64(len(e.Data))
+		if e.ID != "" {
+			ids, at = append(ids, []byte(e.ID)), append(at, int64(i+1))
+		}
 	}
+	segment := store.EncodeSegment(nil, events)
 	return s.query(func(ctx context.Context, db querier) error {
-		tag, err := db.Exec(ctx, `WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true)),
+		var appended int
+		err := db.QueryRow(ctx, `WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true)),
 			head AS (UPDATE stream_heads SET events = events + $3, bytes = bytes + $4
-				WHERE key = $1 AND token = $2 AND state = 1 RETURNING events - $3 AS last)
-			INSERT INTO stream_events (key, token, seq, id, data)
-			SELECT $1, $2, head.last + e.n, e.id, e.data
-			FROM relaxed, head, unnest($5::bytea[], $6::bytea[]) WITH ORDINALITY AS e(id, data, n)`,
-			key, token, len(events), size, ids, data)
+				WHERE key = $1 AND token = $2 AND state = 1 RETURNING events - $3 AS last),
+			seg AS (INSERT INTO stream_segments (key, token, first_seq, last_seq, data)
+				SELECT $1, $2, head.last + 1, head.last + $3, $5 FROM relaxed, head RETURNING first_seq),
+			ids AS (INSERT INTO stream_ids (key, token, id, seq)
+				SELECT $1, $2, i.id, seg.first_seq + i.at - 1 FROM seg, unnest($6::bytea[], $7::bigint[]) AS i(id, at)
+				WHERE i.id <> convert_to((seg.first_seq + i.at - 1)::text, 'UTF8')
+				ON CONFLICT DO NOTHING)
+			SELECT count(*) FROM seg`,
+			key, token, len(events), size, segment, ids, at).Scan(&appended)
 		if err != nil {
 			return err
 		}
-		if tag.RowsAffected() == 0 {
+		if appended == 0 {
 			return domain{store.ErrStreamNotLive}
 		}
 		return nil
@@ -87,20 +107,23 @@ func (s *Store) AppendEvents(key []byte, token string, events []store.StreamEven
 }
 
 // ReadEvents implements store.StreamRecorder, in one statement (one snapshot): the head, whether
-// its claim is still held, and a page of events. A live stream whose claim is gone or ran out
-// of lease (its gateway died) reads as aborted.
+// its claim is still held, and the segments holding the events after..after+limit. A live
+// stream whose claim is gone or ran out of lease (its gateway died) reads as aborted.
 func (s *Store) ReadEvents(key []byte, after uint64, limit int) (store.StreamPage, error) {
 	var page store.StreamPage
+	limit = max(limit, 0)
 	err := s.query(func(ctx context.Context, db querier) error {
 		now := s.now()
+		from := int64(min(after, 1<<62))
 		rows, err := db.Query(ctx, `SELECT h.token, h.state, h.status, h.header, h.events, h.bytes,
-				coalesce(k.state = 1 AND k.token = h.token AND k.lease_until > $2, false), e.seq, e.id, e.data
+				coalesce(k.state = 1 AND k.token = h.token AND k.lease_until > $2, false), g.first_seq, g.data
 			FROM stream_heads h
 			LEFT JOIN idempotency_keys k ON k.key = h.key
-			LEFT JOIN LATERAL (SELECT seq, id, data FROM stream_events
-				WHERE key = h.key AND token = h.token AND seq > $3 ORDER BY seq LIMIT $4) e ON true
+			LEFT JOIN LATERAL (SELECT first_seq, data FROM stream_segments
+				WHERE key = h.key AND token = h.token AND last_seq > $3 AND first_seq <= $3 + $4 AND $4 > 0
+				ORDER BY first_seq) g ON true
 			WHERE h.key = $1 AND h.keep_until > $2
-			ORDER BY e.seq`, key, now, int64(min(after, 1<<62)), max(limit, 0))
+			ORDER BY g.first_seq`, key, now, from, limit)
 		if err != nil {
 			return err
 		}
@@ -112,11 +135,10 @@ func (s *Store) ReadEvents(key []byte, after uint64, limit int) (store.StreamPag
 				status int32
 				header []byte
 				held   bool
-				seq    *int64
-				id     []byte
+				first  *int64
 				data   []byte
 			)
-			if err := rows.Scan(&page.Token, &state, &status, &header, &page.Events, &page.Bytes, &held, &seq, &id, &data); err != nil {
+			if err := rows.Scan(&page.Token, &state, &status, &header, &page.Events, &page.Bytes, &held, &first, &data); err != nil {
 				return err
 			}
 			if page.Status == 0 {
@@ -128,8 +150,10 @@ func (s *Store) ReadEvents(key []byte, after uint64, limit int) (store.StreamPag
 					page.State = store.StreamAborted
 				}
 			}
-			if seq != nil {
-				page.List = append(page.List, store.StreamEvent{Seq: uint64(*seq), ID: string(id), Data: nonNil(data)})
+			if first != nil {
+				if page.List, err = store.DecodeSegment(data, uint64(*first), after, limit, page.List); err != nil {
+					return err
+				}
 			}
 		}
 		return rows.Err()
@@ -137,15 +161,15 @@ func (s *Store) ReadEvents(key []byte, after uint64, limit int) (store.StreamPag
 	return page, err
 }
 
-// FindEvent implements store.StreamRecorder: every event's id is indexed, so an upstream's id
-// is found by the index; a gateway-assigned id is also the event's position.
+// FindEvent implements store.StreamRecorder: an upstream's own id is found in stream_ids; a
+// gateway-assigned id is the event's position.
 func (s *Store) FindEvent(key []byte, id string) (uint64, bool, error) {
 	var seq int64
 	var found bool
 	err := s.query(func(ctx context.Context, db querier) error {
 		var events int64
-		err := db.QueryRow(ctx, `SELECT h.events, coalesce((SELECT min(seq) FROM stream_events e
-				WHERE e.key = h.key AND e.token = h.token AND e.id = $3), 0)
+		err := db.QueryRow(ctx, `SELECT h.events, coalesce((SELECT i.seq FROM stream_ids i
+				WHERE i.key = h.key AND i.token = h.token AND i.id = $3), 0)
 			FROM stream_heads h WHERE h.key = $1 AND h.keep_until > $2`, key, s.now(), []byte(id)).Scan(&events, &seq)
 		switch {
 		case err == pgx.ErrNoRows:
@@ -208,8 +232,7 @@ func (s *Store) DropStream(key []byte, token string) error {
 		if tag.RowsAffected() == 0 {
 			return domain{store.ErrStreamNotLive}
 		}
-		_, err = tx.Exec(ctx, `DELETE FROM stream_events WHERE key = $1 AND token = $2`, key, token)
-		return err
+		return dropAttempts(ctx, tx, key, "=", token)
 	})
 }
 
@@ -220,7 +243,7 @@ func (s *Store) AbortStream(key []byte, token string) error {
 		if _, err := tx.Exec(ctx, `UPDATE stream_heads SET state = 3 WHERE key = $1 AND token = $2`, key, token); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM stream_events WHERE key = $1 AND token = $2`, key, token); err != nil {
+		if err := dropAttempts(ctx, tx, key, "=", token); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `DELETE FROM idempotency_keys WHERE key = $1 AND state = 1 AND token = $2`, key, token)

@@ -15,8 +15,9 @@ type SweepStats struct {
 	Operations  int64
 	Delivered   int64
 	DeadLetters int64
-	// StreamEvents counts the events of recorded streams past their keep time.
-	StreamEvents int64
+	// StreamSegments counts the stored batches of events of recorded streams past their keep
+	// time.
+	StreamSegments int64
 }
 
 // sweepBatch bounds the rows one statement of a sweep deletes, so a backlog is worked off in
@@ -59,9 +60,10 @@ func (s *Store) Sweep() (SweepStats, error) {
 				AND purge_at <= $1`, now},
 			{&st.DeadLetters, `DELETE FROM events WHERE id IN (SELECT id FROM events WHERE state = 'dead' AND dead_at <= $1 LIMIT $2)
 				AND state = 'dead' AND dead_at <= $1`, now.Add(-s.opts.DeadLetterRetention)},
-			{&st.StreamEvents, `WITH gone AS (DELETE FROM stream_heads WHERE key IN
-					(SELECT key FROM stream_heads WHERE keep_until <= $1 LIMIT $2) AND keep_until <= $1 RETURNING key, token)
-				DELETE FROM stream_events e USING gone WHERE e.key = gone.key AND e.token = gone.token`, now},
+			{&st.StreamSegments, `WITH gone AS (DELETE FROM stream_heads WHERE key IN
+					(SELECT key FROM stream_heads WHERE keep_until <= $1 LIMIT $2) AND keep_until <= $1 RETURNING key, token),
+				ids AS (DELETE FROM stream_ids i USING gone WHERE i.key = gone.key AND i.token = gone.token)
+				DELETE FROM stream_segments g USING gone WHERE g.key = gone.key AND g.token = gone.token`, now},
 		}
 		for _, step := range steps {
 			tag, err := tx.Exec(ctx, step.sql, step.until, sweepBatch)

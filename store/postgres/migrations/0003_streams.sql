@@ -2,7 +2,7 @@
 -- event while it is relayed, so a duplicate on any replica can join it, resume it by
 -- Last-Event-ID, or replay it once finished.
 
--- A completed key whose answer is a recorded stream (its events are in stream_events, and
+-- A completed key whose answer is a recorded stream (its events are in stream_segments, and
 -- response_body stays empty) keeps the revision it was completed at. The record replays the
 -- stream only while the row is still at that revision: any later write to the row, by any
 -- version of the gateway, bumps rev and so unbinds the stream from it. Adding a column without
@@ -23,14 +23,25 @@ CREATE TABLE stream_heads (
 );
 CREATE INDEX stream_heads_keep ON stream_heads (keep_until);
 
--- One row per event, in the order relayed. id is the event's id as relayed (the upstream's or
--- the gateway's), kept as bytes: an upstream's id need not be UTF-8.
-CREATE TABLE stream_events (
+-- The events, one row per batch appended (a segment: each event's id and data, length-prefixed,
+-- as store.EncodeSegment writes them), holding the events first_seq..last_seq. Stored out of
+-- line and uncompressed: a segment is written once and read by position.
+CREATE TABLE stream_segments (
+    key       bytea NOT NULL,
+    token     text NOT NULL,
+    first_seq bigint NOT NULL,
+    last_seq  bigint NOT NULL,
+    data      bytea NOT NULL,
+    PRIMARY KEY (key, token, first_seq)
+);
+ALTER TABLE stream_segments ALTER COLUMN data SET STORAGE EXTERNAL;
+
+-- The position of each event the upstream named itself (an id other than its position), kept
+-- as bytes: an upstream's id need not be UTF-8. The first event with an id keeps it.
+CREATE TABLE stream_ids (
     key   bytea NOT NULL,
     token text NOT NULL,
-    seq   bigint NOT NULL,
     id    bytea NOT NULL,
-    data  bytea NOT NULL,
-    PRIMARY KEY (key, token, seq)
+    seq   bigint NOT NULL,
+    PRIMARY KEY (key, token, id)
 );
-CREATE INDEX stream_events_id ON stream_events (key, token, id);
