@@ -243,13 +243,20 @@ func TestDroppedStreamIsJoinedOnRetryAndReplaysWhenFinished(t *testing.T) {
 	}
 }
 
-// A duplicate that arrives before the first attempt's answer has begun (the model has not
-// produced its first token) waits for it and joins it, instead of 409; the upstream runs once.
-func TestDuplicateBeforeTheStreamBeginsWaitsAndJoinsIt(t *testing.T) {
-	up := newEventUpstream(20)
+// heldHeadGateway is a gateway in front of an upstream answering events events, whose every
+// execution waits before it answers at all until the test releases it.
+func heldHeadGateway(t *testing.T, events int) (*eventUpstream, *gateway) {
+	up := newEventUpstream(events)
 	up.holdHead = true
 	g := startGatewayWith(t, gatewaySetup{upstream: up})
 	t.Cleanup(up.release)
+	return up, g
+}
+
+// A duplicate that arrives before the first attempt's answer has begun (the model has not
+// produced its first token) waits for it and joins it, instead of 409; the upstream runs once.
+func TestDuplicateBeforeTheStreamBeginsWaitsAndJoinsIt(t *testing.T) {
+	up, g := heldHeadGateway(t, 20)
 	type answer struct {
 		status int
 		events []sseEvent
@@ -289,10 +296,7 @@ func TestDuplicateBeforeTheStreamBeginsWaitsAndJoinsIt(t *testing.T) {
 // At most maxStreamWaiters duplicates of one key wait for its stream to begin; the ones past
 // that are answered 409 at once, and the ones that waited join the stream.
 func TestWaitingStreamDuplicatesAreBounded(t *testing.T) {
-	up := newEventUpstream(5)
-	up.holdHead = true
-	g := startGatewayWith(t, gatewaySetup{upstream: up})
-	t.Cleanup(up.release)
+	up, g := heldHeadGateway(t, 5)
 	statuses := make(chan int, maxStreamWaiters+7)
 	send := func() {
 		r := g.post(chatPath, "crowd", `{"model":"demo","stream":true,"messages":[]}`)
