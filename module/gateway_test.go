@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,9 +33,9 @@ type gateway struct {
 	model    *modelserver.Server
 	upstream *httptest.Server
 	client   *http.Client
-	globals  string // extra global options
-	site     string // extra site directives
-	reloaded time.Time
+	globals  string       // extra global options
+	site     string       // extra site directives
+	reloaded atomic.Int64 // unix nanoseconds of the last reload: requests read it while a test reloads
 }
 
 // startGateway starts a model server with cfg and Caddy with the given mulligan block body.
@@ -148,7 +149,7 @@ func (g *gateway) reload(mulliganBody string) {
 	// A kept-alive connection still leads to the old config's server, which is closing it: the
 	// next request dials the new one.
 	g.client.CloseIdleConnections()
-	g.reloaded = time.Now()
+	g.reloaded.Store(time.Now().UnixNano())
 }
 
 // handoverWindow is how long after a reload a request may still meet the old config's closing
@@ -191,7 +192,7 @@ func (g *gateway) post(path, key, body string, headers ...string) result {
 func (g *gateway) do(req *http.Request) result {
 	resp, err := g.client.Do(req)
 	resend := req.Method == http.MethodGet || req.Header.Get("Idempotency-Key") != ""
-	for try := 0; err != nil && resend && try < 20 && time.Since(g.reloaded) < handoverWindow; try++ {
+	for try := 0; err != nil && resend && try < 20 && time.Since(time.Unix(0, g.reloaded.Load())) < handoverWindow; try++ {
 		time.Sleep(50 * time.Millisecond)
 		again := req.Clone(req.Context())
 		if req.GetBody != nil {
