@@ -219,8 +219,7 @@ func (g *gate) claimAndRun(w http.ResponseWriter, kr *keyedRequest, next caddyht
 			// attempt's answer has begun, waits for it (up to streamWaitMax) and then joins it,
 			// as it would have a moment later (docs/streams.md): no 409 for streams.
 			streamAsked = true
-			if asksForStream(kr) && g.flights.enterWait(string(kr.recordKey)) {
-				defer g.flights.leaveWait(string(kr.recordKey))
+			if asksForStream(kr) {
 				wait.stream, wait.backoff = true, true
 				deadline = later(deadline, g.now().Add(min(g.lease, streamWaitMax)))
 			}
@@ -302,8 +301,14 @@ type waiting struct {
 // awaitFlight waits until the in-flight original ends (or, for a duplicate that asks for a
 // stream, its answer begins here), the deadline passes or the client leaves; when another
 // process holds the claim it looks again after w.interval. It reports whether it is worth
-// claiming again.
+// claiming again: not when the key already has maxStreamWaiters stream duplicates waiting.
 func (g *gate) awaitFlight(kr *keyedRequest, deadline time.Time, w *waiting) bool {
+	if w.backoff { // a stream duplicate: it holds one of the key's places while it waits
+		if !g.flights.enterWait(string(kr.recordKey)) {
+			return false
+		}
+		defer g.flights.leaveWait(string(kr.recordKey))
+	}
 	done, begun := g.flights.wait(string(kr.recordKey))
 	if !w.stream {
 		begun = nil
