@@ -19,6 +19,22 @@ func (w logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// runBriefly runs the harness with cfg (a brief one: bounded to 5 minutes), logging its
+// progress and output, and returns its report and output.
+func runBriefly(t *testing.T, cfg Config) (*Report, string) {
+	t.Helper()
+	cfg.Progress = logWriter{t}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rep, err := Run(ctx, cfg, &out)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep, out.String()
+}
+
 // TestHarnessMeasuresEveryScenario runs the whole harness briefly (real binary, real model
 // server, plain Caddy and Mulligan on Badger) and checks that every scenario measured something on both gateways.
 // It asserts nothing about speed.
@@ -30,17 +46,8 @@ func TestHarnessMeasuresEveryScenario(t *testing.T) {
 	cfg.Concurrency, cfg.Duration, cfg.Rounds = 4, 300*time.Millisecond, 1
 	cfg.Scenarios = []string{ScenarioPassthrough, ScenarioNewKeys, ScenarioReplays, ScenarioAsync, ScenarioStreams}
 	cfg.ReplayKeys, cfg.Operations, cfg.AsyncOps, cfg.LiveStreams = 50, 50, 500, 20
-	cfg.Progress = logWriter{t}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-
-	var out bytes.Buffer
-	rep, err := Run(ctx, cfg, &out)
-	t.Log("\n" + out.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(out.String(), "machine: ") || !strings.Contains(out.String(), "| scenario") {
+	rep, out := runBriefly(t, cfg)
+	if !strings.Contains(out, "machine: ") || !strings.Contains(out, "| scenario") {
 		t.Error("the output lacks the machine line or the table")
 	}
 	// passthrough, newkeys, replays, async's accept, end-to-end and half-rate rows, and the
@@ -78,16 +85,7 @@ func TestHarnessMeasuresPostgresReplicasBesideBadger(t *testing.T) {
 	cfg.Scenarios = []string{ScenarioPassthrough, ScenarioNewKeys, ScenarioReplays, ScenarioStreams}
 	cfg.ReplayKeys, cfg.LiveStreams = 30, 12
 	cfg.Postgres, cfg.Replicas = pgtest.Database(t), 3
-	cfg.Progress = logWriter{t}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-
-	var out bytes.Buffer
-	rep, err := Run(ctx, cfg, &out)
-	t.Log("\n" + out.String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep, _ := runBriefly(t, cfg)
 	if want := []string{"badger", "postgres×3"}; !slices.Equal(rep.Sides, want) {
 		t.Fatalf("sides %q, want %q", rep.Sides, want)
 	}

@@ -21,3 +21,25 @@ func TestBadgerConformance(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkClaimComplete measures one keyed request's two durable writes on Badger, with and
+// without durability sync: concurrent writers share fsyncs through the group syncer.
+func BenchmarkClaimComplete(b *testing.B) {
+	for _, sync := range []bool{false, true} {
+		b.Run(map[bool]string{false: "relaxed", true: "sync"}[sync], func(b *testing.B) {
+			storetest.BenchClaimComplete(b, openBench(b, sync))
+		})
+	}
+}
+
+// BenchmarkReplay measures answering a completed key on Badger: one read, no write.
+func BenchmarkReplay(b *testing.B) { storetest.BenchReplay(b, openBench(b, false)) }
+
+func openBench(b *testing.B, sync bool) *store.Store {
+	st, err := store.Open(store.Options{Dir: b.TempDir(), Sync: sync})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = st.Close() })
+	return st
+}

@@ -61,15 +61,8 @@ func (q *queueState) load(db *badger.DB) error {
 				ids = append(ids, string(it.Item().Key()[len(prefix):]))
 			}
 			it.Close()
-			for _, id := range ids {
-				op, err := getOperation(txn, id)
-				if errors.Is(err, ErrNotFound) {
-					continue
-				}
-				if err != nil {
-					return err
-				}
-				q.moved(op, "")
+			if err := eachOperation(txn, ids, func(op *Operation) { q.moved(op, "") }); err != nil {
+				return err
 			}
 		}
 		for _, r := range q.running {
@@ -311,21 +304,28 @@ func (s *Store) ExpiredLeases(limit int) ([]*Operation, error) {
 	q.mu.Unlock()
 	var out []*Operation
 	err := s.view(func(txn *badger.Txn) error {
-		for _, id := range ids {
-			op, err := getOperation(txn, id)
-			if errors.Is(err, ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
+		return eachOperation(txn, ids, func(op *Operation) {
 			if op.Status == StatusRunning {
 				out = append(out, op)
 			}
-		}
-		return nil
+		})
 	})
 	return out, err
+}
+
+// eachOperation calls fn with each of operations ids that exists, in order.
+func eachOperation(txn *badger.Txn, ids []string, fn func(*Operation)) error {
+	for _, id := range ids {
+		op, err := getOperation(txn, id)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		fn(op)
+	}
+	return nil
 }
 
 // ActiveCount counts scope's queued and running operations, from memory.

@@ -14,25 +14,8 @@ import (
 
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
+	"github.com/mulligan-gw/mulligan/store/storetest"
 )
-
-// testClock is a clock that moves only when told to.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 func openTest(t testing.TB, dsn string, opts Options) *Store {
 	t.Helper()
@@ -89,7 +72,7 @@ func TestReplicasStartingTogetherMigrateOnce(t *testing.T) {
 
 func TestSweepRemovesWhatIsPastRetentionOnOneReplicaAtATime(t *testing.T) {
 	dsn := pgtest.Database(t)
-	clock := &testClock{now: time.Now().UTC().Truncate(time.Millisecond)}
+	clock := storetest.NewClock()
 	st := openTest(t, dsn, Options{Now: clock.Now, DeadLetterRetention: 48 * time.Hour})
 	st.SetAnnouncer(func(op *store.Operation, _ *store.Response) *store.Event {
 		if !op.Status.Final() {

@@ -9,48 +9,18 @@ import (
 
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
+	"github.com/mulligan-gw/mulligan/store/storetest"
 )
 
 // BenchmarkClaimComplete measures one keyed request's two durable writes (synchronous_commit on
-// in the test cluster), 16 writers per CPU sharing the pool, as store's Badger benchmark does.
+// in the test cluster), as on Badger.
 func BenchmarkClaimComplete(b *testing.B) {
-	st := openTest(b, pgtest.Database(b), Options{MaxConns: 16})
-	resp := store.Response{Status: 200, Body: make([]byte, 512)}
-	b.SetParallelism(16)
-	b.RunParallel(func(pb *testing.PB) {
-		key := make([]byte, 32)
-		for pb.Next() {
-			_, _ = rand.Read(key)
-			c, err := st.ClaimKey(key, key, time.Minute)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := st.CompleteKey(key, c.Token, resp, time.Now().Add(time.Hour)); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	storetest.BenchClaimComplete(b, openTest(b, pgtest.Database(b), Options{MaxConns: 16}))
 }
 
 // BenchmarkReplay measures answering a completed key: one read, no write.
 func BenchmarkReplay(b *testing.B) {
-	st := openTest(b, pgtest.Database(b), Options{MaxConns: 16})
-	key := make([]byte, 32)
-	c, err := st.ClaimKey(key, key, time.Minute)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := st.CompleteKey(key, c.Token, store.Response{Status: 200, Body: make([]byte, 512)}, time.Now().Add(time.Hour)); err != nil {
-		b.Fatal(err)
-	}
-	b.SetParallelism(16)
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if c, err := st.ClaimKey(key, key, time.Minute); err != nil || c.Outcome != store.Replay {
-				b.Fatal(c.Outcome, err)
-			}
-		}
-	})
+	storetest.BenchReplay(b, openTest(b, pgtest.Database(b), Options{MaxConns: 16}))
 }
 
 // BenchmarkOperationCycle measures an operation's life on the queue: accept, claim by a worker

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
+	"github.com/mulligan-gw/mulligan/store/storetest"
 )
 
 // A record completed with a recorded stream replays that stream only while nothing else has
@@ -43,7 +44,7 @@ func TestStreamedRecordIsUnboundByAnyLaterWrite(t *testing.T) {
 // which a claim rewrote while the sweep waited for the row, is not deleted under that claim.
 func TestSweepLeavesARowRewrittenWhileItWaited(t *testing.T) {
 	dsn := pgtest.Database(t)
-	clock := &testClock{now: time.Now().UTC().Truncate(time.Millisecond)}
+	clock := storetest.NewClock()
 	st := openTest(t, dsn, Options{Now: clock.Now})
 	key := []byte("k")
 	if _, err := st.ClaimKey(key, []byte("fp"), time.Second); err != nil {

@@ -23,7 +23,7 @@ func Run(t *testing.T, fresh func(t *testing.T) Storage) {
 	for _, tc := range slices.Concat(keyTests, operationTests, queueTests, outboxTests, inputTests, streamTests) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tc.fn(t, &env{storage: fresh(t), clock: newClock()})
+			tc.fn(t, &env{storage: fresh(t), clock: NewClock()})
 		})
 	}
 }
@@ -36,29 +36,31 @@ type test struct {
 // env is one test's storage and clock.
 type env struct {
 	storage Storage
-	clock   *clock
+	clock   *Clock
 }
 
 // open returns a new handle on the test's storage, on the test's clock.
 func (e *env) open() store.Backend { return e.storage(e.clock.Now) }
 
-// clock is the suite's clock: it moves only when told to.
-type clock struct {
+// Clock is a clock that moves only when told to: the suite's, and any backend test's that
+// needs to move time on (retention, leases).
+type Clock struct {
 	mu  sync.Mutex
 	now time.Time
 }
 
-func newClock() *clock { return &clock{now: time.Now().UTC().Truncate(time.Millisecond)} }
+// NewClock is a Clock at the present, to the millisecond (as both backends store times).
+func NewClock() *Clock { return &Clock{now: time.Now().UTC().Truncate(time.Millisecond)} }
 
 // Now is the clock's time.
-func (c *clock) Now() time.Time {
+func (c *Clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now
 }
 
 // Advance moves the clock on by d.
-func (c *clock) Advance(d time.Duration) {
+func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
