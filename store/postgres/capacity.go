@@ -36,8 +36,10 @@ const nextInOrderSQL = `WITH RECURSIVE heads AS (
 SELECT o.id, o.scope FROM heads o LEFT JOIN queue_turns t ON t.scope = o.scope
 ORDER BY ` + effectiveSQL + `, coalesce(t.turn, 0), o.id LIMIT 1`
 
-// claimTries bounds how many rows one claim passes over because other claimers hold them.
-const claimTries = 32
+// claimTries bounds how many rows one claim passes over because other claimers hold them: more
+// than the workers claiming at once on every replica, or a claim would answer "none" with work
+// queued (its worker would then wait for the next wake-up).
+const claimTries = 128
 
 // agingStep is store.AgingStep in seconds, as effectiveSQL takes it.
 var agingStep = store.AgingStep.Seconds()
