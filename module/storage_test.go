@@ -16,7 +16,7 @@ import (
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
-	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/store/badger"
 )
 
 func init() {
@@ -47,7 +47,7 @@ func startSites(t *testing.T, cfg modelserver.Config, bodies ...string) []*gatew
 		_ = caddy.Stop()
 		sites[0].upstream.Close()
 		deadline := time.Now().Add(30 * time.Second)
-		for store.IsOpen(sites[0].dir+"/badger") && time.Now().Before(deadline) {
+		for badger.IsOpen(sites[0].dir+"/badger") && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	})
