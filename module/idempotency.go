@@ -199,7 +199,7 @@ func recordKey(scope, method, path, key string) []byte {
 }
 
 // claimAndRun claims the key and runs the request, or answers from the record.
-func (g *gate) claimAndRun(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Keys) error {
+func (g *gate) claimAndRun(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Backend) error {
 	deadline := g.now().Add(g.wait)
 	wait := waiting{interval: pollInterval}
 	streamAsked := false
@@ -344,7 +344,7 @@ func (g *gate) storageFailed(w http.ResponseWriter, kr *keyedRequest, err error)
 
 // run sends the claimed request upstream on a context that outlives the client (bounded by the
 // lease), streams the answer to the client, and records or releases the key.
-func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Keys, token string) error {
+func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Backend, token string) error {
 	defer g.flights.start(string(kr.recordKey), token)()
 	ctx, cancel := detachedContext(kr.r.Context(), g.lease)
 	defer cancel()

@@ -21,6 +21,7 @@ type Backend interface {
 	Operations
 	Queue
 	Outbox
+	StreamRecorder
 
 	// Ping reports whether the storage answers. It writes nothing: a readiness probe is not a
 	// write load.
