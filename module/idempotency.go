@@ -11,6 +11,7 @@ import (
 
 	"github.com/mulligan-gw/mulligan/internal/fingerprint"
 	"github.com/mulligan-gw/mulligan/internal/idemkey"
+	"github.com/mulligan-gw/mulligan/internal/sse"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
@@ -227,7 +228,7 @@ func later(a, b time.Time) time.Time {
 // asksForStream reports whether a request asks for an event-stream answer: Accept:
 // text/event-stream, or a JSON body with "stream": true (the OpenAI-style APIs' switch).
 func asksForStream(kr *keyedRequest) bool {
-	if wantsEventStream(kr.r) {
+	if sse.WantsEventStream(kr.r) {
 		return true
 	}
 	if !bytes.Contains(kr.body, []byte(`"stream"`)) {

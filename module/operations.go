@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/idemkey"
+	"github.com/mulligan-gw/mulligan/internal/sse"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -129,7 +130,7 @@ func (h *Handler) getResult(q *opsRequest, id string) {
 		return
 	}
 	cur := op.As(h.now())
-	if wantsEventStream(q.r) && h.followResult(q, cur) {
+	if sse.WantsEventStream(q.r) && h.followResult(q, cur) {
 		return
 	}
 	if !cur.Status.Final() {
