@@ -39,6 +39,9 @@ type Options struct {
 	DeadLetterRetention time.Duration
 	// Logger receives what goes wrong in the background (the listener, the sweep); nil discards.
 	Logger store.Logger
+
+	// tracer sees every statement the pool sends (tests count round trips with it).
+	tracer pgx.QueryTracer
 }
 
 // Defaults of Options.
@@ -90,6 +93,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		opts.DeadLetterRetention = DefaultDeadLetterRetention
 	}
 	cfg.MaxConns = opts.MaxConns
+	if opts.tracer != nil {
+		cfg.ConnConfig.Tracer = opts.tracer
+	}
 	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > opts.Timeout {
 		cfg.ConnConfig.ConnectTimeout = opts.Timeout
 	}
