@@ -64,6 +64,17 @@ func TestRoundTripsPerRequest(t *testing.T) {
 			t.Fatalf("outcome %v, want a replay", c.Outcome)
 		}
 	}
+	accept := func(id string, want store.ClaimOutcome) func() {
+		return func() {
+			op := &store.Operation{ID: id, Scope: "s", Status: store.StatusQueued, Retention: time.Hour, SubmittedAt: time.Now()}
+			ka := &store.KeyAccept{Key: []byte("k2"), Fingerprint: fp, Response: store.Response{Status: 202}, Expires: time.Now().Add(time.Hour)}
+			c, err := st.AcceptOperation(op, req, ka)
+			fail(err)
+			if c.Outcome != want {
+				t.Fatalf("outcome %v, want %v", c.Outcome, want)
+			}
+		}
+	}
 	cases := []struct {
 		name string
 		want int
@@ -76,14 +87,13 @@ func TestRoundTripsPerRequest(t *testing.T) {
 		}},
 		{"first replay on this replica", 1, replay},
 		{"replay", 0, replay},
-		{"async accept with a new key", 5, func() {
-			op := &store.Operation{ID: "op_1", Scope: "s", Status: store.StatusQueued, Retention: time.Hour, SubmittedAt: time.Now()}
-			ka := &store.KeyAccept{Key: []byte("k2"), Fingerprint: fp, Response: store.Response{Status: 202}, Expires: time.Now().Add(time.Hour)}
-			c, err := st.AcceptOperation(op, req, ka)
+		{"async accept with a new key", 1, accept("op_1", store.Claimed)},
+		{"async retry, first on this replica", 1, accept("op_2", store.Replay)},
+		{"async retry", 0, accept("op_3", store.Replay)},
+		{"async accept without a key", 1, func() {
+			op := &store.Operation{ID: "op_4", Scope: "s", Status: store.StatusQueued, Retention: time.Hour, SubmittedAt: time.Now()}
+			_, err := st.AcceptOperation(op, req, nil)
 			fail(err)
-			if c.Outcome != store.Claimed {
-				t.Fatalf("outcome %v, want accepted", c.Outcome)
-			}
 		}},
 	}
 	for _, tc := range cases {
