@@ -60,8 +60,7 @@ func newReplayCache(maxBytes int64, ttl time.Duration) *replayCache {
 	return &replayCache{maxBytes: maxBytes, ttl: ttl, entries: map[string]*list.Element{}, order: list.New()}
 }
 
-// get returns the cached record of key, live at now, or nil. The record is the caller's: its
-// header is a copy (a replay writes it into a response that later handlers may extend).
+// get returns the cached record of key, live at now, or nil; the record is the caller's.
 func (c *replayCache) get(key []byte, now time.Time) *store.Record {
 	if c == nil {
 		return nil
@@ -78,11 +77,18 @@ func (c *replayCache) get(key []byte, now time.Time) *store.Record {
 		return nil
 	}
 	c.order.MoveToFront(el)
-	rec := *e.rec
+	return ownCopy(e.rec)
+}
+
+// ownCopy is rec with a header of its own: the cache and each caller hold separate ones (a
+// replay writes the header into a response that later handlers may extend). The body is
+// shared: nothing writes to it.
+func ownCopy(rec *store.Record) *store.Record {
+	cp := *rec
 	resp := *rec.Response
 	resp.Header = resp.Header.Clone()
-	rec.Response = &resp
-	return &rec
+	cp.Response = &resp
+	return &cp
 }
 
 // generation is read before the database is: put keeps a record only if no notice came since.
@@ -101,7 +107,7 @@ func (c *replayCache) put(key []byte, rec *store.Record, gen uint64, now time.Ti
 	if c == nil || rec == nil || rec.State != store.Completed || rec.Streamed || rec.Response == nil || len(key) > maxCachedKey {
 		return
 	}
-	e := &cacheEntry{key: string(key), rec: rec, size: recordSize(key, rec), until: now.Add(c.ttl)}
+	e := &cacheEntry{key: string(key), rec: ownCopy(rec), size: recordSize(key, rec), until: now.Add(c.ttl)}
 	if rec.ExpiresAt.Before(e.until) {
 		e.until = rec.ExpiresAt
 	}
