@@ -100,7 +100,7 @@ func (s *Store) change(id string, c store.Change, claimBy string, lease time.Dur
 		if err := s.fence(op, c, at); err != nil {
 			return err
 		}
-		if !store.CanTransition(op.Status, c.To) {
+		if !store.CanChange(op.Status, c) {
 			return domainError{fmt.Errorf("%w: %s -> %s", store.ErrIllegalTransition, op.Status, c.To)}
 		}
 		prev = op.Status
