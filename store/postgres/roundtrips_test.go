@@ -103,4 +103,10 @@ func TestRoundTripsPerRequest(t *testing.T) {
 			t.Errorf("%s: %d statements, want %d:\n%s", tc.name, len(sql), tc.want, strings.Join(sql, "\n"))
 		}
 	}
+	// The retries wrote nothing: only op_1 and op_4 were accepted.
+	for _, table := range []string{"operations", "operation_requests"} {
+		if n := count(t, st, `SELECT count(*) FROM `+table); n != 2 {
+			t.Errorf("%s: %d rows, want 2", table, n)
+		}
+	}
 }
