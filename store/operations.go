@@ -50,6 +50,11 @@ type Operation struct {
 	// attempt, log line and webhook delivery of the operation carries them.
 	Traceparent string `json:"traceparent,omitempty"`
 	Tracestate  string `json:"tracestate,omitempty"`
+	// Urgency is the RFC 9218 urgency the operation waits at: 0 (most urgent) to 7; 3 by default.
+	Urgency int `json:"urgency"`
+	// QueueDeadline is when a still-queued operation stops being worth running: it fails
+	// QUEUE_TIMEOUT without reaching the upstream. Zero: no deadline.
+	QueueDeadline time.Time `json:"queue_deadline,omitzero"`
 }
 
 // Execution is how an operation is to be run, stored with it so that every reload, restart
