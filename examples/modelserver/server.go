@@ -11,6 +11,13 @@
 // response from a re-execution. GET /stats reports what the server actually
 // executed; POST /stats/reset zeroes the counters.
 //
+// With Config.Slots the server behaves like an inference server (vLLM, TGI):
+// at most Slots requests run at once and the rest wait inside the server in
+// arrival order, blind to who sends them or how urgent they are. The stats
+// then show the queue (Queued, MaxQueued, QueuedTime) and how busy the slots
+// were (BusySlotTime, Utilisation), and each answer says in X-Queue-Wait how
+// long it waited for its slot.
+//
 // Per-request behaviour can be forced with the X-Mock-* request headers
 // (see the Header* constants), and random failures can be injected with
 // Config.FailRate.
@@ -91,6 +98,13 @@ type Config struct {
 	// Seed seeds the failure-injection random number generator; the same
 	// seed gives the same sequence of rolls.
 	Seed int64
+	// Slots is how many model requests the server processes at once, like
+	// an inference server's batch slots (vLLM's max_num_seqs, TGI's
+	// max_concurrent_requests); the others wait inside the server, first
+	// come first served, and their latency starts when they get a slot. A
+	// streamed answer holds its slot until its last chunk. 0 (the default)
+	// means no limit: every request starts at once.
+	Slots int
 }
 
 // Stats is a snapshot of the server's execution counters, as returned by
@@ -102,7 +116,15 @@ type Config struct {
 // status), Abandoned (the client went away first), or a dropped connection
 // (X-Mock-Fail: drop, counted only in Failed). Failed also counts completed
 // requests that answered an injected failure status. InFlight is the number of
-// requests that have not ended yet.
+// requests that have not ended yet: Running ones (holding one of
+// Config.Slots, or simply executing without slots) and Queued ones (waiting
+// for a slot).
+//
+// The slot counters describe a window that starts at New or Reset: the
+// maxima seen, the time-integrals of Running (BusySlotTime, for
+// Utilisation) and of Queued (QueuedTime, for MeanQueued), and the waits of
+// the requests seated in it. Sub turns two snapshots into the activity
+// between them.
 type Stats struct {
 	// Received counts model requests that began executing.
 	Received int64 `json:"received"`
@@ -120,6 +142,33 @@ type Stats struct {
 	ByKey map[string]int64 `json:"by_key"`
 	// ByPath counts executions per request path.
 	ByPath map[string]int64 `json:"by_path"`
+
+	// Slots is Config.Slots: 0 means no limit.
+	Slots int `json:"slots"`
+	// Running is the number of requests holding a slot now (without slots:
+	// executing past validation).
+	Running int64 `json:"running"`
+	// Queued is the number of requests waiting for a slot now.
+	Queued int64 `json:"queued"`
+	// MaxInFlight, MaxRunning and MaxQueued are the largest InFlight,
+	// Running and Queued seen in the window.
+	MaxInFlight int64 `json:"max_in_flight"`
+	MaxRunning  int64 `json:"max_running"`
+	MaxQueued   int64 `json:"max_queued"`
+	// BusySlotTime is the slot time spent running requests in the window:
+	// the integral of Running over time.
+	BusySlotTime time.Duration `json:"busy_slot_ns"`
+	// QueuedTime is the request time spent waiting for a slot in the
+	// window: the integral of Queued over time.
+	QueuedTime time.Duration `json:"queued_ns"`
+	// Seated counts the requests that took a slot in the window;
+	// QueueWaitTotal and QueueWaitMax are the sum and the longest of their
+	// waits (each request's own wait is its X-Queue-Wait header).
+	Seated         int64         `json:"seated"`
+	QueueWaitTotal time.Duration `json:"queue_wait_total_ns"`
+	QueueWaitMax   time.Duration `json:"queue_wait_max_ns"`
+	// Window is the time since New or the last Reset.
+	Window time.Duration `json:"window_ns"`
 }
 
 // Server is the mock model server; it implements http.Handler. It is safe for
@@ -140,6 +189,12 @@ type Server struct {
 	failed    int64
 	byKey     map[string]int64
 	byPath    map[string]int64
+	slots     slotCounters // slots.go
+
+	// onSeated, when set (by tests), is called under mu with the
+	// execution id of each request that takes a slot, in that order; it
+	// must not block.
+	onSeated func(id int64)
 }
 
 // New returns a Server configured by cfg.
@@ -153,12 +208,18 @@ func New(cfg Config) *Server {
 	if cfg.FailRate > 1 {
 		cfg.FailRate = 1
 	}
-	return &Server{
+	if cfg.Slots < 0 {
+		cfg.Slots = 0
+	}
+	s := &Server{
 		cfg:    cfg,
 		rng:    rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6d756c6c6967616e)),
 		byKey:  map[string]int64{},
 		byPath: map[string]int64{},
 	}
+	now := time.Now()
+	s.slots.since, s.slots.lastTick = now, now
+	return s
 }
 
 // Stats returns a consistent snapshot of the counters.
@@ -174,6 +235,7 @@ func (s *Server) Stats() Stats {
 		ByKey:     make(map[string]int64, len(s.byKey)),
 		ByPath:    make(map[string]int64, len(s.byPath)),
 	}
+	s.fillSlotStatsLocked(&st, time.Now())
 	for k, v := range s.byKey {
 		st.ByKey[k] = v
 	}
@@ -183,12 +245,14 @@ func (s *Server) Stats() Stats {
 	return st
 }
 
-// Reset zeroes the counters. Requests still in flight keep counting in
-// InFlight but their outcome is not recorded in the new counters. The
-// execution sequence is not reset, so execution ids never repeat.
+// Reset zeroes the counters and starts a new window of the slot counters.
+// Requests still in flight keep counting in InFlight, Running and Queued but
+// their outcome is not recorded in the new counters. The execution sequence
+// is not reset, so execution ids never repeat.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.resetSlotsLocked(time.Now())
 	s.epoch++
 	s.received, s.completed, s.abandoned, s.failed = 0, 0, 0, 0
 	s.byKey = map[string]int64{}
@@ -329,6 +393,7 @@ type execution struct {
 	s       *Server
 	id      int64
 	epoch   uint64
+	seated  bool // holds a slot, given back by settle
 	settled bool
 	outcome outcome
 }
@@ -337,6 +402,7 @@ func (s *Server) begin(path, key string) *execution {
 	id := s.seq.Add(1)
 	s.mu.Lock()
 	s.inFlight++
+	s.slots.maxInFlight = max(s.slots.maxInFlight, s.inFlight)
 	s.received++
 	s.byPath[path]++
 	if key != "" {
@@ -359,6 +425,9 @@ func (e *execution) settle(o outcome) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inFlight--
+	if e.seated {
+		s.releaseSlotLocked(time.Now())
+	}
 	if e.epoch != s.epoch {
 		return
 	}
@@ -434,6 +503,11 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request, kind kind) {
 		return
 	}
 
+	waited, ok := s.takeSlot(r.Context(), e)
+	if !ok {
+		return // abandoned while queued
+	}
+	w.Header().Set(HeaderQueueWait, waited.String())
 	if !wait(r.Context(), ctl.latency) {
 		return // abandoned
 	}

@@ -196,7 +196,9 @@ func TestStatsJSONShape(t *testing.T) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"received", "completed", "abandoned", "failed", "in_flight", "by_key", "by_path"} {
+	for _, k := range []string{"received", "completed", "abandoned", "failed", "in_flight", "by_key", "by_path",
+		"slots", "running", "queued", "max_in_flight", "max_running", "max_queued", "busy_slot_ns", "queued_ns",
+		"seated", "queue_wait_total_ns", "queue_wait_max_ns", "window_ns"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("/stats lacks %q: %s", k, b)
 		}
