@@ -65,7 +65,7 @@ func (seatCollector) Collect(ch chan<- prometheus.Metric) {
 		if !ok {
 			return true
 		}
-		if counts, ok := queuedByUrgency(s.be); ok {
+		if counts, err := s.be.QueuedByUrgency(); err == nil {
 			for u, n := range counts {
 				ch <- prometheus.MustNewConstMetric(descQueuedUrg, prometheus.GaugeValue, float64(n), s.set.name(), strconv.Itoa(u))
 			}
@@ -74,34 +74,13 @@ func (seatCollector) Collect(ch chan<- prometheus.Metric) {
 	})
 }
 
-// urgencyCounter is the store's count of queued operations by urgency.
-type urgencyCounter interface {
-	QueuedByUrgency() ([8]int, error)
-}
-
-// queuedByUrgency counts st's queued operations by urgency, when the backend can.
-func queuedByUrgency(st any) ([8]int, bool) {
-	uc, ok := st.(urgencyCounter)
-	if !ok {
-		return [8]int{}, false
-	}
-	counts, err := uc.QueuedByUrgency()
-	return counts, err == nil
-}
-
-// positioner is the store's estimate of a queued operation's place.
-type positioner interface {
-	QueuePosition(id string) (int, error)
-}
-
 // queuePosition estimates op's place in the queue while it is queued; nil when it is not, or
 // the backend cannot tell.
-func queuePosition(st any, op *store.Operation) *int {
-	qp, ok := st.(positioner)
-	if !ok || op.Status != store.StatusQueued {
+func queuePosition(st store.Queue, op *store.Operation) *int {
+	if op.Status != store.StatusQueued {
 		return nil
 	}
-	n, err := qp.QueuePosition(op.ID)
+	n, err := st.QueuePosition(op.ID)
 	if err != nil {
 		return nil
 	}
@@ -120,7 +99,7 @@ func (r *runner) capacityStats() map[string]any {
 		replica[p.label] = p.snapshot()
 	}
 	out := map[string]any{"replica": replica}
-	if counts, ok := queuedByUrgency(r.st); ok {
+	if counts, err := r.st.QueuedByUrgency(); err == nil {
 		out["queued_by_urgency"] = counts
 	}
 	return out

@@ -84,7 +84,7 @@ func (r *runner) enqueueSeat(op *store.Operation) *pendingSeat {
 }
 
 func operationAsk(op *store.Operation) seatAsk {
-	return seatAsk{urgency: min(max(op.Urgency, urgencyMost), urgencyLeast), scope: op.Scope, since: op.SubmittedAt, queued: true}
+	return seatAsk{urgency: store.ClampUrgency(op.Urgency), scope: op.Scope, since: op.SubmittedAt, queued: true}
 }
 
 // takePending hands the execution of id its place in the order, once.
@@ -157,19 +157,10 @@ func (r *runner) queueTimeout(op *store.Operation) {
 	}
 }
 
-// staleQueue is the store's look for queued operations past their deadline (docs/capacity.md).
-type staleQueue interface {
-	StaleQueued(now time.Time, limit int) ([]*store.Operation, error)
-}
-
 // dropStale fails queued operations past their queue deadline, so that they fail at their
 // deadline even while nothing is claimed, and never reach the upstream.
 func (r *runner) dropStale() {
-	sq, ok := r.st.(staleQueue)
-	if !ok {
-		return // claim time still catches them
-	}
-	ops, err := sq.StaleQueued(time.Now(), 100)
+	ops, err := r.st.StaleQueued(time.Now(), 100)
 	if err != nil {
 		r.log.Warn("looking for stale queued operations", zap.Error(err))
 		return

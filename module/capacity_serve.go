@@ -23,7 +23,7 @@ const headerMaxQueueWait = "Max-Queue-Wait"
 const CodeUpstreamSaturated ErrorCode = "UPSTREAM_SATURATED"
 
 // CodeQueueTimeout: an operation waited in the queue past its deadline (docs/capacity.md).
-const CodeQueueTimeout ErrorCode = "QUEUE_TIMEOUT"
+const CodeQueueTimeout ErrorCode = store.QueueTimeoutCode
 
 // outcomeSaturated counts sync calls refused 503 UPSTREAM_SATURATED.
 const outcomeSaturated = "saturated"

@@ -3,13 +3,15 @@ package module
 import (
 	"strconv"
 	"strings"
+
+	"github.com/mulligan-gw/mulligan/store"
 )
 
 // Urgencies of RFC 9218 (Extensible Prioritization Scheme for HTTP): 0 is the most urgent.
 const (
-	urgencyMost    = 0
-	urgencyDefault = 3
-	urgencyLeast   = 7
+	urgencyMost    = store.MostUrgent
+	urgencyDefault = store.DefaultUrgency
+	urgencyLeast   = store.LeastUrgent
 )
 
 // urgencyOf reads the urgency of a request's Priority header (RFC 9218 §4.1): a Structured

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/mulligan-gw/mulligan/store"
 )
 
 // seatPools holds the seats of every capacity block in this process, keyed by the upstream the
@@ -14,10 +16,6 @@ import (
 // the old config keeps its seat through a reload, and the new config's calls count against
 // the same seats (docs/capacity.md).
 var seatPools = caddy.NewUsagePool()
-
-// seatAgingStep is how long a waiter waits to gain one level of urgency, so a steady stream of
-// more urgent work cannot starve it (docs/capacity.md).
-const seatAgingStep = 30 * time.Second
 
 // errNoSeat: no seat came free within the call's wait.
 var errNoSeat = errors.New("no upstream seat came free in time")
@@ -43,7 +41,7 @@ type seatWaiter struct {
 }
 
 // seatPool is one upstream's seats in this process, and the one order its waiters are served
-// in: effective urgency (urgency minus one level per seatAgingStep waited), then the scope that
+// in: effective urgency (urgency raised one level per store.AgingStep waited), then the scope that
 // was served least recently, then the oldest.
 type seatPool struct {
 	key   string
@@ -241,9 +239,10 @@ func (p *seatPool) before(a, b *seatWaiter, now time.Time) bool {
 	return a.ask.since.Before(b.ask.since)
 }
 
-// effectiveUrgency is the ask's urgency raised one level per seatAgingStep waited.
+// effectiveUrgency is the ask's urgency raised by waiting, as the durable queue raises it
+// (store.AgingStep per level), so a steady stream of more urgent work cannot starve it.
 func effectiveUrgency(a seatAsk, now time.Time) int {
-	return max(urgencyMost, a.urgency-int(now.Sub(a.since)/seatAgingStep))
+	return store.EffectiveUrgency(a.urgency, now.Sub(a.since))
 }
 
 // roomForQueued reports whether the runner should claim one more operation for this pool: a
