@@ -72,10 +72,19 @@ type Operations interface {
 // Queue is how replicas share the work: any replica takes any queued operation, holds it by a
 // lease it renews, and loses it to the others when it falls silent.
 type Queue interface {
-	// ClaimNext moves the oldest queued operation to running, held by worker until now+lease
-	// (Operation.Holder, Operation.LeaseUntil), and returns it; nil when none is queued. No
+	// ClaimNext moves the next queued operation in the capacity order to running, held by worker
+	// until now+lease (Operation.Holder, Operation.LeaseUntil), and returns it; nil when none is
+	// queued. The order: effective urgency (EffectiveUrgency: urgency raised by waiting, one level
+	// per AgingStep), then the scopes with queued work take turns (the one served least recently
+	// first), then oldest first. Operations whose QueueDeadline has passed are not claimed. No
 	// operation is held by two workers at once.
 	ClaimNext(worker string, lease time.Duration) (*Operation, error)
+	// StaleQueued returns up to limit queued operations whose QueueDeadline is before now.
+	StaleQueued(now time.Time, limit int) ([]*Operation, error)
+	// QueuePosition estimates how many queued operations will be claimed before id (0 = next).
+	QueuePosition(id string) (int, error)
+	// QueuedByUrgency counts queued operations by their stored urgency.
+	QueuedByUrgency() ([8]int, error)
 	// RenewLeases extends worker's leases on the running operations ids. It reports which of
 	// them were asked to cancel (by any replica) and which worker no longer holds (taken over
 	// or finished elsewhere): the runner stops both.

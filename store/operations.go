@@ -50,6 +50,11 @@ type Operation struct {
 	// attempt, log line and webhook delivery of the operation carries them.
 	Traceparent string `json:"traceparent,omitempty"`
 	Tracestate  string `json:"tracestate,omitempty"`
+	// Urgency is the RFC 9218 urgency the operation waits at: 0 (most urgent) to 7; 3 by default.
+	Urgency int `json:"urgency"`
+	// QueueDeadline is when a still-queued operation stops being worth running: it fails
+	// QUEUE_TIMEOUT without reaching the upstream. Zero: no deadline.
+	QueueDeadline time.Time `json:"queue_deadline,omitzero"`
 }
 
 // Execution is how an operation is to be run, stored with it so that every reload, restart
@@ -243,7 +248,7 @@ func (s *Store) change(id string, c Change, claimBy string, lease time.Duration)
 		if err := s.fence(op, c, at); err != nil {
 			return err
 		}
-		if !CanTransition(op.Status, c.To) {
+		if !CanChange(op.Status, c) {
 			return domainError{fmt.Errorf("%w: %s -> %s", ErrIllegalTransition, op.Status, c.To)}
 		}
 		prev = op.Status
@@ -286,7 +291,7 @@ func (s *Store) fence(op *Operation, c Change, now time.Time) error {
 // Apply makes the state machine's bookkeeping of c on op, whatever the backend: the status,
 // the version, the start and finish times, the attempt count, the error, the result's
 // description, and the holder that a move out of running drops. The caller has checked
-// CanTransition.
+// CanChange.
 func Apply(op *Operation, c Change, at time.Time) {
 	op.Status, op.Version, op.UpdatedAt = c.To, op.Version+1, at
 	switch c.To {

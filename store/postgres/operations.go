@@ -211,9 +211,9 @@ func fence(op *store.Operation, c store.Change, now time.Time) error {
 }
 
 // apply makes change c of the locked op in tx: the state machine's checks and bookkeeping
-// (store.CanTransition, store.Apply), the result, the request dropped, the event announced.
+// (store.CanChange, store.Apply), the result, the request dropped, the event announced.
 func (s *Store) apply(ctx context.Context, tx pgx.Tx, op *store.Operation, c store.Change, now time.Time) (*store.Operation, error) {
-	if !store.CanTransition(op.Status, c.To) {
+	if !store.CanChange(op.Status, c) {
 		return nil, domain{fmt.Errorf("%w: %s -> %s", store.ErrIllegalTransition, op.Status, c.To)}
 	}
 	at := c.At
