@@ -8,14 +8,28 @@ import (
 // adaptiveLimit is `limit auto`: a gradient limit in the manner of Netflix's concurrency-limits
 // Gradient2 and Envoy's adaptive concurrency filter (docs/capacity.md). It compares the latency
 // of calls now with the upstream's floor (its latency with no queue): while they match it grows
-// by about the square root of the limit; as a queue forms inside the model server the latency
-// rises and the limit falls towards floor/latency of itself. A 429 or 503 answer or a timeout
-// cuts it multiplicatively (AIMD's decrease).
+// by a little queue allowance; as a queue forms inside the model server the latency rises and
+// the limit falls towards floor/latency of itself. A 429 or 503 answer or a timeout cuts it
+// multiplicatively (AIMD's decrease).
+//
+// The floor is measured as Envoy measures its minRTT: every probeEvery calls the limit drops to
+// its minimum for a few calls, so the model server's own queue drains and the calls that follow
+// show its latency without a queue. Kept from calls under load instead, the floor would climb
+// with the very queue it is meant to detect.
 type adaptiveLimit struct {
 	min, max float64
 	limit    float64
 	short    float64 // recent latency, seconds (exponentially weighted)
-	floor    rttFloor
+	floor    float64 // latency without a queue, seconds; 0 until measured
+	calls    int
+	probe    probe
+}
+
+// probe is a floor measurement under way.
+type probe struct {
+	left  int     // samples still to take; 0: not probing
+	low   float64 // the lowest so far
+	saved float64 // the limit to return to
 }
 
 // Tuning of the adaptive limit (docs/capacity.md).
@@ -26,6 +40,8 @@ const (
 	// adaptTolerance is how much slower than the floor calls may get before the limit shrinks:
 	// a little, so that output-length noise does not read as a queue.
 	adaptTolerance = 1.1
+	probeEvery     = 500 // calls between floor measurements
+	probeSamples   = 5   // calls a floor measurement takes
 )
 
 func newAdaptiveLimit(lo, hi int) *adaptiveLimit {
@@ -46,19 +62,24 @@ func (a *adaptiveLimit) current() int { return int(a.limit) }
 // update takes one finished call (its latency, whether the upstream was overloaded, and how
 // many calls were in flight with it) and returns the new limit.
 func (a *adaptiveLimit) update(rtt time.Duration, overloaded bool, inFlight int) int {
+	secs := max(rtt.Seconds(), 1e-6)
+	if a.probing(secs, inFlight) {
+		return a.current()
+	}
 	if overloaded {
 		a.limit = max(a.min, a.limit*adaptBackoff)
 		return a.current()
 	}
-	secs := max(rtt.Seconds(), 1e-6)
-	a.floor.add(secs)
+	if a.floor == 0 || secs < a.floor {
+		a.floor = secs
+	}
 	if a.short == 0 {
 		a.short = secs
 	} else {
 		a.short += adaptShortEWMA * (secs - a.short)
 	}
-	gradient := min(max(adaptTolerance*a.floor.value()/a.short, 0.5), 1)
-	next := a.limit*gradient + math.Sqrt(a.limit)
+	gradient := min(max(adaptTolerance*a.floor/a.short, 0.5), 1)
+	next := a.limit*gradient + max(1, math.Sqrt(a.limit)/2)
 	if float64(inFlight) < a.limit/2 && next > a.limit {
 		return a.current() // too little traffic to learn that more seats would help
 	}
@@ -66,27 +87,24 @@ func (a *adaptiveLimit) update(rtt time.Duration, overloaded bool, inFlight int)
 	return a.current()
 }
 
-// rttFloor is the lowest latency of the recent past: the minimum over two windows of
-// floorWindow samples, so the floor follows the upstream when it gets slower for good (a bigger
-// model, longer prompts) instead of holding its best moment forever.
-type rttFloor struct {
-	cur, prev float64
-	n         int
-}
-
-const floorWindow = 200
-
-func (f *rttFloor) add(s float64) {
-	if f.n%floorWindow == 0 {
-		f.prev, f.cur = f.cur, s
+// probing runs the floor measurement: it starts one every probeEvery calls and reports whether
+// this call belonged to one.
+func (a *adaptiveLimit) probing(secs float64, inFlight int) bool {
+	a.calls++
+	if a.probe.left == 0 {
+		if a.calls%probeEvery != 0 || a.limit <= a.min {
+			return false
+		}
+		a.probe = probe{left: probeSamples, low: math.Inf(1), saved: a.limit}
+		a.limit = a.min
+		return true
 	}
-	f.cur = min(f.cur, s)
-	f.n++
-}
-
-func (f *rttFloor) value() float64 {
-	if f.prev == 0 {
-		return f.cur
+	if float64(inFlight) <= a.min { // a call that ran with the queue drained
+		a.probe.low = min(a.probe.low, secs)
+		a.probe.left--
 	}
-	return min(f.cur, f.prev)
+	if a.probe.left == 0 {
+		a.floor, a.short, a.limit = a.probe.low, a.probe.low, a.probe.saved
+	}
+	return true
 }
