@@ -11,7 +11,7 @@
 //	go run ./bench -postgres postgres://...      # Mulligan on PostgreSQL too, beside Badger
 //	go run ./bench -postgres postgres://... -replicas 3  # 3 gateways on the database, load spread
 //	go run ./bench -scenarios streams            # SSE: first event, throughput, 1,000 live streams
-//	go run ./bench -scenarios flood              # capacity: interactive calls during a flood, ~3 minutes
+//	go run ./bench -scenarios flood              # capacity: interactive calls during a flood, ~4 minutes
 //
 // All traffic stays on 127.0.0.1. The processes it starts are stopped when it ends, also on
 // Ctrl-C.
@@ -47,6 +47,11 @@ var AllScenarios = []string{ScenarioPassthrough, ScenarioNewKeys, ScenarioReplay
 // ExtraScenarios run only when -scenarios names them: the flood takes minutes, against gateways
 // of its own.
 var ExtraScenarios = []string{ScenarioFlood}
+
+// knownScenarios is every scenario -scenarios accepts.
+func knownScenarios() []string {
+	return slices.Concat(AllScenarios, ExtraScenarios)
+}
 
 // Config is one run of the harness.
 type Config struct {
@@ -110,7 +115,7 @@ func main() {
 	flag.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "clients sending at once, per gateway")
 	flag.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of one round")
 	flag.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "rounds per gateway and scenario, interleaved plain/mulligan")
-	flag.StringVar(&scenarios, "scenarios", strings.Join(AllScenarios, ","), "comma-separated scenarios: "+strings.Join(append(AllScenarios, ExtraScenarios...), ", "))
+	flag.StringVar(&scenarios, "scenarios", strings.Join(AllScenarios, ","), "comma-separated scenarios: "+strings.Join(knownScenarios(), ", "))
 	flag.IntVar(&cfg.ReplayKeys, "keys", cfg.ReplayKeys, "keys recorded, then replayed, by the replays scenario")
 	flag.IntVar(&cfg.Operations, "ops", cfg.Operations, "operations submitted by the end-to-end async and webhook scenarios")
 	flag.IntVar(&cfg.AsyncOps, "async-ops", cfg.AsyncOps, "most operations accepted per async accept round (the queue holds 10000)")
@@ -169,12 +174,12 @@ func (c Config) validate() error {
 		}
 	}
 	known := map[string]bool{}
-	for _, s := range append(AllScenarios, ExtraScenarios...) {
+	for _, s := range knownScenarios() {
 		known[s] = true
 	}
 	for _, s := range c.Scenarios {
 		if !known[s] {
-			return fmt.Errorf("unknown scenario %q (known: %s)", s, strings.Join(append(AllScenarios, ExtraScenarios...), ", "))
+			return fmt.Errorf("unknown scenario %q (known: %s)", s, strings.Join(knownScenarios(), ", "))
 		}
 	}
 	return nil
