@@ -1,9 +1,13 @@
-package store
+package badger
 
-import "time"
+import (
+	"time"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
 
 // StaleQueued returns up to limit queued operations whose QueueDeadline is before now (see Queue).
-func (s *Store) StaleQueued(now time.Time, limit int) ([]*Operation, error) {
+func (s *Store) StaleQueued(now time.Time, limit int) ([]*store.Operation, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
