@@ -54,8 +54,8 @@ func (s *Server) advanceLocked(now time.Time) {
 // long it waited. It reports false, holding no slot, when ctx ended first.
 // The slot is given back by e.settle.
 func (s *Server) takeSlot(ctx context.Context, e *execution) (time.Duration, bool) {
-	now := time.Now()
 	s.mu.Lock()
+	now := time.Now() // under the lock, so that the integrals and the waits use one timeline
 	s.advanceLocked(now)
 	c := &s.slots
 	if s.cfg.Slots <= 0 || c.running < int64(s.cfg.Slots) {
