@@ -27,6 +27,8 @@ type converter struct {
 	calls  slots      // `after`-mode calls under way, bounded by concurrency
 	quota  *admission // nil unless max_per_scope is set
 	now    func() time.Time
+	// capacity is the block's capacity settings (nil without): queue deadlines.
+	capacity *CapacityConfig
 }
 
 // headerCallback names the endpoint URL a request wants its operation's events sent to.
@@ -69,6 +71,7 @@ func (c *converter) newOperation(kr *keyedRequest, status store.Status) *store.O
 		Method: kr.r.Method, Path: kr.r.URL.Path, IdempotencyKey: kr.key, SubmittedAt: now, UpdatedAt: now,
 		Retention: time.Duration(c.cfg.Retention), Type: c.cfg.Type, Metadata: kr.metadata,
 		Traceparent: kr.trace.parent, Tracestate: kr.trace.state,
+		Urgency: urgencyOf(kr.r.Header.Values("Priority")), QueueDeadline: queueDeadline(c.capacity, kr.r, now),
 	}
 	if op.Type == "" {
 		op.Type = op.Path
@@ -97,7 +100,7 @@ func (c *converter) execution() *store.Execution {
 
 // notForwarded are request headers that concern the gateway, not the upstream. Accept-Encoding
 // goes too, so stored results are plain and their JSON can be shown inline.
-var notForwarded = []string{"Prefer", "Callback-Url", "Accept-Encoding", "Connection", "Keep-Alive", "Te", "Trailer", "Upgrade"}
+var notForwarded = []string{"Prefer", "Callback-Url", headerMaxQueueWait, "Accept-Encoding", "Connection", "Keep-Alive", "Te", "Trailer", "Upgrade"}
 
 // storedRequest is the request as the runner will send it again: the URI as the client sent
 // it, so the route matches it the same way.

@@ -25,6 +25,7 @@ type runner struct {
 	st      store.Backend
 	worker  string // this runner's id in leases: random, one per runner
 	name    string // the storage, as operators see it
+	where   string // the storage, as seat pools name it
 	log     *zap.Logger
 	courier *courier
 
@@ -66,8 +67,9 @@ type execution struct {
 	cancel     context.CancelCauseFunc
 	done       chan struct{}
 	pooled     bool
-	leaseUntil time.Time // as last renewed
-	started    time.Time // when it began running here, for the oldest-running gauge
+	leaseUntil time.Time    // as last renewed
+	started    time.Time    // when it began running here, for the oldest-running gauge
+	seat       *pendingSeat // its place in the capacity order, until its first attempt takes it
 }
 
 // Causes of an execution's cancellation.
@@ -87,7 +89,7 @@ const pollEvery = time.Second
 
 func newRunner(st store.Backend, set storageSettings, log *zap.Logger) *runner {
 	r := &runner{
-		st: st, worker: newID("wrk_", time.Now()), name: set.name(), log: log.Named("runner"),
+		st: st, worker: newID("wrk_", time.Now()), name: set.name(), where: set.where(), log: log.Named("runner"),
 		cfg:     runnerConfig{concurrency: set.concurrency, takeover: set.takeover, grace: defaultGrace},
 		running: map[string]*execution{}, wake: make(chan struct{}, 1), renewNow: make(chan struct{}, 1),
 		stopping: make(chan struct{}), stopped: make(chan struct{}),
@@ -266,7 +268,7 @@ func (r *runner) claimNext() bool {
 	r.mu.Lock()
 	full, takeover := r.pooled >= r.cfg.concurrency, r.cfg.takeover
 	r.mu.Unlock()
-	if full || !r.alive() {
+	if full || !r.alive() || !r.roomForQueued() {
 		return false
 	}
 	op, err := r.st.ClaimNext(r.worker, takeover)
@@ -280,8 +282,11 @@ func (r *runner) claimNext() bool {
 	r.queued.Add(-1)
 	r.log.Info("operation transition", operationFields(op, zap.String("old_status", string(store.StatusQueued)),
 		zap.String("new_status", string(op.Status)), zap.Int("attempts", op.Attempts), zap.Duration("queue_wait", op.StartedAt.Sub(op.SubmittedAt)))...)
+	if r.expiredInQueue(op) {
+		return true
+	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	r.start(op, ctx, &execution{cancel: cancel, done: make(chan struct{}), pooled: true, leaseUntil: op.LeaseUntil}, nil)
+	r.start(op, ctx, &execution{cancel: cancel, done: make(chan struct{}), pooled: true, leaseUntil: op.LeaseUntil, seat: r.enqueueSeat(op)}, nil)
 	return true
 }
 
@@ -322,7 +327,12 @@ func (r *runner) settle(id string, ex *execution) {
 	if ex.pooled {
 		r.pooled--
 	}
+	pending := ex.seat
+	ex.seat = nil
 	r.mu.Unlock()
+	if pending != nil { // ended before its first attempt: its place in the order goes
+		pending.pool.abandon(pending.w)
+	}
 	ex.cancel(nil)
 	close(ex.done)
 	r.kick()
@@ -422,6 +432,7 @@ func (r *runner) heartbeat() {
 		if time.Since(lastTakeover) >= takeoverEvery(takeover) && r.alive() {
 			lastTakeover = time.Now()
 			r.takeOver()
+			r.dropStale()
 			r.countQueued()
 		}
 	}
