@@ -39,7 +39,9 @@ func testAbortAfterFinishLeavesTheStreamReplaying(t *testing.T, e *env) {
 // batch or a later one. Unique ids go on being found.
 func testRepeatedUpstreamIDIsNotIndexed(t *testing.T, e *env) {
 	_, sr, c := e.liveStream(t)
-	ev := func(id string) store.StreamEvent { return store.StreamEvent{ID: id, Data: []byte("id: " + id + "\n\n")} }
+	ev := func(id string) store.StreamEvent {
+		return store.StreamEvent{ID: id, Data: []byte("id: " + id + "\n\n")}
+	}
 	ok(t, sr.AppendEvents(keyA, c.Token, []store.StreamEvent{ev("a"), ev("b"), ev("b")}))
 	if seq, found, _ := sr.FindEvent(keyA, "a"); !found || seq != 1 {
 		t.Fatalf(`FindEvent("a") = %d %v, want 1`, seq, found)
