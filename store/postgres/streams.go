@@ -110,6 +110,22 @@ func (s *Store) AppendEvents(key []byte, token string, events []store.StreamEven
 	})
 }
 
+// readEventsSQL reads a stream's head, whether its claim is still held, and the segments holding
+// the events after $3, up to $4 of them. The first of those segments is found by the primary
+// key, as the last one starting at or before event $3+1 (segments are contiguous), so a page
+// deep in a long stream reads its own segments and not every one before it.
+const readEventsSQL = `SELECT h.token, h.state, h.status, h.header, h.events, h.bytes,
+		coalesce(k.state = 1 AND k.token = h.token AND k.lease_until > $2, false), g.first_seq, g.data
+	FROM stream_heads h
+	LEFT JOIN idempotency_keys k ON k.key = h.key
+	LEFT JOIN LATERAL (SELECT first_seq, data FROM stream_segments
+		WHERE key = h.key AND token = h.token AND $4 > 0 AND last_seq > $3 AND first_seq <= $3 + $4
+			AND first_seq >= coalesce((SELECT max(first_seq) FROM stream_segments
+				WHERE key = h.key AND token = h.token AND first_seq <= $3 + 1), 1)
+		ORDER BY first_seq) g ON true
+	WHERE h.key = $1 AND h.keep_until > $2
+	ORDER BY g.first_seq`
+
 // ReadEvents implements store.StreamRecorder, in one statement (one snapshot): the head, whether
 // its claim is still held, and the segments holding the events after..after+limit. A live
 // stream whose claim is gone or ran out of lease (its gateway died) reads as aborted.
@@ -119,15 +135,7 @@ func (s *Store) ReadEvents(key []byte, after uint64, limit int) (store.StreamPag
 	err := s.query(func(ctx context.Context, db querier) error {
 		now := s.now()
 		from := int64(min(after, 1<<62))
-		rows, err := db.Query(ctx, `SELECT h.token, h.state, h.status, h.header, h.events, h.bytes,
-				coalesce(k.state = 1 AND k.token = h.token AND k.lease_until > $2, false), g.first_seq, g.data
-			FROM stream_heads h
-			LEFT JOIN idempotency_keys k ON k.key = h.key
-			LEFT JOIN LATERAL (SELECT first_seq, data FROM stream_segments
-				WHERE key = h.key AND token = h.token AND last_seq > $3 AND first_seq <= $3 + $4 AND $4 > 0
-				ORDER BY first_seq) g ON true
-			WHERE h.key = $1 AND h.keep_until > $2
-			ORDER BY g.first_seq`, key, now, from, limit)
+		rows, err := db.Query(ctx, readEventsSQL, key, now, from, limit)
 		if err != nil {
 			return err
 		}
