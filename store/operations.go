@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,6 +51,10 @@ type Operation struct {
 	// attempt, log line and webhook delivery of the operation carries them.
 	Traceparent string `json:"traceparent,omitempty"`
 	Tracestate  string `json:"tracestate,omitempty"`
+	// ScopeLimit, when above 0, makes AcceptOperation refuse the operation with ErrScopeFull
+	// while its scope already has that many queued or running (async max_per_scope); the count
+	// and the write are one step per scope, on every replica. Not stored.
+	ScopeLimit int `json:"-"`
 }
 
 // Execution is how an operation is to be run, stored with it so that every reload, restart
@@ -120,6 +125,8 @@ type Request struct {
 var (
 	ErrNotFound          = errors.New("operation not found")
 	ErrIllegalTransition = errors.New("illegal status transition")
+	// ErrScopeFull answers AcceptOperation when the operation's scope is at its ScopeLimit.
+	ErrScopeFull = errors.New("the scope has its limit of active operations")
 )
 
 // KeyAccept ties an accepted operation to its idempotency key: the key is completed with the
@@ -148,6 +155,15 @@ func (s *Store) AcceptOperation(op *Operation, req *Request, key *KeyAccept) (Cl
 			if claim, answered := AnswerFor(rec, key.Fingerprint, s.now()); answered {
 				return claim, nil
 			}
+		}
+	}
+	if op.ScopeLimit > 0 {
+		// One accept of a limited scope at a time: its count includes every operation stored
+		// before it (the queue's memory is updated before the lock is released).
+		unlockScope := s.sh.opLocks.lock([]byte("scope\x00" + op.Scope))
+		defer unlockScope()
+		if n, err := s.ActiveCount(op.Scope); err != nil || n >= op.ScopeLimit {
+			return Claim{}, cmp.Or(err, error(domainError{ErrScopeFull}))
 		}
 	}
 	unlockOp := s.sh.opLocks.lock([]byte(op.ID))
