@@ -5,13 +5,14 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/store/badger"
 )
 
 // A follower of a stream another process relays polls the store: at pollInterval while events
 // come, backing off while the stream is quiet, up to maxPollInterval (docs/streams.md), so
 // followers of a stalled stream do not each read the store 20 times a second.
 func TestStoredFollowerBacksOffWhileTheStreamIsQuiet(t *testing.T) {
-	st, err := store.Open(store.Options{Dir: t.TempDir()})
+	st, err := badger.Open(badger.Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

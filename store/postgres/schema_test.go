@@ -44,7 +44,7 @@ func TestDatabaseOfANewerIncompatibleSchemaIsRefused(t *testing.T) {
 	st, err := Open(ctx, Options{DSN: dsn, SweepEvery: -1})
 	if err == nil {
 		st.Close()
-		t.Fatal("a binary of schema 4 opened a database readable only by schema 5 and newer")
+		t.Fatalf("a binary of schema %d opened a database readable only by schema %d and newer", MaxSchema, MaxSchema+1)
 	}
 	want := fmt.Sprintf("the database is at schema %d, readable only by binaries of schema %d or newer; this binary knows schema %d at most: deploy a newer release",
 		MaxSchema+1, MaxSchema+1, MaxSchema)
