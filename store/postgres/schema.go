@@ -38,7 +38,7 @@ const noTransaction = "-- mulligan:no-transaction"
 const lockPoll = 250 * time.Millisecond
 
 // schemaState is what the database says of its schema: the newest migration applied, and the
-// oldest binary schema its data stays readable by (0: no marker, before schema 5).
+// oldest binary schema its data stays readable by (0: no marker, before schema 4).
 type schemaState struct {
 	version    int
 	readableBy int
@@ -66,7 +66,7 @@ func readSchema(ctx context.Context, conn *pgxpool.Conn) (schemaState, error) {
 	err := conn.QueryRow(ctx, `SELECT readable_by FROM schema_compat`).Scan(&st.readableBy)
 	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "42P01", errors.Is(err, pgx.ErrNoRows): // undefined_table: before schema 5
+	case errors.As(err, &pgErr) && pgErr.Code == "42P01", errors.Is(err, pgx.ErrNoRows): // undefined_table: before schema 4
 		if st.version > MaxSchema {
 			st.readableBy = st.version // a newer database without a marker: assume the worst
 		}
