@@ -168,17 +168,22 @@ func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st store.Bac
 			Message: "The operation queue is full; retry later."})
 		return nil
 	}
-	leave, ok := c.admit(w, kr, st)
-	if !ok {
-		return nil
-	}
-	defer leave()
 	op := c.newOperation(kr, store.StatusQueued)
+	if c.quota != nil {
+		if op.ScopeLimit = c.quota.room(kr.scope); op.ScopeLimit <= 0 && !c.recorded(kr, st) {
+			c.rateLimited(w)
+			return nil
+		}
+	}
 	span := startAccept(kr)
 	ka, resp := c.keyAccept(kr, op, "")
 	claim, err := st.AcceptOperation(op, storedRequest(kr), ka)
 	if err != nil || claim.Outcome != store.Claimed {
 		endAccept(span, nil)
+	}
+	if errors.Is(err, store.ErrScopeFull) {
+		c.rateLimited(w)
+		return nil
 	}
 	if err != nil {
 		return c.gate.storageFailed(w, kr, err)
@@ -271,10 +276,10 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 	return nil
 }
 
-// admit applies async max_per_scope before a request becomes an operation. It answers 429
-// RATE_LIMITED itself and reports false when the caller's scope is full; a keyed retry of a
-// request already accepted goes on to its replay. The caller calls leave once the operation is
-// stored or given up.
+// admit applies async max_per_scope to a call that runs within its window and may then become
+// an operation. It answers 429 RATE_LIMITED itself and reports false when the caller's scope is
+// full; a keyed retry of a request already accepted goes on to its replay. The caller calls
+// leave once the operation is stored or given up.
 func (c *converter) admit(w http.ResponseWriter, kr *keyedRequest, st store.Backend) (leave func(), ok bool) {
 	if c.quota == nil {
 		return func() {}, true
@@ -290,9 +295,14 @@ func (c *converter) admit(w http.ResponseWriter, kr *keyedRequest, st store.Back
 	if c.recorded(kr, st) {
 		return func() {}, true
 	}
+	c.rateLimited(w)
+	return nil, false
+}
+
+// rateLimited answers 429 RATE_LIMITED: the caller's scope is at max_per_scope.
+func (c *converter) rateLimited(w http.ResponseWriter) {
 	countRequest(outcomeRateLimited)
 	writeError(w, rateLimitedError(c.cfg.MaxPerScope))
-	return nil, false
 }
 
 // recorded reports whether the request's key already has a live record: its retry is answered

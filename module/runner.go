@@ -106,8 +106,9 @@ func (r *runner) begin() {
 	r.countQueued()
 	r.claims.Add(1)
 	go r.claimLoop()
-	r.beats.Add(1)
+	r.beats.Add(2)
 	go r.heartbeat()
+	go r.takeOverLoop()
 }
 
 // configure hands the runner the settings of owner, a config that has just started: the
@@ -412,11 +413,11 @@ func takeoverEvery(takeover time.Duration) time.Duration {
 	return min(max(takeover/6, 250*time.Millisecond), 5*time.Second)
 }
 
-// heartbeat renews the leases of what this runner executes, stops what was canceled or lost,
-// takes over what silent workers held, and recounts the queue.
+// heartbeat renews the leases of what this runner executes and stops what was canceled or
+// lost. Takeovers run in their own goroutine (takeOverLoop): however slow they are, renewals
+// keep their pace.
 func (r *runner) heartbeat() {
 	defer r.beats.Done()
-	lastTakeover := time.Time{}
 	for {
 		takeover := r.config().takeover
 		t := time.NewTimer(renewEvery(takeover))
@@ -429,12 +430,6 @@ func (r *runner) heartbeat() {
 			t.Stop()
 		}
 		r.renew(takeover)
-		if time.Since(lastTakeover) >= takeoverEvery(takeover) && r.alive() {
-			lastTakeover = time.Now()
-			r.takeOver()
-			r.dropStale()
-			r.countQueued()
-		}
 	}
 }
 
@@ -489,12 +484,16 @@ func (r *runner) renew(takeover time.Duration) {
 // re-queued or failed with WORKER_LOST. The store applies each only while the lease is still
 // expired and held by the same worker, so a takeover never races a renewal.
 func (r *runner) takeOver() {
-	ops, err := r.st.ExpiredLeases(100)
+	ops, err := r.st.ExpiredLeases(takeOverBatch)
 	if err != nil {
 		r.log.Warn("looking for expired leases", zap.Error(err))
 		return
 	}
+	budget := time.Now().Add(takeoverEvery(r.config().takeover))
 	for _, op := range ops {
+		if time.Now().After(budget) {
+			return // the rest in the next round
+		}
 		r.settleLost(op, store.Change{Holder: op.Holder, LeaseExpired: true}, "operation taken over")
 	}
 }

@@ -45,6 +45,9 @@ func (s *Store) acceptAtOnce(op *store.Operation, req *store.Request, key *store
 	if key != nil && key.Token != "" {
 		return store.Claim{}, false, nil
 	}
+	if op.ScopeLimit > 0 { // the scope's count and the write need its lock: the transaction's way
+		return store.Claim{}, false, nil
+	}
 	if a := s.announcer.Load(); a != nil && *a != nil && (*a)(op, nil) != nil {
 		return store.Claim{}, false, nil
 	}

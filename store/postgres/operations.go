@@ -136,6 +136,9 @@ func (s *Store) AcceptOperation(op *store.Operation, req *store.Request, key *st
 				return err
 			}
 		}
+		if err := scopeHasRoom(ctx, tx, op); err != nil {
+			return err
+		}
 		reqDoc, err := json.Marshal(req)
 		if err != nil {
 			return err
@@ -159,6 +162,25 @@ func (s *Store) AcceptOperation(op *store.Operation, req *store.Request, key *st
 		s.replays.put(key.Key, claim.Record, gen, readAt)
 	}
 	return claim, nil
+}
+
+// scopeHasRoom refuses op with store.ErrScopeFull when its scope is at op.ScopeLimit. Accepts
+// of one scope are serialised by a transaction-scoped advisory lock on the scope, taken before
+// the count: the count's snapshot then includes every accept of the scope committed before this
+// one, on any replica, and the next waits for this one to commit.
+func scopeHasRoom(ctx context.Context, tx pgx.Tx, op *store.Operation) error {
+	if op.ScopeLimit <= 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('mulligan scope ' || $1, 0))`, op.Scope); err != nil {
+		return err
+	}
+	var n int
+	err := tx.QueryRow(ctx, `SELECT count(*) FROM operations WHERE scope = $1 AND status IN ('queued', 'running')`, op.Scope).Scan(&n)
+	if err == nil && n >= op.ScopeLimit {
+		err = domain{store.ErrScopeFull}
+	}
+	return err
 }
 
 // acceptKey completes key with the 202 in tx: the caller's claim when it holds one (Token),

@@ -116,8 +116,11 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	if err := migrate(ctx, pool); err != nil {
+	if err := migrate(ctx, pool, opts.Logger); err != nil {
 		pool.Close()
+		if errors.Is(err, ErrSchemaOutOfRange) {
+			return nil, err // a deployment error, not an outage
+		}
 		return nil, unavailable(fmt.Errorf("migrating: %w", err))
 	}
 	s := &Store{pool: pool, opts: opts, now: opts.Now, wake: make(chan struct{}, 1), notifyCh: make(chan struct{}, 1),

@@ -35,10 +35,20 @@ func startReplicas(t *testing.T, n int, upstream, dsn, mulliganBody string) []*r
 	t.Helper()
 	var out []*replica
 	for range n {
-		dataDir := t.TempDir()
-		ports := testkit.FreePorts(t, 2)
-		p := &gatewayProcess{t: t, dataDir: dataDir, port: ports[0], base: fmt.Sprintf("http://127.0.0.1:%d", ports[0])}
-		cf := fmt.Sprintf(`{
+		r := newReplica(t, upstream, dsn, mulliganBody)
+		r.start()
+		out = append(out, r)
+	}
+	return out
+}
+
+// newReplica prepares (but does not start) one replica of startReplicas.
+func newReplica(t *testing.T, upstream, dsn, mulliganBody string) *replica {
+	t.Helper()
+	dataDir := t.TempDir()
+	ports := testkit.FreePorts(t, 2)
+	p := &gatewayProcess{t: t, dataDir: dataDir, port: ports[0], base: fmt.Sprintf("http://127.0.0.1:%d", ports[0])}
+	cf := fmt.Sprintf(`{
 	admin 127.0.0.1:%d
 	persist_config off
 	auto_https off
@@ -52,16 +62,13 @@ http://127.0.0.1:%d {
 	reverse_proxy %s
 }
 `, ports[1], p.port, mulliganBody, strings.TrimPrefix(upstream, "http://"))
-		if err := os.WriteFile(filepath.Join(dataDir, "Caddyfile"), []byte(cf), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		p.env = append(os.Environ(), "XDG_DATA_HOME="+dataDir+"/xdg-data", "XDG_CONFIG_HOME="+dataDir+"/xdg-config",
-			"MULLIGAN_POSTGRES_URL="+dsn)
-		t.Cleanup(p.kill)
-		p.start()
-		out = append(out, &replica{gatewayProcess: p, admin: fmt.Sprintf("http://127.0.0.1:%d", ports[1])})
+	if err := os.WriteFile(filepath.Join(dataDir, "Caddyfile"), []byte(cf), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	return out
+	p.env = append(os.Environ(), "XDG_DATA_HOME="+dataDir+"/xdg-data", "XDG_CONFIG_HOME="+dataDir+"/xdg-config",
+		"MULLIGAN_POSTGRES_URL="+dsn)
+	t.Cleanup(p.kill)
+	return &replica{gatewayProcess: p, admin: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
 }
 
 // operation is the parts of an operation these tests read.
