@@ -129,7 +129,7 @@ func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *st
 		}
 		w = pool.enqueue(operationAsk(op))
 	}
-	s, err := pool.await(ctx, w, wait)
+	s, err := pool.awaitAll(ctx, w, wait)
 	if err != nil {
 		return attemptResult{}, errors.Is(err, errNoSeat)
 	}
