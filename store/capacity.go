@@ -66,3 +66,46 @@ func (op *Operation) UnmarshalJSON(b []byte) error {
 	*op = Operation(p)
 	return nil
 }
+
+// ScopeQueue is one scope's queued work as seen from one queued operation, the operation asked
+// about (QueuePosition): counts of work whose deadline has not passed, at the effective urgencies
+// of the moment.
+type ScopeQueue struct {
+	Scope string
+	// Turn orders the scopes' turns: the scope served least recently (lowest) goes first; 0
+	// for a scope never served (or one whose turn was forgotten when it had no work left).
+	Turn int64
+	// Before counts operations at a more urgent effective urgency than the operation's.
+	Before int
+	// Level counts operations at the same effective urgency, and Oldest is the oldest of them.
+	Level  int
+	Oldest string
+	// Ahead counts those of Level older than the operation (in its own scope only).
+	Ahead int
+}
+
+// EstimatePosition estimates how many queued operations are claimed before the operation of
+// scope own: all those more urgent, those of its own scope ahead of it, and from every other
+// scope at its level as many as the turns give them (one per turn, one more if the scope's turn
+// comes first). Waiting changes urgencies meanwhile, so it is an estimate.
+func EstimatePosition(own string, scopes []ScopeQueue) int {
+	var mine ScopeQueue
+	for _, s := range scopes {
+		if s.Scope == own {
+			mine = s
+		}
+	}
+	pos := mine.Ahead
+	for _, s := range scopes {
+		pos += s.Before
+		if s.Scope == own {
+			continue
+		}
+		turns := mine.Ahead
+		if s.Turn < mine.Turn || (s.Turn == mine.Turn && s.Oldest < mine.Oldest) {
+			turns++
+		}
+		pos += min(s.Level, turns)
+	}
+	return pos
+}

@@ -2,7 +2,6 @@ package store
 
 import (
 	"errors"
-	"slices"
 	"sync"
 	"time"
 
@@ -12,10 +11,10 @@ import (
 // The Badger backend's queue. One process owns a Badger directory, so what the queue needs to be
 // fast (the order of queued ids, which worker holds what, counts per scope) lives in memory
 // beside the database, filled from its indexes at open and kept in step after every commit. The
-// store stays the truth: the FIFO is rebuilt from the q/ index periodically, so an operation whose
+// store stays the truth: the order is rebuilt from the q/ index periodically, so an operation whose
 // in-memory enqueue was somehow lost still runs.
 
-// Rebuild cadence of the FIFO: at least this often, and when it runs dry (not more often than
+// Rebuild cadence of the order: at least this often, and when it runs dry (not more often than
 // dryRebuildEvery, since a scan of q/ walks the tombstones of every operation already dequeued).
 const (
 	rebuildEvery    = 30 * time.Second
@@ -25,9 +24,8 @@ const (
 // queueState is the in-memory side of the Badger queue, shared by every handle on one database.
 type queueState struct {
 	mu        sync.Mutex
-	fifo      []string            // queued ids, oldest first; ids no longer queued are skipped when reached
-	inFifo    map[string]struct{} // the ids in fifo
-	queued    map[string]string   // queued id -> scope
+	order     *queueOrder        // the queued ids in the capacity order (queueorder.go)
+	queued    map[string]waiting // queued id -> what the order needs of it
 	running   map[string]*runLease
 	active    map[string]int       // scope -> queued + running
 	workers   map[string]time.Time // worker -> the latest lease it was granted in this process
@@ -44,7 +42,7 @@ type runLease struct {
 
 func newQueueState() *queueState {
 	return &queueState{
-		inFifo: map[string]struct{}{}, queued: map[string]string{}, running: map[string]*runLease{},
+		order: newQueueOrder(), queued: map[string]waiting{}, running: map[string]*runLease{},
 		active: map[string]int{}, workers: map[string]time.Time{},
 	}
 }
@@ -86,85 +84,74 @@ func (q *queueState) moved(op *Operation, prev Status) {
 	case wasActive && !isActive:
 		if q.active[op.Scope]--; q.active[op.Scope] <= 0 {
 			delete(q.active, op.Scope)
+			delete(q.order.turns, op.Scope) // a scope with no work left starts afresh
 		}
 	}
 	delete(q.queued, op.ID)
 	delete(q.running, op.ID)
 	switch op.Status {
 	case StatusQueued:
-		q.queued[op.ID] = op.Scope
-		q.push(op.ID)
+		w := waitingOf(op)
+		q.queued[op.ID] = w
+		q.order.add(w)
 	case StatusRunning:
 		q.running[op.ID] = &runLease{scope: op.Scope, holder: op.Holder, until: op.LeaseUntil}
 	}
 }
 
-// push adds id to the FIFO in id order (ids sort by creation), so a requeued operation goes
-// before those accepted after it, as the oldest queued runs first.
-func (q *queueState) push(id string) {
-	if _, ok := q.inFifo[id]; ok {
-		return
-	}
-	q.inFifo[id] = struct{}{}
-	i, _ := slices.BinarySearch(q.fifo, id)
-	q.fifo = slices.Insert(q.fifo, i, id)
-}
-
-// pop returns the oldest id in the FIFO that is still queued, rebuilding the FIFO from the store
-// when it is due or dry. ok is false when nothing is queued.
-func (q *queueState) pop(scan func() ([]string, error)) (string, bool, error) {
+// pop takes the first id in the capacity order at now, rebuilding the order from the store when
+// it is due or dry. ok is false when nothing queued may be claimed.
+func (q *queueState) pop(now time.Time, scan func() ([]string, error), load func([]string) ([]waiting, error)) (string, bool, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	since := time.Since(q.rebuiltAt)
-	if since >= rebuildEvery || (len(q.fifo) == 0 && since >= dryRebuildEvery) {
-		if err := q.rebuild(scan); err != nil {
+	if since >= rebuildEvery || (len(q.order.members) == 0 && since >= dryRebuildEvery) {
+		if err := q.rebuild(scan, load); err != nil {
 			return "", false, err
 		}
 	}
-	for len(q.fifo) > 0 {
-		id := q.fifo[0]
-		q.fifo[0] = ""
-		q.fifo = q.fifo[1:]
-		delete(q.inFifo, id)
-		if len(q.fifo) == 0 {
-			q.fifo = nil // let the backing array go
-		}
-		if _, ok := q.queued[id]; ok {
-			return id, true, nil
-		}
-	}
-	return "", false, nil
+	id, ok := q.order.next(q.queued, now)
+	return id, ok, nil
 }
 
-// rebuild replaces the FIFO with the store's q/ index. It runs under q.mu, so an operation
-// committed after the scan's snapshot is pushed after the rebuild and not lost; one committed
-// before it is in the scan (push dedupes).
-func (q *queueState) rebuild(scan func() ([]string, error)) error {
+// rebuild replaces the order with the store's q/ index. It runs under q.mu, so an operation
+// committed after the scan's snapshot is added after the rebuild and not lost; one committed
+// before it is in the scan (add dedupes).
+func (q *queueState) rebuild(scan func() ([]string, error), load func([]string) ([]waiting, error)) error {
 	ids, err := scan()
 	if err != nil {
 		return err
 	}
-	q.rebuiltAt = time.Now()
-	q.fifo, q.inFifo = nil, make(map[string]struct{}, len(ids))
+	var lost []string // committed queued, but their in-memory move was lost
 	for _, id := range ids {
 		if _, ok := q.queued[id]; !ok {
-			// Committed queued but its in-memory move was lost; its scope is read when claimed.
-			q.queued[id] = ""
+			lost = append(lost, id)
 		}
-		q.push(id)
+	}
+	found, err := load(lost)
+	if err != nil {
+		return err
+	}
+	for _, w := range found {
+		q.queued[w.id] = w
+	}
+	q.rebuiltAt = time.Now()
+	q.order.groups, q.order.members = map[string]*[LeastUrgent + 1][]string{}, make(map[string]struct{}, len(ids))
+	for _, id := range ids {
+		if w, ok := q.queued[id]; ok {
+			q.order.add(w)
+		}
 	}
 	return nil
 }
 
-// unpop puts id back at the head of the FIFO after a claim failed to commit.
+// unpop puts id back in the order after a claim failed to commit.
 func (q *queueState) unpop(id string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if _, ok := q.inFifo[id]; ok {
-		return
+	if w, ok := q.queued[id]; ok {
+		q.order.add(w)
 	}
-	q.inFifo[id] = struct{}{}
-	q.fifo = slices.Insert(q.fifo, 0, id)
 }
 
 // live records that worker holds leases until `until` in this process.
@@ -211,7 +198,8 @@ func (q *queueState) revokeIfExpired(id, holder string, now time.Time) bool {
 	return true
 }
 
-// ClaimNext moves the oldest queued operation to running, held by worker (see Queue).
+// ClaimNext moves the next queued operation in the capacity order to running, held by worker
+// (see Queue).
 func (s *Store) ClaimNext(worker string, lease time.Duration) (*Operation, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
@@ -219,7 +207,7 @@ func (s *Store) ClaimNext(worker string, lease time.Duration) (*Operation, error
 	q := s.sh.queue
 	q.live(worker, s.now().Add(lease))
 	for {
-		id, ok, err := q.pop(func() ([]string, error) { return s.OperationsIn(StatusQueued) })
+		id, ok, err := q.pop(s.now(), func() ([]string, error) { return s.OperationsIn(StatusQueued) }, s.loadWaiting)
 		if err != nil || !ok {
 			return nil, err
 		}

@@ -18,7 +18,8 @@ func TestQueuedOperationLostFromMemoryStillRuns(t *testing.T) {
 	// The in-memory enqueue is lost (as after an fsync error following the commit).
 	q := st.sh.queue
 	q.mu.Lock()
-	q.fifo, q.inFifo, q.rebuiltAt = nil, map[string]struct{}{}, time.Time{}
+	q.order, q.rebuiltAt = newQueueOrder(), time.Time{}
+	delete(q.queued, "op_1")
 	q.mu.Unlock()
 	op, err := st.ClaimNext("w1", time.Minute)
 	if err != nil || op == nil || op.ID != "op_1" || op.Holder != "w1" {
