@@ -74,9 +74,13 @@ func TestCapacitySeatsBoundTheUpstreamForSyncCallsAndOperationsTogether(t *testi
 }
 
 func TestCapacityUrgentOperationOvertakesTenLowUrgencyOnes(t *testing.T) {
-	g, a := startSlotted(t, 1, 100*time.Millisecond, "capacity {\n limit 1\n}")
-	var ids []string
-	for i := range 10 {
+	g, a := startSlotted(t, 1, 50*time.Millisecond, "capacity {\n limit 1\n}")
+	// The first holds the only seat long enough for the rest to be submitted behind it; the
+	// next is claimed at once and waits for the seat as the queue's head.
+	_, first := g.submit(t, "low-0", "Priority", "u=6", "X-Mock-Latency", "1s")
+	ids := []string{first.OperationID}
+	waitFor(t, func() bool { return g.model.Stats().InFlight == 1 })
+	for i := 1; i < 10; i++ {
 		_, op := g.submit(t, "low-"+itoa(i), "Priority", "u=6")
 		ids = append(ids, op.OperationID)
 	}
@@ -84,6 +88,10 @@ func TestCapacityUrgentOperationOvertakesTenLowUrgencyOnes(t *testing.T) {
 	ids = append(ids, op.OperationID)
 	if view := decodeOp(t, g.get("/v1/operations/"+op.OperationID)); view.Urgency != 0 {
 		t.Fatalf("the urgent operation shows urgency %d", view.Urgency)
+	}
+	// The last low one waits behind the urgent one and the others: its position says so.
+	if view := decodeOp(t, g.get("/v1/operations/"+ids[9])); view.Status != "queued" || view.QueuePosition == nil || *view.QueuePosition < 1 || view.Urgency != 6 {
+		t.Fatalf("the last low-urgency operation: %s, urgency %d, queue_position %v", view.Status, view.Urgency, view.QueuePosition)
 	}
 	for _, id := range ids {
 		g.await(t, id)
