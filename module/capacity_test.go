@@ -3,6 +3,7 @@ package module
 import (
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -226,5 +227,27 @@ func TestUrgencyOfPriorityHeader(t *testing.T) {
 		if got := urgencyOf(c.values); got != c.want {
 			t.Errorf("Priority %q: urgency %d, want %d", c.values, got, c.want)
 		}
+	}
+}
+
+func TestCapacityValidationRefusesWhatItCannotHonour(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  CapacityConfig
+		want string
+	}{
+		{CapacityConfig{Auto: true, Limit: 4, Min: 1, Max: 8}, "limit is either a number or auto <min> <max>, not both"},
+		{CapacityConfig{Auto: true, Min: 0, Max: 8}, "limit auto needs 1 <= min <= max, got 0 8"},
+		{CapacityConfig{Limit: -1}, "limit must be at least 1, got -1"},
+		{CapacityConfig{Limit: 2, Shared: -1}, "shared, wait and max_queue_wait must not be negative"},
+	} {
+		if err := tc.cfg.validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: error %v, want one containing %q", tc.cfg, err, tc.want)
+		}
+	}
+	// shared on Badger: one process owns the directory, so there is nothing to share.
+	h := Handler{Capacity: &CapacityConfig{Limit: 1, Shared: 2}, conv: &converter{prefix: "/v1/operations"}}
+	if err := h.provisionCapacity(storageSettings{backend: BackendBadger, location: t.TempDir()}); err == nil ||
+		!strings.Contains(err.Error(), "shared bounds the replicas on one PostgreSQL storage") {
+		t.Fatalf("shared on Badger: %v", err)
 	}
 }
