@@ -157,6 +157,9 @@ func (r *runner) queueTimeout(op *store.Operation) {
 	}
 }
 
+// staleEvery paces the look for queued operations past their deadline.
+const staleEvery = time.Second
+
 // dropStale fails queued operations past their queue deadline, so that they fail at their
 // deadline even while nothing is claimed, and never reach the upstream.
 func (r *runner) dropStale() {

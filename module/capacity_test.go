@@ -130,23 +130,39 @@ func TestCapacityTenantsTakeTurns(t *testing.T) {
 }
 
 func TestCapacityStaleOperationFailsQueueTimeoutWithoutReachingTheUpstream(t *testing.T) {
-	g, a := startSlotted(t, 1, 0, "capacity {\n limit 1\n max_queue_wait 1h\n}")
-	_, long := g.submit(t, "long", "X-Mock-Latency", "1500ms")
+	rc := newReceiver(t, secretA, nil)
+	g, a := startSlotted(t, 1, 0, "capacity {\n limit 1\n max_queue_wait 1h\n}\n"+webhooksBlock(rc.srv.URL+"/hook", "events operation.failed", secretA))
+	_, long := g.submit(t, "long", "X-Mock-Latency", "3s")
 	waitFor(t, func() bool { return g.model.Stats().InFlight == 1 })
+	// The head of the queue waits for the seat in memory; the stale ones behind it in storage.
 	began := time.Now()
+	_, head := g.submit(t, "head", "Max-Queue-Wait", "1")
 	_, stale := g.submit(t, "stale", "Max-Queue-Wait", "1")
-	got := g.await(t, stale.OperationID)
-	if got.Status != "failed" || got.Error == nil || got.Error.Code != string(CodeQueueTimeout) || !got.Error.Retryable {
-		t.Fatalf("stale operation: %+v %+v", got, got.Error)
+	for _, id := range []string{head.OperationID, stale.OperationID} {
+		got := g.await(t, id)
+		if got.Status != "failed" || got.Error == nil || got.Error.Code != string(CodeQueueTimeout) || !got.Error.Retryable {
+			t.Fatalf("stale operation: %+v %+v", got, got.Error)
+		}
 	}
-	if waited := time.Since(began); waited > 1400*time.Millisecond {
-		t.Errorf("the stale operation failed after %v; its deadline was 1s", waited)
+	if waited := time.Since(began); waited > 2500*time.Millisecond {
+		t.Errorf("the stale operations failed after %v; their deadline was 1s, the sweep runs every second", waited)
 	}
 	if done := g.await(t, long.OperationID); done.Status != "succeeded" {
 		t.Fatalf("the long operation: %s", done.Status)
 	}
-	if order := a.order(); slices.Contains(order, "stale") {
+	if order := a.order(); slices.Contains(order, "stale") || slices.Contains(order, "head") {
 		t.Fatalf("the stale operation reached the model server: %v", order)
+	}
+	// Its failure is announced like any other.
+	waitFor(t, func() bool { return rc.delivered() == 2 })
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for _, ev := range rc.events {
+		operation, _ := ev["operation"].(map[string]any)
+		failure, _ := operation["error"].(map[string]any)
+		if ev["event_type"] != "operation.failed" || failure["code"] != string(CodeQueueTimeout) {
+			t.Fatalf("event: %v", ev)
+		}
 	}
 }
 

@@ -388,7 +388,7 @@ func takeoverEvery(takeover time.Duration) time.Duration {
 // takes over what silent workers held, and recounts the queue.
 func (r *runner) heartbeat() {
 	defer r.beats.Done()
-	lastTakeover := time.Time{}
+	lastTakeover, lastStale := time.Time{}, time.Time{}
 	for {
 		takeover := r.config().takeover
 		t := time.NewTimer(renewEvery(takeover))
@@ -401,10 +401,13 @@ func (r *runner) heartbeat() {
 			t.Stop()
 		}
 		r.renew(takeover)
+		if time.Since(lastStale) >= staleEvery && r.alive() {
+			lastStale = time.Now()
+			r.dropStale()
+		}
 		if time.Since(lastTakeover) >= takeoverEvery(takeover) && r.alive() {
 			lastTakeover = time.Now()
 			r.takeOver()
-			r.dropStale()
 			r.countQueued()
 		}
 	}
