@@ -1,4 +1,4 @@
-package store
+package badger
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/mulligan-gw/mulligan/store"
 )
 
 // The capacity order on Badger (docs/backends.md, "The capacity order"): queued ids are kept in
@@ -21,8 +23,8 @@ type waiting struct {
 	deadline  time.Time
 }
 
-func waitingOf(op *Operation) waiting {
-	return waiting{id: op.ID, scope: op.Scope, urgency: ClampUrgency(op.Urgency), since: op.SubmittedAt, deadline: op.QueueDeadline}
+func waitingOf(op *store.Operation) waiting {
+	return waiting{id: op.ID, scope: op.Scope, urgency: store.ClampUrgency(op.Urgency), since: op.SubmittedAt, deadline: op.QueueDeadline}
 }
 
 // stale reports whether w's deadline has passed: it is no longer claimed (StaleQueued).
@@ -48,14 +50,14 @@ func (p place) before(o place) bool {
 
 // queueOrder holds the queued ids in the capacity order, and the scopes' turns.
 type queueOrder struct {
-	groups  map[string]*[LeastUrgent + 1][]string // scope -> urgency -> ids, oldest first; ids no longer queued are dropped when reached
-	members map[string]struct{}                   // the ids in groups
-	turns   map[string]int64                      // scope -> the turn of its latest claim; absent: never served
+	groups  map[string]*[store.LeastUrgent + 1][]string // scope -> urgency -> ids, oldest first; ids no longer queued are dropped when reached
+	members map[string]struct{}                         // the ids in groups
+	turns   map[string]int64                            // scope -> the turn of its latest claim; absent: never served
 	turn    int64
 }
 
 func newQueueOrder() *queueOrder {
-	return &queueOrder{groups: map[string]*[LeastUrgent + 1][]string{}, members: map[string]struct{}{}, turns: map[string]int64{}}
+	return &queueOrder{groups: map[string]*[store.LeastUrgent + 1][]string{}, members: map[string]struct{}{}, turns: map[string]int64{}}
 }
 
 // add puts w in its group in id order (ids sort by creation), so a requeued operation goes before
@@ -67,7 +69,7 @@ func (o *queueOrder) add(w waiting) {
 	o.members[w.id] = struct{}{}
 	g := o.groups[w.scope]
 	if g == nil {
-		g = new([LeastUrgent + 1][]string)
+		g = new([store.LeastUrgent + 1][]string)
 		o.groups[w.scope] = g
 	}
 	i, _ := slices.BinarySearch(g[w.urgency], w.id)
@@ -107,7 +109,7 @@ func (o *queueOrder) next(queued map[string]waiting, now time.Time) (id string, 
 				continue
 			}
 			w := queued[g[u][i]]
-			p := place{EffectiveUrgency(u, now.Sub(w.since)), o.turns[scope], w.id}
+			p := place{store.EffectiveUrgency(u, now.Sub(w.since)), o.turns[scope], w.id}
 			if bestI < 0 || p.before(best) {
 				best, bestScope, bestU, bestI = p, scope, u, i
 			}
@@ -127,8 +129,8 @@ func (o *queueOrder) next(queued map[string]waiting, now time.Time) (id string, 
 	return best.id, true
 }
 
-// StaleQueued returns up to limit queued operations whose QueueDeadline is before now (see Queue).
-func (s *Store) StaleQueued(now time.Time, limit int) ([]*Operation, error) {
+// StaleQueued returns up to limit queued operations whose QueueDeadline is before now (see store.Queue).
+func (s *Store) StaleQueued(now time.Time, limit int) ([]*store.Operation, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
@@ -145,10 +147,10 @@ func (s *Store) StaleQueued(now time.Time, limit int) ([]*Operation, error) {
 	}
 	q.mu.Unlock()
 	slices.Sort(ids)
-	var out []*Operation
+	var out []*store.Operation
 	err := s.view(func(txn *badger.Txn) error {
-		return eachOperation(txn, ids, func(op *Operation) {
-			if op.Status == StatusQueued {
+		return eachOperation(txn, ids, func(op *store.Operation) {
+			if op.Status == store.StatusQueued {
 				out = append(out, op)
 			}
 		})
@@ -156,7 +158,7 @@ func (s *Store) StaleQueued(now time.Time, limit int) ([]*Operation, error) {
 	return out, err
 }
 
-// QueuePosition estimates how many queued operations will be claimed before id (see Queue), from
+// QueuePosition estimates how many queued operations will be claimed before id (see store.Queue), from
 // memory.
 func (s *Store) QueuePosition(id string) (int, error) {
 	if err := s.usable(); err != nil {
@@ -168,31 +170,31 @@ func (s *Store) QueuePosition(id string) (int, error) {
 	defer q.mu.Unlock()
 	me, ok := q.queued[id]
 	if !ok {
-		return 0, domainError{ErrNotFound}
+		return 0, domainError{store.ErrNotFound}
 	}
-	level := EffectiveUrgency(me.urgency, now.Sub(me.since))
-	scopes := map[string]*ScopeQueue{}
+	level := store.EffectiveUrgency(me.urgency, now.Sub(me.since))
+	scopes := map[string]*store.ScopeQueue{}
 	for _, w := range q.queued {
 		if w.stale(now) {
 			continue
 		}
 		sq := scopes[w.scope]
 		if sq == nil {
-			sq = &ScopeQueue{Scope: w.scope, Turn: q.order.turns[w.scope]}
+			sq = &store.ScopeQueue{Scope: w.scope, Turn: q.order.turns[w.scope]}
 			scopes[w.scope] = sq
 		}
 		countWaiting(sq, w, me, level, now)
 	}
-	all := make([]ScopeQueue, 0, len(scopes))
+	all := make([]store.ScopeQueue, 0, len(scopes))
 	for _, sq := range scopes {
 		all = append(all, *sq)
 	}
-	return EstimatePosition(me.scope, all), nil
+	return store.EstimatePosition(me.scope, all), nil
 }
 
 // countWaiting adds w to its scope's counts as seen from me, whose effective urgency is level.
-func countWaiting(sq *ScopeQueue, w, me waiting, level int, now time.Time) {
-	switch e := EffectiveUrgency(w.urgency, now.Sub(w.since)); {
+func countWaiting(sq *store.ScopeQueue, w, me waiting, level int, now time.Time) {
+	switch e := store.EffectiveUrgency(w.urgency, now.Sub(w.since)); {
 	case e < level:
 		sq.Before++
 	case e == level:
@@ -206,7 +208,7 @@ func countWaiting(sq *ScopeQueue, w, me waiting, level int, now time.Time) {
 	}
 }
 
-// QueuedByUrgency counts queued operations by their stored urgency (see Queue), from memory.
+// QueuedByUrgency counts queued operations by their stored urgency (see store.Queue), from memory.
 func (s *Store) QueuedByUrgency() ([8]int, error) {
 	var out [8]int
 	if err := s.usable(); err != nil {
@@ -226,13 +228,13 @@ func (s *Store) QueuedByUrgency() ([8]int, error) {
 func (s *Store) loadWaiting(ids []string) ([]waiting, error) {
 	var out []waiting
 	err := s.view(func(txn *badger.Txn) error {
-		return eachOperation(txn, ids, func(op *Operation) {
-			if op.Status == StatusQueued {
+		return eachOperation(txn, ids, func(op *store.Operation) {
+			if op.Status == store.StatusQueued {
 				out = append(out, waitingOf(op))
 			}
 		})
 	})
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		err = nil
 	}
 	return out, err
