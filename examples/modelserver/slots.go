@@ -54,8 +54,8 @@ func (s *Server) advanceLocked(now time.Time) {
 // long it waited. It reports false, holding no slot, when ctx ended first.
 // The slot is given back by e.settle.
 func (s *Server) takeSlot(ctx context.Context, e *execution) (time.Duration, bool) {
-	now := time.Now()
 	s.mu.Lock()
+	now := time.Now() // under the lock, so that the integrals and the waits use one timeline
 	s.advanceLocked(now)
 	c := &s.slots
 	if s.cfg.Slots <= 0 || c.running < int64(s.cfg.Slots) {
@@ -144,36 +144,4 @@ func (s *Server) fillSlotStatsLocked(st *Stats, now time.Time) {
 	st.BusySlotTime, st.QueuedTime = c.busy, c.queuedTime
 	st.Seated, st.QueueWaitTotal, st.QueueWaitMax = c.seatedCount, c.waitTotal, c.waitMax
 	st.Window = now.Sub(c.since)
-}
-
-// Utilisation is the share of the slots' time spent running requests over
-// the window: BusySlotTime / (Slots × Window). It is 0 without slots.
-func (st Stats) Utilisation() float64 {
-	if st.Slots <= 0 || st.Window <= 0 {
-		return 0
-	}
-	return float64(st.BusySlotTime) / (float64(st.Slots) * float64(st.Window))
-}
-
-// MeanQueued is the average number of requests waiting for a slot over the
-// window.
-func (st Stats) MeanQueued() float64 {
-	if st.Window <= 0 {
-		return 0
-	}
-	return float64(st.QueuedTime) / float64(st.Window)
-}
-
-// Sub is the activity between an earlier snapshot (taken after the same
-// Reset) and st: the integrals, totals and window are differences, so
-// st.Sub(earlier).Utilisation() is the utilisation between the two; gauges
-// and maxima are st's own (the maxima still count from the last Reset).
-func (st Stats) Sub(earlier Stats) Stats {
-	d := st
-	d.BusySlotTime -= earlier.BusySlotTime
-	d.QueuedTime -= earlier.QueuedTime
-	d.Window -= earlier.Window
-	d.Seated -= earlier.Seated
-	d.QueueWaitTotal -= earlier.QueueWaitTotal
-	return d
 }

@@ -114,7 +114,8 @@ func TestSlotsRunAtMostNAndQueueTheRestFirstComeFirstServed(t *testing.T) {
 	if len(order) != 5 || strings.Join(order[2:], ",") != strings.Join(ids, ",") {
 		t.Errorf("slots taken in the order %v; want the two holders, then %v in arrival order", order, ids)
 	}
-	st := stats(t, ts)
+	// The client sees its cancellation before the server does: wait for both holders to end.
+	st := waitStats(t, ts, "every request ended", func(st modelserver.Stats) bool { return st.InFlight == 0 })
 	if st.MaxRunning != 2 || st.MaxQueued != 3 || st.MaxInFlight != 5 || st.Running != 0 || st.Queued != 0 {
 		t.Errorf("max running %d queued %d in flight %d, now running %d queued %d; want 2 3 5, 0 0",
 			st.MaxRunning, st.MaxQueued, st.MaxInFlight, st.Running, st.Queued)
