@@ -7,7 +7,8 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/mulligan-gw/mulligan/module"
+	"github.com/mulligan-gw/mulligan/internal/fingerprint"
+	"github.com/mulligan-gw/mulligan/internal/idemkey"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/badger"
 )
@@ -47,8 +48,8 @@ func seedKeys(ctx context.Context, dir string, from, to int) error {
 	s := forEach(ctx, seedWorkers(), to-from, func(i int) error {
 		i += from
 		key := scaleKey(i)
-		rk := module.RecordKey("", http.MethodPost, chatPath, key)
-		fp := module.Fingerprint(http.MethodPost, chatPath, "", "application/json", chatBody(key))
+		rk := idemkey.Record("", http.MethodPost, chatPath, key)
+		fp := requestFingerprint(http.MethodPost, chatPath, "application/json", chatBody(key))
 		claim, err := st.ClaimKey(rk, fp, seedLease)
 		if err != nil {
 			return err
@@ -64,6 +65,13 @@ func seedKeys(ctx context.Context, dir string, from, to int) error {
 	return ctx.Err()
 }
 
+// requestFingerprint is the fingerprint the gateway computes for a request on a route with no
+// fingerprint_ignore pointers: with idemkey.Record, what a seeded record must carry to replay.
+func requestFingerprint(method, path, contentType string, body []byte) []byte {
+	f, _ := fingerprint.New(nil)
+	return f.Sum(method, path, "", contentType, body)
+}
+
 // seedOperations stores n finished operations (queued, running, then succeeded with a
 // result), the way the runner leaves them.
 func seedOperations(ctx context.Context, dir string, from, n int) error {
@@ -75,7 +83,7 @@ func seedOperations(ctx context.Context, dir string, from, n int) error {
 	s := forEach(ctx, seedWorkers(), n, func(i int) error {
 		i += from
 		now := time.Now()
-		op := &store.Operation{ID: fmt.Sprintf("op_seed%09d", i), Scope: module.ScopeHash(""), Status: store.StatusQueued, Version: 1,
+		op := &store.Operation{ID: fmt.Sprintf("op_seed%09d", i), Scope: idemkey.Scope(""), Status: store.StatusQueued, Version: 1,
 			Method: http.MethodPost, Path: chatPath, SubmittedAt: now, Retention: seedTTL}
 		body := chatBody(fmt.Sprint("seeded operation ", i))
 		req := &store.Request{Method: http.MethodPost, URL: chatPath, Host: "127.0.0.1",

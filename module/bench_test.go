@@ -39,21 +39,3 @@ func BenchmarkFingerprint(b *testing.B) {
 		})
 	}
 }
-
-// BenchmarkParseKey is the cost of validating an Idempotency-Key header, bare and as an
-// RFC 8941 quoted string.
-func BenchmarkParseKey(b *testing.B) {
-	for name, v := range map[string]string{
-		"bare":   "order-42-7f3c9a2e-1b4d-4c8e-9f00-5a6b7c8d9e0f",
-		"quoted": `"order-42-7f3c9a2e-1b4d-4c8e-9f00-5a6b7c8d9e0f"`,
-	} {
-		b.Run(name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := parseKey(v); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
-}

@@ -2,8 +2,6 @@ package module
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +10,8 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/internal/fingerprint"
+	"github.com/mulligan-gw/mulligan/internal/idemkey"
+	"github.com/mulligan-gw/mulligan/internal/sse"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
@@ -92,7 +92,7 @@ func (g *gate) keyOf(w http.ResponseWriter, r *http.Request) (string, bool) {
 		writeError(w, apiError{Code: CodeKeyInvalid, Message: fmt.Sprintf("Send exactly one %s header.", g.header)})
 		return "", false
 	}
-	key, err := parseKey(values[0])
+	key, err := idemkey.Parse(values[0])
 	if err != nil {
 		countRequest(outcomeRejected)
 		writeError(w, apiError{Code: CodeKeyInvalid, Message: err.Error() + "; send 1 to 255 printable ASCII characters."})
@@ -108,9 +108,9 @@ func (g *gate) prepare(w http.ResponseWriter, r *http.Request, budget *byteBudge
 	if err != nil {
 		return nil, err
 	}
-	kr := &keyedRequest{r: r, key: key, scope: scopeHash(scope), body: body, reserved: reserved, log: log}
+	kr := &keyedRequest{r: r, key: key, scope: idemkey.Scope(scope), body: body, reserved: reserved, log: log}
 	if key != "" {
-		kr.recordKey = recordKey(scope, r.Method, r.URL.Path, key)
+		kr.recordKey = idemkey.Record(scope, r.Method, r.URL.Path, key)
 		kr.fp = g.fp.Sum(r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Get("Content-Type"), body)
 		kr.log = log.with(zap.String("idempotency_key", key))
 	}
@@ -184,22 +184,6 @@ func (g *gate) tooLarge(w http.ResponseWriter) error {
 	return errAnswered
 }
 
-// scopeHash is the stored form of a tenant scope: its raw value is never stored.
-func scopeHash(scope string) string {
-	h := sha256.Sum256([]byte(scope))
-	return hex.EncodeToString(h[:16])
-}
-
-// recordKey names a record by (scope hash, method, route path, key): tenants never share one.
-func recordKey(scope, method, path, key string) []byte {
-	h := sha256.New()
-	fingerprint.WriteField(h, []byte(scopeHash(scope)))
-	for _, part := range []string{method, path, key} {
-		fingerprint.WriteField(h, []byte(part))
-	}
-	return h.Sum(nil)
-}
-
 // claimAndRun claims the key and runs the request, or answers from the record.
 func (g *gate) claimAndRun(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Backend) error {
 	deadline := g.now().Add(g.wait)
@@ -244,7 +228,7 @@ func later(a, b time.Time) time.Time {
 // asksForStream reports whether a request asks for an event-stream answer: Accept:
 // text/event-stream, or a JSON body with "stream": true (the OpenAI-style APIs' switch).
 func asksForStream(kr *keyedRequest) bool {
-	if wantsEventStream(kr.r) {
+	if sse.WantsEventStream(kr.r) {
 		return true
 	}
 	if !bytes.Contains(kr.body, []byte(`"stream"`)) {

@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/sse"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -277,7 +278,7 @@ type streamRecording struct {
 	token   string
 	tee     *teeWriter
 	live    *liveStream
-	split   sseSplitter
+	split   sse.Splitter
 	seq     uint64
 	bytes   int64
 	settled bool
@@ -295,7 +296,7 @@ func (g *gate) newStreamRecording(tee *teeWriter, kr *keyedRequest, st store.Bac
 // whether it did. A stream the store cannot record is relayed unrecorded (the key is then
 // released at the end).
 func (r *streamRecording) open(status int, header http.Header) bool {
-	if !r.g.policy.records(status) || !isEventStream(header.Get("Content-Type")) {
+	if !r.g.policy.records(status) || !sse.IsEventStream(header.Get("Content-Type")) {
 		return false
 	}
 	header.Del("Content-Length") // ids are added: the length changes
@@ -316,9 +317,9 @@ func (r *streamRecording) open(status int, header http.Header) bool {
 func (r *streamRecording) write(p []byte) {
 	var batch []store.StreamEvent
 	var relay [][]byte
-	r.split.push(p, func(block []byte) {
+	r.split.Push(p, func(block []byte) {
 		r.seq++
-		data, id := withEventID(block, r.seq)
+		data, id := sse.WithEventID(block, r.seq)
 		relay = append(relay, data)
 		r.bytes += int64(len(data))
 		if r.bytes > r.g.maxResult {
@@ -333,9 +334,9 @@ func (r *streamRecording) write(p []byte) {
 	for _, data := range relay {
 		r.tee.toClient(data)
 	}
-	if int64(r.split.buffered()) > r.g.maxResult { // one event larger than a whole record
+	if int64(r.split.Buffered()) > r.g.maxResult { // one event larger than a whole record
 		r.live.stopRecording()
-		r.tee.toClient(r.split.rest())
+		r.tee.toClient(r.split.Rest())
 	}
 	r.tee.flushClient()
 }
@@ -344,7 +345,7 @@ func (r *streamRecording) write(p []byte) {
 // else aborted, which releases the key at once.
 func (r *streamRecording) settle(err error) error {
 	r.settled = true
-	if rest := r.split.rest(); len(rest) > 0 {
+	if rest := r.split.Rest(); len(rest) > 0 {
 		r.tee.toClient(rest) // an unterminated last event is relayed, not recorded as one
 		r.tee.flushClient()
 	}

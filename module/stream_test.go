@@ -13,6 +13,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/sse"
 )
 
 // eventUpstream is a model server's streaming endpoint in miniature: every request is one
@@ -117,7 +120,7 @@ func (g *gateway) stream(req *http.Request, headers ...string) *sseStream {
 	if err != nil {
 		g.t.Fatal(err)
 	}
-	if resp.StatusCode != 200 || !isEventStream(resp.Header.Get("Content-Type")) {
+	if resp.StatusCode != 200 || !sse.IsEventStream(resp.Header.Get("Content-Type")) {
 		b, _ := io.ReadAll(resp.Body)
 		g.t.Fatalf("stream answered %d %s: %s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
 	}
@@ -473,29 +476,6 @@ func TestStreamOverMaxResultIsRelayedButNotRecorded(t *testing.T) {
 	}
 }
 
-func TestSSESplitterFindsEventsAcrossChunksAndLineEnds(t *testing.T) {
-	in := "data: a\n\n" + "id: x\r\ndata: b\r\n\r\n" + "\n" + "data: c\r\r" + "data: d\n"
-	var got []string
-	for _, size := range []int{1, 2, 3, 7, len(in)} {
-		got = got[:0]
-		var s sseSplitter
-		for rest := []byte(in); len(rest) > 0; {
-			n := min(size, len(rest))
-			s.push(rest[:n], func(b []byte) { got = append(got, string(b)) })
-			rest = rest[n:]
-		}
-		want := []string{"data: a\n\n", "id: x\r\ndata: b\r\n\r\n", "data: c\r\r"}
-		if fmt.Sprint(got) != fmt.Sprint(want) || string(s.rest()) != "data: d\n" {
-			t.Fatalf("chunks of %d: %q, rest %q", size, got, s.rest())
-		}
-	}
-	for block, want := range map[string]string{"data: a\n\n": "id: 7\ndata: a\n\n", "id: x\ndata: b\n\n": "id: x\ndata: b\n\n"} {
-		if out, _ := withEventID([]byte(block), 7); !bytes.Equal(out, []byte(want)) {
-			t.Errorf("withEventID(%q) = %q, want %q", block, out, want)
-		}
-	}
-}
-
 func TestAsyncStreamIsFollowedWhileItRunsAndResumedAfterIt(t *testing.T) {
 	up := newEventUpstream(20)
 	up.holdAt = 5
@@ -565,5 +545,27 @@ func TestAfterModeRelaysAStreamThatBeginsWithinTheWindowLive(t *testing.T) {
 	}
 	if n := up.runs.Load(); n != 1 {
 		t.Fatalf("the upstream ran %d times, want 1", n)
+	}
+}
+
+func TestRecordedStreamSaysWhenItExpiresInATrailer(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, "async {\n max_result 2KiB\n}")
+	for _, tc := range []struct {
+		name, key, content string
+		recorded           bool
+	}{
+		{"a recorded stream", "short", "one two three", true},
+		{"a stream over max_result", "long", strings.Repeat("word ", 600), false},
+	} {
+		req, _ := http.NewRequest("POST", g.base+chatPath, strings.NewReader(`{"stream":true,"messages":[{"role":"user","content":"`+tc.content+`"}]}`))
+		req.Header.Set("Idempotency-Key", tc.key)
+		req.Header.Set("Content-Type", "application/json")
+		r := g.do(req)
+		if r.err != nil || r.StatusCode != 200 || r.Header.Get(headerExpires) != "" {
+			t.Fatalf("%s: %v %v, header Idempotency-Expires %q", tc.name, r.err, r.Status, r.Header.Get(headerExpires))
+		}
+		if got := r.Trailer.Get(headerExpires) != ""; got != tc.recorded {
+			t.Errorf("%s: trailer Idempotency-Expires %q, want it %v", tc.name, r.Trailer.Get(headerExpires), tc.recorded)
+		}
 	}
 }

@@ -1,11 +1,16 @@
-package module
+// Package idemkey parses Idempotency-Key header values and derives the store keys the gateway
+// records them under (docs/api.md, Idempotency). It needs only the standard library and
+// internal/fingerprint, so tools that seed or inspect a store (bench, operators' scripts)
+// address records exactly as the gateway does.
+package idemkey
 
 import (
 	"errors"
 	"strings"
 )
 
-const maxKeyLen = 255
+// MaxLen is the longest key accepted, in bytes.
+const MaxLen = 255
 
 var (
 	errKeyEmpty     = errors.New("the idempotency key is empty")
@@ -14,14 +19,14 @@ var (
 	errKeyBadQuoted = errors.New("the idempotency key is a malformed quoted string (RFC 8941)")
 )
 
-// parseKey validates an Idempotency-Key header value: 1..255 printable ASCII characters, or the
+// Parse validates an Idempotency-Key header value: 1..255 printable ASCII characters, or the
 // same as an RFC 8941 sf-string ("abc", with \" and \\ escapes), which is unquoted. The IETF
 // draft defines the header as an sf-string; many clients send the bare token.
-func parseKey(v string) (string, error) {
+func Parse(v string) (string, error) {
 	if strings.HasPrefix(v, `"`) {
 		return parseQuotedKey(v)
 	}
-	return checkKey(v)
+	return Check(v)
 }
 
 func parseQuotedKey(v string) (string, error) {
@@ -45,14 +50,15 @@ func parseQuotedKey(v string) (string, error) {
 			b.WriteByte(c)
 		}
 	}
-	return checkKey(b.String())
+	return Check(b.String())
 }
 
-func checkKey(k string) (string, error) {
+// Check validates a bare key (no RFC 8941 quoting): 1..MaxLen printable ASCII characters.
+func Check(k string) (string, error) {
 	switch {
 	case len(k) == 0:
 		return "", errKeyEmpty
-	case len(k) > maxKeyLen:
+	case len(k) > MaxLen:
 		return "", errKeyTooLong
 	}
 	for i := 0; i < len(k); i++ {

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -24,6 +24,9 @@ import (
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/webhook"
 )
+
+// Two valid Standard Webhooks secrets: the current one and the one being rotated out.
+var secretNew, secretOld = testkit.SecretNew, testkit.SecretOld
 
 // sidecarProcess is the built binary run as `mulligan sidecar`, configured by environment
 // variables alone, on a data directory that outlives it. It reuses gatewayProcess's requests,
@@ -161,10 +164,6 @@ func TestSidecarRunsTheWalkthroughFromEnvironmentAlone(t *testing.T) {
 // that still knows only the older secret verifies them), and after the file is rotated and the
 // sidecar gets SIGUSR1, with the new secret.
 func TestSidecarSignsWebhooksWithTheMountedSecrets(t *testing.T) {
-	probe := mustLoad(t, "MULLIGAN_UPSTREAM", "127.0.0.1:8000", "MULLIGAN_WEBHOOK_URL", "http://127.0.0.1:1/hooks", "MULLIGAN_WEBHOOK_SECRET", secretNew)
-	if _, _, err := probe.Adapt(); err != nil && strings.Contains(err.Error(), `unrecognized mulligan subdirective "webhooks"`) {
-		t.Skip("the module does not parse a webhooks block yet")
-	}
 	secretNext := "whsec_" + base64.StdEncoding.EncodeToString([]byte("next-signing-key-of-32-bytes-lon"))
 	var (
 		mu       sync.Mutex
@@ -286,9 +285,10 @@ func TestSidecarPrintShowsTheConfigWithoutSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := mustLoad(t, "MULLIGAN_UPSTREAM", "http://model:8000", "MULLIGAN_ENCRYPTION_KEY", "0123456789abcdef",
-		"MULLIGAN_WEBHOOK_URL", "https://consumer.example.com/hook", "MULLIGAN_WEBHOOK_SECRET_FILE", secrets)
-	if string(out) != c.Caddyfile() || bytes.Contains(out, []byte(secretNew)) || bytes.Contains(out, []byte("0123456789abcdef")) {
+	// The generated Caddyfile itself is checked in sidecar/env_test.go; here, that the binary
+	// prints one for this environment and no secret in it.
+	if !bytes.Contains(out, []byte("http://model:8000")) || !bytes.Contains(out, []byte("https://consumer.example.com/hook")) ||
+		bytes.Contains(out, []byte(secretNew)) || bytes.Contains(out, []byte("0123456789abcdef")) {
 		t.Fatalf("--print printed:\n%s", out)
 	}
 }

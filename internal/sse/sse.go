@@ -1,24 +1,30 @@
-package module
+// Package sse frames Server-Sent Events (the WHATWG HTML "event stream" grammar): it cuts an
+// upstream's byte stream into events, gives every relayed event an id a client can resume from
+// with Last-Event-ID, and recognises an event stream by its media type (docs/streams.md). It
+// needs only the standard library.
+package sse
 
 import (
 	"bytes"
 	"mime"
+	"net/http"
 	"strconv"
+	"strings"
 )
 
-// sseSplitter cuts a Server-Sent Events byte stream into events: blocks of lines ended by a
+// Splitter cuts a Server-Sent Events byte stream into events: blocks of lines ended by a
 // blank line, with CRLF, LF or CR line ends (the SSE spec's "event stream" grammar). It holds at
 // most one partial event.
-type sseSplitter struct {
+type Splitter struct {
 	buf       []byte
 	pos       int // where scanning resumes
 	lineStart int // start of the line being scanned
 }
 
-// push adds p and calls emit with each event it completes. The slice given to emit is only
+// Push adds p and calls emit with each event it completes. The slice given to emit is only
 // valid during the call. The partial event left over is moved to the front once per push, not
 // once per event, so a large chunk of many events costs one pass.
-func (s *sseSplitter) push(p []byte, emit func(block []byte)) {
+func (s *Splitter) Push(p []byte, emit func(block []byte)) {
 	s.buf = append(s.buf, p...)
 	start := 0
 	for s.pos < len(s.buf) {
@@ -53,16 +59,19 @@ func (s *sseSplitter) push(p []byte, emit func(block []byte)) {
 	}
 }
 
-// buffered is the size of the partial event held.
-func (s *sseSplitter) buffered() int { return len(s.buf) }
+// Buffered is the size of the partial event held.
+func (s *Splitter) Buffered() int { return len(s.buf) }
 
-// rest returns the partial event held (an upstream that ended without a closing blank line)
+// Rest returns the partial event held (an upstream that ended without a closing blank line)
 // and forgets it.
-func (s *sseSplitter) rest() []byte {
+func (s *Splitter) Rest() []byte {
 	out := s.buf
 	s.buf, s.pos, s.lineStart = nil, 0, 0
 	return out
 }
+
+// Partial is the partial event held, which the splitter keeps: valid until the next Push.
+func (s *Splitter) Partial() []byte { return s.buf }
 
 // lineEnd is the line terminator at the end of b.
 func lineEnd(b []byte) []byte {
@@ -75,10 +84,10 @@ func lineEnd(b []byte) []byte {
 	return nil
 }
 
-// withEventID returns a copy of the event block with an id, and that id: the upstream's own
+// WithEventID returns a copy of the event block with an id, and that id: the upstream's own
 // when the block has an id field, else seq, so that every relayed event can be resumed from
 // with Last-Event-ID.
-func withEventID(block []byte, seq uint64) ([]byte, string) {
+func WithEventID(block []byte, seq uint64) ([]byte, string) {
 	if id, ok := eventID(block); ok {
 		return bytes.Clone(block), id
 	}
@@ -106,9 +115,21 @@ func eventID(block []byte) (string, bool) {
 	return "", false
 }
 
-// isEventStream reports whether a response is Server-Sent Events, the kind of stream that is
+// IsEventStream reports whether a response is Server-Sent Events, the kind of stream that is
 // recorded event by event and can be joined and resumed (docs/streams.md).
-func isEventStream(contentType string) bool {
+func IsEventStream(contentType string) bool {
 	mt, _, err := mime.ParseMediaType(contentType)
 	return err == nil && mt == "text/event-stream"
+}
+
+// WantsEventStream reports whether the client asked for Server-Sent Events.
+func WantsEventStream(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		for part := range strings.SplitSeq(v, ",") {
+			if mt, _, err := mime.ParseMediaType(strings.TrimSpace(part)); err == nil && mt == "text/event-stream" {
+				return true
+			}
+		}
+	}
+	return false
 }

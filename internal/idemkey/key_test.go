@@ -1,4 +1,4 @@
-package module
+package idemkey
 
 import (
 	"strings"
@@ -25,9 +25,9 @@ func TestParseKey(t *testing.T) {
 		{`"bad\x"`, "", false},
 		{`"in"side"`, "", false},
 	} {
-		got, err := parseKey(tc.in)
+		got, err := Parse(tc.in)
 		if (err == nil) != tc.ok || got != tc.want {
-			t.Errorf("parseKey(%q) = %q, %v; want %q ok=%v", tc.in, got, err, tc.want, tc.ok)
+			t.Errorf("Parse(%q) = %q, %v; want %q ok=%v", tc.in, got, err, tc.want, tc.ok)
 		}
 	}
 }
@@ -37,11 +37,11 @@ func FuzzParseKey(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
-		k, err := parseKey(in)
+		k, err := Parse(in)
 		if err != nil {
 			return
 		}
-		if len(k) == 0 || len(k) > maxKeyLen {
+		if len(k) == 0 || len(k) > MaxLen {
 			t.Fatalf("accepted a key of length %d", len(k))
 		}
 		for i := 0; i < len(k); i++ {
@@ -50,4 +50,22 @@ func FuzzParseKey(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkParseKey is the cost of validating an Idempotency-Key header, bare and as an
+// RFC 8941 quoted string.
+func BenchmarkParseKey(b *testing.B) {
+	for name, v := range map[string]string{
+		"bare":   "order-42-7f3c9a2e-1b4d-4c8e-9f00-5a6b7c8d9e0f",
+		"quoted": `"order-42-7f3c9a2e-1b4d-4c8e-9f00-5a6b7c8d9e0f"`,
+	} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Parse(v); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
