@@ -19,6 +19,7 @@ type opBody struct {
 	Version           int64  `json:"version"`
 	Attempts          int    `json:"attempts"`
 	Urgency           int    `json:"urgency"`
+	QueuePosition     *int   `json:"queue_position"`
 	StatusURL         string `json:"status_url"`
 	CancelRequestedAt string `json:"cancel_requested_at"`
 	Response          *struct {

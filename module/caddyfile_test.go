@@ -83,6 +83,12 @@ func TestCaddyfileParsesEveryOption(t *testing.T) {
 			on_crash fail
 			max_per_scope 5
 		}
+		capacity {
+			limit auto 2 32
+			shared 8
+			wait 5s
+			max_queue_wait 10m
+		}
 		webhooks {
 			endpoint consumer_a https://consumer.example.com/webhooks/* {
 				secret whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD
@@ -110,6 +116,9 @@ func TestCaddyfileParsesEveryOption(t *testing.T) {
 		!i.Required || i.Header != "X-Key" || i.MaxBody != 1<<20 || i.MismatchStatus != 422 ||
 		len(i.FingerprintIgnore) != 2 || len(i.StoreStatus) != 2 || h.Async.MaxResult != 2<<20 || i.MaxBuffered != 64<<20 || h.Async.MaxPerScope != 5 {
 		t.Fatalf("parsed %+v %+v %+v", h, *i, *h.Async)
+	}
+	if c := h.Capacity; c == nil || !c.Auto || c.Min != 2 || c.Max != 32 || c.Shared != 8 || c.Wait != caddy.Duration(5*time.Second) || c.MaxQueueWait != caddy.Duration(10*time.Minute) {
+		t.Fatalf("capacity %+v", h.Capacity)
 	}
 	a, wh := h.Async, h.Webhooks
 	if a.Mode != ModeAfter || a.After != caddy.Duration(3*time.Second) || a.Concurrency != 2 || a.Queue != 50 || *a.Retries != 0 || a.OnCrash != CrashFail {
@@ -147,6 +156,13 @@ func TestCaddyfileRejectsMistakes(t *testing.T) {
 		{"mulligan {\n webhooks {\n endpoint a https://x.example.com {\n secret s\n signature\n }\n }\n}", "unexpected line ending after 'signature'"},
 		{"mulligan {\n async {\n max_per_scope -1\n }\n}", `max_per_scope must be a whole number of at least 0, got "-1"`},
 		{"mulligan {\n idempotency {\n max_buffered lots\n }\n}", `invalid size "lots"`},
+		{"mulligan {\n capacity {\n limit 0\n }\n}", `limit must be a whole number of at least 1, or auto <min> <max>, got "0"`},
+		{"mulligan {\n capacity {\n limit auto 8 4\n }\n}", `limit auto takes a minimum and a maximum, 1 <= min <= max, got "8" "4"`},
+		{"mulligan {\n capacity {\n limit auto\n }\n}", `limit must be a whole number of at least 1, or auto <min> <max>, got "auto"`},
+		{"mulligan {\n capacity {\n limit auto 1\n }\n}", "limit takes a number, or auto <min> <max>"},
+		{"mulligan {\n capacity {\n shared 0\n }\n}", `shared must be a whole number of at least 1, got "0"`},
+		{"mulligan {\n capacity {\n wait soon\n }\n}", `invalid duration "soon" for wait`},
+		{"mulligan {\n capacity {\n seats 4\n }\n}", `unrecognized capacity subdirective "seats"`},
 	} {
 		var h Handler
 		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.src))

@@ -129,7 +129,7 @@ func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *st
 		}
 		w = pool.enqueue(operationAsk(op))
 	}
-	s, err := pool.await(ctx, w, wait)
+	s, err := pool.awaitAll(ctx, w, wait)
 	if err != nil {
 		return attemptResult{}, errors.Is(err, errNoSeat)
 	}
@@ -156,6 +156,9 @@ func (r *runner) queueTimeout(op *store.Operation) {
 		p.countQueueTimeout()
 	}
 }
+
+// staleEvery paces the look for queued operations past their deadline.
+const staleEvery = time.Second
 
 // dropStale fails queued operations past their queue deadline, so that they fail at their
 // deadline even while nothing is claimed, and never reach the upstream.

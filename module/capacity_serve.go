@@ -3,6 +3,7 @@ package module
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -38,10 +39,13 @@ func (h *Handler) provisionCapacity(set storageSettings) error {
 	if h.Capacity == nil {
 		return nil
 	}
+	if h.Capacity.Shared > 0 && set.backend != BackendPostgres {
+		return fmt.Errorf("capacity: shared bounds the replicas on one PostgreSQL storage; with %s storage one process owns it and limit is the bound", set.backend)
+	}
 	where := set.where()
 	key := seatPoolKey(where, h.conv.prefix)
 	v, _, err := seatPools.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return newSeatPool(key, where, set.name()+h.conv.prefix, *h.Capacity), nil
+		return newSeatPool(key, where, set.name()+h.conv.prefix, h.conv.prefix, *h.Capacity), nil
 	})
 	if err != nil {
 		return err

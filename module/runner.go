@@ -418,6 +418,7 @@ func takeoverEvery(takeover time.Duration) time.Duration {
 // keep their pace.
 func (r *runner) heartbeat() {
 	defer r.beats.Done()
+	var lastStale time.Time
 	for {
 		takeover := r.config().takeover
 		t := time.NewTimer(renewEvery(takeover))
@@ -430,6 +431,10 @@ func (r *runner) heartbeat() {
 			t.Stop()
 		}
 		r.renew(takeover)
+		if time.Since(lastStale) >= staleEvery && r.alive() {
+			lastStale = time.Now()
+			r.dropStale()
+		}
 	}
 }
 

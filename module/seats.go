@@ -60,6 +60,10 @@ type seatPool struct {
 	adapt   *adaptiveLimit
 	drain   drainRate
 	stats   seatCounters
+
+	sharedName string        // the pool's name among replicas (capacity shared)
+	shared     *sharedSeats  // nil until first needed, or without shared
+	stopped    chan struct{} // closed when the last config lets go
 }
 
 // seatCounters are a pool's totals since the process started.
@@ -68,14 +72,18 @@ type seatCounters struct {
 	queueTimeouts int64 // operations failed QUEUE_TIMEOUT
 }
 
-func newSeatPool(key, where, label string, cfg CapacityConfig) *seatPool {
-	p := &seatPool{key: key, where: where, label: label, now: time.Now, turns: map[string]uint64{}}
+func newSeatPool(key, where, label, sharedName string, cfg CapacityConfig) *seatPool {
+	p := &seatPool{key: key, where: where, label: label, sharedName: sharedName, now: time.Now,
+		turns: map[string]uint64{}, stopped: make(chan struct{})}
 	p.configure(cfg)
 	return p
 }
 
-// Destruct lets waiters go on: nothing holds the pool when the last config lets go.
-func (p *seatPool) Destruct() error { return nil }
+// Destruct stops renewing shared seats when the last config lets go.
+func (p *seatPool) Destruct() error {
+	close(p.stopped)
+	return nil
+}
 
 // configure applies a (re)loaded block's settings; seats in use stay in use.
 func (p *seatPool) configure(cfg CapacityConfig) {
@@ -97,14 +105,31 @@ func (p *seatPool) configure(cfg CapacityConfig) {
 
 // seat is one held seat; release gives it back once.
 type seat struct {
-	pool  *seatPool
-	start time.Time
-	once  sync.Once
+	pool   *seatPool
+	start  time.Time
+	once   sync.Once
+	shared string // the shared seat also held (capacity shared); "" without
 }
 
 // acquire waits for a seat in the pool's order, up to wait (zero: until ctx ends).
 func (p *seatPool) acquire(ctx context.Context, ask seatAsk, wait time.Duration) (*seat, error) {
-	return p.await(ctx, p.enqueue(ask), wait)
+	return p.awaitAll(ctx, p.enqueue(ask), wait)
+}
+
+// awaitAll is await, then a shared seat too when the pool has `shared`, within the same wait.
+func (p *seatPool) awaitAll(ctx context.Context, w *seatWaiter, wait time.Duration) (*seat, error) {
+	var deadline time.Time
+	if wait > 0 {
+		deadline = time.Now().Add(wait)
+	}
+	s, err := p.await(ctx, w, wait)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.acquireShared(ctx, s, deadline); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // enqueue puts ask in the order, granting it a seat at once when one is free and nobody waits.
@@ -155,6 +180,22 @@ func (p *seatPool) await(ctx context.Context, w *seatWaiter, wait time.Duration)
 	return &seat{pool: p, start: p.now()}, nil
 }
 
+// acquireShared adds a shared seat to s when the pool has `shared`, waiting no later than
+// deadline (zero: until ctx ends); without one, s is given back unused.
+func (p *seatPool) acquireShared(ctx context.Context, s *seat, deadline time.Time) error {
+	shared := p.sharedFor()
+	if shared == nil {
+		return nil
+	}
+	id, err := shared.take(ctx, deadline)
+	if err != nil {
+		s.giveBack()
+		return err
+	}
+	s.shared = id
+	return nil
+}
+
 // abandon takes w out of the order for good: a seat granted to it and never taken is freed.
 func (p *seatPool) abandon(w *seatWaiter) {
 	p.mu.Lock()
@@ -186,6 +227,9 @@ func (p *seatPool) dropLocked(w *seatWaiter) {
 func (s *seat) release(overloaded bool) {
 	s.once.Do(func() {
 		p := s.pool
+		if s.shared != "" {
+			p.sharedFor().give(s.shared)
+		}
 		now := p.now()
 		p.mu.Lock()
 		p.inUse--
@@ -196,6 +240,18 @@ func (s *seat) release(overloaded bool) {
 		p.grantLocked()
 		p.mu.Unlock()
 		kickRunners(p.where) // a seat may be free for queued work
+	})
+}
+
+// giveBack returns a seat that was never used for a call: it tells the limit nothing.
+func (s *seat) giveBack() {
+	s.once.Do(func() {
+		p := s.pool
+		p.mu.Lock()
+		p.inUse--
+		p.grantLocked()
+		p.mu.Unlock()
+		kickRunners(p.where)
 	})
 }
 

@@ -22,7 +22,6 @@ func (r *runner) takeOverLoop() {
 		}
 		if r.alive() {
 			r.takeOver()
-			r.dropStale()
 			r.countQueued()
 		}
 	}
