@@ -440,7 +440,7 @@ func (c *courier) breakerStates() map[string]string {
 func (c *courier) recentAttempts() []attemptLog {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]attemptLog(nil), c.recent...)
+	return append([]attemptLog{}, c.recent...) // [] in JSON when there is none, never null
 }
 
 // eventEnvelope is the body of a delivery (docs/webhooks.md, Events).
