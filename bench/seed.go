@@ -7,8 +7,10 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/mulligan-gw/mulligan/module"
+	"github.com/mulligan-gw/mulligan/internal/fingerprint"
+	"github.com/mulligan-gw/mulligan/internal/idemkey"
 	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/store/badger"
 )
 
 // seedLease and seedTTL are what the gateway uses by default (lease 10m, ttl 24h).
@@ -37,7 +39,7 @@ func seedWorkers() int { return 4 * runtime.GOMAXPROCS(0) }
 // seedKeys records keys [from, to) in the store at dir, exactly as the gateway would have
 // recorded POST /v1/chat/completions with that key and body (no fsync: it is a fixture).
 func seedKeys(ctx context.Context, dir string, from, to int) error {
-	st, err := store.Open(store.Options{Dir: dir, Sync: false})
+	st, err := badger.Open(badger.Options{Dir: dir, Sync: false})
 	if err != nil {
 		return err
 	}
@@ -46,8 +48,8 @@ func seedKeys(ctx context.Context, dir string, from, to int) error {
 	s := forEach(ctx, seedWorkers(), to-from, func(i int) error {
 		i += from
 		key := scaleKey(i)
-		rk := module.RecordKey("", http.MethodPost, chatPath, key)
-		fp := module.Fingerprint(http.MethodPost, chatPath, "", "application/json", chatBody(key))
+		rk := idemkey.Record("", http.MethodPost, chatPath, key)
+		fp := requestFingerprint(http.MethodPost, chatPath, "application/json", chatBody(key))
 		claim, err := st.ClaimKey(rk, fp, seedLease)
 		if err != nil {
 			return err
@@ -63,10 +65,17 @@ func seedKeys(ctx context.Context, dir string, from, to int) error {
 	return ctx.Err()
 }
 
+// requestFingerprint is the fingerprint the gateway computes for a request on a route with no
+// fingerprint_ignore pointers: with idemkey.Record, what a seeded record must carry to replay.
+func requestFingerprint(method, path, contentType string, body []byte) []byte {
+	f, _ := fingerprint.New(nil)
+	return f.Sum(method, path, "", contentType, body)
+}
+
 // seedOperations stores n finished operations (queued, running, then succeeded with a
 // result), the way the runner leaves them.
 func seedOperations(ctx context.Context, dir string, from, n int) error {
-	st, err := store.Open(store.Options{Dir: dir, Sync: false})
+	st, err := badger.Open(badger.Options{Dir: dir, Sync: false})
 	if err != nil {
 		return err
 	}
@@ -74,7 +83,7 @@ func seedOperations(ctx context.Context, dir string, from, n int) error {
 	s := forEach(ctx, seedWorkers(), n, func(i int) error {
 		i += from
 		now := time.Now()
-		op := &store.Operation{ID: fmt.Sprintf("op_seed%09d", i), Scope: module.ScopeHash(""), Status: store.StatusQueued, Version: 1,
+		op := &store.Operation{ID: fmt.Sprintf("op_seed%09d", i), Scope: idemkey.Scope(""), Status: store.StatusQueued, Version: 1,
 			Method: http.MethodPost, Path: chatPath, SubmittedAt: now, Retention: seedTTL}
 		body := chatBody(fmt.Sprint("seeded operation ", i))
 		req := &store.Request{Method: http.MethodPost, URL: chatPath, Host: "127.0.0.1",

@@ -12,6 +12,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/mulligan-gw/mulligan/internal/idemkey"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -216,7 +217,7 @@ func (a *AdminAPI) evict(w http.ResponseWriter, r *http.Request, run *runner) er
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&k); err != nil || k.Method == "" || k.Path == "" || k.Key == "" {
 		return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf(`send {"scope":"...","method":"POST","path":"/v1/...","key":"..."}`)}
 	}
-	found, err := run.st.EvictKey(recordKey(k.Scope, strings.ToUpper(k.Method), k.Path, k.Key))
+	found, err := run.st.EvictKey(idemkey.Record(k.Scope, strings.ToUpper(k.Method), k.Path, k.Key))
 	if err != nil {
 		return storeFailure(err)
 	}

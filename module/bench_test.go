@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/mulligan-gw/mulligan/internal/fingerprint"
 )
 
 // benchChatRequest is an OpenAI-style chat request of about size bytes: a few nested objects
@@ -22,7 +24,7 @@ func benchChatRequest(size int) []byte {
 // BenchmarkFingerprint is the per-request cost of a keyed request's fingerprint: JSON
 // canonicalisation and SHA-256.
 func BenchmarkFingerprint(b *testing.B) {
-	fp, err := newFingerprinter(nil)
+	fp, err := fingerprint.New(nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -32,25 +34,7 @@ func BenchmarkFingerprint(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				fp.sum("POST", "/v1/chat/completions", "", "application/json", body)
-			}
-		})
-	}
-}
-
-// BenchmarkParseKey is the cost of validating an Idempotency-Key header, bare and as an
-// RFC 8941 quoted string.
-func BenchmarkParseKey(b *testing.B) {
-	for name, v := range map[string]string{
-		"bare":   "order-42-7f3c9a2e-1b4d-4c8e-9f00-5a6b7c8d9e0f",
-		"quoted": `"order-42-7f3c9a2e-1b4d-4c8e-9f00-5a6b7c8d9e0f"`,
-	} {
-		b.Run(name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := parseKey(v); err != nil {
-					b.Fatal(err)
-				}
+				fp.Sum("POST", "/v1/chat/completions", "", "application/json", body)
 			}
 		})
 	}

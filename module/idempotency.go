@@ -2,14 +2,16 @@ package module
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/mulligan-gw/mulligan/internal/fingerprint"
+	"github.com/mulligan-gw/mulligan/internal/idemkey"
+	"github.com/mulligan-gw/mulligan/internal/sse"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
@@ -36,7 +38,7 @@ type gate struct {
 	maxResult int64
 	mismatch  int
 	policy    statusPolicy
-	fp        *fingerprinter
+	fp        *fingerprint.Fingerprinter
 	flights   *flights
 	streams   *liveStreams
 	now       func() time.Time
@@ -47,7 +49,7 @@ func newGate(c *IdempotencyConfig, a *AsyncConfig) (*gate, error) {
 	if err != nil {
 		return nil, err
 	}
-	fp, err := newFingerprinter(c.FingerprintIgnore)
+	fp, err := fingerprint.New(c.FingerprintIgnore)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +92,7 @@ func (g *gate) keyOf(w http.ResponseWriter, r *http.Request) (string, bool) {
 		writeError(w, apiError{Code: CodeKeyInvalid, Message: fmt.Sprintf("Send exactly one %s header.", g.header)})
 		return "", false
 	}
-	key, err := parseKey(values[0])
+	key, err := idemkey.Parse(values[0])
 	if err != nil {
 		countRequest(outcomeRejected)
 		writeError(w, apiError{Code: CodeKeyInvalid, Message: err.Error() + "; send 1 to 255 printable ASCII characters."})
@@ -106,10 +108,10 @@ func (g *gate) prepare(w http.ResponseWriter, r *http.Request, budget *byteBudge
 	if err != nil {
 		return nil, err
 	}
-	kr := &keyedRequest{r: r, key: key, scope: scopeHash(scope), body: body, reserved: reserved, log: log}
+	kr := &keyedRequest{r: r, key: key, scope: idemkey.Scope(scope), body: body, reserved: reserved, log: log}
 	if key != "" {
-		kr.recordKey = recordKey(scope, r.Method, r.URL.Path, key)
-		kr.fp = g.fp.sum(r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Get("Content-Type"), body)
+		kr.recordKey = idemkey.Record(scope, r.Method, r.URL.Path, key)
+		kr.fp = g.fp.Sum(r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Get("Content-Type"), body)
 		kr.log = log.with(zap.String("idempotency_key", key))
 	}
 	return kr, nil
@@ -182,24 +184,8 @@ func (g *gate) tooLarge(w http.ResponseWriter) error {
 	return errAnswered
 }
 
-// scopeHash is the stored form of a tenant scope: its raw value is never stored.
-func scopeHash(scope string) string {
-	h := sha256.Sum256([]byte(scope))
-	return hex.EncodeToString(h[:16])
-}
-
-// recordKey names a record by (scope hash, method, route path, key): tenants never share one.
-func recordKey(scope, method, path, key string) []byte {
-	h := sha256.New()
-	writeField(h, []byte(scopeHash(scope)))
-	for _, part := range []string{method, path, key} {
-		writeField(h, []byte(part))
-	}
-	return h.Sum(nil)
-}
-
 // claimAndRun claims the key and runs the request, or answers from the record.
-func (g *gate) claimAndRun(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Keys) error {
+func (g *gate) claimAndRun(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Backend) error {
 	deadline := g.now().Add(g.wait)
 	wait := waiting{interval: pollInterval}
 	streamAsked := false
@@ -242,7 +228,7 @@ func later(a, b time.Time) time.Time {
 // asksForStream reports whether a request asks for an event-stream answer: Accept:
 // text/event-stream, or a JSON body with "stream": true (the OpenAI-style APIs' switch).
 func asksForStream(kr *keyedRequest) bool {
-	if wantsEventStream(kr.r) {
+	if sse.WantsEventStream(kr.r) {
 		return true
 	}
 	if !bytes.Contains(kr.body, []byte(`"stream"`)) {
@@ -344,7 +330,7 @@ func (g *gate) storageFailed(w http.ResponseWriter, kr *keyedRequest, err error)
 
 // run sends the claimed request upstream on a context that outlives the client (bounded by the
 // lease), streams the answer to the client, and records or releases the key.
-func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Keys, token string) error {
+func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Backend, token string) error {
 	defer g.flights.start(string(kr.recordKey), token)()
 	ctx, cancel := detachedContext(kr.r.Context(), g.lease)
 	defer cancel()

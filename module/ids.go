@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"net/http"
 	"time"
+
+	"github.com/mulligan-gw/mulligan/internal/idemkey"
 )
 
 // crockford is Crockford's base32 alphabet, lower-cased: ids sort as their bytes do.
@@ -28,7 +30,7 @@ const headerRequestID = "X-Request-Id"
 // requestID returns the client's X-Request-Id when it is a sane token, else a fresh id.
 func requestID(r *http.Request, now time.Time) string {
 	if id := r.Header.Get(headerRequestID); id != "" && len(id) <= 128 {
-		if _, err := checkKey(id); err == nil {
+		if _, err := idemkey.Check(id); err == nil {
 			return id
 		}
 	}

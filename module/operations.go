@@ -9,6 +9,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/idemkey"
+	"github.com/mulligan-gw/mulligan/internal/sse"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -36,7 +38,7 @@ type opsRequest struct {
 //	GET    {prefix}/{id}/result     its upstream response, as sent
 //	POST   {prefix}/{id}/cancel     cancel it (also DELETE {prefix}/{id})
 func (h *Handler) serveOperations(w http.ResponseWriter, r *http.Request, st store.Backend, run *runner, scope string, log reqLog) {
-	q := &opsRequest{w: w, r: r, st: st, run: run, scope: scopeHash(scope), anonymous: scope == "", log: log}
+	q := &opsRequest{w: w, r: r, st: st, run: run, scope: idemkey.Scope(scope), anonymous: scope == "", log: log}
 	rest := strings.Trim(strings.TrimPrefix(r.URL.Path, h.conv.prefix), "/")
 	id, action, _ := strings.Cut(rest, "/")
 	switch {
@@ -128,7 +130,7 @@ func (h *Handler) getResult(q *opsRequest, id string) {
 		return
 	}
 	cur := op.As(h.now())
-	if wantsEventStream(q.r) && h.followResult(q, cur) {
+	if sse.WantsEventStream(q.r) && h.followResult(q, cur) {
 		return
 	}
 	if !cur.Status.Final() {
@@ -167,7 +169,7 @@ func (h *Handler) listOperations(q *opsRequest) {
 	}
 	list := q.st.ListOperations
 	if v.Has("idempotency_key") {
-		key, err := parseKey(v.Get("idempotency_key"))
+		key, err := idemkey.Parse(v.Get("idempotency_key"))
 		if err != nil {
 			writeError(q.w, apiError{Code: CodeInvalidRequest, Message: err.Error() + "; send 1 to 255 printable ASCII characters in idempotency_key."})
 			return

@@ -4,14 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"mime"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/sse"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -24,7 +23,7 @@ type opStream struct {
 	changed chan struct{}
 	status  int
 	header  http.Header
-	split   sseSplitter
+	split   sse.Splitter
 	events  []store.StreamEvent
 	bytes   int64
 	end     streamEnd
@@ -40,7 +39,7 @@ func newOpStream() *opStream {
 
 // begin sets the answer's status and headers; it reports whether the answer is an event stream.
 func (s *opStream) begin(status int, header http.Header) bool {
-	if !isEventStream(header.Get("Content-Type")) {
+	if !sse.IsEventStream(header.Get("Content-Type")) {
 		return false
 	}
 	s.mu.Lock()
@@ -64,11 +63,11 @@ func (s *opStream) head() (int, http.Header) {
 func (s *opStream) relayed() []byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]byte, 0, s.bytes+int64(s.split.buffered()))
+	out := make([]byte, 0, s.bytes+int64(s.split.Buffered()))
 	for _, e := range s.events {
 		out = append(out, e.Data...)
 	}
-	return append(out, s.split.buf...)
+	return append(out, s.split.Partial()...)
 }
 
 func (s *opStream) notify() {
@@ -80,8 +79,8 @@ func (s *opStream) notify() {
 func (s *opStream) write(p []byte) {
 	s.mu.Lock()
 	from := len(s.events)
-	s.split.push(p, func(block []byte) {
-		data, id := withEventID(block, uint64(len(s.events)+1))
+	s.split.Push(p, func(block []byte) {
+		data, id := sse.WithEventID(block, uint64(len(s.events)+1))
 		s.events = append(s.events, store.StreamEvent{Seq: uint64(len(s.events) + 1), ID: id, Data: data})
 		s.bytes += int64(len(data))
 	})
@@ -200,18 +199,6 @@ type progressView struct {
 	Bytes  int64 `json:"bytes"`
 }
 
-// wantsEventStream reports whether the client asked for Server-Sent Events.
-func wantsEventStream(r *http.Request) bool {
-	for _, v := range r.Header.Values("Accept") {
-		for part := range strings.SplitSeq(v, ",") {
-			if mt, _, err := mime.ParseMediaType(strings.TrimSpace(part)); err == nil && mt == "text/event-stream" {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // followResult serves an operation's answer as Server-Sent Events: the events so far, then the
 // live ones while it runs (from this replica's runner, or from the store when another replica
 // runs it); Last-Event-ID or ?starting_after= resumes after that event. It reports false when
@@ -265,8 +252,9 @@ func (h *Handler) followResult(q *opsRequest, op *store.Operation) bool {
 	return true
 }
 
-// streamStore is a storage that records streams under keys of its own: PostgreSQL, shared by
-// replicas (docs/streams.md).
+// streamStore is what an operation's recording needs of storage. Every backend records streams
+// (Badger too); the runner copies an operation's stream only into storage that replicas share,
+// PostgreSQL (docs/streams.md).
 type streamStore interface {
 	store.Keys
 	store.StreamRecorder

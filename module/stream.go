@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/sse"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -277,19 +278,17 @@ type streamRecording struct {
 	token   string
 	tee     *teeWriter
 	live    *liveStream
-	split   sseSplitter
+	split   sse.Splitter
 	seq     uint64
 	bytes   int64
 	settled bool
 }
 
-// newStreamRecording prepares tee to record an event-stream answer event by event, when the
-// storage can (store.StreamRecorder); otherwise such an answer is recorded whole at its end.
-func (g *gate) newStreamRecording(tee *teeWriter, kr *keyedRequest, st store.Keys, token string) *streamRecording {
+// newStreamRecording prepares tee to record an event-stream answer event by event (every
+// backend records streams: store.StreamRecorder).
+func (g *gate) newStreamRecording(tee *teeWriter, kr *keyedRequest, st store.Backend, token string) *streamRecording {
 	rec := &streamRecording{g: g, kr: kr, token: token, tee: tee}
-	if sr, ok := st.(store.StreamRecorder); ok {
-		rec.st, tee.streams = sr, rec
-	}
+	rec.st, tee.streams = st, rec
 	return rec
 }
 
@@ -297,7 +296,7 @@ func (g *gate) newStreamRecording(tee *teeWriter, kr *keyedRequest, st store.Key
 // whether it did. A stream the store cannot record is relayed unrecorded (the key is then
 // released at the end).
 func (r *streamRecording) open(status int, header http.Header) bool {
-	if !r.g.policy.records(status) || !isEventStream(header.Get("Content-Type")) {
+	if !r.g.policy.records(status) || !sse.IsEventStream(header.Get("Content-Type")) {
 		return false
 	}
 	header.Del("Content-Length") // ids are added: the length changes
@@ -318,9 +317,9 @@ func (r *streamRecording) open(status int, header http.Header) bool {
 func (r *streamRecording) write(p []byte) {
 	var batch []store.StreamEvent
 	var relay [][]byte
-	r.split.push(p, func(block []byte) {
+	r.split.Push(p, func(block []byte) {
 		r.seq++
-		data, id := withEventID(block, r.seq)
+		data, id := sse.WithEventID(block, r.seq)
 		relay = append(relay, data)
 		r.bytes += int64(len(data))
 		if r.bytes > r.g.maxResult {
@@ -335,9 +334,9 @@ func (r *streamRecording) write(p []byte) {
 	for _, data := range relay {
 		r.tee.toClient(data)
 	}
-	if int64(r.split.buffered()) > r.g.maxResult { // one event larger than a whole record
+	if int64(r.split.Buffered()) > r.g.maxResult { // one event larger than a whole record
 		r.live.stopRecording()
-		r.tee.toClient(r.split.rest())
+		r.tee.toClient(r.split.Rest())
 	}
 	r.tee.flushClient()
 }
@@ -346,7 +345,7 @@ func (r *streamRecording) write(p []byte) {
 // else aborted, which releases the key at once.
 func (r *streamRecording) settle(err error) error {
 	r.settled = true
-	if rest := r.split.rest(); len(rest) > 0 {
+	if rest := r.split.Rest(); len(rest) > 0 {
 		r.tee.toClient(rest) // an unterminated last event is relayed, not recorded as one
 		r.tee.flushClient()
 	}

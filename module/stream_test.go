@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mulligan-gw/mulligan/internal/sse"
 )
 
 // eventUpstream is a model server's streaming endpoint in miniature: every request is one
@@ -117,7 +119,7 @@ func (g *gateway) stream(req *http.Request, headers ...string) *sseStream {
 	if err != nil {
 		g.t.Fatal(err)
 	}
-	if resp.StatusCode != 200 || !isEventStream(resp.Header.Get("Content-Type")) {
+	if resp.StatusCode != 200 || !sse.IsEventStream(resp.Header.Get("Content-Type")) {
 		b, _ := io.ReadAll(resp.Body)
 		g.t.Fatalf("stream answered %d %s: %s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
 	}
@@ -470,29 +472,6 @@ func TestStreamOverMaxResultIsRelayedButNotRecorded(t *testing.T) {
 	}
 	if n := up.runs.Load(); n != 2 {
 		t.Fatalf("the upstream ran %d times, want 2 (the key must be released)", n)
-	}
-}
-
-func TestSSESplitterFindsEventsAcrossChunksAndLineEnds(t *testing.T) {
-	in := "data: a\n\n" + "id: x\r\ndata: b\r\n\r\n" + "\n" + "data: c\r\r" + "data: d\n"
-	var got []string
-	for _, size := range []int{1, 2, 3, 7, len(in)} {
-		got = got[:0]
-		var s sseSplitter
-		for rest := []byte(in); len(rest) > 0; {
-			n := min(size, len(rest))
-			s.push(rest[:n], func(b []byte) { got = append(got, string(b)) })
-			rest = rest[n:]
-		}
-		want := []string{"data: a\n\n", "id: x\r\ndata: b\r\n\r\n", "data: c\r\r"}
-		if fmt.Sprint(got) != fmt.Sprint(want) || string(s.rest()) != "data: d\n" {
-			t.Fatalf("chunks of %d: %q, rest %q", size, got, s.rest())
-		}
-	}
-	for block, want := range map[string]string{"data: a\n\n": "id: 7\ndata: a\n\n", "id: x\ndata: b\n\n": "id: x\ndata: b\n\n"} {
-		if out, _ := withEventID([]byte(block), 7); !bytes.Equal(out, []byte(want)) {
-			t.Errorf("withEventID(%q) = %q, want %q", block, out, want)
-		}
 	}
 }
 

@@ -14,6 +14,9 @@
 // Per-request behaviour can be forced with the X-Mock-* request headers
 // (see the Header* constants), and random failures can be injected with
 // Config.FailRate.
+//
+// It is test infrastructure as much as an example: module/, test/e2e and bench/ count its
+// executions to prove exactly-once, so a change here is a change to what those tests prove.
 package modelserver
 
 import (

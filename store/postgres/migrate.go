@@ -51,6 +51,12 @@ func loadMigrations() ([]migration, error) {
 		out = append(out, migration{version: v, name: base, sql: string(b)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	for i := 1; i < len(out); i++ {
+		// Two files of one version would leave which one ran to the order of a directory listing.
+		if out[i].version == out[i-1].version {
+			return nil, fmt.Errorf("migrations %s and %s share version %d", out[i-1].name, out[i].name, out[i].version)
+		}
+	}
 	return out, nil
 }
 

@@ -82,11 +82,13 @@ func putOp(ctx context.Context, db querier, op *store.Operation) error {
 	if !op.CancelRequestedAt.IsZero() {
 		cancel = &op.CancelRequestedAt
 	}
-	_, err = db.Exec(ctx, `INSERT INTO operations (id, scope, status, holder, lease_until, cancel_requested_at, expires_at, purge_at, doc)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+	_, err = db.Exec(ctx, `INSERT INTO operations (id, scope, status, holder, lease_until, cancel_requested_at, expires_at, purge_at, doc,
+			urgency, submitted_at, queue_deadline)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 		ON CONFLICT (id) DO UPDATE SET status = $3, holder = $4, lease_until = $5, cancel_requested_at = $6,
-			expires_at = $7, purge_at = $8, doc = $9`,
-		op.ID, op.Scope, string(op.Status), holder, lease, cancel, expires, purge, doc)
+			expires_at = $7, purge_at = $8, doc = $9, urgency = $10, submitted_at = $11, queue_deadline = $12`,
+		op.ID, op.Scope, string(op.Status), holder, lease, cancel, expires, purge, doc,
+		store.ClampUrgency(op.Urgency), timeOrNull(op.SubmittedAt), timeOrNull(op.QueueDeadline))
 	return err
 }
 
@@ -211,9 +213,9 @@ func fence(op *store.Operation, c store.Change, now time.Time) error {
 }
 
 // apply makes change c of the locked op in tx: the state machine's checks and bookkeeping
-// (store.CanTransition, store.Apply), the result, the request dropped, the event announced.
+// (store.CanChange, store.Apply), the result, the request dropped, the event announced.
 func (s *Store) apply(ctx context.Context, tx pgx.Tx, op *store.Operation, c store.Change, now time.Time) (*store.Operation, error) {
-	if !store.CanTransition(op.Status, c.To) {
+	if !store.CanChange(op.Status, c) {
 		return nil, domain{fmt.Errorf("%w: %s -> %s", store.ErrIllegalTransition, op.Status, c.To)}
 	}
 	at := c.At

@@ -9,18 +9,14 @@ import (
 	"github.com/mulligan-gw/mulligan/store"
 )
 
-// ClaimNext takes the oldest queued operation no other replica is taking (FOR UPDATE SKIP
-// LOCKED), running, held by worker until now+lease (see store.Queue).
+// ClaimNext takes the next queued operation in the capacity order that no other replica is
+// taking (FOR UPDATE SKIP LOCKED), running, held by worker until now+lease (see store.Queue).
 func (s *Store) ClaimNext(worker string, lease time.Duration) (*store.Operation, error) {
 	var out *store.Operation
 	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
 		now := s.now()
-		op, err := scanOp(tx.QueryRow(ctx, `SELECT `+opColumns+` FROM operations WHERE status = 'queued'
-			ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED`))
-		if err != nil {
-			if isNotFound(err) {
-				return nil
-			}
+		op, err := claimInOrder(ctx, tx, now)
+		if err != nil || op == nil {
 			return err
 		}
 		store.Apply(op, store.Change{To: store.StatusRunning}, now)

@@ -18,6 +18,10 @@ type SweepStats struct {
 	// StreamSegments counts the stored batches of events of recorded streams past their keep
 	// time.
 	StreamSegments int64
+	// Turns counts the scopes' turns forgotten (no queued or running work left); Seats the
+	// shared seats that lapsed.
+	Turns int64
+	Seats int64
 }
 
 // sweepBatch bounds the rows one statement of a sweep deletes, so a backlog is worked off in
@@ -72,7 +76,9 @@ func (s *Store) Sweep() (SweepStats, error) {
 			}
 			*step.n = tag.RowsAffected()
 		}
-		return nil
+		var err error
+		st.Turns, st.Seats, err = sweepCapacity(ctx, tx, now)
+		return err
 	})
 	return st, err
 }

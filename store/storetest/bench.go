@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"crypto/rand"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,4 +50,43 @@ func BenchReplay(b *testing.B, st store.Keys) {
 			}
 		}
 	})
+}
+
+// BenchClaimNextDeepQueue measures one ClaimNext in the capacity order with 10,000 operations
+// queued across scopes scopes, at urgency u (u < 0: each scope's operations spread over all eight
+// urgencies). Each claimed operation is replaced, untimed, so the queue stays 10,000 deep.
+func BenchClaimNextDeepQueue(b *testing.B, st store.Backend, scopes, u int) {
+	perScope := 10_000 / scopes
+	urgency := func(i int) int {
+		if u < 0 {
+			return i % (store.LeastUrgent + 1)
+		}
+		return u
+	}
+	accept := func(i int) {
+		op := &store.Operation{ID: fmt.Sprintf("op_%09d", i), Scope: fmt.Sprintf("scope%03d", i%scopes), Status: store.StatusQueued,
+			Version: 1, Urgency: urgency(i / scopes), SubmittedAt: time.Now(), Retention: time.Hour}
+		if _, err := st.AcceptOperation(op, &store.Request{Method: "POST", URL: "/v1/x"}, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := w; i < scopes*perScope; i += 16 {
+				accept(i)
+			}
+		})
+	}
+	wg.Wait()
+	b.ResetTimer()
+	for i := range b.N {
+		op, err := st.ClaimNext("w", time.Minute)
+		if err != nil || op == nil {
+			b.Fatalf("claim: %v %v", op, err)
+		}
+		b.StopTimer()
+		accept(scopes*perScope + i)
+		b.StartTimer()
+	}
 }

@@ -1,0 +1,61 @@
+package badger_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/store/badger"
+	"github.com/mulligan-gw/mulligan/store/storetest"
+)
+
+func TestBadgerConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) storetest.Storage {
+		dir := t.TempDir()
+		return func(now func() time.Time) store.Backend {
+			st, err := badger.Open(badger.Options{Dir: dir, Sync: true, Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = st.Close() })
+			return st
+		}
+	})
+}
+
+// BenchmarkClaimComplete measures one keyed request's two durable writes on Badger, with and
+// without durability sync: concurrent writers share fsyncs through the group syncer.
+func BenchmarkClaimComplete(b *testing.B) {
+	for _, sync := range []bool{false, true} {
+		b.Run(map[bool]string{false: "relaxed", true: "sync"}[sync], func(b *testing.B) {
+			storetest.BenchClaimComplete(b, openBench(b, sync))
+		})
+	}
+}
+
+// BenchmarkReplay measures answering a completed key on Badger: one read, no write.
+func BenchmarkReplay(b *testing.B) { storetest.BenchReplay(b, openBench(b, false)) }
+
+func openBench(b *testing.B, sync bool) *badger.Store {
+	st, err := badger.Open(badger.Options{Dir: b.TempDir(), Sync: sync})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+// BenchmarkClaimNextDeepQueue measures a claim in the capacity order with 10,000 operations
+// queued: in one scope at one urgency (one group head to compare, the cost of the FIFO it
+// replaced), across 100 scopes at one urgency (100 heads), and across 100 scopes and all eight
+// urgencies (800 heads).
+func BenchmarkClaimNextDeepQueue(b *testing.B) {
+	for _, c := range []struct {
+		name      string
+		scopes, u int
+	}{{"1-scope", 1, store.DefaultUrgency}, {"100-scopes", 100, store.DefaultUrgency}, {"100-scopes-8-urgencies", 100, -1}} {
+		b.Run(c.name, func(b *testing.B) {
+			storetest.BenchClaimNextDeepQueue(b, openBench(b, false), c.scopes, c.u)
+		})
+	}
+}

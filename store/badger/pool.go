@@ -1,0 +1,162 @@
+package badger
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// shared is one open database and the handles counting on it.
+type shared struct {
+	dir    string
+	key    []byte
+	db     *badger.DB
+	refs   int
+	syncer *groupSyncer
+	locks  *keyLocks
+	// opLocks serialise the writes of one operation with their in-memory moves (queue.go), so
+	// the moves land in the order of the commits.
+	opLocks *keyLocks
+	stopGC  chan struct{}
+	gcDone  chan struct{}
+
+	announcer   announcerSlot
+	eventLeases eventLeases
+	queue       *queueState
+	counts      outboxCounts
+	deadKeptFor time.Duration // dead-letter retention
+}
+
+var (
+	poolMu sync.Mutex
+	pool   = map[string]*shared{}
+)
+
+func acquire(opts Options) (*shared, error) {
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	poolMu.Lock()
+	defer poolMu.Unlock()
+	if sh, ok := pool[dir]; ok {
+		if !bytes.Equal(sh.key, opts.EncryptionKey) {
+			return nil, fmt.Errorf("store: %s is already open with a different encryption key", dir)
+		}
+		sh.refs++
+		return sh, nil
+	}
+	db, err := badger.Open(badgerOptions(dir, opts))
+	if err != nil {
+		return nil, fmt.Errorf("%w: opening %s: %v", store.ErrUnavailable, dir, err)
+	}
+	sh := &shared{
+		dir: dir, key: bytes.Clone(opts.EncryptionKey), db: db, refs: 1,
+		syncer: newGroupSyncer(newDurableSync(db, dir).sync), locks: newKeyLocks(), opLocks: newKeyLocks(),
+		stopGC: make(chan struct{}), gcDone: make(chan struct{}),
+		queue: newQueueState(), deadKeptFor: opts.DeadLetterRetention,
+	}
+	if sh.deadKeptFor <= 0 {
+		sh.deadKeptFor = store.DefaultDeadLetterRetention
+	}
+	if err := sh.queue.load(db); err != nil {
+		sh.syncer.stop()
+		_ = db.Close()
+		return nil, fmt.Errorf("%w: reading the queue of %s: %v", store.ErrUnavailable, dir, err)
+	}
+	if err := sh.counts.load(db); err != nil {
+		sh.syncer.stop()
+		_ = db.Close()
+		return nil, fmt.Errorf("%w: counting the outbox of %s: %v", store.ErrUnavailable, dir, err)
+	}
+	go sh.collectGarbage()
+	pool[dir] = sh
+	return sh, nil
+}
+
+// IsOpen reports whether a database is open in dir, for tests and tools that must not touch
+// the directory meanwhile.
+func IsOpen(dir string) bool {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return false
+	}
+	poolMu.Lock()
+	defer poolMu.Unlock()
+	_, ok := pool[abs]
+	return ok
+}
+
+func release(sh *shared) error {
+	poolMu.Lock()
+	defer poolMu.Unlock()
+	sh.refs--
+	if sh.refs > 0 {
+		return nil
+	}
+	delete(pool, sh.dir)
+	close(sh.stopGC)
+	<-sh.gcDone
+	sh.syncer.stop()
+	return sh.db.Close()
+}
+
+// badgerOptions tunes Badger for a sidecar: small memtables and caches keep the resident set
+// modest, values above 1 KiB go to the value log so the LSM tree stays small.
+func badgerOptions(dir string, opts Options) badger.Options {
+	o := badger.DefaultOptions(dir).
+		WithSyncWrites(false). // durability comes from the group syncer, one sync per batch (durability.go)
+		WithMemTableSize(16 << 20).
+		WithNumMemtables(3).
+		WithBlockCacheSize(32 << 20).
+		WithIndexCacheSize(16 << 20).
+		WithValueThreshold(1 << 10).
+		WithValueLogFileSize(256 << 20).
+		WithNumCompactors(2).
+		WithNumGoroutines(2).
+		WithMetricsEnabled(false).
+		WithLogger(logAdapter{opts.Logger})
+	if len(opts.EncryptionKey) > 0 {
+		o = o.WithEncryptionKey(opts.EncryptionKey)
+	}
+	return o
+}
+
+// collectGarbage deletes dead letters past their retention and reclaims value-log space left by
+// expired and deleted records.
+func (sh *shared) collectGarbage() {
+	defer close(sh.gcDone)
+	t := time.NewTicker(5 * time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-sh.stopGC:
+			return
+		case <-t.C:
+			_, _ = sh.expireDeadLetters(time.Now().Add(-sh.deadKeptFor)) // tried again next tick
+			for sh.db.RunValueLogGC(0.5) == nil {
+			}
+		}
+	}
+}
+
+// logAdapter forwards Badger's warnings and errors and drops its chatter.
+type logAdapter struct{ l store.Logger }
+
+func (a logAdapter) Errorf(f string, v ...any) {
+	if a.l != nil {
+		a.l.Errorf(f, v...)
+	}
+}
+func (a logAdapter) Warningf(f string, v ...any) {
+	if a.l != nil {
+		a.l.Warningf(f, v...)
+	}
+}
+func (logAdapter) Infof(string, ...any)  {}
+func (logAdapter) Debugf(string, ...any) {}

@@ -1,0 +1,241 @@
+package badger
+
+import (
+	"errors"
+	"slices"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// The capacity order on Badger (docs/backends.md, "The capacity order"): queued ids are kept in
+// memory by scope and stored urgency, each group oldest first. The next claim is the best of
+// the groups' heads (at most eight a scope), so a claim costs in proportion to the scopes with
+// work, not to the operations queued.
+
+// waiting is what the order needs to know of a queued operation.
+type waiting struct {
+	id, scope string
+	urgency   int
+	since     time.Time // submitted: waiting counts from then, also after a requeue
+	deadline  time.Time
+}
+
+func waitingOf(op *store.Operation) waiting {
+	return waiting{id: op.ID, scope: op.Scope, urgency: store.ClampUrgency(op.Urgency), since: op.SubmittedAt, deadline: op.QueueDeadline}
+}
+
+// stale reports whether w's deadline has passed: it is no longer claimed (StaleQueued).
+func (w waiting) stale(now time.Time) bool { return !w.deadline.IsZero() && w.deadline.Before(now) }
+
+// place is where an operation stands in the order: lower effective urgency first, then the scope
+// served least recently, then the oldest.
+type place struct {
+	urgency int
+	turn    int64
+	id      string
+}
+
+func (p place) before(o place) bool {
+	if p.urgency != o.urgency {
+		return p.urgency < o.urgency
+	}
+	if p.turn != o.turn {
+		return p.turn < o.turn
+	}
+	return p.id < o.id
+}
+
+// queueOrder holds the queued ids in the capacity order, and the scopes' turns.
+type queueOrder struct {
+	groups  map[string]*[store.LeastUrgent + 1][]string // scope -> urgency -> ids, oldest first; ids no longer queued are dropped when reached
+	members map[string]struct{}                         // the ids in groups
+	turns   map[string]int64                            // scope -> the turn of its latest claim; absent: never served
+	turn    int64
+}
+
+func newQueueOrder() *queueOrder {
+	return &queueOrder{groups: map[string]*[store.LeastUrgent + 1][]string{}, members: map[string]struct{}{}, turns: map[string]int64{}}
+}
+
+// add puts w in its group in id order (ids sort by creation), so a requeued operation goes before
+// those of its group accepted after it.
+func (o *queueOrder) add(w waiting) {
+	if _, ok := o.members[w.id]; ok {
+		return
+	}
+	o.members[w.id] = struct{}{}
+	g := o.groups[w.scope]
+	if g == nil {
+		g = new([store.LeastUrgent + 1][]string)
+		o.groups[w.scope] = g
+	}
+	i, _ := slices.BinarySearch(g[w.urgency], w.id)
+	g[w.urgency] = slices.Insert(g[w.urgency], i, w.id)
+}
+
+// head returns the index in group ids of the first operation still queued and not stale,
+// dropping from the front the ids no longer queued; -1 when there is none.
+func (o *queueOrder) head(ids *[]string, queued map[string]waiting, now time.Time) int {
+	for len(*ids) > 0 {
+		if _, ok := queued[(*ids)[0]]; ok {
+			break
+		}
+		delete(o.members, (*ids)[0])
+		*ids = (*ids)[1:]
+	}
+	for i, id := range *ids {
+		if w, ok := queued[id]; ok && !w.stale(now) {
+			return i
+		}
+	}
+	return -1
+}
+
+// next takes the first operation in the order out of it and gives its scope the latest turn; ok
+// is false when no queued operation may be claimed.
+func (o *queueOrder) next(queued map[string]waiting, now time.Time) (id string, ok bool) {
+	var best place
+	var bestScope string
+	bestU, bestI := -1, -1
+	for scope, g := range o.groups {
+		empty := true
+		for u := range g {
+			i := o.head(&g[u], queued, now)
+			empty = empty && len(g[u]) == 0
+			if i < 0 {
+				continue
+			}
+			w := queued[g[u][i]]
+			p := place{store.EffectiveUrgency(u, now.Sub(w.since)), o.turns[scope], w.id}
+			if bestI < 0 || p.before(best) {
+				best, bestScope, bestU, bestI = p, scope, u, i
+			}
+		}
+		if empty {
+			delete(o.groups, scope)
+		}
+	}
+	if bestI < 0 {
+		return "", false
+	}
+	g := o.groups[bestScope]
+	g[bestU] = slices.Delete(g[bestU], bestI, bestI+1)
+	delete(o.members, best.id)
+	o.turn++
+	o.turns[bestScope] = o.turn
+	return best.id, true
+}
+
+// StaleQueued returns up to limit queued operations whose QueueDeadline is before now (see store.Queue).
+func (s *Store) StaleQueued(now time.Time, limit int) ([]*store.Operation, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	q := s.sh.queue
+	var ids []string
+	q.mu.Lock()
+	for id, w := range q.queued {
+		if len(ids) >= limit {
+			break
+		}
+		if w.stale(now) {
+			ids = append(ids, id)
+		}
+	}
+	q.mu.Unlock()
+	slices.Sort(ids)
+	var out []*store.Operation
+	err := s.view(func(txn *badger.Txn) error {
+		return eachOperation(txn, ids, func(op *store.Operation) {
+			if op.Status == store.StatusQueued {
+				out = append(out, op)
+			}
+		})
+	})
+	return out, err
+}
+
+// QueuePosition estimates how many queued operations will be claimed before id (see store.Queue), from
+// memory.
+func (s *Store) QueuePosition(id string) (int, error) {
+	if err := s.usable(); err != nil {
+		return 0, err
+	}
+	q := s.sh.queue
+	now := s.now()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	me, ok := q.queued[id]
+	if !ok {
+		return 0, domainError{store.ErrNotFound}
+	}
+	level := store.EffectiveUrgency(me.urgency, now.Sub(me.since))
+	scopes := map[string]*store.ScopeQueue{}
+	for _, w := range q.queued {
+		if w.stale(now) {
+			continue
+		}
+		sq := scopes[w.scope]
+		if sq == nil {
+			sq = &store.ScopeQueue{Scope: w.scope, Turn: q.order.turns[w.scope]}
+			scopes[w.scope] = sq
+		}
+		countWaiting(sq, w, me, level, now)
+	}
+	all := make([]store.ScopeQueue, 0, len(scopes))
+	for _, sq := range scopes {
+		all = append(all, *sq)
+	}
+	return store.EstimatePosition(me.scope, all), nil
+}
+
+// countWaiting adds w to its scope's counts as seen from me, whose effective urgency is level.
+func countWaiting(sq *store.ScopeQueue, w, me waiting, level int, now time.Time) {
+	switch e := store.EffectiveUrgency(w.urgency, now.Sub(w.since)); {
+	case e < level:
+		sq.Before++
+	case e == level:
+		sq.Level++
+		if sq.Oldest == "" || w.id < sq.Oldest {
+			sq.Oldest = w.id
+		}
+		if w.scope == me.scope && w.id < me.id {
+			sq.Ahead++
+		}
+	}
+}
+
+// QueuedByUrgency counts queued operations by their stored urgency (see store.Queue), from memory.
+func (s *Store) QueuedByUrgency() ([8]int, error) {
+	var out [8]int
+	if err := s.usable(); err != nil {
+		return out, err
+	}
+	q := s.sh.queue
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, w := range q.queued {
+		out[w.urgency]++
+	}
+	return out, nil
+}
+
+// loadWaiting reads the queued operations among ids, for a rebuild that found ids the memory did
+// not know.
+func (s *Store) loadWaiting(ids []string) ([]waiting, error) {
+	var out []waiting
+	err := s.view(func(txn *badger.Txn) error {
+		return eachOperation(txn, ids, func(op *store.Operation) {
+			if op.Status == store.StatusQueued {
+				out = append(out, waitingOf(op))
+			}
+		})
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		err = nil
+	}
+	return out, err
+}

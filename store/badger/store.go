@@ -1,0 +1,198 @@
+// Package badger is the Badger backend of store.Backend: one process, one directory, one
+// database per directory shared by every handle opened on it, writes group-committed
+// (docs/backends.md). store/postgres is the PostgreSQL one; both pass store/storetest.
+package badger
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// Options configures a Store.
+type Options struct {
+	// Dir is the database directory. One database is opened per directory and shared by every
+	// Store opened on it (see Open).
+	Dir string
+	// EncryptionKey enables encryption at rest when set (AES; 16, 24 or 32 bytes).
+	EncryptionKey []byte
+	// Sync makes every write durable (fsynced) before the call that made it returns. Concurrent
+	// writers share one fsync (group commit).
+	Sync bool
+	// Logger receives the database's warnings and errors; nil discards them.
+	Logger store.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// DeadLetterRetention is how long a dead letter is kept after it was dead-lettered; zero
+	// means DefaultDeadLetterRetention. The first handle to open a directory sets it.
+	DeadLetterRetention time.Duration
+}
+
+// Store is one user's handle on a shared database. Close releases the handle; the database
+// closes when its last handle does.
+type Store struct {
+	sh     *shared
+	sync   bool
+	now    func() time.Time
+	locks  *keyLocks
+	closed chan struct{}
+}
+
+// Open returns a handle on the database in opts.Dir, opening it if no other handle holds it.
+// Sharing one database per directory lets a new configuration provision while the old one still
+// runs (a Caddy reload) without tripping Badger's directory lock.
+func Open(opts Options) (*Store, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("store: no directory given")
+	}
+	switch len(opts.EncryptionKey) {
+	case 0, 16, 24, 32:
+	default:
+		return nil, fmt.Errorf("store: encryption key must be 16, 24 or 32 bytes, got %d", len(opts.EncryptionKey))
+	}
+	sh, err := acquire(opts)
+	if err != nil {
+		return nil, err
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{sh: sh, sync: opts.Sync, now: now, locks: sh.locks, closed: make(chan struct{})}, nil
+}
+
+// Close releases this handle. It is safe to call more than once.
+func (s *Store) Close() error {
+	select {
+	case <-s.closed:
+		return nil
+	default:
+		close(s.closed)
+	}
+	return release(s.sh)
+}
+
+// Size reports the database's size on disk in bytes.
+// Badger's own DB.Size reads counters that exist only with its metrics on, which we leave off:
+// the files on disk are the measure.
+func (s *Store) Size() int64 {
+	entries, err := os.ReadDir(s.sh.dir)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
+			n += info.Size()
+		}
+	}
+	return n
+}
+
+// SetSyncObserver has observe called with the number of writes each group fsync covers.
+func (s *Store) SetSyncObserver(observe func(writes int)) { s.sh.syncer.observe.Store(&observe) }
+
+// Ping reports whether the database is open and answers a read. It writes nothing: a readiness
+// probe is not a write load.
+func (s *Store) Ping() error {
+	return s.view(func(txn *badger.Txn) error {
+		_, err := txn.Get([]byte(keyPing))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		return err
+	})
+}
+
+// update runs fn in a read-write transaction, retrying on optimistic conflicts, then waits for
+// the group commit's fsync when the handle is durable.
+func (s *Store) update(fn func(txn *badger.Txn) error) error {
+	return s.updateIf(func(txn *badger.Txn) (bool, error) { return true, fn(txn) })
+}
+
+// updateThen is update with committed called once the transaction is committed, before the
+// fsync is waited for: in-memory state follows what the database holds even when the fsync then
+// fails (the store is the truth).
+func (s *Store) updateThen(fn func(txn *badger.Txn) error, committed func()) error {
+	return s.write(func(txn *badger.Txn) (bool, error) { return true, fn(txn) }, committed)
+}
+
+// updateIf is update for a transaction that may decide to write nothing (fn reports whether it
+// wrote): then there is nothing to wait an fsync for.
+func (s *Store) updateIf(fn func(txn *badger.Txn) (bool, error)) error {
+	return s.write(fn, nil)
+}
+
+func (s *Store) write(fn func(txn *badger.Txn) (bool, error), committed func()) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	wrote := false
+	for attempt := 0; ; attempt++ {
+		var txn *badger.Txn
+		err := s.sh.db.Update(func(t *badger.Txn) error {
+			var err error
+			txn = t
+			wrote, err = fn(t)
+			return err
+		})
+		s.sh.counts.settle(txn, err == nil)
+		if errors.Is(err, badger.ErrConflict) && attempt < 64 {
+			continue
+		}
+		if err != nil {
+			return wrap(err)
+		}
+		break
+	}
+	if committed != nil && wrote {
+		committed()
+	}
+	if s.sync && wrote {
+		return wrap(s.sh.syncer.wait())
+	}
+	return nil
+}
+
+// view runs fn in a read-only transaction.
+func (s *Store) view(fn func(txn *badger.Txn) error) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	return wrap(s.sh.db.View(fn))
+}
+
+func (s *Store) usable() error {
+	select {
+	case <-s.closed:
+		return store.ErrClosed
+	default:
+		return nil
+	}
+}
+
+// domainError marks errors that are answers, not storage failures; wrap leaves them alone.
+type domainError struct{ error }
+
+func (e domainError) Unwrap() error { return e.error }
+
+func wrap(err error) error {
+	var d domainError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &d):
+		return d.error
+	case errors.Is(err, store.ErrUnavailable):
+		return err
+	default:
+		return fmt.Errorf("%w: %v", store.ErrUnavailable, err)
+	}
+}
+
+// The Badger Store is a Backend.
+var _ store.Backend = (*Store)(nil)

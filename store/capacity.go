@@ -1,0 +1,111 @@
+package store
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// The capacity order of queued work (docs/backends.md, "The capacity order"), the same on every
+// backend.
+
+// AgingStep is how long a queued operation waits to gain one urgency level: a u=7 operation
+// reaches u=0 after 3.5 minutes, so nothing waits forever behind more urgent work.
+const AgingStep = 30 * time.Second
+
+// Urgencies are RFC 9218's: 0 is the most urgent, 7 the least, 3 the default.
+const (
+	MostUrgent     = 0
+	LeastUrgent    = 7
+	DefaultUrgency = 3
+)
+
+// QueueTimeoutCode is the error code of a queued operation failed because its QueueDeadline
+// passed before a seat was free: the one failure allowed straight from queued (CanChange).
+const QueueTimeoutCode = "QUEUE_TIMEOUT"
+
+// SharedSeats are seats that several replicas share (capacity's `shared N`): implemented by the
+// PostgreSQL backend only, since one Badger directory belongs to one process.
+type SharedSeats interface {
+	// AcquireSeat takes one of limit seats of pool for worker until `until` (renewed by
+	// RenewSeats, released by ReleaseSeat); false when all limit seats are held by live holders.
+	AcquireSeat(pool, seat, worker string, limit int, until time.Time) (bool, error)
+	// ReleaseSeat gives seat back.
+	ReleaseSeat(pool, seat string) error
+	// RenewSeats extends worker's seats of pool until `until`; a dead worker's seats lapse.
+	RenewSeats(pool, worker string, until time.Time) error
+}
+
+// ClampUrgency brings u into 0..7: a stored value out of range waits at the nearest bound.
+func ClampUrgency(u int) int { return min(max(u, MostUrgent), LeastUrgent) }
+
+// EffectiveUrgency is the urgency an operation of urgency u competes at after waiting: one level
+// more urgent per full AgingStep waited, never below 0. A negative wait (a clock ahead of
+// another's) counts as none.
+func EffectiveUrgency(u int, waited time.Duration) int {
+	return max(MostUrgent, ClampUrgency(u)-int(max(waited, 0)/AgingStep))
+}
+
+// CanChange reports whether the state machine allows change c of an operation in status from:
+// CanTransition, plus queued -> failed for a QUEUE_TIMEOUT (stale work dropped before it ever
+// reaches the upstream).
+func CanChange(from Status, c Change) bool {
+	if CanTransition(from, c.To) {
+		return true
+	}
+	return from == StatusQueued && c.To == StatusFailed && c.Error != nil && c.Error.Code == QueueTimeoutCode
+}
+
+// UnmarshalJSON reads an operation, with the urgency of one stored before urgencies existed
+// being the default (both backends keep operations as this JSON).
+func (op *Operation) UnmarshalJSON(b []byte) error {
+	type plain Operation // without this method
+	p := plain{Urgency: DefaultUrgency}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*op = Operation(p)
+	return nil
+}
+
+// ScopeQueue is one scope's queued work as seen from one queued operation, the operation asked
+// about (QueuePosition): counts of work whose deadline has not passed, at the effective urgencies
+// of the moment.
+type ScopeQueue struct {
+	Scope string
+	// Turn orders the scopes' turns: the scope served least recently (lowest) goes first; 0
+	// for a scope never served (or one whose turn was forgotten when it had no work left).
+	Turn int64
+	// Before counts operations at a more urgent effective urgency than the operation's.
+	Before int
+	// Level counts operations at the same effective urgency, and Oldest is the oldest of them.
+	Level  int
+	Oldest string
+	// Ahead counts those of Level older than the operation (in its own scope only).
+	Ahead int
+}
+
+// EstimatePosition estimates how many queued operations are claimed before the operation of
+// scope own: all those more urgent, those of its own scope ahead of it, and from every other
+// scope at its level as many as the turns give them (one per turn, one more if the scope's turn
+// comes first). Waiting changes urgencies meanwhile, so it is an estimate.
+func EstimatePosition(own string, scopes []ScopeQueue) int {
+	var mine ScopeQueue
+	for _, s := range scopes {
+		if s.Scope == own {
+			mine = s
+		}
+	}
+	pos := mine.Ahead
+	for _, s := range scopes {
+		pos += s.Before
+		if s.Scope == own {
+			continue
+		}
+		turns := mine.Ahead
+		if s.Turn < mine.Turn || (s.Turn == mine.Turn && s.Oldest < mine.Oldest) {
+			turns++
+		}
+		pos += min(s.Level, turns)
+	}
+	return pos
+}

@@ -1,0 +1,179 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// The capacity order on PostgreSQL (docs/backends.md, "The capacity order"), the same as Badger's:
+// effective urgency, then the scopes' turns (queue_turns), then oldest first.
+
+// effectiveSQL is store.EffectiveUrgency in SQL for a row of operations (alias o) at $1, with
+// store.AgingStep in seconds as $2. Both are exact: extract(epoch ...) is numeric.
+const effectiveSQL = `greatest(0, least(greatest(o.urgency, 0), 7)
+	- floor(greatest(extract(epoch FROM $1::timestamptz - coalesce(o.submitted_at, $1::timestamptz)), 0) / $2::numeric))`
+
+// claimable is the condition on a queued row that may be claimed at $1: its deadline has not passed.
+const claimable = `o.status = 'queued' AND (o.queue_deadline IS NULL OR o.queue_deadline >= $1)`
+
+// nextInOrderSQL finds the first operation in the capacity order at $1, leaving out the ids $3
+// (rows another claimer holds). It walks the head of each (scope, urgency) group of the queued
+// index, a loose index scan, so it reads a row per group with work, not the whole queue.
+const nextInOrderSQL = `WITH RECURSIVE heads AS (
+	(SELECT o.scope, o.urgency, o.id, o.submitted_at FROM operations o
+		WHERE ` + claimable + ` AND o.id <> ALL($3) ORDER BY o.scope, o.urgency, o.id LIMIT 1)
+	UNION ALL
+	SELECT n.* FROM heads h CROSS JOIN LATERAL (
+		SELECT o.scope, o.urgency, o.id, o.submitted_at FROM operations o
+		WHERE ` + claimable + ` AND o.id <> ALL($3) AND (o.scope, o.urgency) > (h.scope, h.urgency)
+		ORDER BY o.scope, o.urgency, o.id LIMIT 1) n
+)
+SELECT o.id, o.scope FROM heads o LEFT JOIN queue_turns t ON t.scope = o.scope
+ORDER BY ` + effectiveSQL + `, coalesce(t.turn, 0), o.id LIMIT 1`
+
+// claimTries bounds how many rows one claim passes over because other claimers hold them: more
+// than the workers claiming at once on every replica, or a claim would answer "none" with work
+// queued (its worker would then wait for the next wake-up).
+const claimTries = 128
+
+// agingStep is store.AgingStep in seconds, as effectiveSQL takes it.
+var agingStep = store.AgingStep.Seconds()
+
+// claimInOrder locks the first queued operation in the capacity order that no other claimer
+// holds (FOR UPDATE SKIP LOCKED) and gives its scope the latest turn; nil when there is none.
+func claimInOrder(ctx context.Context, tx pgx.Tx, now time.Time) (*store.Operation, error) {
+	skipped := []string{}
+	for range claimTries {
+		var id, scope string
+		err := tx.QueryRow(ctx, nextInOrderSQL, now, agingStep, skipped).Scan(&id, &scope)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		// A new statement, a new snapshot: a row claimed meanwhile is no longer queued.
+		op, err := scanOp(tx.QueryRow(ctx, `SELECT `+opColumns+` FROM operations WHERE id = $1 AND status = 'queued'
+			FOR UPDATE SKIP LOCKED`, id))
+		if isNotFound(err) {
+			skipped = append(skipped, id)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO queue_turns (scope, turn) VALUES ($1, nextval('queue_turn_seq'))
+			ON CONFLICT (scope) DO UPDATE SET turn = excluded.turn`, scope)
+		return op, err
+	}
+	return nil, nil // every candidate was being taken: the caller's next claim looks again
+}
+
+// StaleQueued returns up to limit queued operations whose QueueDeadline is before now, the
+// longest overdue first (see store.Queue).
+func (s *Store) StaleQueued(now time.Time, limit int) ([]*store.Operation, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	var out []*store.Operation
+	err := s.query(func(ctx context.Context, db querier) error {
+		rows, err := db.Query(ctx, `SELECT `+opColumns+` FROM operations WHERE status = 'queued'
+			AND queue_deadline IS NOT NULL AND queue_deadline < $1 ORDER BY queue_deadline LIMIT $2`, now, limit)
+		if err != nil {
+			return err
+		}
+		out, err = scanOps(rows)
+		return err
+	})
+	return out, err
+}
+
+// QueuedByUrgency counts queued operations by their stored urgency (see store.Queue).
+func (s *Store) QueuedByUrgency() ([8]int, error) {
+	var out [8]int
+	err := s.query(func(ctx context.Context, db querier) error {
+		rows, err := db.Query(ctx, `SELECT urgency, count(*) FROM operations WHERE status = 'queued' GROUP BY urgency`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var u, n int
+			if err := rows.Scan(&u, &n); err != nil {
+				return err
+			}
+			out[store.ClampUrgency(u)] += n
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// positionSQL counts, per scope with claimable work at $1, the queued operations before and at
+// the effective urgency $3 of operation $4 of scope $5 (see store.ScopeQueue).
+const positionSQL = `SELECT q.scope, coalesce(t.turn, 0),
+		count(*) FILTER (WHERE q.e < $3), count(*) FILTER (WHERE q.e = $3),
+		coalesce(min(q.id) FILTER (WHERE q.e = $3), ''),
+		count(*) FILTER (WHERE q.e = $3 AND q.scope = $5 AND q.id < $4)
+	FROM (SELECT o.scope, o.id, ` + effectiveSQL + ` AS e FROM operations o WHERE ` + claimable + `) q
+	LEFT JOIN queue_turns t ON t.scope = q.scope
+	GROUP BY q.scope, t.turn`
+
+// QueuePosition estimates how many queued operations will be claimed before id (see
+// store.Queue): one pass over the queued operations, counted per scope.
+func (s *Store) QueuePosition(id string) (int, error) {
+	if !storable(id) {
+		return 0, store.ErrNotFound
+	}
+	var pos int
+	err := s.query(func(ctx context.Context, db querier) error {
+		now := s.now()
+		op, err := scanOp(db.QueryRow(ctx, `SELECT `+opColumns+` FROM operations WHERE id = $1 AND status = 'queued'`, id))
+		if err != nil {
+			return err
+		}
+		level := store.EffectiveUrgency(op.Urgency, now.Sub(op.SubmittedAt))
+		rows, err := db.Query(ctx, positionSQL, now, agingStep, level, id, op.Scope)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		var scopes []store.ScopeQueue
+		for rows.Next() {
+			var sq store.ScopeQueue
+			if err := rows.Scan(&sq.Scope, &sq.Turn, &sq.Before, &sq.Level, &sq.Oldest, &sq.Ahead); err != nil {
+				return err
+			}
+			scopes = append(scopes, sq)
+		}
+		pos = store.EstimatePosition(op.Scope, scopes)
+		return rows.Err()
+	})
+	return pos, err
+}
+
+// timeOrNull is t for a nullable column: NULL when zero.
+func timeOrNull(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// sweepCapacity forgets the turns of scopes left without queued or running work (their next work
+// starts afresh, as on Badger) and deletes lapsed seats, a batch of each.
+func sweepCapacity(ctx context.Context, tx pgx.Tx, now time.Time) (turns, seats int64, err error) {
+	tag, err := tx.Exec(ctx, `DELETE FROM queue_turns WHERE scope IN (SELECT t.scope FROM queue_turns t
+		WHERE NOT EXISTS (SELECT 1 FROM operations o WHERE o.scope = t.scope AND o.status IN ('queued', 'running')) LIMIT $1)`, sweepBatch)
+	if err != nil {
+		return 0, 0, err
+	}
+	turns = tag.RowsAffected()
+	tag, err = tx.Exec(ctx, `DELETE FROM seats WHERE ctid IN (SELECT ctid FROM seats WHERE until <= $1 LIMIT $2) AND until <= $1`, now, sweepBatch)
+	return turns, tag.RowsAffected(), err
+}

@@ -1,0 +1,197 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
+	"github.com/mulligan-gw/mulligan/store/storetest"
+)
+
+// replicas opens n handles on one fresh database, on clock.
+func replicas(t *testing.T, n int, clock *storetest.Clock) []*Store {
+	dsn := pgtest.Database(t)
+	var out []*Store
+	for range n {
+		out = append(out, openTest(t, dsn, Options{Now: clock.Now, MaxConns: 8}))
+	}
+	return out
+}
+
+// warm opens n connections in each replica's pool, so that a race starts without connecting.
+func warm(t *testing.T, reps []*Store, n int) {
+	var wg sync.WaitGroup
+	for _, r := range reps {
+		conns := make(chan func(), n)
+		for range n {
+			wg.Go(func() {
+				c, err := r.pool.Acquire(context.Background())
+				if err != nil {
+					t.Error(err)
+					conns <- func() {}
+					return
+				}
+				conns <- c.Release
+			})
+		}
+		wg.Wait()
+		close(conns)
+		for release := range conns {
+			release()
+		}
+	}
+}
+
+// Three replicas race 24 claimers for 5 shared seats: exactly 5 win, and a released seat is
+// taken again at once.
+func TestSharedSeatsHoldAcrossReplicas(t *testing.T) {
+	clock := storetest.NewClock()
+	reps := replicas(t, 3, clock)
+	warm(t, reps, 8)
+	until := clock.Now().Add(30 * time.Second)
+	var won atomic.Int32
+	var winners sync.Map
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 24 {
+		wg.Go(func() {
+			<-start // all at once, so that counting and taking overlap
+			seat := fmt.Sprintf("seat%d", i)
+			ok, err := reps[i%3].AcquireSeat("model", seat, fmt.Sprintf("r%d", i%3), 5, until)
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				won.Add(1)
+				winners.Store(seat, i%3)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if won.Load() != 5 || count(t, reps[0], `SELECT count(*) FROM seats`) != 5 {
+		t.Fatalf("%d seats won, %d rows; want 5 of 5", won.Load(), count(t, reps[0], `SELECT count(*) FROM seats`))
+	}
+	if ok, err := reps[1].AcquireSeat("model", "late", "r1", 5, until); ok || err != nil {
+		t.Fatalf("a sixth seat: %v %v", ok, err)
+	}
+	if ok, err := reps[1].AcquireSeat("other", "late", "r1", 5, until); !ok || err != nil {
+		t.Fatalf("a seat of another pool: %v %v", ok, err)
+	}
+	var held string
+	winners.Range(func(k, _ any) bool { held = k.(string); return false })
+	if ok, err := reps[2].AcquireSeat("model", held, "r2", 5, until); !ok || err != nil {
+		t.Fatalf("taking a held seat again (a renewal): %v %v", ok, err)
+	}
+	if err := reps[2].ReleaseSeat("model", held); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := reps[1].AcquireSeat("model", "late", "r1", 5, until); !ok || err != nil {
+		t.Fatalf("after a release: %v %v", ok, err)
+	}
+}
+
+// A replica that stops renewing loses its seats once they lapse; the live replica's renewed
+// seats hold, and a late renewal does not revive the lapsed ones.
+func TestDeadReplicasSeatsLapse(t *testing.T) {
+	clock := storetest.NewClock()
+	reps := replicas(t, 2, clock)
+	dead, live := reps[0], reps[1]
+	acquire := func(s *Store, seat, worker string, want bool) {
+		t.Helper()
+		if ok, err := s.AcquireSeat("model", seat, worker, 4, clock.Now().Add(30*time.Second)); ok != want || err != nil {
+			t.Fatalf("%s takes %s: %v %v, want %v", worker, seat, ok, err, want)
+		}
+	}
+	for _, seat := range []string{"d1", "d2", "d3"} {
+		acquire(dead, seat, "dead", true)
+	}
+	acquire(live, "l1", "live", true)
+	acquire(live, "l2", "live", false)
+	clock.Advance(20 * time.Second)
+	if err := live.RenewSeats("model", "live", clock.Now().Add(30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(15 * time.Second) // dead's seats lapsed 5s ago, live's hold for 15s more
+	for _, seat := range []string{"l2", "l3", "l4"} {
+		acquire(live, seat, "live", true)
+	}
+	acquire(live, "l5", "live", false)
+	if err := dead.RenewSeats("model", "dead", clock.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, live, `SELECT count(*) FROM seats WHERE worker = 'dead'`); n != 0 {
+		t.Fatalf("the dead replica holds %d seats after its late renewal", n)
+	}
+}
+
+// An operation written by a replica that predates urgencies (no urgency column, no urgency in its
+// document) waits at urgency 3: between u=0 and u=7 work.
+func TestOperationOfAnOlderReplicaWaitsAtTheDefaultUrgency(t *testing.T) {
+	clock := storetest.NewClock()
+	st := replicas(t, 1, clock)[0]
+	for i, u := range []int{store.LeastUrgent, store.MostUrgent} {
+		op := &store.Operation{ID: fmt.Sprintf("op_%d", i), Scope: "s", Status: store.StatusQueued, Version: 1, Urgency: u,
+			SubmittedAt: clock.Now(), Retention: time.Hour}
+		if _, err := st.AcceptOperation(op, &store.Request{}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	doc := fmt.Sprintf(`{"id":"op_2","scope":"s","status":"queued","version":1,"submitted_at":%q,"retention":3600000000000}`,
+		clock.Now().Format(time.RFC3339Nano))
+	if _, err := st.pool.Exec(context.Background(), `INSERT INTO operations (id, scope, status, doc) VALUES ('op_2', 's', 'queued', $1)`,
+		[]byte(doc)); err != nil {
+		t.Fatal(err)
+	}
+	if op, err := st.GetOperation("op_2"); err != nil || op.Urgency != store.DefaultUrgency {
+		t.Fatalf("older replica's operation: %+v %v", op, err)
+	}
+	var got []string
+	for range 3 {
+		op, err := st.ClaimNext("w", time.Minute)
+		if err != nil || op == nil {
+			t.Fatalf("claim: %v %v", op, err)
+		}
+		got = append(got, op.ID)
+	}
+	if want := []string{"op_1", "op_2", "op_0"}; !slices.Equal(got, want) {
+		t.Fatalf("claimed %v, want %v", got, want)
+	}
+}
+
+// The sweep forgets the turn of a scope left without work, keeps one with work running, and
+// deletes lapsed seats.
+func TestSweepForgetsIdleTurnsAndLapsedSeats(t *testing.T) {
+	clock := storetest.NewClock()
+	st := replicas(t, 1, clock)[0]
+	for i, scope := range []string{"idle", "busy"} {
+		op := &store.Operation{ID: fmt.Sprintf("op_%d", i), Scope: scope, Status: store.StatusQueued, Version: 1,
+			SubmittedAt: clock.Now(), Retention: time.Hour}
+		if _, err := st.AcceptOperation(op, &store.Request{}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.ClaimNext("w", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.Transition("op_0", store.Change{To: store.StatusSucceeded, Holder: "w"}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := st.AcquireSeat("model", "s1", "w", 1, clock.Now().Add(time.Second)); !ok || err != nil {
+		t.Fatalf("seat: %v %v", ok, err)
+	}
+	clock.Advance(2 * time.Second)
+	stats, err := st.Sweep()
+	if err != nil || stats.Turns != 1 || stats.Seats != 1 {
+		t.Fatalf("sweep: %+v %v, want 1 turn and 1 seat", stats, err)
+	}
+	if n := count(t, st, `SELECT count(*) FROM queue_turns WHERE scope = 'busy'`); n != 1 {
+		t.Fatalf("the busy scope's turn was forgotten")
+	}
+}

@@ -1,0 +1,203 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// The capacity order (docs/backends.md): effective urgency, then the scopes' turns, then the
+// oldest; stale work is never claimed and fails QUEUE_TIMEOUT.
+var capacityTests = []test{
+	{"ScopesTakeTurnsWithinAnUrgency", testScopesTakeTurns},
+	{"UrgentWorkIsClaimedFirst", testUrgentFirst},
+	{"WaitingRaisesUrgency", testAging},
+	{"StaleWorkIsNotClaimedAndFailsQueueTimeout", testStaleQueued},
+	{"PositionsEstimateTheClaimOrder", testQueuePositions},
+	{"ConcurrentClaimersTakeEachOperationOnceAcrossScopesAndUrgencies", testOrderedClaimsAreExclusive},
+}
+
+// acceptAt stores operations from..from+n-1 of scope, queued at urgency u, with deadline (zero:
+// none).
+func (e *env) acceptAt(t *testing.T, b store.Backend, scope string, from, n, u int, deadline time.Time) {
+	t.Helper()
+	for i := from; i < from+n; i++ {
+		op := e.newOp(i, scope)
+		op.Urgency, op.QueueDeadline = u, deadline
+		if _, err := b.AcceptOperation(op, &store.Request{Method: "POST", URL: "/v1/x"}, nil); err != nil {
+			t.Fatalf("accept %s: %v", opID(i), err)
+		}
+	}
+}
+
+// drain claims until the queue is empty (at most max claims) and returns the ids in claim order.
+func drain(t *testing.T, b store.Backend, max int) []string {
+	t.Helper()
+	var got []string
+	for range max {
+		op := must(b.ClaimNext("w1", time.Minute))(t)
+		if op == nil {
+			break
+		}
+		got = append(got, op.ID)
+	}
+	return got
+}
+
+// Tenant a queues 20, then tenant b 2: b's are claimed second and fourth, not after a's 20.
+func testScopesTakeTurns(t *testing.T, e *env) {
+	b := e.open()
+	e.acceptAt(t, b, "a", 0, 20, store.DefaultUrgency, time.Time{})
+	e.acceptAt(t, b, "b", 20, 2, store.DefaultUrgency, time.Time{})
+	got := drain(t, b, 30)
+	want := []string{opID(0), opID(20), opID(1), opID(21)}
+	for i := 2; i < 20; i++ {
+		want = append(want, opID(i))
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("claimed %v,\nwant %v", got, want)
+	}
+}
+
+// An urgency-0 operation queued after ten urgency-7 ones is claimed first.
+func testUrgentFirst(t *testing.T, e *env) {
+	b := e.open()
+	e.acceptAt(t, b, "s", 0, 10, store.LeastUrgent, time.Time{})
+	e.acceptAt(t, b, "s", 10, 1, store.MostUrgent, time.Time{})
+	got := drain(t, b, 20)
+	want := []string{opID(10)}
+	for i := range 10 {
+		want = append(want, opID(i))
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("claimed %v,\nwant %v", got, want)
+	}
+}
+
+// A u=7 operation gains a level per store.AgingStep waited: after two steps it still yields to
+// newer u=3 work, after five it goes before it.
+func testAging(t *testing.T, e *env) {
+	b := e.open()
+	e.acceptAt(t, b, "a", 0, 1, store.LeastUrgent, time.Time{})
+	e.clock.Advance(2 * store.AgingStep)
+	e.acceptAt(t, b, "b", 1, 1, store.DefaultUrgency, time.Time{})
+	if op := must(b.ClaimNext("w1", time.Minute))(t); op == nil || op.ID != opID(1) {
+		t.Fatalf("after two steps claimed %+v, want %s (u=3 before u=7 at 5)", op, opID(1))
+	}
+	e.clock.Advance(3 * store.AgingStep)
+	e.acceptAt(t, b, "b", 2, 1, store.DefaultUrgency, time.Time{})
+	if got := drain(t, b, 3); !slices.Equal(got, []string{opID(0), opID(2)}) {
+		t.Fatalf("after five steps claimed %v, want the aged u=7 first", got)
+	}
+}
+
+// An operation past its queue deadline is never claimed; StaleQueued finds it, and it fails
+// QUEUE_TIMEOUT straight from queued, with its event. Failing from queued with any other code
+// is refused.
+func testStaleQueued(t *testing.T, e *env) {
+	b := e.open()
+	b.SetAnnouncer(e.announcer())
+	e.acceptAt(t, b, "s", 0, 1, store.MostUrgent, e.clock.Now().Add(10*time.Second))
+	e.acceptAt(t, b, "s", 1, 1, store.LeastUrgent, time.Time{})
+	if stale := must(b.StaleQueued(e.clock.Now(), 10))(t); len(stale) != 0 {
+		t.Fatalf("before its deadline: stale %v", ids(stale))
+	}
+	e.clock.Advance(11 * time.Second)
+	if stale := must(b.StaleQueued(e.clock.Now(), 10))(t); !slices.Equal(ids(stale), []string{opID(0)}) {
+		t.Fatalf("stale %v, want [%s]", ids(stale), opID(0))
+	}
+	if got := drain(t, b, 3); !slices.Equal(got, []string{opID(1)}) {
+		t.Fatalf("claimed %v, want only the operation without a deadline", got)
+	}
+	other := &store.OperationError{Code: "UPSTREAM_ERROR", Message: "x", Retryable: true}
+	if _, err := b.Transition(opID(0), store.Change{To: store.StatusFailed, Error: other}); !errors.Is(err, store.ErrIllegalTransition) {
+		t.Fatalf("queued -> failed UPSTREAM_ERROR: %v, want ErrIllegalTransition", err)
+	}
+	timeout := &store.OperationError{Code: store.QueueTimeoutCode, Message: "waited past its deadline", Retryable: true}
+	op := must(b.Transition(opID(0), store.Change{To: store.StatusFailed, Error: timeout}))(t)
+	if op.Status != store.StatusFailed || op.Error.Code != store.QueueTimeoutCode || op.Attempts != 0 || op.Version != 2 {
+		t.Fatalf("timed out: %+v", op)
+	}
+	if ev := must(b.GetEvent("evt_" + opID(0)))(t); ev.Type != "operation.failed" || ev.Version != 2 {
+		t.Fatalf("event: %+v", ev)
+	}
+	if stale := must(b.StaleQueued(e.clock.Now(), 10))(t); len(stale) != 0 {
+		t.Fatalf("after the timeout: stale %v", ids(stale))
+	}
+}
+
+// QueuePosition of each queued operation is its place in the claim order, here where the turns
+// and urgencies decide it exactly; QueuedByUrgency counts by stored urgency.
+func testQueuePositions(t *testing.T, e *env) {
+	b := e.open()
+	e.acceptAt(t, b, "a", 0, 3, store.DefaultUrgency, time.Time{})
+	e.acceptAt(t, b, "b", 3, 1, store.DefaultUrgency, time.Time{})
+	e.acceptAt(t, b, "c", 4, 1, store.MostUrgent, time.Time{})
+	e.acceptAt(t, b, "c", 5, 1, store.LeastUrgent, time.Time{})
+	if n := must(b.QueuedByUrgency())(t); n != [8]int{1, 0, 0, 4, 0, 0, 0, 1} {
+		t.Fatalf("queued by urgency %v", n)
+	}
+	positions := map[string]int{}
+	for i := range 6 {
+		positions[opID(i)] = must(b.QueuePosition(opID(i)))(t)
+	}
+	got := drain(t, b, 10)
+	if want := []string{opID(4), opID(0), opID(3), opID(1), opID(2), opID(5)}; !slices.Equal(got, want) {
+		t.Fatalf("claimed %v, want %v", got, want)
+	}
+	for i, id := range got {
+		if positions[id] != i {
+			t.Errorf("%s: position %d, claimed %d-th", id, positions[id], i)
+		}
+	}
+	if _, err := b.QueuePosition(opID(0)); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("position of a running operation: %v, want ErrNotFound", err)
+	}
+	if n := must(b.QueuedByUrgency())(t); n != [8]int{} {
+		t.Fatalf("queued by urgency after the drain %v", n)
+	}
+}
+
+// Workers on two handles drain work of several scopes and urgencies: each operation is claimed
+// exactly once.
+func testOrderedClaimsAreExclusive(t *testing.T, e *env) {
+	handles := []store.Backend{e.open(), e.open()}
+	const perScope, scopes, workers = 10, 4, 8
+	for s := range scopes {
+		for i := range perScope {
+			e.acceptAt(t, handles[0], fmt.Sprintf("s%d", s), s*perScope+i, 1, i%8, time.Time{})
+		}
+	}
+	claims := make(chan string, perScope*scopes)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for range perScope * scopes { // bounded: at most every operation
+				op, err := handles[w%2].ClaimNext(fmt.Sprintf("w%d", w), time.Minute)
+				if err != nil || op == nil {
+					if err != nil {
+						t.Error(err)
+					}
+					return
+				}
+				claims <- op.ID
+			}
+		})
+	}
+	wg.Wait()
+	close(claims)
+	seen := map[string]int{}
+	for id := range claims {
+		seen[id]++
+	}
+	for i := range perScope * scopes {
+		if seen[opID(i)] != 1 {
+			t.Errorf("%s claimed %d times", opID(i), seen[opID(i)])
+		}
+	}
+}

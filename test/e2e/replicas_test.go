@@ -1,0 +1,356 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
+	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
+)
+
+// Several real gateway processes on one PostgreSQL database, acting as one gateway
+// (docs/backends.md). The database comes from MULLIGAN_TEST_POSTGRES (./test.sh starts a
+// throw-away cluster); without it these tests skip, and under CI=true they fail.
+
+// replica is one gateway process of a replica set, with its admin endpoint.
+type replica struct {
+	*gatewayProcess
+	admin string
+}
+
+// startReplicas starts n gateway processes in front of upstream, every one with
+// `storage postgres {env.MULLIGAN_POSTGRES_URL}` naming dsn, and mulliganBody.
+func startReplicas(t *testing.T, n int, upstream, dsn, mulliganBody string) []*replica {
+	t.Helper()
+	var out []*replica
+	for range n {
+		dataDir := t.TempDir()
+		ports := testkit.FreePorts(t, 2)
+		p := &gatewayProcess{t: t, dataDir: dataDir, port: ports[0], base: fmt.Sprintf("http://127.0.0.1:%d", ports[0])}
+		cf := fmt.Sprintf(`{
+	admin 127.0.0.1:%d
+	persist_config off
+	auto_https off
+	grace_period 1s
+}
+http://127.0.0.1:%d {
+	mulligan {
+		storage postgres {env.MULLIGAN_POSTGRES_URL}
+		%s
+	}
+	reverse_proxy %s
+}
+`, ports[1], p.port, mulliganBody, strings.TrimPrefix(upstream, "http://"))
+		if err := os.WriteFile(filepath.Join(dataDir, "Caddyfile"), []byte(cf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p.env = append(os.Environ(), "XDG_DATA_HOME="+dataDir+"/xdg-data", "XDG_CONFIG_HOME="+dataDir+"/xdg-config",
+			"MULLIGAN_POSTGRES_URL="+dsn)
+		t.Cleanup(p.kill)
+		p.start()
+		out = append(out, &replica{gatewayProcess: p, admin: fmt.Sprintf("http://127.0.0.1:%d", ports[1])})
+	}
+	return out
+}
+
+// operation is the parts of an operation these tests read.
+type operation struct {
+	OperationID string `json:"operation_id"`
+	Status      string `json:"status"`
+	Done        bool   `json:"done"`
+	Attempts    int    `json:"attempts"`
+	Error       *struct {
+		Code string `json:"code"`
+	} `json:"error"`
+}
+
+// submit sends an async chat completion with key and returns its operation.
+func (p *gatewayProcess) submit(t *testing.T, key string, headers ...string) operation {
+	t.Helper()
+	resp, body, err := p.send("POST", "/v1/chat/completions", key, fmt.Sprintf(`{"messages":[{"role":"user","content":%q}]}`, key),
+		append([]string{"Prefer", "respond-async"}, headers...)...)
+	if err != nil || resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("submit %s: %v %v %s", key, err, resp, body)
+	}
+	var op operation
+	if err := json.Unmarshal(body, &op); err != nil {
+		t.Fatal(err)
+	}
+	return op
+}
+
+// await polls operation id on p until it is final, for up to bound.
+func (p *gatewayProcess) await(t *testing.T, id string, bound time.Duration, headers ...string) operation {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for {
+		resp, body, err := p.send("GET", "/v1/operations/"+id, "", "", headers...)
+		var op operation
+		if err == nil && resp.StatusCode == 200 && json.Unmarshal(body, &op) == nil && op.Done {
+			return op
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("operation %s not final after %v: %v %s", id, bound, err, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestReplicasRunAKeyOnceAndEachReplaysIt(t *testing.T) {
+	dsn := pgtest.Database(t)
+	model, upstream := startModelServer(t, modelserver.Config{Latency: 300 * time.Millisecond})
+	rs := startReplicas(t, 3, upstream, dsn, "idempotency {\n wait_inflight 15s\n}")
+	const n = 90
+	bodies := make([][]byte, n)
+	codes := make([]int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			resp, body, err := rs[i%3].post("one-key", "the same request", 20*time.Second)
+			if err != nil {
+				t.Errorf("request %d: %v", i, err)
+				return
+			}
+			codes[i], bodies[i] = resp.StatusCode, body
+		})
+	}
+	wg.Wait()
+	byCode := map[int]int{}
+	for i := range n {
+		byCode[codes[i]]++
+		if codes[i] == 200 && !bytes.Equal(bodies[i], bodies[0]) {
+			t.Errorf("request %d (replica %d) got other bytes: %s", i, i%3, bodies[i])
+		}
+	}
+	for i, r := range rs { // and afterwards every replica replays it
+		resp, body, err := r.post("one-key", "the same request", 10*time.Second)
+		if err != nil || resp.StatusCode != 200 || resp.Header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(body, bodies[0]) {
+			t.Fatalf("replica %d does not replay the recorded answer: %v %v %s", i, err, resp, body)
+		}
+	}
+	t.Logf("%d identical keyed requests over 3 replicas: answers by status %v; upstream executions: %d", n, byCode, model.Stats().ByKey["one-key"])
+	if byCode[200] != n || model.Stats().ByKey["one-key"] != 1 {
+		t.Fatalf("answers %v, upstream executions %d: want %d × 200 and 1 execution", byCode, model.Stats().ByKey["one-key"], n)
+	}
+}
+
+func TestReplicasShareOperations(t *testing.T) {
+	dsn := pgtest.Database(t)
+	model, upstream := startModelServer(t, modelserver.Config{Latency: 100 * time.Millisecond})
+	rs := startReplicas(t, 3, upstream, dsn, "async {\n concurrency 2\n}")
+	const n = 30
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = rs[i%3].submit(t, fmt.Sprintf("shared-%d", i)).OperationID
+	}
+	for i, id := range ids {
+		if op := rs[(i+1)%3].await(t, id, 60*time.Second); op.Status != "succeeded" {
+			t.Fatalf("operation %d, polled on another replica: %s %+v", i, op.Status, op.Error)
+		}
+	}
+	stats := model.Stats()
+	t.Logf("%d operations submitted round-robin, polled on another replica: all succeeded; upstream executions %d", n, stats.Received)
+	for i := range n {
+		if k := fmt.Sprintf("shared-%d", i); stats.ByKey[k] != 1 {
+			t.Errorf("%s ran %d times", k, stats.ByKey[k])
+		}
+	}
+}
+
+func TestKilledReplicasOperationsAreTakenOver(t *testing.T) {
+	dsn := pgtest.Database(t)
+	model, upstream := startModelServer(t, modelserver.Config{Latency: time.Second})
+	rs := startReplicas(t, 3, upstream, dsn, "async {\n concurrency 2\n takeover 3s\n}")
+	const n = 30
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = rs[0].submit(t, fmt.Sprintf("takeover-%d", i)).OperationID
+	}
+	// Each replica runs 2 at a time: when 6 calls are under way, replica 0 holds two of them
+	// and the rest wait in the queue.
+	waitFor(t, "every replica running", func() bool { return model.Stats().InFlight >= 6 })
+	rs[0].kill()
+	killedAt := time.Now()
+	for i, id := range ids {
+		if op := rs[1+i%2].await(t, id, 90*time.Second); op.Status != "succeeded" {
+			t.Fatalf("operation %d: %s %+v", i, op.Status, op.Error)
+		}
+	}
+	stats := model.Stats()
+	reruns := countReruns(t, stats.ByKey, "takeover-", n)
+	t.Logf("SIGKILL of 1 of 3 replicas with %d operations: all succeeded %v after the kill; %d were re-run after the takeover (%d upstream executions, %d cut by the kill)",
+		n, time.Since(killedAt).Round(100*time.Millisecond), reruns, stats.Received, stats.Abandoned)
+	if reruns == 0 {
+		t.Fatal("no operation was taken over: the killed replica held none")
+	}
+}
+
+func TestCancelThroughAnotherReplicaStopsTheCall(t *testing.T) {
+	dsn := pgtest.Database(t)
+	model, upstream := startModelServer(t, modelserver.Config{})
+	rs := startReplicas(t, 3, upstream, dsn, "")
+	op := rs[0].submit(t, "to-cancel", "X-Mock-Latency", "30s")
+	waitFor(t, "the call started", func() bool { return model.Stats().InFlight == 1 })
+	holder := -1
+	waitFor(t, "a replica reports it running", func() bool {
+		for i, r := range rs {
+			if stats := r.stats(t); stats["running"] == float64(1) {
+				holder = i
+				return true
+			}
+		}
+		return false
+	})
+	other := rs[(holder+1)%3]
+	asked := time.Now()
+	resp, body, err := other.send("POST", "/v1/operations/"+op.OperationID+"/cancel", "", "")
+	if err != nil || (resp.StatusCode != 200 && resp.StatusCode != 202) {
+		t.Fatalf("cancel: %v %v %s", err, resp, body)
+	}
+	final := other.await(t, op.OperationID, 10*time.Second)
+	waitFor(t, "the upstream call ended", func() bool { return model.Stats().InFlight == 0 })
+	stopped := time.Since(asked)
+	t.Logf("cancel through replica %d of a call running on replica %d: answered %d, %s, upstream call cut after %v (abandoned: %d)",
+		(holder+1)%3, holder, resp.StatusCode, final.Status, stopped.Round(10*time.Millisecond), model.Stats().Abandoned)
+	if final.Status != "canceled" || model.Stats().Abandoned != 1 || model.Stats().Completed != 0 {
+		t.Fatalf("%s; upstream stats %+v", final.Status, model.Stats())
+	}
+	if stopped > 3*time.Second {
+		t.Fatalf("the upstream call ran on for %v after the cancel", stopped)
+	}
+}
+
+// stats reads the replica's /mulligan/stats.
+func (r *replica) stats(t *testing.T) map[string]any {
+	t.Helper()
+	resp, err := http.Get(r.admin + "/mulligan/stats")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return out
+}
+
+func TestEventsAcrossReplicasAreDeliveredOnce(t *testing.T) {
+	dsn := pgtest.Database(t)
+	var mu sync.Mutex
+	deliveries := map[string]int{}
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		deliveries[r.Header.Get("webhook-id")]++
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(receiver.Close)
+	_, upstream := startModelServer(t, modelserver.Config{Latency: 50 * time.Millisecond})
+	hooks := fmt.Sprintf("webhooks {\n endpoint consumer %s/hook {\n secret whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n }\n default consumer\n allow_private\n}", receiver.URL)
+	rs := startReplicas(t, 3, upstream, dsn, hooks)
+	const n = 30
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = rs[i%3].submit(t, fmt.Sprintf("event-%d", i)).OperationID
+	}
+	for i, id := range ids {
+		rs[(i+1)%3].await(t, id, 60*time.Second)
+	}
+	waitFor(t, "30 events delivered", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(deliveries) >= n
+	})
+	time.Sleep(2 * time.Second) // a second delivery of any of them would arrive now
+	mu.Lock()
+	defer mu.Unlock()
+	total := 0
+	for id, k := range deliveries {
+		total += k
+		if k != 1 {
+			t.Errorf("event %s delivered %d times", id, k)
+		}
+	}
+	t.Logf("%d operations over 3 replicas: %d events, %d deliveries", n, len(deliveries), total)
+	if len(deliveries) != n {
+		t.Fatalf("%d distinct events, want %d", len(deliveries), n)
+	}
+}
+
+// TestReplicasRideOutAPostgresRestart stops PostgreSQL under two replicas (pg_ctl stop -m fast)
+// while operations run and keyed answers are recorded, and starts it again on the same data
+// directory: meanwhile the gateways answer 503 STORAGE_UNAVAILABLE (readiness too), then
+// recover by themselves, and nothing they acknowledged is lost.
+func TestReplicasRideOutAPostgresRestart(t *testing.T) {
+	cluster := ownCluster(t)
+	model, upstream := startModelServer(t, modelserver.Config{Latency: 500 * time.Millisecond})
+	rs := startReplicas(t, 2, upstream, cluster.DSN, "async {\n concurrency 4\n takeover 10s\n}")
+
+	// Acknowledged before the outage: recorded keyed answers and accepted operations, some of
+	// them running when the database goes (their outcome is written after it is back).
+	recorded := map[string][]byte{}
+	for i := range 6 {
+		key := fmt.Sprintf("before-%d", i)
+		resp, body, err := rs[i%2].post(key, key, 10*time.Second)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s: %v %v", key, err, resp)
+		}
+		recorded[key] = body
+	}
+	var ids []string
+	for i := range 10 {
+		ids = append(ids, rs[i%2].submit(t, fmt.Sprintf("op-%d", i)).OperationID)
+	}
+	waitFor(t, "operations running", func() bool { return model.Stats().InFlight > 0 })
+	cluster.Stop()
+	downAt := time.Now()
+
+	unavailable := 0
+	for i, r := range rs {
+		resp, body, err := r.post(fmt.Sprintf("during-%d", i), "during", 20*time.Second)
+		if err != nil || resp.StatusCode != 503 || !bytes.Contains(body, []byte(`"STORAGE_UNAVAILABLE"`)) {
+			t.Fatalf("replica %d with the database down: %v %v %s", i, err, resp, body)
+		}
+		unavailable++
+		resp, body, err = r.send("GET", "/mulligan/healthz", "", "")
+		if err != nil || resp.StatusCode != 503 {
+			t.Fatalf("replica %d readiness with the database down: %v %v %s", i, err, resp, body)
+		}
+	}
+	time.Sleep(time.Second) // the running calls finish while the database is down
+	cluster.Start()
+	upAt := time.Now()
+
+	var recovered time.Duration
+	for i, r := range rs {
+		waitFor(t, fmt.Sprintf("replica %d serving again", i), func() bool {
+			resp, _, err := r.post(fmt.Sprintf("after-%d", i), "after", 10*time.Second)
+			return err == nil && resp.StatusCode == 200
+		})
+		recovered = max(recovered, time.Since(upAt))
+	}
+	for key, body := range recorded {
+		resp, got, err := rs[1].post(key, key, 10*time.Second)
+		if err != nil || resp.Header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(got, body) {
+			t.Fatalf("%s, recorded before the outage, does not replay: %v %v", key, err, resp)
+		}
+	}
+	for i, id := range ids {
+		if op := rs[(i+1)%2].await(t, id, 60*time.Second); op.Status != "succeeded" {
+			t.Fatalf("operation %d: %s %+v", i, op.Status, op.Error)
+		}
+	}
+	t.Logf("database down %v: %d replicas answered 503 STORAGE_UNAVAILABLE (readiness 503); serving again %v after it was back; %d recorded keys replay, %d accepted operations succeeded; %d upstream executions",
+		upAt.Sub(downAt).Round(100*time.Millisecond), unavailable, recovered.Round(100*time.Millisecond), len(recorded), len(ids), model.Stats().Received)
+}
