@@ -71,6 +71,7 @@ func newCourier(st store.Outbox, worker string, log *zap.Logger) *courier {
 // configure installs the endpoints of every block on the storage; the circuit breakers are
 // kept unless their settings change.
 func (c *courier) configure(endpoints map[string]*hooks) {
+	zeroWebhookCounters(endpoints)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for name := range endpoints {
