@@ -36,7 +36,8 @@ func runBriefly(t *testing.T, cfg Config) (*Report, string) {
 }
 
 // TestHarnessMeasuresEveryScenario runs the whole harness briefly (real binary, real model
-// server, plain Caddy and Mulligan on Badger) and checks that every scenario measured something on both gateways.
+// server, plain Caddy and Mulligan on Badger) and checks that every scenario measured something on both gateways,
+// and that a brief flood measured every side it could start (checkFloodRows).
 // It asserts nothing about speed.
 func TestHarnessMeasuresEveryScenario(t *testing.T) {
 	if testing.Short() {
@@ -44,9 +45,11 @@ func TestHarnessMeasuresEveryScenario(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.Concurrency, cfg.Duration, cfg.Rounds = 4, 300*time.Millisecond, 1
-	cfg.Scenarios = []string{ScenarioPassthrough, ScenarioNewKeys, ScenarioReplays, ScenarioAsync, ScenarioStreams}
+	cfg.Scenarios = []string{ScenarioPassthrough, ScenarioNewKeys, ScenarioReplays, ScenarioAsync, ScenarioStreams, ScenarioFlood}
 	cfg.ReplayKeys, cfg.Operations, cfg.AsyncOps, cfg.LiveStreams = 50, 50, 500, 20
+	cfg.FloodCalls, cfg.FloodSlots, cfg.FloodLatency, cfg.FloodEvery = 40, 2, 20*time.Millisecond, 50*time.Millisecond
 	rep, out := runBriefly(t, cfg)
+	checkFloodRows(t, cfg, rep.Flood)
 	if !strings.Contains(out, "machine: ") || !strings.Contains(out, "| scenario") {
 		t.Error("the output lacks the machine line or the table")
 	}
@@ -122,6 +125,49 @@ func TestHarnessMeasuresPostgresReplicasBesideBadger(t *testing.T) {
 	}
 }
 
+// checkFloodRows checks the brief flood's rows: every side that started served the whole flood
+// and the interactive calls, the flood queued inside the model server behind plain Caddy and
+// not behind HAProxy (maxconn = slots), operations were flooded only through Mulligan, and a
+// side that could not start says why.
+func checkFloodRows(t *testing.T, cfg Config, rows []FloodRow) {
+	t.Helper()
+	if len(rows) != 8 {
+		t.Fatalf("%d flood rows, want 8 (two floods, four sides)", len(rows))
+	}
+	for _, r := range rows {
+		name := r.Flood + " flood on " + r.Side
+		switch {
+		case r.Flood == floodAsync && (r.Side == floodPlain || r.Side == floodHAProxy):
+			if !strings.HasPrefix(r.Missing, "n/a") {
+				t.Errorf("%s: %q, want n/a", name, r.Missing)
+			}
+			continue
+		case r.Side == floodHAProxy && r.Missing != "":
+			if !strings.Contains(r.Missing, "haproxy") {
+				t.Errorf("%s: missing for an unclear reason: %q", name, r.Missing)
+			}
+			continue
+		case r.Side == floodCapacity && r.Missing != "":
+			if r.Missing != "not available in this build (the binary refuses the capacity block)" {
+				t.Errorf("%s: missing for an unclear reason: %q", name, r.Missing)
+			}
+			continue
+		}
+		if r.Missing != "" || r.FloodOK != cfg.FloodCalls || r.FloodErrors != 0 || r.Interactive == 0 || r.InteractiveErrors != 0 {
+			t.Errorf("%s: %+v, want all %d flood calls and the interactive calls answered", name, r, cfg.FloodCalls)
+		}
+		if r.Unloaded <= 0 || r.P99 <= 0 || r.Utilisation <= 0 || r.FloodRate <= 0 {
+			t.Errorf("%s: nothing measured: %+v", name, r)
+		}
+		if r.Flood == floodSync && r.Side == floodPlain && r.MaxQueue == 0 {
+			t.Errorf("%s: the flood never queued inside the model server", name)
+		}
+		if r.Side == floodHAProxy && r.MaxQueue != 0 {
+			t.Errorf("%s: %d calls queued inside the model server, want none (maxconn = slots)", name, r.MaxQueue)
+		}
+	}
+}
+
 // TestConfigsThatCannotRunAreRejected checks the flags' combinations the harness refuses,
 // with their messages.
 func TestConfigsThatCannotRunAreRejected(t *testing.T) {
@@ -133,6 +179,7 @@ func TestConfigsThatCannotRunAreRejected(t *testing.T) {
 		{"replicas without postgres", func(c *Config) { c.Replicas = 3 }, "above 1 needs -postgres"},
 		{"no replica", func(c *Config) { c.Postgres, c.Replicas = "postgres://127.0.0.1/x", 0 }, "-replicas must be at least 1"},
 		{"key=value DSN", func(c *Config) { c.Postgres = "host=127.0.0.1 password=secret" }, "must be a postgres:// URL (got \"(a DSN with a password)\")"},
+		{"flood without slots", func(c *Config) { c.FloodSlots = 0 }, "-flood-slots, -flood-latency and -flood-every must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()

@@ -26,6 +26,8 @@ type Report struct {
 	Connections []ConnRow
 	// Scale holds the -scale measurements (empty without -scale).
 	Scale []ScaleRow
+	// Flood holds the flood scenario's rows (empty without it).
+	Flood []FloodRow
 }
 
 // Row is one scenario measured on every gateway.
@@ -83,6 +85,7 @@ type harness struct {
 	conns     *connWatch
 	runID     string
 	seq       atomic.Int64
+	floodRows []FloodRow // the flood scenario's (flood.go)
 }
 
 // Run builds the sidecar, starts the model server and both gateways, measures cfg.Scenarios
@@ -114,6 +117,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 		rep.Rows = append(rep.Rows, rows...)
 	}
 	printTable(out, rep.Sides, rep.Rows)
+	rep.Flood = h.floodRows
+	printFlood(out, cfg, rep.Flood)
 	if h.conns != nil {
 		rep.Connections = h.conns.stop(ctx)
 		printConnections(out, rep.Connections)
@@ -140,6 +145,8 @@ func (h *harness) scenario(ctx context.Context, name string) ([]Row, error) {
 		return h.webhooks(ctx)
 	case ScenarioStreams:
 		return h.streams(ctx)
+	case ScenarioFlood:
+		return nil, h.flood(ctx) // its own table (flood_report.go)
 	}
 	return nil, fmt.Errorf("unknown scenario")
 }

@@ -11,6 +11,7 @@
 //	go run ./bench -postgres postgres://...      # Mulligan on PostgreSQL too, beside Badger
 //	go run ./bench -postgres postgres://... -replicas 3  # 3 gateways on the database, load spread
 //	go run ./bench -scenarios streams            # SSE: first event, throughput, 1,000 live streams
+//	go run ./bench -scenarios flood              # capacity: interactive calls during a flood, ~4 minutes
 //
 // All traffic stays on 127.0.0.1. The processes it starts are stopped when it ends, also on
 // Ctrl-C.
@@ -23,6 +24,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -36,10 +38,20 @@ const (
 	ScenarioAsync       = "async"
 	ScenarioWebhooks    = "webhooks"
 	ScenarioStreams     = "streams"
+	ScenarioFlood       = "flood"
 )
 
 // AllScenarios is the default -scenarios list, in the order they run.
 var AllScenarios = []string{ScenarioPassthrough, ScenarioNewKeys, ScenarioReplays, ScenarioAsync, ScenarioWebhooks, ScenarioStreams}
+
+// ExtraScenarios run only when -scenarios names them: the flood takes minutes, against gateways
+// of its own.
+var ExtraScenarios = []string{ScenarioFlood}
+
+// knownScenarios is every scenario -scenarios accepts.
+func knownScenarios() []string {
+	return slices.Concat(AllScenarios, ExtraScenarios)
+}
 
 // Config is one run of the harness.
 type Config struct {
@@ -76,6 +88,14 @@ type Config struct {
 	// Replicas is how many gateway processes share the PostgreSQL database; the load is spread
 	// over them round-robin. Above 1 it needs Postgres.
 	Replicas int
+	// FloodCalls is how many low-urgency calls the flood scenario's flooding tenant sends.
+	FloodCalls int
+	// FloodSlots and FloodLatency are the flood's model server: how many calls it runs at
+	// once (the rest queue inside it) and how long each takes.
+	FloodSlots   int
+	FloodLatency time.Duration
+	// FloodEvery is how often the interactive tenant sends a call during a flood.
+	FloodEvery time.Duration
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
 }
@@ -85,6 +105,7 @@ func DefaultConfig() Config {
 	return Config{
 		Concurrency: 64, Duration: 3 * time.Second, Rounds: 3, Scenarios: AllScenarios,
 		Replicas: 1, ReplayKeys: 1000, Operations: 1000, AsyncOps: 4000, LiveStreams: 1000, ScaleKeys: 1_000_000, ScaleOps: 100_000,
+		FloodCalls: 600, FloodSlots: 4, FloodLatency: 100 * time.Millisecond, FloodEvery: 200 * time.Millisecond,
 	}
 }
 
@@ -94,7 +115,7 @@ func main() {
 	flag.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "clients sending at once, per gateway")
 	flag.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of one round")
 	flag.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "rounds per gateway and scenario, interleaved plain/mulligan")
-	flag.StringVar(&scenarios, "scenarios", strings.Join(AllScenarios, ","), "comma-separated scenarios: "+strings.Join(AllScenarios, ", "))
+	flag.StringVar(&scenarios, "scenarios", strings.Join(AllScenarios, ","), "comma-separated scenarios: "+strings.Join(knownScenarios(), ", "))
 	flag.IntVar(&cfg.ReplayKeys, "keys", cfg.ReplayKeys, "keys recorded, then replayed, by the replays scenario")
 	flag.IntVar(&cfg.Operations, "ops", cfg.Operations, "operations submitted by the end-to-end async and webhook scenarios")
 	flag.IntVar(&cfg.AsyncOps, "async-ops", cfg.AsyncOps, "most operations accepted per async accept round (the queue holds 10000)")
@@ -104,6 +125,10 @@ func main() {
 	flag.IntVar(&cfg.ScaleOps, "scale-ops", cfg.ScaleOps, "finished operations seeded by the large scale run")
 	flag.StringVar(&cfg.Postgres, "postgres", "", "a postgres:// DSN: also measure Mulligan storing there, beside Badger (the scale run stays on Badger)")
 	flag.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "PostgreSQL gateway processes on the one database, the load spread round-robin over them (needs -postgres)")
+	flag.IntVar(&cfg.FloodCalls, "flood-calls", cfg.FloodCalls, "low-urgency calls of the flood scenario's flood")
+	flag.IntVar(&cfg.FloodSlots, "flood-slots", cfg.FloodSlots, "slots of the flood scenario's model server")
+	flag.DurationVar(&cfg.FloodLatency, "flood-latency", cfg.FloodLatency, "time of one call on the flood scenario's model server")
+	flag.DurationVar(&cfg.FloodEvery, "flood-every", cfg.FloodEvery, "interval of the interactive calls during a flood")
 	flag.Parse()
 	cfg.Scenarios = splitList(scenarios)
 	cfg.Progress = os.Stderr
@@ -140,6 +165,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("-replicas must be at least 1, and above 1 needs -postgres")
 	case c.Scale && (c.ScaleKeys < scaleSmallKeys || c.ScaleOps < 0):
 		return fmt.Errorf("-scale-keys must be at least %d and -scale-ops not negative", scaleSmallKeys)
+	case c.FloodCalls < 1 || c.FloodSlots < 1 || c.FloodLatency <= 0 || c.FloodEvery <= 0:
+		return fmt.Errorf("-flood-calls, -flood-slots, -flood-latency and -flood-every must be positive")
 	}
 	if c.Postgres != "" {
 		if _, err := withApplicationName(c.Postgres, "check"); err != nil {
@@ -147,12 +174,12 @@ func (c Config) validate() error {
 		}
 	}
 	known := map[string]bool{}
-	for _, s := range AllScenarios {
+	for _, s := range knownScenarios() {
 		known[s] = true
 	}
 	for _, s := range c.Scenarios {
 		if !known[s] {
-			return fmt.Errorf("unknown scenario %q (known: %s)", s, strings.Join(AllScenarios, ", "))
+			return fmt.Errorf("unknown scenario %q (known: %s)", s, strings.Join(knownScenarios(), ", "))
 		}
 	}
 	return nil
@@ -164,6 +191,9 @@ func (c Config) flagLine() string {
 		c.Concurrency, c.Duration, c.Rounds, strings.Join(c.Scenarios, ","), c.ReplayKeys, c.Operations, c.AsyncOps, c.LiveStreams)
 	if c.Postgres != "" {
 		line += fmt.Sprintf(" -postgres %s -replicas %d", redactDSN(c.Postgres), c.Replicas)
+	}
+	if slices.Contains(c.Scenarios, ScenarioFlood) {
+		line += fmt.Sprintf(" -flood-calls %d -flood-slots %d -flood-latency %s -flood-every %s", c.FloodCalls, c.FloodSlots, c.FloodLatency, c.FloodEvery)
 	}
 	if c.Scale {
 		line += fmt.Sprintf(" -scale -scale-keys %d -scale-ops %d", c.ScaleKeys, c.ScaleOps)

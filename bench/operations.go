@@ -89,10 +89,11 @@ func (h *harness) accept(newest *newestOp) call {
 	}
 }
 
-// getOperation polls one operation.
-func (h *harness) getOperation(ctx context.Context, base, id string) (opView, error) {
+// getOperation polls one operation, with header pairs (an Authorization: the operation's
+// scope).
+func (h *harness) getOperation(ctx context.Context, base, id string, header ...string) (opView, error) {
 	var v opView
-	resp, body, err := send(ctx, h.client, http.MethodGet, base+operationsPath+"/"+id, nil)
+	resp, body, err := send(ctx, h.client, http.MethodGet, base+operationsPath+"/"+id, nil, header...)
 	if err != nil {
 		return v, err
 	}

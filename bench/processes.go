@@ -96,17 +96,27 @@ func startGateway(ctx context.Context, binary, dir, name string, site func(port 
 	if err != nil {
 		return nil, err
 	}
-	g := &gateway{name: name, dir: dir, port: ports[0], base: fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
-		admin: fmt.Sprintf("http://127.0.0.1:%d", ports[1]), exited: make(chan struct{})}
 	conf := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(conf, []byte(siteConfig(ports[1], g.port, site(g.port))), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(siteConfig(ports[1], ports[0], site(ports[0]))), 0o644); err != nil {
 		return nil, err
 	}
+	cmd := exec.Command(binary, "run", "--config", conf, "--adapter", "caddyfile")
+	cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+filepath.Join(dir, "xdg-data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "xdg-config"))
+	g, err := startProcess(ctx, dir, name, ports[0], cmd)
+	if g != nil {
+		g.admin = fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	}
+	return g, err
+}
+
+// startProcess runs cmd, its output going to dir/gateway.log, and waits until it listens on
+// port.
+func startProcess(ctx context.Context, dir, name string, port int, cmd *exec.Cmd) (*gateway, error) {
+	g := &gateway{name: name, dir: dir, port: port, base: fmt.Sprintf("http://127.0.0.1:%d", port), cmd: cmd, exited: make(chan struct{})}
+	var err error
 	if g.log, err = os.Create(filepath.Join(dir, "gateway.log")); err != nil {
 		return nil, err
 	}
-	g.cmd = exec.Command(binary, "run", "--config", conf, "--adapter", "caddyfile")
-	g.cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+filepath.Join(dir, "xdg-data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "xdg-config"))
 	g.cmd.Stdout, g.cmd.Stderr = g.log, g.log
 	g.cmd.SysProcAttr = childAttr()
 	if err := g.cmd.Start(); err != nil {

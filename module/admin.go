@@ -235,6 +235,9 @@ func (r *runner) stats() map[string]any {
 		"running_from_queue": pooled, "concurrency": cfg.concurrency, "takeover": cfg.takeover.String(),
 		"webhooks": map[string]any{"pending": pending, "dead_letters": dead, "endpoints": r.courier.endpointStates()},
 	}
+	if c := r.capacityStats(); c != nil {
+		out["capacity"] = c
+	}
 	return out
 }
 

@@ -45,13 +45,15 @@ func (b *byteBudget) give(n int64) { b.used.Add(-n) }
 // leave the queue.
 const rateLimitedRetry = 5 * time.Second
 
-// admission applies async max_per_scope: a scope's queued and running operations, as the
-// storage counts them (so after a restart, and across replicas on PostgreSQL), plus the ones this
-// block is accepting at this moment, which the storage does not count yet.
+// admission applies async max_per_scope. The storage counts a scope's queued and running
+// operations and refuses one over the limit in the same step as it stores it, serialised per
+// scope across replicas (store.Operation.ScopeLimit). What only this replica knows is added to
+// that count: the calls running within their `after` window that may still become operations
+// (pending), which the storage does not hold yet.
 type admission struct {
 	limit   int
 	mu      sync.Mutex
-	pending map[string]int // scope hash -> requests between their check and their store write
+	pending map[string]int // scope hash -> calls between their check and their store write
 }
 
 func newAdmission(limit int) *admission {
@@ -61,26 +63,40 @@ func newAdmission(limit int) *admission {
 	return &admission{limit: limit, pending: map[string]int{}}
 }
 
-// enter reports whether scope may add an operation. When it may, the request counts as pending
-// until the returned leave is called, once the operation is stored or given up.
-func (a *admission) enter(st store.Queue, scope string) (leave func(), ok bool, err error) {
-	n, err := st.ActiveCount(scope)
-	if err != nil {
-		return nil, false, err
-	}
+// room is the ScopeLimit of an operation of scope accepted now: the limit less this replica's
+// pending calls of the scope. Zero or less: the scope is full.
+func (a *admission) room(scope string) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if n+a.pending[scope] >= a.limit {
-		return nil, false, nil
-	}
+	return a.limit - a.pending[scope]
+}
+
+// enter reports whether a call of scope that may become an operation may start. It counts as
+// pending from before the storage is read (so two calls checking at once see each other) until
+// the returned leave is called, once its operation is stored or the call is answered.
+func (a *admission) enter(st store.Queue, scope string) (leave func(), ok bool, err error) {
+	a.mu.Lock()
 	a.pending[scope]++
-	return func() {
+	a.mu.Unlock()
+	leave = func() {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		if a.pending[scope]--; a.pending[scope] == 0 {
 			delete(a.pending, scope)
 		}
-	}, true, nil
+	}
+	n, err := st.ActiveCount(scope)
+	if err != nil || n+a.pendingOf(scope) > a.limit {
+		leave()
+		return nil, false, err
+	}
+	return leave, true, nil
+}
+
+func (a *admission) pendingOf(scope string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.pending[scope]
 }
 
 // rateLimitedError is the 429 a scope over max_per_scope gets.

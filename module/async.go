@@ -27,6 +27,8 @@ type converter struct {
 	calls  slots      // `after`-mode calls under way, bounded by concurrency
 	quota  *admission // nil unless max_per_scope is set
 	now    func() time.Time
+	// capacity is the block's capacity settings (nil without): queue deadlines.
+	capacity *CapacityConfig
 }
 
 // headerCallback names the endpoint URL a request wants its operation's events sent to.
@@ -69,6 +71,7 @@ func (c *converter) newOperation(kr *keyedRequest, status store.Status) *store.O
 		Method: kr.r.Method, Path: kr.r.URL.Path, IdempotencyKey: kr.key, SubmittedAt: now, UpdatedAt: now,
 		Retention: time.Duration(c.cfg.Retention), Type: c.cfg.Type, Metadata: kr.metadata,
 		Traceparent: kr.trace.parent, Tracestate: kr.trace.state,
+		Urgency: urgencyOf(kr.r.Header.Values("Priority")), QueueDeadline: queueDeadline(c.capacity, kr.r, now),
 	}
 	if op.Type == "" {
 		op.Type = op.Path
@@ -97,7 +100,7 @@ func (c *converter) execution() *store.Execution {
 
 // notForwarded are request headers that concern the gateway, not the upstream. Accept-Encoding
 // goes too, so stored results are plain and their JSON can be shown inline.
-var notForwarded = []string{"Prefer", "Callback-Url", "Accept-Encoding", "Connection", "Keep-Alive", "Te", "Trailer", "Upgrade"}
+var notForwarded = []string{"Prefer", "Callback-Url", headerMaxQueueWait, "Accept-Encoding", "Connection", "Keep-Alive", "Te", "Trailer", "Upgrade"}
 
 // storedRequest is the request as the runner will send it again: the URI as the client sent
 // it, so the route matches it the same way.
@@ -165,17 +168,22 @@ func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st store.Bac
 			Message: "The operation queue is full; retry later."})
 		return nil
 	}
-	leave, ok := c.admit(w, kr, st)
-	if !ok {
-		return nil
-	}
-	defer leave()
 	op := c.newOperation(kr, store.StatusQueued)
+	if c.quota != nil {
+		if op.ScopeLimit = c.quota.room(kr.scope); op.ScopeLimit <= 0 && !c.recorded(kr, st) {
+			c.rateLimited(w)
+			return nil
+		}
+	}
 	span := startAccept(kr)
 	ka, resp := c.keyAccept(kr, op, "")
 	claim, err := st.AcceptOperation(op, storedRequest(kr), ka)
 	if err != nil || claim.Outcome != store.Claimed {
 		endAccept(span, nil)
+	}
+	if errors.Is(err, store.ErrScopeFull) {
+		c.rateLimited(w)
+		return nil
 	}
 	if err != nil {
 		return c.gate.storageFailed(w, kr, err)
@@ -268,10 +276,10 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 	return nil
 }
 
-// admit applies async max_per_scope before a request becomes an operation. It answers 429
-// RATE_LIMITED itself and reports false when the caller's scope is full; a keyed retry of a
-// request already accepted goes on to its replay. The caller calls leave once the operation is
-// stored or given up.
+// admit applies async max_per_scope to a call that runs within its window and may then become
+// an operation. It answers 429 RATE_LIMITED itself and reports false when the caller's scope is
+// full; a keyed retry of a request already accepted goes on to its replay. The caller calls
+// leave once the operation is stored or given up.
 func (c *converter) admit(w http.ResponseWriter, kr *keyedRequest, st store.Backend) (leave func(), ok bool) {
 	if c.quota == nil {
 		return func() {}, true
@@ -287,9 +295,14 @@ func (c *converter) admit(w http.ResponseWriter, kr *keyedRequest, st store.Back
 	if c.recorded(kr, st) {
 		return func() {}, true
 	}
+	c.rateLimited(w)
+	return nil, false
+}
+
+// rateLimited answers 429 RATE_LIMITED: the caller's scope is at max_per_scope.
+func (c *converter) rateLimited(w http.ResponseWriter) {
 	countRequest(outcomeRateLimited)
 	writeError(w, rateLimitedError(c.cfg.MaxPerScope))
-	return nil, false
 }
 
 // recorded reports whether the request's key already has a live record: its retry is answered

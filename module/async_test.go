@@ -18,6 +18,7 @@ type opBody struct {
 	Done              bool   `json:"done"`
 	Version           int64  `json:"version"`
 	Attempts          int    `json:"attempts"`
+	Urgency           int    `json:"urgency"`
 	StatusURL         string `json:"status_url"`
 	CancelRequestedAt string `json:"cancel_requested_at"`
 	Response          *struct {

@@ -61,6 +61,12 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //			retry_on    <status...>
 //			max_per_scope <n>
 //		}
+//		capacity {
+//			limit          <n> | auto <min> <max>
+//			shared         <n>
+//			wait           <duration>
+//			max_queue_wait <duration>
+//		}
 //		webhooks {
 //			endpoint <name> <url or pattern> {
 //				secret    <whsec_...> [<whsec_...>...]
@@ -108,6 +114,9 @@ func (m *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "webhooks":
 			m.Webhooks = new(WebhooksConfig)
 			err = m.Webhooks.unmarshalCaddyfile(d)
+		case "capacity":
+			m.Capacity = new(CapacityConfig)
+			err = m.Capacity.unmarshalCaddyfile(d)
 		default:
 			err = d.Errf("unrecognized mulligan subdirective %q", d.Val())
 		}

@@ -81,7 +81,13 @@ func (r *runner) execute(parent context.Context, op *store.Operation, first <-ch
 					return
 				}
 			}
-			res = r.attempt(ctx, op, req, ex.MaxResult)
+			var timedOut bool
+			if res, timedOut = r.seatedAttempt(ctx, op, req, ex.MaxResult, attempt == 0); timedOut {
+				r.queueTimeout(op)
+				last = queueTimedOut()
+				r.finish(parent, op.ID, last, log)
+				return
+			}
 		}
 		if res.panicked != nil {
 			log.Error("a handler panicked serving the operation", zap.Any("panic", res.panicked), zap.ByteString("stack", res.stack))

@@ -68,6 +68,10 @@ type Handler struct {
 	// Webhooks configures signed event delivery about operations.
 	Webhooks *WebhooksConfig `json:"webhooks,omitempty"`
 
+	// Capacity bounds the calls sent upstream to the model server's seats and orders the work
+	// waiting for one (docs/capacity.md). Without it, calls go upstream as they come.
+	Capacity *CapacityConfig `json:"capacity,omitempty"`
+
 	use     *storageUse
 	gate    *gate
 	bodies  *byteBudget
@@ -75,6 +79,8 @@ type Handler struct {
 	methods map[string]bool
 	logger  *zap.Logger
 	now     func() time.Time
+	seats   *seatPool // nil without capacity
+	seatKey string
 }
 
 // CaddyModule returns the Caddy module information.
@@ -134,7 +140,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("mulligan: %w", err)
 	}
-	return nil
+	return h.provisionCapacity(set)
 }
 
 // storageWideSettings are the storage-wide settings the block sets itself, as written; read
@@ -184,6 +190,9 @@ func (h *Handler) setDefaults() {
 		h.Idempotency = new(IdempotencyConfig)
 	}
 	h.Idempotency.setDefaults(h.Async)
+	if h.Capacity != nil {
+		h.Capacity.setDefaults()
+	}
 }
 
 // Validate checks the configuration for errors that defaults cannot fix.
@@ -196,6 +205,11 @@ func (h *Handler) Validate() error {
 	}
 	if err := h.Async.validate(); err != nil {
 		return err
+	}
+	if h.Capacity != nil {
+		if err := h.Capacity.validate(); err != nil {
+			return err
+		}
 	}
 	return h.Idempotency.validate()
 }
@@ -292,6 +306,9 @@ func (h *Handler) serveCovered(w http.ResponseWriter, r *http.Request, next cadd
 		return nil
 	}
 	convert, window := conversion(h.Async, r.Header.Values("Prefer"))
+	if h.seats != nil {
+		next = h.seated(next, h.scopeOf(r))
+	}
 	if key == "" && !convert {
 		countRequest(outcomePassthrough)
 		return next.ServeHTTP(w, r)
@@ -312,9 +329,15 @@ func (h *Handler) serveCovered(w http.ResponseWriter, r *http.Request, next cadd
 		return h.gate.claimAndRun(w, kr, next, st)
 	case window == 0:
 		return h.conv.accept(w, kr, st, run)
-	default:
+	case h.seats == nil:
 		return h.conv.runThenConvert(w, kr, next, st, run, window)
 	}
+	seat, ok := h.reserveSeat(kr, window)
+	if !ok { // no seat within the window: the call waits in the queue instead (docs/capacity.md)
+		return h.conv.accept(w, kr, st, run)
+	}
+	defer seat.drop()
+	return h.conv.runThenConvert(w, kr, next, st, run, window)
 }
 
 func (h *Handler) isOperationsPath(p string) bool {
@@ -345,6 +368,7 @@ func (l storeLogger) Warningf(f string, v ...any) { l.Warnf(f, v...) }
 // Interface guards
 var (
 	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddy.Validator             = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )

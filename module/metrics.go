@@ -122,7 +122,8 @@ var registerOnce sync.Mutex
 func collectors() []prometheus.Collector {
 	return []prometheus.Collector{metrics.requests, metrics.submitted, metrics.polls, metrics.operations,
 		metrics.queueWait, metrics.execution, metrics.duration, metrics.retries, metrics.attempts, metrics.deadLetters,
-		metrics.fsyncBatch, metrics.runnerMetrics}
+		metrics.fsyncBatch, metrics.runnerMetrics,
+		capacityMetrics.seatWait, capacityMetrics.refusals, capacityMetrics.queueTimeouts, capacityMetrics.pools}
 }
 
 // registerMetrics adds Mulligan's collectors to a config's registry.

@@ -33,16 +33,23 @@ type operationView struct {
 	UpdatedAt      time.Time       `json:"updated_at"`
 	// RetryAfter is the polling hint in seconds while the operation is not final (the
 	// Retry-After header's value, for clients that read only the body).
-	RetryAfter        *int            `json:"retry_after,omitempty"`
-	StartedAt         *time.Time      `json:"started_at"`
-	FinishedAt        *time.Time      `json:"finished_at"`
-	ExpiresAt         *time.Time      `json:"expires_at"`
-	CancelRequestedAt *time.Time      `json:"cancel_requested_at,omitempty"`
-	Attempts          int             `json:"attempts"`
-	Progress          *progressView   `json:"progress,omitempty"`
-	Response          *responseView   `json:"response"`
-	Error             *operationError `json:"error"`
-	Links             links           `json:"links"`
+	RetryAfter        *int       `json:"retry_after,omitempty"`
+	StartedAt         *time.Time `json:"started_at"`
+	FinishedAt        *time.Time `json:"finished_at"`
+	ExpiresAt         *time.Time `json:"expires_at"`
+	CancelRequestedAt *time.Time `json:"cancel_requested_at,omitempty"`
+	Attempts          int        `json:"attempts"`
+	// Urgency is the RFC 9218 urgency the operation waits at (docs/capacity.md).
+	Urgency int `json:"urgency"`
+	// QueuePosition estimates, while the operation is queued, how many queued operations will
+	// be claimed before it (0: next), when the storage can tell.
+	QueuePosition *int `json:"queue_position,omitempty"`
+	// QueueDeadline is when the operation fails QUEUE_TIMEOUT if still queued.
+	QueueDeadline *time.Time      `json:"queue_deadline,omitempty"`
+	Progress      *progressView   `json:"progress,omitempty"`
+	Response      *responseView   `json:"response"`
+	Error         *operationError `json:"error"`
+	Links         links           `json:"links"`
 }
 
 type responseView struct {
@@ -89,7 +96,10 @@ func viewOf(prefix string, op *store.Operation, result *store.Response, now time
 		Type: typeOf(op), Method: op.Method, Path: op.Path, IdempotencyKey: op.IdempotencyKey, Metadata: op.Metadata,
 		SubmittedAt: op.SubmittedAt.UTC(), UpdatedAt: updatedAt(op), StartedAt: timePtr(op.StartedAt), FinishedAt: timePtr(op.FinishedAt),
 		ExpiresAt: timePtr(op.ExpiresAt()), CancelRequestedAt: timePtr(op.CancelRequestedAt),
-		Attempts: op.Attempts, Links: linksFor(prefix, op.ID),
+		Attempts: op.Attempts, Links: linksFor(prefix, op.ID), Urgency: op.Urgency,
+	}
+	if op.Status == store.StatusQueued {
+		v.QueueDeadline = timePtr(op.QueueDeadline)
 	}
 	if !op.Status.Final() {
 		secs := int(pollAfter / time.Second)

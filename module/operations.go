@@ -114,6 +114,7 @@ func (h *Handler) writeOperation(q *opsRequest, status int, op *store.Operation)
 		q.w.Header().Set("Retry-After", retryAfterValue(pollAfter))
 	}
 	v := viewOf(h.conv.prefix, op, result, now)
+	v.QueuePosition = queuePosition(q.st, op)
 	if !op.Status.Final() { // docs/streams.md
 		if s := q.run.streamOf(op.ID); s != nil {
 			v.Progress = s.progress()

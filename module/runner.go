@@ -25,6 +25,7 @@ type runner struct {
 	st      store.Backend
 	worker  string // this runner's id in leases: random, one per runner
 	name    string // the storage, as operators see it
+	where   string // the storage, as seat pools name it
 	log     *zap.Logger
 	courier *courier
 
@@ -68,9 +69,10 @@ type execution struct {
 	cancel     context.CancelCauseFunc
 	done       chan struct{}
 	pooled     bool
-	leaseUntil time.Time   // as last renewed
-	started    time.Time   // when it began running here, for the oldest-running gauge
-	expiry     *time.Timer // stops the execution shortly before its lease ends (see leaseMargin)
+	leaseUntil time.Time    // as last renewed
+	started    time.Time    // when it began running here, for the oldest-running gauge
+	seat       *pendingSeat // its place in the capacity order, until its first attempt takes it
+	expiry     *time.Timer  // stops the execution shortly before its lease ends (see leaseMargin)
 }
 
 // Causes of an execution's cancellation.
@@ -90,7 +92,7 @@ const pollEvery = time.Second
 
 func newRunner(st store.Backend, set storageSettings, log *zap.Logger) *runner {
 	r := &runner{
-		st: st, worker: newID("wrk_", time.Now()), name: set.name(), log: log.Named("runner"),
+		st: st, worker: newID("wrk_", time.Now()), name: set.name(), where: set.where(), log: log.Named("runner"),
 		cfg:     runnerConfig{concurrency: set.concurrency, takeover: set.takeover, grace: defaultGrace},
 		running: map[string]*execution{}, wake: make(chan struct{}, 1), renewNow: make(chan struct{}, 1),
 		stopping: make(chan struct{}), stopped: make(chan struct{}),
@@ -108,8 +110,9 @@ func (r *runner) begin() {
 	r.countQueued()
 	r.claims.Add(1)
 	go r.claimLoop()
-	r.beats.Add(1)
+	r.beats.Add(2)
 	go r.heartbeat()
+	go r.takeOverLoop()
 }
 
 // configure hands the runner the settings of owner, a config that has just started: the
@@ -220,8 +223,7 @@ func (r *runner) claimLoop() {
 	defer tick.Stop()
 	wakeups := r.st.Wakeups()
 	for {
-		for r.claimNext() {
-		}
+		r.claimFree()
 		select {
 		case <-r.stopping:
 			return
@@ -236,13 +238,42 @@ func (r *runner) claimLoop() {
 	}
 }
 
+// claimFree claims queued operations for every free slot at once, until the queue runs dry or
+// the slots are full. A claim waits for its fsync (durability sync): claims made together share
+// one (group commit), where one after the other each took its own; the async end-to-end profile
+// showed this loop alone waiting for fsyncs while the slots stood empty (docs/operating.md).
+func (r *runner) claimFree() {
+	for {
+		r.mu.Lock()
+		free := r.cfg.concurrency - r.pooled
+		r.mu.Unlock()
+		if free <= 0 {
+			return
+		}
+		// Only this loop starts pooled executions, so the free slots cannot fill meanwhile.
+		var started atomic.Int64
+		var wg sync.WaitGroup
+		for range free {
+			wg.Go(func() {
+				if r.claimNext() {
+					started.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if started.Load() < int64(free) {
+			return // the queue ran dry, or claiming failed: wait for the next wake-up
+		}
+	}
+}
+
 // claimNext claims and starts the oldest queued operation if a slot is free; it reports
 // whether it started one.
 func (r *runner) claimNext() bool {
 	r.mu.Lock()
 	full, takeover := r.pooled >= r.cfg.concurrency, r.cfg.takeover
 	r.mu.Unlock()
-	if full || !r.alive() {
+	if full || !r.alive() || !r.roomForQueued() {
 		return false
 	}
 	op, err := r.st.ClaimNext(r.worker, takeover)
@@ -256,8 +287,11 @@ func (r *runner) claimNext() bool {
 	r.queued.Add(-1)
 	r.log.Info("operation transition", operationFields(op, zap.String("old_status", string(store.StatusQueued)),
 		zap.String("new_status", string(op.Status)), zap.Int("attempts", op.Attempts), zap.Duration("queue_wait", op.StartedAt.Sub(op.SubmittedAt)))...)
+	if r.expiredInQueue(op) {
+		return true
+	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	r.start(op, ctx, &execution{cancel: cancel, done: make(chan struct{}), pooled: true, leaseUntil: op.LeaseUntil}, nil)
+	r.start(op, ctx, &execution{cancel: cancel, done: make(chan struct{}), pooled: true, leaseUntil: op.LeaseUntil, seat: r.enqueueSeat(op)}, nil)
 	return true
 }
 
@@ -300,7 +334,12 @@ func (r *runner) settle(id string, ex *execution) {
 		r.pooled--
 	}
 	ex.expiry.Stop()
+	pending := ex.seat
+	ex.seat = nil
 	r.mu.Unlock()
+	if pending != nil { // ended before its first attempt: its place in the order goes
+		pending.pool.abandon(pending.w)
+	}
 	ex.cancel(nil)
 	close(ex.done)
 	r.kick()
@@ -380,11 +419,11 @@ func takeoverEvery(takeover time.Duration) time.Duration {
 	return min(max(takeover/6, 250*time.Millisecond), 5*time.Second)
 }
 
-// heartbeat renews the leases of what this runner executes, stops what was canceled or lost,
-// takes over what silent workers held, and recounts the queue.
+// heartbeat renews the leases of what this runner executes and stops what was canceled or
+// lost. Takeovers run in their own goroutine (takeOverLoop): however slow they are, renewals
+// keep their pace.
 func (r *runner) heartbeat() {
 	defer r.beats.Done()
-	lastTakeover := time.Time{}
 	for {
 		takeover := r.config().takeover
 		t := time.NewTimer(renewEvery(takeover))
@@ -397,11 +436,6 @@ func (r *runner) heartbeat() {
 			t.Stop()
 		}
 		r.renew(takeover)
-		if time.Since(lastTakeover) >= takeoverEvery(takeover) && r.alive() {
-			lastTakeover = time.Now()
-			r.takeOver()
-			r.countQueued()
-		}
 	}
 }
 
@@ -451,13 +485,17 @@ func (r *runner) renew(takeover time.Duration) {
 // re-queued or failed with WORKER_LOST. The store applies each only while the lease is still
 // expired and held by the same worker, so a takeover never races a renewal.
 func (r *runner) takeOver() {
-	ops, err := r.st.ExpiredLeases(100)
+	ops, err := r.st.ExpiredLeases(takeOverBatch)
 	if err != nil {
 		r.log.Warn("looking for expired leases", zap.Error(err))
 		return
 	}
 	grace := r.takeoverGrace()
+	budget := time.Now().Add(takeoverEvery(r.config().takeover))
 	for _, op := range ops {
+		if time.Now().After(budget) {
+			return // the rest in the next round
+		}
 		if time.Now().Before(op.LeaseUntil.Add(grace)) {
 			continue // its holder may be stopping still (see takeoverGrace)
 		}

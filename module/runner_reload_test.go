@@ -14,9 +14,11 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 
-	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"testing"
 	"time"
+
+	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 // A reload that fails to start (here: the new config's second site cannot bind its port) leaves
@@ -162,5 +164,22 @@ func TestStopWithStorageDownEndsWithinTheGracePeriod(t *testing.T) {
 		t.Logf("stopped %v after the storage went down (grace 500ms)", time.Since(begun).Round(time.Millisecond))
 	case <-time.After(20 * time.Second):
 		t.Fatal("the gateway was still stopping 20s after its grace period began: a running operation's hand-back to a storage that is down held it")
+	}
+}
+
+// TestReloadWhileAnOperationRunsNeitherRequeuesNorRepeatsIt reloads twice while a call runs:
+// once keeping the storage's runner, once opening the storage anew (durability changed), so
+// a second runner starts beside the first during its grace period.
+func TestReloadWhileAnOperationRunsNeitherRequeuesNorRepeatsIt(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, "")
+	_, op := g.submit(t, "long", "X-Mock-Latency", "2s")
+	waitFor(t, func() bool { return g.model.Stats().InFlight == 1 })
+	g.reload("idempotency {\n ttl 48h\n}")
+	g.reload("durability relaxed")
+	final := g.await(t, op.OperationID)
+	s := g.model.Stats()
+	t.Logf("%s after %d attempt(s); the model server ran %d time(s)", final.Status, final.Attempts, s.Received)
+	if final.Status != "succeeded" || final.Attempts != 1 || s.Received != 1 {
+		t.Fatalf("%s, %d attempts, %d upstream runs: want succeeded once", final.Status, final.Attempts, s.Received)
 	}
 }

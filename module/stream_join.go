@@ -24,8 +24,13 @@ type eventSource interface {
 type storedStream struct {
 	st    store.StreamRecorder
 	key   []byte
-	token string // the attempt followed: another attempt's stream is not this one
+	token string        // the attempt followed: another attempt's stream is not this one
+	wait  time.Duration // before the next poll: pollInterval after events, doubling while quiet
 }
+
+// maxPollInterval caps the backoff of a follower polling a quiet stream: a stalled stream with
+// many followers on other replicas costs each of them two reads a second, not twenty.
+const maxPollInterval = 500 * time.Millisecond
 
 func (s *storedStream) next(cursor uint64) ([]store.StreamEvent, streamEnd, <-chan struct{}, error) {
 	page, err := s.st.ReadEvents(s.key, cursor, readPage)
@@ -35,19 +40,21 @@ func (s *storedStream) next(cursor uint64) ([]store.StreamEvent, streamEnd, <-ch
 	case page.Token != s.token:
 		return nil, streamBrokeOff, nil, nil
 	case len(page.List) > 0:
+		s.wait = 0
 		return page.List, streamOpen, nil, nil
 	case page.State == store.StreamFinished && cursor >= page.Events:
 		return nil, streamWhole, nil, nil
 	case page.State == store.StreamLive:
-		return nil, streamOpen, pollTick(), nil
+		s.wait = min(max(2*s.wait, pollInterval), maxPollInterval)
+		return nil, streamOpen, pollTick(s.wait), nil
 	}
 	return nil, streamBrokeOff, nil, nil
 }
 
-// pollTick is ready after pollInterval.
-func pollTick() <-chan struct{} {
+// pollTick is ready after d.
+func pollTick(d time.Duration) <-chan struct{} {
 	ch := make(chan struct{})
-	time.AfterFunc(pollInterval, func() { close(ch) })
+	time.AfterFunc(d, func() { close(ch) })
 	return ch
 }
 

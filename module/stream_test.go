@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mulligan-gw/mulligan/examples/modelserver"
 	"github.com/mulligan-gw/mulligan/internal/sse"
 )
 
@@ -544,5 +545,27 @@ func TestAfterModeRelaysAStreamThatBeginsWithinTheWindowLive(t *testing.T) {
 	}
 	if n := up.runs.Load(); n != 1 {
 		t.Fatalf("the upstream ran %d times, want 1", n)
+	}
+}
+
+func TestRecordedStreamSaysWhenItExpiresInATrailer(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, "async {\n max_result 2KiB\n}")
+	for _, tc := range []struct {
+		name, key, content string
+		recorded           bool
+	}{
+		{"a recorded stream", "short", "one two three", true},
+		{"a stream over max_result", "long", strings.Repeat("word ", 600), false},
+	} {
+		req, _ := http.NewRequest("POST", g.base+chatPath, strings.NewReader(`{"stream":true,"messages":[{"role":"user","content":"`+tc.content+`"}]}`))
+		req.Header.Set("Idempotency-Key", tc.key)
+		req.Header.Set("Content-Type", "application/json")
+		r := g.do(req)
+		if r.err != nil || r.StatusCode != 200 || r.Header.Get(headerExpires) != "" {
+			t.Fatalf("%s: %v %v, header Idempotency-Expires %q", tc.name, r.err, r.Status, r.Header.Get(headerExpires))
+		}
+		if got := r.Trailer.Get(headerExpires) != ""; got != tc.recorded {
+			t.Errorf("%s: trailer Idempotency-Expires %q, want it %v", tc.name, r.Trailer.Get(headerExpires), tc.recorded)
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/base64"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,13 +8,11 @@ import (
 	"testing"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 // Two valid Standard Webhooks secrets: the current one and the one being rotated out.
-var (
-	secretNew = "whsec_" + base64.StdEncoding.EncodeToString([]byte("new-signing-key-of-32-bytes-long"))
-	secretOld = "whsec_" + base64.StdEncoding.EncodeToString([]byte("old-signing-key-of-32-bytes-long"))
-)
+var secretNew, secretOld = testkit.SecretNew, testkit.SecretOld
 
 // environ is a lookup over the given NAME, value pairs only.
 func environ(pairs ...string) func(string) (string, bool) {

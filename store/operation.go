@@ -52,6 +52,10 @@ type Operation struct {
 	// QueueDeadline is when a still-queued operation stops being worth running: it fails
 	// QUEUE_TIMEOUT without reaching the upstream. Zero: no deadline.
 	QueueDeadline time.Time `json:"queue_deadline,omitzero"`
+	// ScopeLimit, when above 0, makes AcceptOperation refuse the operation with ErrScopeFull
+	// while its scope already has that many queued or running (async max_per_scope); the count
+	// and the write are one step per scope, on every replica. Not stored.
+	ScopeLimit int `json:"-"`
 }
 
 // Execution is how an operation is to be run, stored with it so that every reload, restart
@@ -122,6 +126,8 @@ type Request struct {
 var (
 	ErrNotFound          = errors.New("operation not found")
 	ErrIllegalTransition = errors.New("illegal status transition")
+	// ErrScopeFull answers AcceptOperation when the operation's scope is at its ScopeLimit.
+	ErrScopeFull = errors.New("the scope has its limit of active operations")
 )
 
 // KeyAccept ties an accepted operation to its idempotency key: the key is completed with the

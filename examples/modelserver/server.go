@@ -11,6 +11,13 @@
 // response from a re-execution. GET /stats reports what the server actually
 // executed; POST /stats/reset zeroes the counters.
 //
+// With Config.Slots the server behaves like an inference server (vLLM, TGI):
+// at most Slots requests run at once and the rest wait inside the server in
+// arrival order, blind to who sends them or how urgent they are. The stats
+// then show the queue (Queued, MaxQueued, QueuedTime) and how busy the slots
+// were (BusySlotTime, Utilisation), and each answer says in X-Queue-Wait how
+// long it waited for its slot.
+//
 // Per-request behaviour can be forced with the X-Mock-* request headers
 // (see the Header* constants), and random failures can be injected with
 // Config.FailRate.
@@ -94,35 +101,13 @@ type Config struct {
 	// Seed seeds the failure-injection random number generator; the same
 	// seed gives the same sequence of rolls.
 	Seed int64
-}
-
-// Stats is a snapshot of the server's execution counters, as returned by
-// Server.Stats and GET /stats.
-//
-// Every model request (a POST to a known model path) is counted in Received,
-// ByPath and, when it carries an Idempotency-Key header, ByKey. It then ends in
-// exactly one of: Completed (a full response was written, whatever its
-// status), Abandoned (the client went away first), or a dropped connection
-// (X-Mock-Fail: drop, counted only in Failed). Failed also counts completed
-// requests that answered an injected failure status. InFlight is the number of
-// requests that have not ended yet.
-type Stats struct {
-	// Received counts model requests that began executing.
-	Received int64 `json:"received"`
-	// Completed counts model requests that wrote a full response.
-	Completed int64 `json:"completed"`
-	// Abandoned counts model requests cut short by the client.
-	Abandoned int64 `json:"abandoned"`
-	// Failed counts injected failures: forced or random error statuses and
-	// dropped connections.
-	Failed int64 `json:"failed"`
-	// InFlight is the number of model requests currently executing. It is
-	// a live gauge and is not zeroed by Reset.
-	InFlight int64 `json:"in_flight"`
-	// ByKey counts executions per Idempotency-Key request header value.
-	ByKey map[string]int64 `json:"by_key"`
-	// ByPath counts executions per request path.
-	ByPath map[string]int64 `json:"by_path"`
+	// Slots is how many model requests the server processes at once, like
+	// an inference server's batch slots (vLLM's max_num_seqs, TGI's
+	// max_concurrent_requests); the others wait inside the server, first
+	// come first served, and their latency starts when they get a slot. A
+	// streamed answer holds its slot until its last chunk. 0 (the default)
+	// means no limit: every request starts at once.
+	Slots int
 }
 
 // Server is the mock model server; it implements http.Handler. It is safe for
@@ -143,6 +128,12 @@ type Server struct {
 	failed    int64
 	byKey     map[string]int64
 	byPath    map[string]int64
+	slots     slotCounters // slots.go
+
+	// onSeated, when set (by tests), is called under mu with the
+	// execution id of each request that takes a slot, in that order; it
+	// must not block.
+	onSeated func(id int64)
 }
 
 // New returns a Server configured by cfg.
@@ -156,46 +147,18 @@ func New(cfg Config) *Server {
 	if cfg.FailRate > 1 {
 		cfg.FailRate = 1
 	}
-	return &Server{
+	if cfg.Slots < 0 {
+		cfg.Slots = 0
+	}
+	s := &Server{
 		cfg:    cfg,
 		rng:    rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6d756c6c6967616e)),
 		byKey:  map[string]int64{},
 		byPath: map[string]int64{},
 	}
-}
-
-// Stats returns a consistent snapshot of the counters.
-func (s *Server) Stats() Stats {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := Stats{
-		Received:  s.received,
-		Completed: s.completed,
-		Abandoned: s.abandoned,
-		Failed:    s.failed,
-		InFlight:  s.inFlight,
-		ByKey:     make(map[string]int64, len(s.byKey)),
-		ByPath:    make(map[string]int64, len(s.byPath)),
-	}
-	for k, v := range s.byKey {
-		st.ByKey[k] = v
-	}
-	for k, v := range s.byPath {
-		st.ByPath[k] = v
-	}
-	return st
-}
-
-// Reset zeroes the counters. Requests still in flight keep counting in
-// InFlight but their outcome is not recorded in the new counters. The
-// execution sequence is not reset, so execution ids never repeat.
-func (s *Server) Reset() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.epoch++
-	s.received, s.completed, s.abandoned, s.failed = 0, 0, 0, 0
-	s.byKey = map[string]int64{}
-	s.byPath = map[string]int64{}
+	now := time.Now()
+	s.slots.since, s.slots.lastTick = now, now
+	return s
 }
 
 // ServeHTTP routes a request:
@@ -332,6 +295,7 @@ type execution struct {
 	s       *Server
 	id      int64
 	epoch   uint64
+	seated  bool // holds a slot, given back by settle
 	settled bool
 	outcome outcome
 }
@@ -340,6 +304,7 @@ func (s *Server) begin(path, key string) *execution {
 	id := s.seq.Add(1)
 	s.mu.Lock()
 	s.inFlight++
+	s.slots.maxInFlight = max(s.slots.maxInFlight, s.inFlight)
 	s.received++
 	s.byPath[path]++
 	if key != "" {
@@ -362,6 +327,9 @@ func (e *execution) settle(o outcome) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inFlight--
+	if e.seated {
+		s.releaseSlotLocked(time.Now())
+	}
 	if e.epoch != s.epoch {
 		return
 	}
@@ -437,6 +405,11 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request, kind kind) {
 		return
 	}
 
+	waited, ok := s.takeSlot(r.Context(), e)
+	if !ok {
+		return // abandoned while queued
+	}
+	w.Header().Set(HeaderQueueWait, waited.String())
 	if !wait(r.Context(), ctl.latency) {
 		return // abandoned
 	}

@@ -196,7 +196,9 @@ func TestStatsJSONShape(t *testing.T) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"received", "completed", "abandoned", "failed", "in_flight", "by_key", "by_path"} {
+	for _, k := range []string{"received", "completed", "abandoned", "failed", "in_flight", "by_key", "by_path",
+		"slots", "running", "queued", "max_in_flight", "max_running", "max_queued", "busy_slot_ns", "queued_ns",
+		"seated", "queue_wait_total_ns", "queue_wait_max_ns", "window_ns"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("/stats lacks %q: %s", k, b)
 		}
@@ -629,7 +631,6 @@ func TestManyConcurrentRequests(t *testing.T) {
 		ids = map[string]bool{}
 		wg  sync.WaitGroup
 	)
-	start := time.Now()
 	for i := range n {
 		wg.Go(func() {
 			resp, b := do(t, client, http.MethodPost, ts.URL+"/v1/chat/completions", chatBody,
@@ -643,14 +644,16 @@ func TestManyConcurrentRequests(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("%d concurrent requests with 100ms latency took %v: waits are serialised", n, d)
-	}
 	if len(ids) != n {
 		t.Errorf("%d distinct execution ids, want %d", len(ids), n)
 	}
 	st := stats(t, ts)
 	wantCounts(t, st, n, n, 0, 0, 0)
+	// The server's own gauge, not the wall clock, which a loaded machine stretches: serialised
+	// waits would never have more than one request running.
+	if st.MaxRunning < 10 {
+		t.Errorf("at most %d of %d concurrent requests with 100ms latency ran at once: waits are serialised", st.MaxRunning, n)
+	}
 	for k, v := range st.ByKey {
 		if v != n/10 {
 			t.Errorf("by_key[%s] = %d, want %d", k, v, n/10)

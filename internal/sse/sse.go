@@ -97,8 +97,10 @@ func WithEventID(block []byte, seq uint64) ([]byte, string) {
 	return append(out, block...), id
 }
 
-// eventID finds the block's id field ("id: value", or "id" alone for an empty id).
-func eventID(block []byte) (string, bool) {
+// eventID finds the block's id field ("id: value", or "id" alone for an empty id). As a
+// browser reads the stream, the block's last id line counts, and one whose value holds a NUL is
+// ignored (the HTML standard's event stream interpretation).
+func eventID(block []byte) (id string, found bool) {
 	for len(block) > 0 {
 		i := bytes.IndexAny(block, "\r\n")
 		line := block
@@ -108,11 +110,11 @@ func eventID(block []byte) (string, bool) {
 			block = nil
 		}
 		name, value, _ := bytes.Cut(line, []byte(":"))
-		if string(name) == "id" {
-			return string(bytes.TrimPrefix(value, []byte(" "))), true
+		if string(name) == "id" && bytes.IndexByte(value, 0) < 0 {
+			id, found = string(bytes.TrimPrefix(value, []byte(" "))), true
 		}
 	}
-	return "", false
+	return id, found
 }
 
 // IsEventStream reports whether a response is Server-Sent Events, the kind of stream that is

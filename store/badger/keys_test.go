@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,30 +25,6 @@ var (
 	fpA  = bytes.Repeat([]byte{2}, 32)
 	fpB  = bytes.Repeat([]byte{3}, 32)
 )
-
-func TestClaimIsExclusiveUnderConcurrency(t *testing.T) {
-	st := openTemp(t, true)
-	var wg sync.WaitGroup
-	outcomes := make(chan store.ClaimOutcome, 100)
-	for range 100 {
-		wg.Go(func() {
-			c, err := st.ClaimKey(keyA, fpA, time.Minute)
-			if err != nil {
-				t.Error(err)
-			}
-			outcomes <- c.Outcome
-		})
-	}
-	wg.Wait()
-	close(outcomes)
-	counts := map[store.ClaimOutcome]int{}
-	for o := range outcomes {
-		counts[o]++
-	}
-	if counts[store.Claimed] != 1 || counts[store.InProgress] != 99 {
-		t.Fatalf("want 1 claimed and 99 in progress, got %v", counts)
-	}
-}
 
 func TestCompletedKeyReplaysAndMismatchIsDetected(t *testing.T) {
 	st := openTemp(t, false)

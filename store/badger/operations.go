@@ -1,6 +1,7 @@
 package badger
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -24,6 +25,15 @@ func (s *Store) AcceptOperation(op *store.Operation, req *store.Request, key *st
 			if claim, answered := store.AnswerFor(rec, key.Fingerprint, s.now()); answered {
 				return claim, nil
 			}
+		}
+	}
+	if op.ScopeLimit > 0 {
+		// One accept of a limited scope at a time: its count includes every operation stored
+		// before it (the queue's memory is updated before the lock is released).
+		unlockScope := s.sh.opLocks.lock([]byte("scope\x00" + op.Scope))
+		defer unlockScope()
+		if n, err := s.ActiveCount(op.Scope); err != nil || n >= op.ScopeLimit {
+			return store.Claim{}, cmp.Or(err, error(domainError{store.ErrScopeFull}))
 		}
 	}
 	unlockOp := s.sh.opLocks.lock([]byte(op.ID))

@@ -124,7 +124,8 @@ func (s *Store) FindEvent(key []byte, id string) (uint64, bool, error) {
 				if len(v) != 8 {
 					return store.ErrCorrupt
 				}
-				seq, found = binary.BigEndian.Uint64(v), true
+				seq = binary.BigEndian.Uint64(v)
+				found = seq > 0 // 0: the upstream repeated the id (indexEventID)
 				return nil
 			})
 		case !errors.Is(err, badger.ErrKeyNotFound):
@@ -165,11 +166,19 @@ func (s *Store) FinishStream(key []byte, token string, expires time.Time) error 
 	})
 }
 
-// AbortStream implements StreamRecorder: the stream is marked aborted and the key released in
-// one transaction; then its events are deleted.
+// AbortStream implements store.StreamRecorder: while the key is still in flight under token, the
+// stream is marked aborted and the key released in one transaction; then its events are
+// deleted. A key no longer held under token is left alone: a FinishStream whose commit landed
+// although its caller saw an error must go on replaying, not be aborted afterwards.
 func (s *Store) AbortStream(key []byte, token string) error {
 	unlock := s.locks.lock(key)
+	held := false
 	err := s.update(func(txn *badger.Txn) error {
+		rec, err := getRecord(txn, key)
+		if err != nil || rec == nil || rec.State != store.InFlight || rec.Token != token {
+			return err // the claim is already gone (finished, released, taken over): nothing to do
+		}
+		held = true
 		head, err := getHead(txn, key)
 		if err != nil {
 			return err
@@ -180,14 +189,10 @@ func (s *Store) AbortStream(key []byte, token string) error {
 				return err
 			}
 		}
-		rec, err := getRecord(txn, key)
-		if err != nil || rec == nil || rec.State != store.InFlight || rec.Token != token {
-			return err // the claim is already gone: nothing to release
-		}
 		return txn.Delete(idempotencyKey(key))
 	})
 	unlock()
-	if err != nil {
+	if err != nil || !held {
 		return err
 	}
 	return s.dropEvents(key, token)
@@ -272,12 +277,21 @@ func putHead(txn *badger.Txn, key []byte, head *streamHead) error {
 }
 
 // indexEventID indexes the id of event number head.Events when it is the upstream's own (a
-// gateway-assigned id is the position itself).
+// gateway-assigned id is the position itself). An id seen again is ambiguous: its entry becomes
+// position 0, which FindEvent never finds, so Last-Event-ID resumes only after an id that is
+// unique in the stream, as on every backend (docs/streams.md).
 func indexEventID(txn *badger.Txn, key []byte, head *streamHead, id string) error {
 	if id == "" || id == strconv.FormatUint(head.Events, 10) {
 		return nil
 	}
-	ix := badger.NewEntry(streamIDKey(key, head.Token, id), binary.BigEndian.AppendUint64(nil, head.Events))
+	seq := head.Events
+	switch _, err := txn.Get(streamIDKey(key, head.Token, id)); {
+	case err == nil:
+		seq = 0
+	case !errors.Is(err, badger.ErrKeyNotFound):
+		return err
+	}
+	ix := badger.NewEntry(streamIDKey(key, head.Token, id), binary.BigEndian.AppendUint64(nil, seq))
 	ix.ExpiresAt = uint64(head.KeepUntil)
 	return txn.SetEntry(ix)
 }

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"time"
 
@@ -96,6 +97,12 @@ func response(status int32, header, body []byte) (*store.Response, error) {
 // is taken by one statement fenced on the row's revision, so of two replicas taking it over one
 // wins, and the previous holder's token no longer completes anything.
 func (s *Store) ClaimKey(key, fp []byte, lease time.Duration) (store.Claim, error) {
+	if rec := s.replays.get(key, s.now()); rec != nil && !s.closed.Load() {
+		if c, answered := store.AnswerFor(rec, fp, s.now()); answered {
+			return c, nil // a replay or a mismatch, from the record as this replica read it
+		}
+	}
+	gen := s.replays.generation()
 	var claim store.Claim
 	err := s.query(func(ctx context.Context, db querier) error {
 		for range 16 { // each round lost a race to another writer of the key
@@ -120,6 +127,7 @@ func (s *Store) ClaimKey(key, fp []byte, lease time.Duration) (store.Claim, erro
 			}
 			if c, answered := store.AnswerFor(kr.rec, fp, now); answered {
 				claim = c
+				s.replays.put(key, kr.rec, gen, now)
 				return nil
 			}
 			tag, err := db.Exec(ctx, `UPDATE idempotency_keys SET rev = rev + 1, fingerprint = $3, state = 1, token = $4,
@@ -188,12 +196,17 @@ func (s *Store) ReleaseKey(key []byte, token string) error {
 
 // LookupKey returns the record of key, or nil when there is none (see store.Keys).
 func (s *Store) LookupKey(key []byte) (*store.Record, error) {
+	if rec := s.replays.get(key, s.now()); rec != nil && !s.closed.Load() {
+		return rec, nil
+	}
+	gen := s.replays.generation()
 	var rec *store.Record
 	err := s.query(func(ctx context.Context, db querier) error {
 		now := s.now()
 		kr, err := scanKey(db.QueryRow(ctx, `SELECT `+keyColumns+` FROM idempotency_keys k WHERE k.key = $1`, key), now)
 		if kr.rec.Live(now) {
 			rec = kr.rec
+			s.replays.put(key, rec, gen, now)
 		}
 		return err
 	})
@@ -201,12 +214,19 @@ func (s *Store) LookupKey(key []byte) (*store.Record, error) {
 }
 
 // EvictKey deletes the record of key whatever its state (see store.Keys).
+// The notice of the eviction to every replica's replay cache is sent by the same statement, so
+// at its commit; this replica's own cache drops the key once the row is gone.
 func (s *Store) EvictKey(key []byte) (bool, error) {
 	found := false
 	err := s.query(func(ctx context.Context, db querier) error {
-		tag, err := db.Exec(ctx, `DELETE FROM idempotency_keys WHERE key = $1 AND purge_at > $2`, key, s.now())
-		found = tag.RowsAffected() == 1
-		return err
+		if len(key) > maxCachedKey { // never cached anywhere: nothing to tell
+			tag, err := db.Exec(ctx, `DELETE FROM idempotency_keys WHERE key = $1 AND purge_at > $2`, key, s.now())
+			found = tag.RowsAffected() == 1
+			return err
+		}
+		return db.QueryRow(ctx, `WITH gone AS (DELETE FROM idempotency_keys WHERE key = $1 AND purge_at > $2 RETURNING 1)
+			SELECT EXISTS (SELECT 1 FROM gone), pg_notify('`+keysChannel+`', $3)`, key, s.now(), hex.EncodeToString(key)).Scan(&found, nil)
 	})
+	s.replays.evicted(key)
 	return found, err
 }

@@ -101,7 +101,10 @@ func (s *Store) listenOnce(cfg *pgx.ConnConfig) error {
 	}
 	defer conn.Close(context.Background())
 	ctx, cancel = context.WithTimeout(s.base, s.opts.Timeout) // a server that never answers is an outage too
-	_, err = conn.Exec(ctx, "LISTEN "+wakeChannel)
+	_, err = conn.Exec(ctx, "LISTEN "+keysChannel)
+	if err == nil {
+		_, err = conn.Exec(ctx, "LISTEN "+wakeChannel)
+	}
 	cancel()
 	if err != nil {
 		if listenUnsupported(err) {
@@ -109,10 +112,19 @@ func (s *Store) listenOnce(cfg *pgx.ConnConfig) error {
 		}
 		return err
 	}
+	// Evictions told while no one listened are lost: the replay cache starts empty, and keeps
+	// nothing once this connection is gone.
+	s.replays.reset(true)
+	defer s.replays.reset(false)
 	s.signal() // anything sent while no one listened
 	for {
-		if _, err := conn.WaitForNotification(s.base); err != nil {
+		n, err := conn.WaitForNotification(s.base)
+		if err != nil {
 			return err
+		}
+		if n.Channel == keysChannel {
+			s.replays.heard(n.Payload)
+			continue
 		}
 		s.signal()
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mulligan-gw/mulligan/store"
 )
 
 // migrations are the schema's versions, NNNN_name.sql, applied in order, each once.
@@ -60,9 +62,12 @@ func loadMigrations() ([]migration, error) {
 	return out, nil
 }
 
-// migrate applies the migrations the database lacks, one transaction each, holding the
-// migration lock on one connection throughout.
-func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+// migrate applies the migrations the database lacks, one at a time, holding the migration lock
+// on one connection throughout. ctx bounds connecting and the wait for the lock; the
+// migrations themselves run to their end whatever it takes (a long index build must not be cut
+// off by a start-up timeout, or it could never finish). A database outside the binary's schema
+// range is refused (schema.go).
+func migrate(ctx context.Context, pool *pgxpool.Pool, log store.Logger) error {
 	all, err := loadMigrations()
 	if err != nil {
 		return err
@@ -72,20 +77,28 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		return err
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, lockMigrate); err != nil {
+	if err := lockMigrations(ctx, conn, log); err != nil {
 		return err
 	}
+	run := context.WithoutCancel(ctx)
 	defer func() { // ending the session would release it too
-		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, lockMigrate)
+		_, _ = conn.Exec(run, `SELECT pg_advisory_unlock($1)`, lockMigrate)
 	}()
-	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	if _, err := conn.Exec(run, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    integer PRIMARY KEY,
 		name       text NOT NULL,
 		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 		return err
 	}
+	st, err := readSchema(run, conn)
+	if err != nil {
+		return err
+	}
+	if err := st.checkRange(MaxSchema); err != nil {
+		return err
+	}
 	applied := map[int]bool{}
-	rows, err := conn.Query(ctx, `SELECT version FROM schema_migrations`)
+	rows, err := conn.Query(run, `SELECT version FROM schema_migrations`)
 	if err != nil {
 		return err
 	}
@@ -100,14 +113,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		if applied[m.version] {
 			continue
 		}
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, m.sql); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.version, m.name)
-			return err
-		})
-		if err != nil {
+		if err := applyMigration(run, conn, m); err != nil {
 			return fmt.Errorf("%s: %w", m.name, err)
 		}
 	}

@@ -63,9 +63,23 @@ func getOpForUpdate(ctx context.Context, tx pgx.Tx, id string, now time.Time) (*
 
 // putOp inserts or rewrites op, its document and its columns.
 func putOp(ctx context.Context, db querier, op *store.Operation) error {
-	doc, err := json.Marshal(op)
+	args, err := opArgs(op)
 	if err != nil {
 		return err
+	}
+	_, err = db.Exec(ctx, `INSERT INTO operations (id, scope, status, holder, lease_until, cancel_requested_at, expires_at, purge_at, doc,
+			urgency, submitted_at, queue_deadline)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+		ON CONFLICT (id) DO UPDATE SET status = $3, holder = $4, lease_until = $5, cancel_requested_at = $6,
+			expires_at = $7, purge_at = $8, doc = $9, urgency = $10, submitted_at = $11, queue_deadline = $12`, args...)
+	return err
+}
+
+// opArgs are the columns of op's row, in putOp's order ($1-$12); accept.go writes them too.
+func opArgs(op *store.Operation) ([]any, error) {
+	doc, err := json.Marshal(op)
+	if err != nil {
+		return nil, err
 	}
 	var expires, purge *time.Time
 	if op.Status.Final() {
@@ -82,19 +96,32 @@ func putOp(ctx context.Context, db querier, op *store.Operation) error {
 	if !op.CancelRequestedAt.IsZero() {
 		cancel = &op.CancelRequestedAt
 	}
-	_, err = db.Exec(ctx, `INSERT INTO operations (id, scope, status, holder, lease_until, cancel_requested_at, expires_at, purge_at, doc,
-			urgency, submitted_at, queue_deadline)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-		ON CONFLICT (id) DO UPDATE SET status = $3, holder = $4, lease_until = $5, cancel_requested_at = $6,
-			expires_at = $7, purge_at = $8, doc = $9, urgency = $10, submitted_at = $11, queue_deadline = $12`,
-		op.ID, op.Scope, string(op.Status), holder, lease, cancel, expires, purge, doc,
-		store.ClampUrgency(op.Urgency), timeOrNull(op.SubmittedAt), timeOrNull(op.QueueDeadline))
-	return err
+	return []any{op.ID, op.Scope, string(op.Status), holder, lease, cancel, expires, purge, doc,
+		store.ClampUrgency(op.Urgency), timeOrNull(op.SubmittedAt), timeOrNull(op.QueueDeadline)}, nil
 }
 
 // AcceptOperation stores op, its request and the key's 202 in one transaction (see
 // store.Operations).
 func (s *Store) AcceptOperation(op *store.Operation, req *store.Request, key *store.KeyAccept) (store.Claim, error) {
+	gen, readAt := s.replays.generation(), s.now()
+	if key != nil && key.Token == "" {
+		if rec := s.replays.get(key.Key, readAt); rec != nil && !s.closed.Load() {
+			if c, answered := store.AnswerFor(rec, key.Fingerprint, readAt); answered {
+				return c, nil // a retry of an accepted request: its 202 again, from memory
+			}
+		}
+	}
+	if c, done, err := s.acceptAtOnce(op, req, key); err != nil || done {
+		switch {
+		case err != nil:
+			return store.Claim{}, err
+		case c.Outcome == store.Claimed && op.Status == store.StatusQueued:
+			s.poke()
+		case c.Outcome != store.Claimed:
+			s.replays.put(key.Key, c.Record, gen, readAt)
+		}
+		return c, nil
+	}
 	var claim store.Claim
 	queued := false
 	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
@@ -108,6 +135,9 @@ func (s *Store) AcceptOperation(op *store.Operation, req *store.Request, key *st
 				}
 				return err
 			}
+		}
+		if err := scopeHasRoom(ctx, tx, op); err != nil {
+			return err
 		}
 		reqDoc, err := json.Marshal(req)
 		if err != nil {
@@ -128,7 +158,29 @@ func (s *Store) AcceptOperation(op *store.Operation, req *store.Request, key *st
 	if queued && claim.Outcome == store.Claimed {
 		s.poke()
 	}
+	if claim.Outcome != store.Claimed {
+		s.replays.put(key.Key, claim.Record, gen, readAt)
+	}
 	return claim, nil
+}
+
+// scopeHasRoom refuses op with store.ErrScopeFull when its scope is at op.ScopeLimit. Accepts
+// of one scope are serialised by a transaction-scoped advisory lock on the scope, taken before
+// the count: the count's snapshot then includes every accept of the scope committed before this
+// one, on any replica, and the next waits for this one to commit.
+func scopeHasRoom(ctx context.Context, tx pgx.Tx, op *store.Operation) error {
+	if op.ScopeLimit <= 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('mulligan scope ' || $1, 0))`, op.Scope); err != nil {
+		return err
+	}
+	var n int
+	err := tx.QueryRow(ctx, `SELECT count(*) FROM operations WHERE scope = $1 AND status IN ('queued', 'running')`, op.Scope).Scan(&n)
+	if err == nil && n >= op.ScopeLimit {
+		err = domain{store.ErrScopeFull}
+	}
+	return err
 }
 
 // acceptKey completes key with the 202 in tx: the caller's claim when it holds one (Token),

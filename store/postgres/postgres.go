@@ -39,6 +39,15 @@ type Options struct {
 	DeadLetterRetention time.Duration
 	// Logger receives what goes wrong in the background (the listener, the sweep); nil discards.
 	Logger store.Logger
+	// ReplayCacheBytes bounds the completed records this replica keeps in memory, so that a
+	// replay costs no round trip (docs/backends.md); zero: 32 MiB; negative: no cache.
+	ReplayCacheBytes int64
+	// ReplayCacheFor is how long a cached record is trusted without hearing of its eviction:
+	// the longest a replica replays a key evicted elsewhere when the notice is lost; zero: 5s.
+	ReplayCacheFor time.Duration
+
+	// tracer sees every statement the pool sends (tests count round trips with it).
+	tracer pgx.QueryTracer
 }
 
 // Defaults of Options.
@@ -57,6 +66,7 @@ type Store struct {
 	announcer atomic.Pointer[store.Announcer]
 	wake      chan struct{}
 	notifyCh  chan struct{}
+	replays   *replayCache
 
 	base   context.Context // canceled by Close
 	cancel context.CancelFunc
@@ -89,7 +99,16 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.DeadLetterRetention <= 0 {
 		opts.DeadLetterRetention = DefaultDeadLetterRetention
 	}
+	if opts.ReplayCacheBytes == 0 {
+		opts.ReplayCacheBytes = DefaultReplayCacheBytes
+	}
+	if opts.ReplayCacheFor <= 0 {
+		opts.ReplayCacheFor = DefaultReplayCacheFor
+	}
 	cfg.MaxConns = opts.MaxConns
+	if opts.tracer != nil {
+		cfg.ConnConfig.Tracer = opts.tracer
+	}
 	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > opts.Timeout {
 		cfg.ConnConfig.ConnectTimeout = opts.Timeout
 	}
@@ -97,11 +116,15 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	if err := migrate(ctx, pool); err != nil {
+	if err := migrate(ctx, pool, opts.Logger); err != nil {
 		pool.Close()
+		if errors.Is(err, ErrSchemaOutOfRange) {
+			return nil, err // a deployment error, not an outage
+		}
 		return nil, unavailable(fmt.Errorf("migrating: %w", err))
 	}
-	s := &Store{pool: pool, opts: opts, now: opts.Now, wake: make(chan struct{}, 1), notifyCh: make(chan struct{}, 1)}
+	s := &Store{pool: pool, opts: opts, now: opts.Now, wake: make(chan struct{}, 1), notifyCh: make(chan struct{}, 1),
+		replays: newReplayCache(opts.ReplayCacheBytes, opts.ReplayCacheFor)}
 	if s.now == nil {
 		s.now = time.Now
 	}

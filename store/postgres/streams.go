@@ -68,7 +68,9 @@ func (s *Store) BeginStream(key []byte, token string, status int, header http.He
 // AppendEvents implements store.StreamRecorder in one statement, so one round trip: the head is
 // advanced (fenced on the claim's token and a live stream), the batch stored as one segment and
 // the upstream's own ids indexed, in the statement's own transaction, which does not wait for
-// the WAL flush (set_config, local to that transaction: see relaxed).
+// the WAL flush (set_config, local to that transaction: see relaxed). An id the stream repeats,
+// in this batch or an earlier one, is ambiguous and indexed at position 0, which FindEvent
+// never finds (docs/streams.md).
 func (s *Store) AppendEvents(key []byte, token string, events []store.StreamEvent) error {
 	if len(events) == 0 {
 		return nil
@@ -91,9 +93,11 @@ func (s *Store) AppendEvents(key []byte, token string, events []store.StreamEven
 			seg AS (INSERT INTO stream_segments (key, token, first_seq, last_seq, data)
 				SELECT $1, $2, head.last + 1, head.last + $3, $5 FROM relaxed, head RETURNING first_seq),
 			ids AS (INSERT INTO stream_ids (key, token, id, seq)
-				SELECT $1, $2, i.id, seg.first_seq + i.at - 1 FROM seg, unnest($6::bytea[], $7::bigint[]) AS i(id, at)
+				SELECT $1, $2, i.id, CASE WHEN count(*) > 1 THEN 0 ELSE min(seg.first_seq + i.at - 1) END
+				FROM seg, unnest($6::bytea[], $7::bigint[]) AS i(id, at)
 				WHERE i.id <> convert_to((seg.first_seq + i.at - 1)::text, 'UTF8')
-				ON CONFLICT DO NOTHING)
+				GROUP BY i.id
+				ON CONFLICT (key, token, id) DO UPDATE SET seq = 0)
 			SELECT count(*) FROM seg`,
 			key, token, len(events), size, segment, ids, at).Scan(&appended)
 		if err != nil {
@@ -106,6 +110,22 @@ func (s *Store) AppendEvents(key []byte, token string, events []store.StreamEven
 	})
 }
 
+// readEventsSQL reads a stream's head, whether its claim is still held, and the segments holding
+// the events after $3, up to $4 of them. The first of those segments is found by the primary
+// key, as the last one starting at or before event $3+1 (segments are contiguous), so a page
+// deep in a long stream reads its own segments and not every one before it.
+const readEventsSQL = `SELECT h.token, h.state, h.status, h.header, h.events, h.bytes,
+		coalesce(k.state = 1 AND k.token = h.token AND k.lease_until > $2, false), g.first_seq, g.data
+	FROM stream_heads h
+	LEFT JOIN idempotency_keys k ON k.key = h.key
+	LEFT JOIN LATERAL (SELECT first_seq, data FROM stream_segments
+		WHERE key = h.key AND token = h.token AND $4 > 0 AND last_seq > $3 AND first_seq <= $3 + $4
+			AND first_seq >= coalesce((SELECT max(first_seq) FROM stream_segments
+				WHERE key = h.key AND token = h.token AND first_seq <= $3 + 1), 1)
+		ORDER BY first_seq) g ON true
+	WHERE h.key = $1 AND h.keep_until > $2
+	ORDER BY g.first_seq`
+
 // ReadEvents implements store.StreamRecorder, in one statement (one snapshot): the head, whether
 // its claim is still held, and the segments holding the events after..after+limit. A live
 // stream whose claim is gone or ran out of lease (its gateway died) reads as aborted.
@@ -115,15 +135,7 @@ func (s *Store) ReadEvents(key []byte, after uint64, limit int) (store.StreamPag
 	err := s.query(func(ctx context.Context, db querier) error {
 		now := s.now()
 		from := int64(min(after, 1<<62))
-		rows, err := db.Query(ctx, `SELECT h.token, h.state, h.status, h.header, h.events, h.bytes,
-				coalesce(k.state = 1 AND k.token = h.token AND k.lease_until > $2, false), g.first_seq, g.data
-			FROM stream_heads h
-			LEFT JOIN idempotency_keys k ON k.key = h.key
-			LEFT JOIN LATERAL (SELECT first_seq, data FROM stream_segments
-				WHERE key = h.key AND token = h.token AND last_seq > $3 AND first_seq <= $3 + $4 AND $4 > 0
-				ORDER BY first_seq) g ON true
-			WHERE h.key = $1 AND h.keep_until > $2
-			ORDER BY g.first_seq`, key, now, from, limit)
+		rows, err := db.Query(ctx, readEventsSQL, key, now, from, limit)
 		if err != nil {
 			return err
 		}
@@ -169,7 +181,7 @@ func (s *Store) FindEvent(key []byte, id string) (uint64, bool, error) {
 	err := s.query(func(ctx context.Context, db querier) error {
 		var events int64
 		err := db.QueryRow(ctx, `SELECT h.events, coalesce((SELECT i.seq FROM stream_ids i
-				WHERE i.key = h.key AND i.token = h.token AND i.id = $3), 0)
+				WHERE i.key = h.key AND i.token = h.token AND i.id = $3), -1)
 			FROM stream_heads h WHERE h.key = $1 AND h.keep_until > $2`, key, s.now(), []byte(id)).Scan(&events, &seq)
 		switch {
 		case err == pgx.ErrNoRows:
@@ -178,6 +190,7 @@ func (s *Store) FindEvent(key []byte, id string) (uint64, bool, error) {
 			return err
 		case seq > 0:
 			found = true
+		case seq == 0: // the upstream repeated the id: it names no one event
 		default:
 			if n, perr := strconv.ParseInt(id, 10, 64); perr == nil && n >= 1 && n <= events {
 				seq, found = n, true
@@ -236,17 +249,19 @@ func (s *Store) DropStream(key []byte, token string) error {
 	})
 }
 
-// AbortStream implements store.StreamRecorder: the stream is marked aborted, its events
-// deleted and the key released, in one transaction.
+// AbortStream implements store.StreamRecorder: while the key is still in flight under token,
+// the key is released, the stream marked aborted and its events deleted, in one transaction. A
+// key no longer held under token is left alone: a FinishStream whose commit landed although its
+// caller saw an error must go on replaying, not be aborted afterwards.
 func (s *Store) AbortStream(key []byte, token string) error {
 	return s.do(func(ctx context.Context, tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `DELETE FROM idempotency_keys WHERE key = $1 AND state = 1 AND token = $2`, key, token)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err // the claim is already gone (finished, released, taken over): nothing to do
+		}
 		if _, err := tx.Exec(ctx, `UPDATE stream_heads SET state = 3 WHERE key = $1 AND token = $2`, key, token); err != nil {
 			return err
 		}
-		if err := dropAttempts(ctx, tx, key, "=", token); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `DELETE FROM idempotency_keys WHERE key = $1 AND state = 1 AND token = $2`, key, token)
-		return err
+		return dropAttempts(ctx, tx, key, "=", token)
 	})
 }

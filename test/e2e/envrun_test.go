@@ -26,10 +26,7 @@ import (
 )
 
 // Two valid Standard Webhooks secrets: the current one and the one being rotated out.
-var (
-	secretNew = "whsec_" + base64.StdEncoding.EncodeToString([]byte("new-signing-key-of-32-bytes-long"))
-	secretOld = "whsec_" + base64.StdEncoding.EncodeToString([]byte("old-signing-key-of-32-bytes-long"))
-)
+var secretNew, secretOld = testkit.SecretNew, testkit.SecretOld
 
 // sidecarProcess is the built binary run as `mulligan sidecar`, configured by environment
 // variables alone, on a data directory that outlives it. It reuses gatewayProcess's requests,

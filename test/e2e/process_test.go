@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -50,6 +51,7 @@ type gatewayProcess struct {
 	log     *os.File
 	args    []string // the command line; default: run the Caddyfile in dataDir
 	env     []string // the environment; default: this process's, with XDG dirs in dataDir
+	bin     string   // the binary; default: the one built for this test run
 }
 
 // newGatewayProcess prepares (but does not start) a gateway in front of upstream.
@@ -91,7 +93,7 @@ func (p *gatewayProcess) start() {
 	if args == nil {
 		args = []string{"run", "--config", filepath.Join(p.dataDir, "Caddyfile"), "--adapter", "caddyfile"}
 	}
-	p.cmd = exec.Command(binary, args...)
+	p.cmd = exec.Command(cmp.Or(p.bin, binary), args...)
 	p.cmd.Env = p.env
 	if p.env == nil {
 		p.cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+p.dataDir+"/xdg-data", "XDG_CONFIG_HOME="+p.dataDir+"/xdg-config")

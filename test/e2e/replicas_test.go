@@ -35,10 +35,20 @@ func startReplicas(t *testing.T, n int, upstream, dsn, mulliganBody string) []*r
 	t.Helper()
 	var out []*replica
 	for range n {
-		dataDir := t.TempDir()
-		ports := testkit.FreePorts(t, 2)
-		p := &gatewayProcess{t: t, dataDir: dataDir, port: ports[0], base: fmt.Sprintf("http://127.0.0.1:%d", ports[0])}
-		cf := fmt.Sprintf(`{
+		r := newReplica(t, upstream, dsn, mulliganBody)
+		r.start()
+		out = append(out, r)
+	}
+	return out
+}
+
+// newReplica prepares (but does not start) one replica of startReplicas.
+func newReplica(t *testing.T, upstream, dsn, mulliganBody string) *replica {
+	t.Helper()
+	dataDir := t.TempDir()
+	ports := testkit.FreePorts(t, 2)
+	p := &gatewayProcess{t: t, dataDir: dataDir, port: ports[0], base: fmt.Sprintf("http://127.0.0.1:%d", ports[0])}
+	cf := fmt.Sprintf(`{
 	admin 127.0.0.1:%d
 	persist_config off
 	auto_https off
@@ -52,16 +62,13 @@ http://127.0.0.1:%d {
 	reverse_proxy %s
 }
 `, ports[1], p.port, mulliganBody, strings.TrimPrefix(upstream, "http://"))
-		if err := os.WriteFile(filepath.Join(dataDir, "Caddyfile"), []byte(cf), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		p.env = append(os.Environ(), "XDG_DATA_HOME="+dataDir+"/xdg-data", "XDG_CONFIG_HOME="+dataDir+"/xdg-config",
-			"MULLIGAN_POSTGRES_URL="+dsn)
-		t.Cleanup(p.kill)
-		p.start()
-		out = append(out, &replica{gatewayProcess: p, admin: fmt.Sprintf("http://127.0.0.1:%d", ports[1])})
+	if err := os.WriteFile(filepath.Join(dataDir, "Caddyfile"), []byte(cf), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	return out
+	p.env = append(os.Environ(), "XDG_DATA_HOME="+dataDir+"/xdg-data", "XDG_CONFIG_HOME="+dataDir+"/xdg-config",
+		"MULLIGAN_POSTGRES_URL="+dsn)
+	t.Cleanup(p.kill)
+	return &replica{gatewayProcess: p, admin: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
 }
 
 // operation is the parts of an operation these tests read.
@@ -353,4 +360,49 @@ func TestReplicasRideOutAPostgresRestart(t *testing.T) {
 	}
 	t.Logf("database down %v: %d replicas answered 503 STORAGE_UNAVAILABLE (readiness 503); serving again %v after it was back; %d recorded keys replay, %d accepted operations succeeded; %d upstream executions",
 		upAt.Sub(downAt).Round(100*time.Millisecond), unavailable, recovered.Round(100*time.Millisecond), len(recorded), len(ids), model.Stats().Received)
+}
+
+// Replicas replay completed keys from memory (docs/backends.md, "Replays on PostgreSQL"); an
+// eviction through one replica reaches the others' memory by NOTIFY, well within the 5 s that
+// bound a lost notice.
+func TestEvictionOnOneReplicaEndsReplaysOnAnother(t *testing.T) {
+	dsn := pgtest.Database(t)
+	model, upstream := startModelServer(t, modelserver.Config{})
+	rs := startReplicas(t, 2, upstream, dsn, "")
+	replayed := func(r *replica) bool {
+		t.Helper()
+		resp, body, err := r.post("evict-me", "the same request", 10*time.Second)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("keyed request: %v %v %s", err, resp, body)
+		}
+		return resp.Header.Get("Idempotent-Replayed") == "true"
+	}
+	if replayed(rs[0]) {
+		t.Fatal("the first request was a replay")
+	}
+	for range 2 { // the second from replica 1's memory
+		if !replayed(rs[1]) {
+			t.Fatal("replica 1 does not replay the key")
+		}
+	}
+	resp, err := http.Post(rs[0].admin+"/mulligan/keys/evict", "application/json",
+		strings.NewReader(`{"scope":"","method":"POST","path":"/v1/chat/completions","key":"evict-me"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"evicted":true`) {
+		t.Fatalf("evict through replica 0: %v %s", resp.Status, body)
+	}
+	evicted := time.Now()
+	for replayed(rs[1]) {
+		if time.Since(evicted) > 2*time.Second {
+			t.Fatal("replica 1 still replays the key 2 s after its eviction on replica 0")
+		}
+	}
+	t.Logf("replica 1 ran the key again %v after its eviction on replica 0", time.Since(evicted).Round(time.Millisecond))
+	if n := model.Stats().ByKey["evict-me"]; n != 2 {
+		t.Fatalf("upstream executions: %d, want 2 (before and after the eviction)", n)
+	}
 }

@@ -37,7 +37,8 @@ CREATE TABLE stream_segments (
 ALTER TABLE stream_segments ALTER COLUMN data SET STORAGE EXTERNAL;
 
 -- The position of each event the upstream named itself (an id other than its position), kept
--- as bytes: an upstream's id need not be UTF-8. The first event with an id keeps it.
+-- as bytes: an upstream's id need not be UTF-8. An id the stream repeats is kept at seq 0
+-- (ambiguous: no Last-Event-ID resumes after it; older binaries kept the first).
 CREATE TABLE stream_ids (
     key   bytea NOT NULL,
     token text NOT NULL,

@@ -1,7 +1,10 @@
 // Command model-server runs the bundled Mulligan example model server: a slow,
 // optionally flaky, OpenAI-compatible mock to put behind the gateway.
 //
-//	model-server -listen 127.0.0.1:8000 -latency 1s -chunk-delay 50ms -fail-rate 0 -fail-status 503
+//	model-server -listen 127.0.0.1:8000 -latency 1s -chunk-delay 50ms -fail-rate 0 -fail-status 503 -slots 0
+//
+// -slots N makes it process at most N requests at once, the others waiting
+// inside it first come first served, as an inference server's batch slots do.
 //
 // It prints "model-server listening on ADDR" to stderr once it accepts
 // connections and shuts down gracefully on SIGINT or SIGTERM.
@@ -40,6 +43,7 @@ func run(args []string, stderr io.Writer) int {
 	failRate := fs.Float64("fail-rate", 0, "probability (0..1) that a request answers -fail-status instead")
 	failStatus := fs.Int("fail-status", http.StatusServiceUnavailable, "HTTP status of randomly injected failures")
 	seed := fs.Int64("seed", 0, "seed of the failure-injection random number generator")
+	slots := fs.Int("slots", 0, "requests processed at once, the others queued first come first served (0: no limit)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -49,6 +53,9 @@ func run(args []string, stderr io.Writer) int {
 	switch {
 	case fs.NArg() > 0:
 		fmt.Fprintf(stderr, "model-server: unexpected arguments %q\n", fs.Args())
+		return 2
+	case *slots < 0:
+		fmt.Fprintln(stderr, "model-server: -slots must not be negative")
 		return 2
 	case *latency < 0 || *chunkDelay < 0:
 		fmt.Fprintln(stderr, "model-server: -latency and -chunk-delay must not be negative")
@@ -76,6 +83,7 @@ func run(args []string, stderr io.Writer) int {
 			FailRate:   *failRate,
 			FailStatus: *failStatus,
 			Seed:       *seed,
+			Slots:      *slots,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// The four sides of the flood scenario, each in front of the flood's model server: plain
+// Caddy, HAProxy queueing by priority class (the peer to beat), Mulligan without capacity
+// and Mulligan with `capacity { limit auto 1 64 }`.
+
+// floodSide is one gateway the flood runs against.
+type floodSide struct {
+	// name is the side's name in the table.
+	name string
+	// gw is the running gateway; nil when the side could not start.
+	gw *gateway
+	// mulligan sides also run the async flood (operations mean nothing to the others).
+	mulligan bool
+	// missing says why the side could not start.
+	missing string
+}
+
+// Side names of the flood table.
+const (
+	floodPlain    = "plain Caddy"
+	floodHAProxy  = "HAProxy"
+	floodMulligan = "Mulligan"
+	floodCapacity = "Mulligan + capacity"
+)
+
+// floodAsyncBlock is the async block of both Mulligan sides: as many runners as the adaptive limit's
+// maximum, so that what decides the load on the model server is the capacity block (or, without
+// it, these 64 runners, as an operator who did not know the slot count would set them).
+const floodAsyncBlock = "\t\tasync {\n\t\t\tconcurrency 64\n\t\t}\n"
+
+// floodCapacityBlock is the capacity of the capacity side: the default adaptive limit, long
+// enough a wait that a held-open flood call is served rather than refused, and a queue deadline
+// far beyond the flood's drain time, so that no flood work is dropped and the flood's throughput
+// is comparable across sides.
+const floodCapacityBlock = "\t\tcapacity {\n\t\t\tlimit auto 1 64\n\t\t\twait 60s\n\t\t\tmax_queue_wait 10m\n\t\t}\n"
+
+// startFloodSides starts every side in front of upstream. A side that cannot start (HAProxy not
+// installed, a build without the capacity block) is kept with the reason; any other failure
+// stops the run.
+func (h *harness) startFloodSides(ctx context.Context, upstream string) ([]*floodSide, error) {
+	sides := []*floodSide{{name: floodPlain}, {name: floodHAProxy}, {name: floodMulligan, mulligan: true}, {name: floodCapacity, mulligan: true}}
+	var err error
+	if sides[0].gw, err = h.startGateway(ctx, "flood-plain", func(int) string { return plainSite(upstream) }); err != nil {
+		return sides, err
+	}
+	if sides[1].gw, sides[1].missing, err = h.startHAProxy(ctx, upstream); err != nil {
+		return sides, err
+	}
+	dir := h.badgerDir("flood-mulligan")
+	if sides[2].gw, err = h.startGateway(ctx, "flood-mulligan", func(int) string { return mulliganSite(upstream, dir, floodAsyncBlock) }); err != nil {
+		return sides, err
+	}
+	dir = h.badgerDir("flood-capacity")
+	sides[3].gw, err = h.startGateway(ctx, "flood-capacity", func(int) string {
+		return mulliganSite(upstream, dir, floodAsyncBlock+floodCapacityBlock)
+	})
+	if errors.Is(err, errGatewayExited) {
+		sides[3].missing = "not available in this build (the binary refuses the capacity block)"
+		h.logf("flood: %s: %v", floodCapacity, err)
+		err = nil
+	}
+	return sides, err
+}
+
+// stopFloodSides stops the sides that started.
+func stopFloodSides(sides []*floodSide) {
+	for _, s := range sides {
+		s.gw.stop()
+	}
+}
+
+// startHAProxy runs haproxy in front of upstream with the flood model server's slots as the
+// server's maxconn; missing says why it did not when haproxy is not installed or refused to
+// start. Its global maxconn leaves room for every flood call under a 20,000 file limit.
+func (h *harness) startHAProxy(ctx context.Context, upstream string) (g *gateway, missing string, err error) {
+	bin, err := exec.LookPath("haproxy")
+	if err != nil {
+		return nil, "haproxy not installed (Debian: apt-get install -y haproxy)", nil
+	}
+	dir := filepath.Join(h.tmp, "flood-haproxy")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, "", err
+	}
+	ports, err := freePorts(1)
+	if err != nil {
+		return nil, "", err
+	}
+	conf := filepath.Join(dir, "haproxy.cfg")
+	if err := os.WriteFile(conf, []byte(haproxyConfig(ports[0], upstream, h.cfg.FloodSlots)), 0o644); err != nil {
+		return nil, "", err
+	}
+	h.logf("starting HAProxy")
+	g, err = startProcess(ctx, dir, "haproxy", ports[0], exec.Command(bin, "-db", "-f", conf))
+	if errors.Is(err, errGatewayExited) {
+		return nil, "haproxy did not start: " + err.Error(), nil
+	}
+	return g, "", err
+}
+
+// haproxyConfig queues in HAProxy what the model server cannot take: `maxconn` on the server
+// is its slot count, and the queue is served by priority class, taken from the RFC 9218
+// urgency of the Priority header (u=0 first; u=3 without one), oldest first within a class.
+func haproxyConfig(port int, upstream string, slots int) string {
+	var rules strings.Builder
+	rules.WriteString("\thttp-request set-priority-class int(3)\n")
+	for u := range 8 {
+		fmt.Fprintf(&rules, "\thttp-request set-priority-class int(%d) if { req.hdr(priority) -m reg ^\\ *u=%d(\\ *;.*)?\\ *$ }\n", u, u)
+	}
+	return fmt.Sprintf(`global
+	maxconn 8000
+
+defaults
+	mode http
+	timeout connect 5s
+	timeout client 10m
+	timeout server 10m
+	timeout queue 10m
+
+frontend flood
+	bind 127.0.0.1:%d
+%s	default_backend model
+
+backend model
+	server model %s maxconn %d
+`, port, rules.String(), upstream, slots)
+}

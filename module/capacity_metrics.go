@@ -1,0 +1,106 @@
+package module
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// Capacity's metrics (docs/capacity.md), created once per process like the others.
+var capacityMetrics = struct {
+	seatWait      prometheus.Histogram
+	refusals      prometheus.Counter
+	queueTimeouts prometheus.Counter
+	pools         prometheus.Collector
+}{
+	seatWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "mulligan", Name: "capacity_seat_wait_seconds",
+		Help: "Time a call (sync or an operation's attempt) waited for an upstream seat, including calls that got none.", Buckets: prometheus.ExponentialBuckets(0.001, 3, 13),
+	}),
+	refusals: prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "mulligan", Name: "capacity_refusals_total",
+		Help: "Sync calls that found no upstream seat within their wait: answered 503 UPSTREAM_SATURATED, or queued when they could become operations.",
+	}),
+	queueTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "mulligan", Name: "capacity_queue_timeouts_total",
+		Help: "Operations failed QUEUE_TIMEOUT: they waited past max_queue_wait or Max-Queue-Wait and never reached the upstream.",
+	}),
+	pools: seatCollector{},
+}
+
+// seatCollector reads every seat pool at scrape time.
+type seatCollector struct{}
+
+var (
+	descSeatLimit   = prometheus.NewDesc("mulligan_capacity_limit", "Upstream seats of this replica (the adaptive limit's current value with limit auto).", []string{"pool"}, nil)
+	descSeatsInUse  = prometheus.NewDesc("mulligan_capacity_seats_in_use", "Calls holding an upstream seat now.", []string{"pool"}, nil)
+	descSeatWaiting = prometheus.NewDesc("mulligan_capacity_waiting", "Calls and claimed operations waiting for a seat in this replica, by urgency (u=0 most urgent).", []string{"pool", "urgency"}, nil)
+	descQueuedUrg   = prometheus.NewDesc("mulligan_capacity_queued", "Operations waiting in the durable queue, by urgency, storage-wide.", []string{"storage", "urgency"}, nil)
+)
+
+func (seatCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descSeatLimit, descSeatsInUse, descSeatWaiting, descQueuedUrg} {
+		ch <- d
+	}
+}
+
+func (seatCollector) Collect(ch chan<- prometheus.Metric) {
+	seatPools.Range(func(_, v any) bool {
+		p, ok := v.(*seatPool)
+		if !ok {
+			return true
+		}
+		s := p.snapshot()
+		ch <- prometheus.MustNewConstMetric(descSeatLimit, prometheus.GaugeValue, float64(s.Limit), p.label)
+		ch <- prometheus.MustNewConstMetric(descSeatsInUse, prometheus.GaugeValue, float64(s.InUse), p.label)
+		for u, n := range s.Waiting {
+			ch <- prometheus.MustNewConstMetric(descSeatWaiting, prometheus.GaugeValue, float64(n), p.label, strconv.Itoa(u))
+		}
+		return true
+	})
+	storages.Range(func(_, v any) bool {
+		s, ok := v.(*storage)
+		if !ok {
+			return true
+		}
+		if counts, err := s.be.QueuedByUrgency(); err == nil {
+			for u, n := range counts {
+				ch <- prometheus.MustNewConstMetric(descQueuedUrg, prometheus.GaugeValue, float64(n), s.set.name(), strconv.Itoa(u))
+			}
+		}
+		return true
+	})
+}
+
+// queuePosition estimates op's place in the queue while it is queued; nil when it is not, or
+// the backend cannot tell.
+func queuePosition(st store.Queue, op *store.Operation) *int {
+	if op.Status != store.StatusQueued {
+		return nil
+	}
+	n, err := st.QueuePosition(op.ID)
+	if err != nil {
+		return nil
+	}
+	return &n
+}
+
+// capacityStats is /mulligan/stats' capacity section (docs/capacity.md): this replica's seats
+// per pool, and the storage-wide queue by urgency; nil without capacity.
+func (r *runner) capacityStats() map[string]any {
+	pools := seatPoolsOf(r.where)
+	if len(pools) == 0 {
+		return nil
+	}
+	replica := map[string]seatSnapshot{}
+	for _, p := range pools {
+		replica[p.label] = p.snapshot()
+	}
+	out := map[string]any{"replica": replica}
+	if counts, err := r.st.QueuedByUrgency(); err == nil {
+		out["queued_by_urgency"] = counts
+	}
+	return out
+}

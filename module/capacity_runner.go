@@ -1,0 +1,181 @@
+package module
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// How the runner works with capacity (docs/capacity.md): it claims from the durable queue (in
+// the store's capacity order) only while one of the storage's seat pools has room, keeping at
+// most one claimed operation waiting per pool, so the queue's head stands in the same order
+// as the live sync calls; every attempt then holds a seat, and an operation past its queue
+// deadline fails QUEUE_TIMEOUT without an upstream call.
+
+// pendingSeat is the place a claimed operation took in its pool's order at claim time.
+type pendingSeat struct {
+	pool *seatPool
+	w    *seatWaiter
+}
+
+// lookupSeatPool returns the seats of key, nil when no block has them.
+func lookupSeatPool(key string) *seatPool {
+	var found *seatPool
+	seatPools.Range(func(k, v any) bool {
+		if k == key {
+			found, _ = v.(*seatPool)
+			return false
+		}
+		return true
+	})
+	return found
+}
+
+// seatPoolsOf lists the seat pools whose operations the storage at where holds.
+func seatPoolsOf(where string) []*seatPool {
+	var pools []*seatPool
+	seatPools.Range(func(_, v any) bool {
+		if p, ok := v.(*seatPool); ok && p.where == where {
+			pools = append(pools, p)
+		}
+		return true
+	})
+	return pools
+}
+
+// kickRunners wakes the claim loops of the storage at where: a seat came free.
+func kickRunners(where string) {
+	storages.Range(func(_, v any) bool {
+		if s, ok := v.(*storage); ok && s.set.where() == where {
+			s.run.kick()
+		}
+		return true
+	})
+}
+
+// poolFor returns the seats op's block sends it through; nil without capacity.
+func (r *runner) poolFor(op *store.Operation) *seatPool {
+	return lookupSeatPool(seatPoolKey(r.where, execOf(op).Prefix))
+}
+
+// roomForQueued reports whether claiming one more operation is worth it: the storage has no
+// capacity block, or one of its pools has room.
+func (r *runner) roomForQueued() bool {
+	pools := seatPoolsOf(r.where)
+	for _, p := range pools {
+		if p.roomForQueued() {
+			return true
+		}
+	}
+	return len(pools) == 0
+}
+
+// enqueueSeat puts a just-claimed operation in its pool's order; nil without capacity.
+func (r *runner) enqueueSeat(op *store.Operation) *pendingSeat {
+	p := r.poolFor(op)
+	if p == nil {
+		return nil
+	}
+	return &pendingSeat{pool: p, w: p.enqueue(operationAsk(op))}
+}
+
+func operationAsk(op *store.Operation) seatAsk {
+	return seatAsk{urgency: store.ClampUrgency(op.Urgency), scope: op.Scope, since: op.SubmittedAt, queued: true}
+}
+
+// takePending hands the execution of id its place in the order, once.
+func (r *runner) takePending(id string) *pendingSeat {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ex := r.running[id]
+	if ex == nil {
+		return nil
+	}
+	p := ex.seat
+	ex.seat = nil
+	return p
+}
+
+// seatedAttempt runs one attempt holding a seat of op's pool. The first attempt waits no
+// later than the operation's queue deadline: past it, timedOut, and nothing went upstream.
+func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *store.Request, limit int64, first bool) (res attemptResult, timedOut bool) {
+	pending := r.takePending(op.ID)
+	pool := r.poolFor(op)
+	if pool == nil {
+		if pending != nil {
+			pending.pool.abandon(pending.w)
+		}
+		return r.attempt(ctx, op, req, limit), false
+	}
+	var wait time.Duration
+	if first && !op.QueueDeadline.IsZero() {
+		if wait = time.Until(op.QueueDeadline); wait <= 0 {
+			if pending != nil {
+				pending.pool.abandon(pending.w)
+			}
+			return attemptResult{}, true
+		}
+	}
+	var w *seatWaiter
+	if pending != nil && pending.pool == pool {
+		w = pending.w
+	} else {
+		if pending != nil {
+			pending.pool.abandon(pending.w)
+		}
+		w = pool.enqueue(operationAsk(op))
+	}
+	s, err := pool.await(ctx, w, wait)
+	if err != nil {
+		return attemptResult{}, errors.Is(err, errNoSeat)
+	}
+	res = r.attempt(ctx, op, req, limit)
+	s.release(overloaded(res.status, ctx.Err()))
+	return res, false
+}
+
+// expiredInQueue fails a just-claimed operation whose queue deadline has passed, before it
+// reaches the upstream; it reports whether it did.
+func (r *runner) expiredInQueue(op *store.Operation) bool {
+	if op.QueueDeadline.IsZero() || time.Now().Before(op.QueueDeadline) {
+		return false
+	}
+	r.queueTimeout(op)
+	r.finish(context.Background(), op.ID, queueTimedOut(), r.log.With(operationFields(op)...))
+	return true
+}
+
+// queueTimeout counts an operation failed QUEUE_TIMEOUT.
+func (r *runner) queueTimeout(op *store.Operation) {
+	capacityMetrics.queueTimeouts.Inc()
+	if p := r.poolFor(op); p != nil {
+		p.countQueueTimeout()
+	}
+}
+
+// dropStale fails queued operations past their queue deadline, so that they fail at their
+// deadline even while nothing is claimed, and never reach the upstream.
+func (r *runner) dropStale() {
+	ops, err := r.st.StaleQueued(time.Now(), 100)
+	if err != nil {
+		r.log.Warn("looking for stale queued operations", zap.Error(err))
+		return
+	}
+	for _, op := range ops {
+		change := queueTimedOut()
+		final, err := r.st.Transition(op.ID, change)
+		if err != nil {
+			continue // claimed, canceled or dropped meanwhile
+		}
+		r.queued.Add(-1)
+		r.queueTimeout(op)
+		countFinal(final)
+		r.courier.kick()
+		r.log.Info("operation transition", operationFields(final, zap.String("old_status", string(store.StatusQueued)),
+			zap.String("new_status", string(final.Status)), zap.String("error_code", string(CodeQueueTimeout)))...)
+	}
+}

@@ -1,0 +1,210 @@
+package module
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// headerMaxQueueWait is the request header asking for a shorter queue deadline than
+// max_queue_wait, in seconds (docs/capacity.md).
+const headerMaxQueueWait = "Max-Queue-Wait"
+
+// CodeUpstreamSaturated: no upstream seat came free within capacity.wait (docs/api.md).
+const CodeUpstreamSaturated ErrorCode = "UPSTREAM_SATURATED"
+
+// CodeQueueTimeout: an operation waited in the queue past its deadline (docs/capacity.md).
+const CodeQueueTimeout ErrorCode = store.QueueTimeoutCode
+
+// outcomeSaturated counts sync calls refused 503 UPSTREAM_SATURATED.
+const outcomeSaturated = "saturated"
+
+func init() {
+	catalogue[CodeUpstreamSaturated] = errorSpec{http.StatusServiceUnavailable, true}
+	failureRetryable[CodeQueueTimeout] = true
+}
+
+// provisionCapacity joins the process-wide seats of the block's upstream (docs/capacity.md).
+func (h *Handler) provisionCapacity(set storageSettings) error {
+	if h.Capacity == nil {
+		return nil
+	}
+	where := set.where()
+	key := seatPoolKey(where, h.conv.prefix)
+	v, _, err := seatPools.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return newSeatPool(key, where, set.name()+h.conv.prefix, *h.Capacity), nil
+	})
+	if err != nil {
+		return err
+	}
+	h.seats, h.seatKey = v.(*seatPool), key
+	h.seats.configure(*h.Capacity)
+	h.conv.capacity = h.Capacity
+	return nil
+}
+
+// Cleanup lets go of the block's seats; calls still holding one keep it until they end.
+func (h *Handler) Cleanup() error {
+	if h.seats != nil {
+		_, _ = seatPools.Delete(h.seatKey)
+	}
+	return nil
+}
+
+// syncSeatWait is how long a sync call waits for a seat: capacity.wait, or a shorter
+// Prefer: wait=N.
+func (h *Handler) syncSeatWait(r *http.Request) time.Duration {
+	wait := time.Duration(h.Capacity.Wait)
+	if p := parsePrefer(r.Header.Values("Prefer")); p.hasWait && p.wait < wait {
+		wait = p.wait
+	}
+	return max(wait, time.Millisecond) // wait=0: take a free seat, never wait for one
+}
+
+// liveAsk is a live request's place in the order.
+func liveAsk(r *http.Request, scope string, now time.Time) seatAsk {
+	return seatAsk{urgency: urgencyOf(r.Header.Values("Priority")), scope: scope, since: now}
+}
+
+// seated wraps the rest of the route: each call it sends upstream holds a seat while it runs.
+// A call that finds none within its wait is answered 503 UPSTREAM_SATURATED and never reaches
+// the upstream.
+func (h *Handler) seated(next caddyhttp.Handler, scope string) caddyhttp.Handler {
+	return caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		s := ticketOf(r.Context()).take()
+		if s == nil {
+			var err error
+			if s, err = h.seats.acquire(r.Context(), liveAsk(r, scope, h.now()), h.syncSeatWait(r)); err != nil {
+				h.saturated(w, r, err)
+				return nil
+			}
+		}
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() { s.release(overloaded(sw.status, r.Context().Err())) }()
+		return next.ServeHTTP(sw, r)
+	})
+}
+
+// saturated answers a sync call that found no seat.
+func (h *Handler) saturated(w http.ResponseWriter, r *http.Request, err error) {
+	if !errors.Is(err, errNoSeat) {
+		return // the client left while waiting: nobody to answer
+	}
+	countRequest(outcomeSaturated)
+	w.Header().Set(headerRequestID, r.Header.Get(headerRequestID))
+	snap := h.seats.snapshot()
+	writeError(w, apiError{Code: CodeUpstreamSaturated, RetryAfter: h.seats.retryAfter(),
+		Details: map[string]any{"limit": snap.Limit, "in_use": snap.InUse},
+		Message: "Every upstream seat stayed busy for as long as this call may wait; retry after the time given."})
+}
+
+// overloaded reports whether a call's outcome tells the adaptive limit that the upstream is
+// past its capacity: 429 or 503, or no answer before the deadline.
+func overloaded(status int, ctxErr error) bool {
+	return status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable ||
+		(status == 0 && errors.Is(ctxErr, context.DeadlineExceeded))
+}
+
+// reserveSeat takes a seat for a call in `after` mode, waiting no longer than its window or
+// capacity.wait: false when none came free, and the call is queued instead (docs/capacity.md).
+func (h *Handler) reserveSeat(kr *keyedRequest, window time.Duration) (*seatTicket, bool) {
+	wait := max(min(h.syncSeatWait(kr.r), window), time.Millisecond)
+	s, err := h.seats.acquire(kr.r.Context(), liveAsk(kr.r, kr.scope, h.now()), wait)
+	if err != nil {
+		if errors.Is(err, errNoSeat) {
+			countRequest(outcomeSaturated)
+		}
+		return nil, false
+	}
+	t := &seatTicket{s: s}
+	kr.r = kr.r.WithContext(context.WithValue(kr.r.Context(), seatTicketKey{}, t))
+	return t, true
+}
+
+// seatTicket carries a seat taken before the call starts to the handler that sends it.
+type seatTicket struct {
+	mu sync.Mutex
+	s  *seat
+}
+
+type seatTicketKey struct{}
+
+func ticketOf(ctx context.Context) *seatTicket {
+	t, _ := ctx.Value(seatTicketKey{}).(*seatTicket)
+	return t
+}
+
+// take hands over the seat, once; nil when there is none.
+func (t *seatTicket) take() *seat {
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.s
+	t.s = nil
+	return s
+}
+
+// drop gives the seat back if no call took it.
+func (t *seatTicket) drop() {
+	if s := t.take(); s != nil {
+		s.release(false)
+	}
+}
+
+// queueDeadline is when an operation submitted now by r stops being worth running:
+// max_queue_wait, or the shorter Max-Queue-Wait the request asks for. Zero: none.
+func queueDeadline(cfg *CapacityConfig, r *http.Request, now time.Time) time.Time {
+	if cfg == nil {
+		return time.Time{}
+	}
+	wait := time.Duration(cfg.MaxQueueWait)
+	if v := strings.TrimSpace(r.Header.Get(headerMaxQueueWait)); v != "" {
+		if secs, err := strconv.ParseUint(v, 10, 31); err == nil && (wait == 0 || time.Duration(secs)*time.Second < wait) {
+			wait = time.Duration(secs) * time.Second
+		}
+	}
+	if wait <= 0 {
+		return time.Time{}
+	}
+	return now.Add(wait)
+}
+
+// queueTimedOut is the change failing an operation that waited past its queue deadline.
+func queueTimedOut() store.Change {
+	return store.Change{To: store.StatusFailed, Error: catalogueError(CodeQueueTimeout,
+		"The operation waited in the queue past its deadline (max_queue_wait or Max-Queue-Wait) and was never sent upstream.")}
+}
+
+// statusWriter notes the status the route answers with; Unwrap keeps flushing and the rest of
+// http.ResponseController working through it.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

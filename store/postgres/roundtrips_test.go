@@ -1,0 +1,112 @@
+package postgres
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
+)
+
+// statementCounter counts the statements sent to the server (BEGIN and COMMIT included), each
+// one round trip, leaving out the notifier's coalesced wake-ups, which run in the background.
+type statementCounter struct {
+	mu  sync.Mutex
+	sql []string
+}
+
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if !strings.Contains(data.SQL, "pg_notify('"+wakeChannel) {
+		c.mu.Lock()
+		c.sql = append(c.sql, strings.Join(strings.Fields(data.SQL), " "))
+		c.mu.Unlock()
+	}
+	return ctx
+}
+
+func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// during returns the statements fn sent.
+func (c *statementCounter) during(fn func()) []string {
+	c.mu.Lock()
+	c.sql = nil
+	c.mu.Unlock()
+	fn()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sql
+}
+
+// TestRoundTripsPerRequest pins what each kind of request costs the database, in statements
+// (each one round trip): a regression here is a regression of the gateway's throughput on
+// PostgreSQL (docs/operating.md, "Performance").
+func TestRoundTripsPerRequest(t *testing.T) {
+	counter := &statementCounter{}
+	st := openTest(t, pgtest.Database(t), Options{tracer: counter})
+	eventually(t, 5*time.Second, "the replica listens", func() bool { return listening(st) })
+	key, fp := []byte("key"), []byte("fp")
+	resp := store.Response{Status: 200, Body: []byte(`{"ok":true}`)}
+	req := &store.Request{Method: "POST", URL: "/v1/x", Body: []byte(`{}`)}
+	fail := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	replay := func() {
+		c, err := st.ClaimKey(key, fp, time.Minute)
+		fail(err)
+		if c.Outcome != store.Replay {
+			t.Fatalf("outcome %v, want a replay", c.Outcome)
+		}
+	}
+	accept := func(id string, want store.ClaimOutcome) func() {
+		return func() {
+			op := &store.Operation{ID: id, Scope: "s", Status: store.StatusQueued, Retention: time.Hour, SubmittedAt: time.Now()}
+			ka := &store.KeyAccept{Key: []byte("k2"), Fingerprint: fp, Response: store.Response{Status: 202}, Expires: time.Now().Add(time.Hour)}
+			c, err := st.AcceptOperation(op, req, ka)
+			fail(err)
+			if c.Outcome != want {
+				t.Fatalf("outcome %v, want %v", c.Outcome, want)
+			}
+		}
+	}
+	cases := []struct {
+		name string
+		want int
+		fn   func()
+	}{
+		{"new key: claim, then record", 2, func() {
+			c, err := st.ClaimKey(key, fp, time.Minute)
+			fail(err)
+			fail(st.CompleteKey(key, c.Token, resp, time.Now().Add(time.Hour)))
+		}},
+		{"first replay on this replica", 1, replay},
+		{"replay", 0, replay},
+		{"async accept with a new key", 1, accept("op_1", store.Claimed)},
+		{"async retry, first on this replica", 1, accept("op_2", store.Replay)},
+		{"async retry", 0, accept("op_3", store.Replay)},
+		{"async accept without a key", 1, func() {
+			op := &store.Operation{ID: "op_4", Scope: "s", Status: store.StatusQueued, Retention: time.Hour, SubmittedAt: time.Now()}
+			_, err := st.AcceptOperation(op, req, nil)
+			fail(err)
+		}},
+	}
+	for _, tc := range cases {
+		sql := counter.during(tc.fn)
+		t.Logf("%s: %d statements", tc.name, len(sql))
+		if len(sql) != tc.want {
+			t.Errorf("%s: %d statements, want %d:\n%s", tc.name, len(sql), tc.want, strings.Join(sql, "\n"))
+		}
+	}
+	// The retries wrote nothing: only op_1 and op_4 were accepted.
+	for _, table := range []string{"operations", "operation_requests"} {
+		if n := count(t, st, `SELECT count(*) FROM `+table); n != 2 {
+			t.Errorf("%s: %d rows, want 2", table, n)
+		}
+	}
+}
