@@ -31,7 +31,7 @@ func init() {
 //	GET  /mulligan/operations?status=&limit=&after=   operations of every scope, newest first
 //	POST /mulligan/keys/evict                         forget an idempotency key: {"scope", "method", "path", "key"}
 //
-// With several storages in use, ?storage=<dir or DSN as shown in stats> picks one.
+// With several storages in use, ?storage=<the name stats shows: directory or postgres://user@host:port/db> picks one.
 type AdminAPI struct{}
 
 // CaddyModule returns the Caddy module information.
@@ -82,8 +82,8 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 	return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no such mulligan admin route: %s %s", r.Method, r.URL.Path)}
 }
 
-// runnerFor returns the runner of the storage named name (its directory, or its DSN as shown
-// without password), or the only one when name is empty.
+// runnerFor returns the runner of the storage named name (its directory, or its database as
+// storageSettings.name shows it), or the only one when name is empty.
 func runnerFor(name string) (*runner, error) {
 	byName := map[string]*runner{}
 	storages.Range(func(_, v any) bool {

@@ -71,6 +71,7 @@ func newCourier(st store.Outbox, worker string, log *zap.Logger) *courier {
 // configure installs the endpoints of every block on the storage; the circuit breakers are
 // kept unless their settings change.
 func (c *courier) configure(endpoints map[string]*hooks) {
+	zeroWebhookCounters(endpoints)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for name := range endpoints {
@@ -440,7 +441,7 @@ func (c *courier) breakerStates() map[string]string {
 func (c *courier) recentAttempts() []attemptLog {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]attemptLog(nil), c.recent...)
+	return append([]attemptLog{}, c.recent...) // [] in JSON when there is none, never null
 }
 
 // eventEnvelope is the body of a delivery (docs/webhooks.md, Events).

@@ -148,8 +148,8 @@ func registerMetrics(reg *prometheus.Registry) error {
 type runnerCollector struct{}
 
 var (
-	descQueue   = prometheus.NewDesc("mulligan_queue_depth", "Operations waiting in the queue.", []string{"storage"}, nil)
-	descRunning = prometheus.NewDesc("mulligan_operations_running", "Operations being executed.", []string{"storage"}, nil)
+	descQueue   = prometheus.NewDesc("mulligan_queue_depth", "Operations waiting in the storage's queue: storage-wide, the same on every replica (take max by storage, not sum).", []string{"storage"}, nil)
+	descRunning = prometheus.NewDesc("mulligan_operations_running", "Operations this process is executing: per process (sum across replicas).", []string{"storage"}, nil)
 	descOldest  = prometheus.NewDesc("mulligan_oldest_running_operation_age_seconds", "How long the longest-running operation of this process has been executing (0 when none is).", []string{"storage"}, nil)
 	descPending = prometheus.NewDesc("mulligan_webhook_events_pending", "Webhook events waiting for delivery.", []string{"storage"}, nil)
 	descDead    = prometheus.NewDesc("mulligan_webhook_events_dead", "Webhook events in the dead-letter list.", []string{"storage"}, nil)
@@ -174,7 +174,11 @@ func (runnerCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range list {
 		r, name := s.run, s.set.name()
 		running, oldest := r.runningSince()
-		ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(r.queued.Load()), name)
+		// Storage-wide: counted in the storage at scrape time, so every replica shows the same
+		// queue (never this process's own tally of what it accepted and claimed).
+		if queued, _, err := r.st.QueueStats(); err == nil {
+			ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(queued), name)
+		}
 		ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(running), name)
 		age := 0.0
 		if !oldest.IsZero() {

@@ -37,6 +37,8 @@ type runner struct {
 	streams opStreams   // the streamed answers of running attempts, for followers
 	shared  streamStore // the storage, when replicas share it: streams are copied there
 
+	replicated bool // other processes may work the storage (PostgreSQL): see takeoverGrace
+
 	queued   atomic.Int64 // queued operations in the storage, as last counted (admission, readiness)
 	wake     chan struct{}
 	renewNow chan struct{}
@@ -70,6 +72,7 @@ type execution struct {
 	leaseUntil time.Time    // as last renewed
 	started    time.Time    // when it began running here, for the oldest-running gauge
 	seat       *pendingSeat // its place in the capacity order, until its first attempt takes it
+	expiry     *time.Timer  // stops the execution shortly before its lease ends (see leaseMargin)
 }
 
 // Causes of an execution's cancellation.
@@ -98,6 +101,7 @@ func newRunner(st store.Backend, set storageSettings, log *zap.Logger) *runner {
 	if set.backend == BackendPostgres {
 		r.shared = st
 	}
+	r.replicated = set.backend == BackendPostgres
 	return r
 }
 
@@ -313,6 +317,7 @@ func (r *runner) start(op *store.Operation, ctx context.Context, ex *execution, 
 	if ex.pooled {
 		r.pooled++
 	}
+	r.armExpiry(op.ID, ex, r.cfg.takeover)
 	r.mu.Unlock()
 	r.inFlight.Add(1)
 	go func() {
@@ -328,6 +333,7 @@ func (r *runner) settle(id string, ex *execution) {
 	if ex.pooled {
 		r.pooled--
 	}
+	ex.expiry.Stop()
 	pending := ex.seat
 	ex.seat = nil
 	r.mu.Unlock()
@@ -454,15 +460,9 @@ func (r *runner) renew(takeover time.Duration) {
 	asked := time.Now()
 	ren, err := r.st.RenewLeases(r.worker, ids, takeover)
 	if err != nil {
+		// Each execution's expiry timer stops it before its lease ends, whether or not this
+		// call ever returns.
 		r.log.Warn("renewing leases", zap.Int("operations", len(ids)), zap.Error(err))
-		r.mu.Lock()
-		for id, ex := range r.running {
-			if time.Now().After(ex.leaseUntil) {
-				ex.cancel(errLeaseLost)
-				r.log.Warn("lease expired while storage was unreachable", zap.String("operation_id", id))
-			}
-		}
-		r.mu.Unlock()
 		return
 	}
 	lost := map[string]bool{}
@@ -479,6 +479,7 @@ func (r *runner) renew(takeover time.Duration) {
 	for _, id := range ids {
 		if ex := r.running[id]; ex != nil && !lost[id] {
 			ex.leaseUntil = asked.Add(takeover)
+			r.armExpiry(id, ex, takeover)
 		}
 	}
 	r.mu.Unlock()
@@ -494,10 +495,14 @@ func (r *runner) takeOver() {
 		r.log.Warn("looking for expired leases", zap.Error(err))
 		return
 	}
+	grace := r.takeoverGrace()
 	budget := time.Now().Add(takeoverEvery(r.config().takeover))
 	for _, op := range ops {
 		if time.Now().After(budget) {
 			return // the rest in the next round
+		}
+		if time.Now().Before(op.LeaseUntil.Add(grace)) {
+			continue // its holder may be stopping still (see takeoverGrace)
 		}
 		r.settleLost(op, store.Change{Holder: op.Holder, LeaseExpired: true}, "operation taken over")
 	}

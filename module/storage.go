@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/badger"
+	"github.com/mulligan-gw/mulligan/store/postgres"
 )
 
 // Storage backends (docs/caddyfile.md, `storage`).
@@ -61,34 +61,13 @@ func (s storageSettings) poolKey() string {
 }
 
 // name is how operators see the storage (admin API, metrics, logs): the directory, or the
-// DSN without its password.
+// database as postgres://user@host:port/database, built from the parsed DSN so that no
+// spelling of its password shows (postgres.DisplayName).
 func (s storageSettings) name() string {
 	if s.backend != BackendPostgres {
 		return s.location
 	}
-	return redactDSN(s.location)
-}
-
-// redactDSN drops the password from a PostgreSQL URL or keyword/value DSN.
-func redactDSN(dsn string) string {
-	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" {
-		if u.User != nil {
-			u.User = url.User(u.User.Username())
-		}
-		q := u.Query()
-		if q.Has("password") {
-			q.Set("password", "xxxxx")
-			u.RawQuery = q.Encode()
-		}
-		return u.String()
-	}
-	fields := strings.Fields(dsn)
-	for i, f := range fields {
-		if strings.HasPrefix(f, "password=") {
-			fields[i] = "password=xxxxx"
-		}
-	}
-	return strings.Join(fields, " ")
+	return postgres.DisplayName(s.location)
 }
 
 // storage is one open storage and the workers on it.

@@ -16,13 +16,19 @@ import (
 // is noted with its members' spans in sorted order and put in order only when the text is
 // assembled, so reordering copies each byte once however deep the nesting. The result is the
 // text encoding/json gives for the body decoded into any (keys sorted, numbers as written,
-// strings re-escaped), which FuzzFingerprint checks.
+// strings re-escaped), which FuzzFingerprint checks; text that decoding would conflate with
+// other text (errAmbiguous) is not canonicalised at all.
 
 // maxNesting is encoding/json's own limit: deeper input was never canonicalised.
 const maxNesting = 10000
 
 var (
 	errNotCanonical = errors.New("not canonicalisable JSON")
+	// errAmbiguous: the body holds text that encoding/json decodes the same as other text (invalid
+	// UTF-8 or a lone surrogate, both read as U+FFFD; a member name given twice, the last one
+	// kept), so its canonical form would be shared by different requests (docs/api.md); it is
+	// fingerprinted as written.
+	errAmbiguous = errors.New("JSON whose decoding loses part of its text")
 	// errTooCostly: the body's shape (a great many members or objects out of order) would need
 	// bookkeeping of a multiple of the body to canonicalise; it is fingerprinted as written.
 	errTooCostly = errors.New("canonicalising would cost a multiple of the body")
@@ -73,8 +79,12 @@ type reordered struct {
 // byteRange is a stretch of a buffer.
 type byteRange struct{ from, to int }
 
-// member is an object member being read: its text in out and its decoded name in names.
-type member struct{ text, name byteRange }
+// member is an object member being read: its text in out and its decoded name in names;
+// skipped when fingerprint_ignore drops it (its name still counts for duplicates).
+type member struct {
+	text, name byteRange
+	skipped    bool
+}
 
 // canonicaliser reads JSON by hand, with the grammar encoding/json accepts, so that scalars are
 // copied or re-escaped straight into out without a token or an allocation each.
@@ -239,26 +249,27 @@ func (c *canonicaliser) object() error {
 		}
 		c.pos++
 		c.path = append(c.path, pathStep{name: c.names[name.from:name.to], index: -1})
-		if c.ignored() {
+		skipped, text := c.ignored(), len(c.out)
+		if skipped {
 			err = c.skip()
 		} else {
 			if written > 0 {
 				c.out = append(c.out, ',')
 			}
-			text := len(c.out)
+			text = len(c.out)
 			c.out = append(appendJSONString(c.out, c.names[name.from:name.to]), ':')
 			err = c.value()
-			if n := len(c.members); n > membersBase {
-				prev := c.members[n-1].name
-				if bytes.Compare(c.names[name.from:name.to], c.names[prev.from:prev.to]) <= 0 {
-					ordered = false
-				}
-			}
-			c.members = append(c.members, member{text: byteRange{text, len(c.out)}, name: name})
 			written++
-			if err == nil && c.overBudget() {
-				err = errTooCostly
+		}
+		if n := len(c.members); n > membersBase {
+			prev := c.members[n-1].name
+			if bytes.Compare(c.names[name.from:name.to], c.names[prev.from:prev.to]) <= 0 {
+				ordered = false // out of order, or a duplicate: sorted finds which
 			}
+		}
+		c.members = append(c.members, member{text: byteRange{text, len(c.out)}, name: name, skipped: skipped})
+		if err == nil && c.overBudget() {
+			err = errTooCostly
 		}
 		c.path = c.path[:len(c.path)-1]
 		if err != nil {
@@ -274,28 +285,35 @@ func (c *canonicaliser) object() error {
 	c.pos++ // the closing brace
 	c.out = append(c.out, '}')
 	if !ordered {
-		c.moved = append(c.moved, reordered{start: start, end: len(c.out), members: c.sorted(c.members[membersBase:])})
-		if c.spans += len(c.moved[len(c.moved)-1].members); c.overBudget() {
+		members, err := c.sorted(c.members[membersBase:])
+		if err != nil {
+			return err
+		}
+		c.moved = append(c.moved, reordered{start: start, end: len(c.out), members: members})
+		if c.spans += len(members); c.overBudget() {
 			return errTooCostly
 		}
 	}
 	return nil
 }
 
-// sorted orders members by name (as encoding/json sorts a map's keys); of a name given twice
-// the last one counts, as when decoding into a map.
-func (c *canonicaliser) sorted(ms []member) []byteRange {
+// sorted orders the members fingerprinted by name (as encoding/json sorts a map's keys). A
+// name given twice is errAmbiguous: decoding keeps the last, so {"model":"small","model":"large"}
+// would read as {"model":"large"}.
+func (c *canonicaliser) sorted(ms []member) ([]byteRange, error) {
 	order := slices.Clone(ms)
 	name := func(m member) []byte { return c.names[m.name.from:m.name.to] }
-	slices.SortStableFunc(order, func(a, b member) int { return bytes.Compare(name(a), name(b)) })
+	slices.SortFunc(order, func(a, b member) int { return bytes.Compare(name(a), name(b)) })
 	out := make([]byteRange, 0, len(order))
 	for i, m := range order {
 		if i+1 < len(order) && bytes.Equal(name(order[i+1]), name(m)) {
-			continue // a later duplicate follows
+			return nil, errAmbiguous
 		}
-		out = append(out, m.text)
+		if !m.skipped {
+			out = append(out, m.text)
+		}
 	}
-	return out
+	return out, nil
 }
 
 func (c *canonicaliser) array() error {

@@ -9,8 +9,9 @@ import (
 // JSON strings for the canonical form: decoded as encoding/json decodes them, encoded as it
 // encodes them (without HTML escaping).
 
-// str decodes the string at pos into dst as encoding/json does: escapes resolved, a lone or
-// broken surrogate and invalid UTF-8 as U+FFFD.
+// str decodes the string at pos into dst as encoding/json does, escapes resolved. Invalid
+// UTF-8 and a lone or broken surrogate, which encoding/json reads as U+FFFD (so "\ud800",
+// "\xff" and "\ufffd" would be one value), are errAmbiguous.
 func (c *canonicaliser) str(dst []byte) ([]byte, error) {
 	c.pos++ // the opening quote
 	for c.pos < len(c.in) {
@@ -31,7 +32,10 @@ func (c *canonicaliser) str(dst []byte) ([]byte, error) {
 			c.pos++
 		default:
 			r, size := utf8.DecodeRune(c.in[c.pos:])
-			dst = utf8.AppendRune(dst, r) // RuneError stands for invalid bytes
+			if r == utf8.RuneError && size == 1 {
+				return dst, errAmbiguous // invalid UTF-8 (a literal U+FFFD decodes with size 3)
+			}
+			dst = utf8.AppendRune(dst, r)
 			c.pos += size
 		}
 	}
@@ -70,7 +74,7 @@ func (c *canonicaliser) escape(dst []byte) ([]byte, error) {
 					return utf8.AppendRune(dst, dec), nil
 				}
 			}
-			r = unicode.ReplacementChar
+			return dst, errAmbiguous // a lone surrogate
 		}
 		return utf8.AppendRune(dst, r), nil
 	}

@@ -85,7 +85,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	cfg, err := pgxpool.ParseConfig(opts.DSN)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: %w", err) // a bad DSN is a configuration error, not an outage
+		return nil, fmt.Errorf("postgres: %w", withoutDSN(err)) // a bad DSN is a configuration error, not an outage
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout

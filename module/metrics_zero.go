@@ -1,0 +1,37 @@
+package module
+
+import (
+	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/webhook"
+)
+
+// The labelled counters the shipped alerts watch (examples/observability/alerts.yml) are made to
+// exist at 0 for every label value the configuration already knows: increase() over a series
+// that appears at 1 is 0, so an alert on the first dead letter or failure would never fire.
+
+// attemptResults are the results an attempt is counted under (webhook.Result's names).
+var attemptResults = []webhook.Result{webhook.Delivered, webhook.RetryLater, webhook.Disabled, webhook.DeadLetter}
+
+// finalOutcomes are the final statuses and error codes of the outcome table (docs/api.md).
+var finalOutcomes = [][2]string{
+	{string(store.StatusSucceeded), ""}, {string(store.StatusCanceled), ""},
+	{string(store.StatusFailed), string(CodeUpstreamRejected)}, {string(store.StatusFailed), string(CodeUpstreamUnavailable)},
+	{string(store.StatusFailed), string(CodeUpstreamError)}, {string(store.StatusFailed), string(CodeOperationTimeout)},
+	{string(store.StatusFailed), string(CodeResultTooLarge)}, {string(store.StatusFailed), string(CodeWorkerLost)},
+}
+
+func init() {
+	for _, o := range finalOutcomes {
+		metrics.operations.WithLabelValues(o[0], o[1])
+	}
+}
+
+// zeroWebhookCounters creates the webhook counters of every configured endpoint at 0.
+func zeroWebhookCounters(endpoints map[string]*hooks) {
+	for name := range endpoints {
+		for _, r := range attemptResults {
+			metrics.attempts.WithLabelValues(name, r.String())
+		}
+		metrics.deadLetters.WithLabelValues(name)
+	}
+}
