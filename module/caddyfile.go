@@ -108,6 +108,9 @@ func (m *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "webhooks":
 			m.Webhooks = new(WebhooksConfig)
 			err = m.Webhooks.unmarshalCaddyfile(d)
+		case "batches":
+			m.Batches = new(BatchesConfig)
+			err = m.Batches.unmarshalCaddyfile(d)
 		default:
 			err = d.Errf("unrecognized mulligan subdirective %q", d.Val())
 		}

@@ -68,6 +68,10 @@ type Handler struct {
 	// Webhooks configures signed event delivery about operations.
 	Webhooks *WebhooksConfig `json:"webhooks,omitempty"`
 
+	// Batches serves the OpenAI Files and Batches API under a prefix (docs/batches.md); nil:
+	// not served.
+	Batches *BatchesConfig `json:"batches,omitempty"`
+
 	use     *storageUse
 	gate    *gate
 	bodies  *byteBudget
@@ -184,6 +188,7 @@ func (h *Handler) setDefaults() {
 		h.Idempotency = new(IdempotencyConfig)
 	}
 	h.Idempotency.setDefaults(h.Async)
+	h.Batches.setDefaults()
 }
 
 // Validate checks the configuration for errors that defaults cannot fix.
@@ -195,6 +200,9 @@ func (h *Handler) Validate() error {
 		return err
 	}
 	if err := h.Async.validate(); err != nil {
+		return err
+	}
+	if err := h.Batches.validate(); err != nil {
 		return err
 	}
 	return h.Idempotency.validate()
@@ -264,6 +272,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	r.Header.Set(headerRequestID, id)
 	if isHealthPath(r.URL.Path) {
 		h.serveHealth(w, r)
+		return nil
+	}
+	if h.Batches.covers(r.URL.Path) {
+		h.serveBatchesAPI(w, r)
 		return nil
 	}
 	isOps := h.isOperationsPath(r.URL.Path)

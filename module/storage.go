@@ -95,6 +95,8 @@ type storage struct {
 	set storageSettings
 	be  store.Backend
 	run *runner
+	// batches moves the storage's batches along (docs/batches.md).
+	batches *batchWorker
 }
 
 // errStorageClosed answers a request that reached a config whose storage has closed.
@@ -124,7 +126,12 @@ func openStorage(set storageSettings, log *zap.Logger) (*storage, error) {
 	be.SetAnnouncer(announce)
 	run := newRunner(be, set, log)
 	run.begin()
-	return &storage{set: set, be: be, run: run}, nil
+	s := &storage{set: set, be: be, run: run}
+	if bs, ok := be.(store.Batches); ok {
+		bs.SetBatchAnnouncer(announceBatch)
+		s.batches = startBatchWorker(be, bs, run, log)
+	}
+	return s, nil
 }
 
 // Destruct stops the runner and closes the storage; the pool calls it when the last user lets

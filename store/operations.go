@@ -50,6 +50,13 @@ type Operation struct {
 	// attempt, log line and webhook delivery of the operation carries them.
 	Traceparent string `json:"traceparent,omitempty"`
 	Tracestate  string `json:"tracestate,omitempty"`
+	// Urgency is the RFC 9218 urgency the operation waits at: 0 (most urgent) to 7; 3 by default.
+	Urgency int `json:"urgency"`
+	// QueueDeadline is when a still-queued operation stops being worth running: it fails
+	// QUEUE_TIMEOUT without reaching the upstream. Zero: no deadline.
+	QueueDeadline time.Time `json:"queue_deadline,omitzero"`
+	// Batch tags a batch's line operation (docs/batches.md); nil for every other operation.
+	Batch *BatchLine `json:"batch,omitempty"`
 }
 
 // Execution is how an operation is to be run, stored with it so that every reload, restart
@@ -248,6 +255,9 @@ func (s *Store) change(id string, c Change, claimBy string, lease time.Duration)
 		}
 		prev = op.Status
 		Apply(op, c, at)
+		if err := s.countLine(txn, op, at); err != nil {
+			return err
+		}
 		if claimBy != "" {
 			op.Holder, op.LeaseUntil = claimBy, at.Add(lease)
 		}

@@ -25,6 +25,7 @@ type shared struct {
 	gcDone  chan struct{}
 
 	announcer   announcerSlot
+	batchAnn    batchAnnouncerSlot
 	eventLeases eventLeases
 	queue       *queueState
 	counts      outboxCounts
