@@ -255,46 +255,56 @@ func (w *batchWorker) lineOperation(b *store.Batch, line int, customID string, r
 const batchUrgency = 7
 
 // cutLines ends the lines of a cancelled or expired batch that have not started: each is
-// canceled with why; a cancelled batch's running lines are stopped as an operation cancel
-// stops them, an expired batch's finish.
+// canceled with why; a cancelled batch's running lines are then stopped as an operation cancel
+// stops them, an expired batch's finish. Queued lines go first, while the seats are still
+// taken by the running ones, so the runner does not start them in between.
 func (w *batchWorker) cutLines(b *store.Batch) error {
 	code, msg := store.LineCancelled, "The batch was cancelled before this request ran."
 	if b.Status != store.BatchCancelling {
 		code, msg = store.LineExpired, "This request could not be executed before the completion window expired."
 	}
+	var running []string
 	for line := 1; line <= b.Created; line++ {
-		id := store.LineOperationID(b.ID, line)
-		op, err := w.st.GetOperation(id)
+		op, err := w.st.GetOperation(store.LineOperationID(b.ID, line))
 		if errors.Is(err, store.ErrNotFound) {
 			continue
 		}
 		if err != nil {
 			return err
 		}
-		if err := w.cutLine(op, b.Status == store.BatchCancelling, code, msg); err != nil {
+		switch op.Status {
+		case store.StatusQueued:
+			if err := w.cutQueued(op.ID, code, msg); err != nil {
+				return err
+			}
+		case store.StatusRunning:
+			if op.CancelRequestedAt.IsZero() {
+				running = append(running, op.ID)
+			}
+		}
+	}
+	if b.Status != store.BatchCancelling {
+		return nil
+	}
+	for _, id := range running {
+		if _, err := w.st.RequestCancel(id, w.now()); err != nil {
 			return err
 		}
+		w.run.cancel(id) // running here: stopped now; elsewhere: at its next lease renewal
 	}
 	return nil
 }
 
-func (w *batchWorker) cutLine(op *store.Operation, stopRunning bool, code, msg string) error {
-	switch {
-	case op.Status == store.StatusQueued:
-		cut, err := w.st.Transition(op.ID, store.Change{To: store.StatusCanceled, Error: &store.OperationError{Code: code, Message: msg}})
-		if errors.Is(err, store.ErrIllegalTransition) {
-			return nil
-		}
-		if err == nil {
-			countFinal(cut)
-			w.run.queued.Add(-1)
-		}
-		return err
-	case op.Status == store.StatusRunning && stopRunning && op.CancelRequestedAt.IsZero():
-		if _, err := w.st.RequestCancel(op.ID, w.now()); err != nil {
-			return err
-		}
-		w.run.cancel(op.ID) // running here: stopped now; elsewhere: at its next lease renewal
+// cutQueued cancels a queued line with why; one that started meanwhile is left to run (or to
+// the next sweep).
+func (w *batchWorker) cutQueued(id, code, msg string) error {
+	cut, err := w.st.Transition(id, store.Change{To: store.StatusCanceled, Error: &store.OperationError{Code: code, Message: msg}})
+	if errors.Is(err, store.ErrIllegalTransition) {
+		return nil
 	}
-	return nil
+	if err == nil {
+		countFinal(cut)
+		w.run.queued.Add(-1)
+	}
+	return err
 }
