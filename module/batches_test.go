@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mulligan-gw/mulligan/examples/modelserver"
 )
 
 // batchUpstream wraps the model server: a line whose prompt contains "reject" is refused 400,
@@ -203,6 +205,94 @@ func TestBatchRunsEveryLineOnceWithUpstreamRejectionsInTheErrorFile(t *testing.T
 		}
 		if runs := up.count(prompt(i)); runs != 1 {
 			t.Fatalf("line %d ran %d times upstream, want once", i, runs)
+		}
+	}
+}
+
+// expectOpenAIError checks an answer of the Files and Batches API: the gateway's error schema
+// with OpenAI's type, and a message saying what is wrong.
+func expectOpenAIError(t *testing.T, r result, status int, code ErrorCode, message string) {
+	t.Helper()
+	expectError(t, r, status, code, false)
+	var e struct {
+		Error struct{ Type, Message string } `json:"error"`
+	}
+	_ = json.Unmarshal(r.body, &e)
+	if e.Error.Type != "invalid_request_error" || !strings.Contains(e.Error.Message, message) {
+		t.Fatalf("error %s, want type invalid_request_error and a message saying %q", r.body, message)
+	}
+}
+
+func TestFilesAndBatchesOverTheirLimitsAreRefused(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, "batches /v1 {\n max_file_size 1KiB\n max_requests 3\n}\n")
+	expectOpenAIError(t, g.uploadFile(t, strings.Repeat("x", 2048), "batch"), http.StatusRequestEntityTooLarge, CodeRequestTooLarge, "max_file_size")
+	expectOpenAIError(t, g.uploadFile(t, batchInput(1, func(int) string { return "x" }), "fine-tune"), http.StatusBadRequest, CodeInvalidRequest, `purpose "batch"`)
+	up := g.uploadFile(t, batchInput(4, func(int) string { return "x" }), "batch")
+	var f struct{ ID string }
+	_ = json.Unmarshal(up.body, &f)
+	body := fmt.Sprintf(`{"input_file_id":%q,"endpoint":"/v1/chat/completions","completion_window":"24h"}`, f.ID)
+	expectOpenAIError(t, g.post("/v1/batches", "", body), http.StatusBadRequest, CodeInvalidRequest, "max_requests")
+	expectOpenAIError(t, g.post("/v1/batches", "", strings.Replace(body, "24h", "2 days", 1)), http.StatusBadRequest, CodeInvalidRequest, "completion_window")
+	expectOpenAIError(t, g.get("/v1/batches/batch_missing"), http.StatusNotFound, CodeBatchNotFound, "batch_missing")
+	if list := g.get("/v1/files"); list.StatusCode != 200 || !strings.Contains(string(list.body), `"object":"list"`) || strings.Count(string(list.body), `"object":"file"`) != 1 {
+		t.Fatalf("files list after one accepted upload: %s", list.body)
+	}
+}
+
+func TestBatchWebhookIsSignedAndLinesSendNoOperationEvents(t *testing.T) {
+	rc := newReceiver(t, secretA, nil)
+	g := startGateway(t, modelserver.Config{}, batchesBlock+webhooksBlock(rc.srv.URL+"/hook", "", secretA))
+	b := g.createBatch(t, batchInput(5, func(i int) string { return fmt.Sprint("hooked ", i) }), "24h", "Callback-Url", rc.srv.URL+"/hook")
+	var f struct{ ID string }
+	_ = json.Unmarshal(g.uploadFile(t, batchInput(1, func(int) string { return "x" }), "batch").body, &f)
+	refused := g.post("/v1/batches", "", fmt.Sprintf(`{"input_file_id":%q,"endpoint":"/v1/chat/completions","completion_window":"24h"}`, f.ID),
+		"Callback-Url", "https://elsewhere.example.com/hook")
+	expectError(t, refused, http.StatusUnprocessableEntity, CodeCallbackNotAllow, false)
+	b = g.awaitBatch(t, b.ID)
+	waitFor(t, func() bool { return rc.delivered() >= 1 })
+	if ops := g.get("/v1/operations"); strings.Contains(string(ops.body), "op_batch_") {
+		t.Fatalf("line operations listed among the caller's operations: %s", ops.body)
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if len(rc.events) != 1 || rc.badSigs != 0 {
+		t.Fatalf("%d events (%d bad signatures), want the batch's one: %v", len(rc.events), rc.badSigs, rc.events)
+	}
+	ev := rc.events[0]
+	batch, _ := ev["batch"].(map[string]any)
+	if ev["event_type"] != "batch.completed" || batch["id"] != b.ID || batch["status"] != "completed" || ev["operation"] != nil {
+		t.Fatalf("event %v", ev)
+	}
+}
+
+func TestBatchPastItsCompletionWindowExpiresTheLinesNotStarted(t *testing.T) {
+	up := newBatchUpstream()
+	up.block = make(chan struct{})
+	g := startGatewayWith(t, gatewaySetup{wrap: up.wrap, mulligan: batchesBlock + "async {\n concurrency 1\n}\n"})
+	const n = 6
+	b := g.createBatch(t, batchInput(n, func(i int) string { return fmt.Sprint("slow ", i) }), "1s")
+	// Line 1 holds the only seat until released; the window passes meanwhile.
+	waitFor(t, func() bool { return up.count("slow 1") == 1 })
+	waitFor(t, func() bool {
+		return decodeBatch(t, g.get("/v1/batches/"+b.ID)).RequestCounts.Failed == n-1
+	})
+	close(up.block)
+	b = g.awaitBatch(t, b.ID)
+	if b.Status != "expired" || b.RequestCounts.Completed != 1 || b.RequestCounts.Failed != n-1 {
+		t.Fatalf("batch ended %s %+v, want expired with line 1 completed", b.Status, b.RequestCounts)
+	}
+	ok, bad := g.outputLines(t, b.OutputFileID), g.outputLines(t, b.ErrorFileID)
+	if _, done := ok["req-1"]; !done || len(ok) != 1 || len(bad) != n-1 {
+		t.Fatalf("output %v, errors %v", ok, bad)
+	}
+	for id, l := range bad {
+		if e, _ := l["error"].(map[string]any); e["code"] != "batch_expired" || l["response"] != nil {
+			t.Fatalf("%s: %v, want error batch_expired", id, l)
+		}
+	}
+	for i := 2; i <= n; i++ {
+		if c := up.count(fmt.Sprint("slow ", i)); c != 0 {
+			t.Fatalf("expired line %d reached the upstream %d times", i, c)
 		}
 	}
 }
