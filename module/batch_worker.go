@@ -17,7 +17,6 @@ import (
 // a crash at any point is resumed by the next pass.
 type batchWorker struct {
 	st  store.Backend
-	bs  store.Batches
 	run *runner
 	log *zap.Logger
 	now func() time.Time
@@ -36,8 +35,8 @@ const (
 	lineChunkBytes  = 4 << 20         // ... or fewer, to keep a transaction under this
 )
 
-func startBatchWorker(st store.Backend, bs store.Batches, run *runner, log *zap.Logger) *batchWorker {
-	w := &batchWorker{st: st, bs: bs, run: run, log: log.Named("batches"), now: time.Now,
+func startBatchWorker(st store.Backend, run *runner, log *zap.Logger) *batchWorker {
+	w := &batchWorker{st: st, run: run, log: log.Named("batches"), now: time.Now,
 		kickc: make(chan struct{}, 1), done: make(chan struct{}), swept: map[string]time.Time{},
 		active: map[string]store.BatchStatus{}}
 	go w.loop()
@@ -69,7 +68,7 @@ func (w *batchWorker) loop() {
 
 // pass advances every batch not final.
 func (w *batchWorker) pass() {
-	ids, err := w.bs.UnsettledBatches()
+	ids, err := w.st.UnsettledBatches()
 	if err != nil {
 		w.log.Warn("listing batches", zap.Error(err))
 		return
@@ -100,7 +99,7 @@ func (w *batchWorker) countFinished(seen map[string]store.BatchStatus) {
 			continue
 		}
 		delete(w.swept, id)
-		if b, err := w.bs.GetBatch(id); err == nil && b.Status.Final() {
+		if b, err := w.st.GetBatch(id); err == nil && b.Status.Final() {
 			batchMetrics.finished.WithLabelValues(string(b.Status)).Inc()
 			w.log.Info("batch final", zap.String("batch_id", id), zap.String("status", string(b.Status)),
 				zap.Int("completed", b.Counts.Completed), zap.Int("failed", b.Counts.Failed))
@@ -111,7 +110,7 @@ func (w *batchWorker) countFinished(seen map[string]store.BatchStatus) {
 
 // advance takes batch id one step further and returns it as it then is.
 func (w *batchWorker) advance(id string) (*store.Batch, error) {
-	b, err := w.bs.GetBatch(id)
+	b, err := w.st.GetBatch(id)
 	if err != nil || b.Status.Final() {
 		return b, err
 	}
@@ -119,7 +118,7 @@ func (w *batchWorker) advance(id string) (*store.Batch, error) {
 		return w.validate(b)
 	}
 	if b.Status == store.BatchInProgress && !b.Expiring && !w.now().Before(b.ExpiresAt) {
-		if b, err = w.bs.UpdateBatch(id, func(b *store.Batch) error { b.Expiring = true; return nil }); err != nil {
+		if b, err = w.st.UpdateBatch(id, func(b *store.Batch) error { b.Expiring = true; return nil }); err != nil {
 			return nil, err
 		}
 		w.log.Info("batch past its completion window", zap.String("batch_id", id))
@@ -144,7 +143,7 @@ func (w *batchWorker) validate(b *store.Batch) (*store.Batch, error) {
 		return b, err
 	}
 	now := w.now()
-	return w.bs.UpdateBatch(b.ID, func(b *store.Batch) error {
+	return w.st.UpdateBatch(b.ID, func(b *store.Batch) error {
 		if b.Status != store.BatchValidating {
 			return nil // cancelled meanwhile
 		}
@@ -159,7 +158,7 @@ func (w *batchWorker) validate(b *store.Batch) (*store.Batch, error) {
 
 // readInput validates b's input file; a file gone meanwhile is one error.
 func (w *batchWorker) readInput(b *store.Batch) (int, []store.BatchError, error) {
-	rc, err := w.bs.OpenFile(b.InputFileID)
+	rc, err := w.st.OpenFile(b.InputFileID)
 	if errors.Is(err, store.ErrNotFound) {
 		return 0, []store.BatchError{{Code: "file_not_found", Message: "The input file was deleted before the batch was validated."}}, nil
 	}
@@ -173,7 +172,7 @@ func (w *batchWorker) readInput(b *store.Batch) (int, []store.BatchError, error)
 // createLines stores b's line operations from the first not yet created, in chunks. A chunk
 // another worker stored first (ErrStale) ends this pass: the next one resumes after it.
 func (w *batchWorker) createLines(b *store.Batch) (*store.Batch, error) {
-	rc, err := w.bs.OpenFile(b.InputFileID)
+	rc, err := w.st.OpenFile(b.InputFileID)
 	if err != nil {
 		return b, err
 	}
@@ -186,9 +185,9 @@ func (w *batchWorker) createLines(b *store.Batch) (*store.Batch, error) {
 		if len(ops) == 0 {
 			return b, sc.Err()
 		}
-		next, err := w.bs.AddBatchLines(b.ID, b.Created, ops, reqs)
+		next, err := w.st.AddBatchLines(b.ID, b.Created, ops, reqs)
 		if errors.Is(err, store.ErrStale) {
-			return w.bs.GetBatch(b.ID)
+			return w.st.GetBatch(b.ID)
 		}
 		if err != nil {
 			return b, err

@@ -108,7 +108,7 @@ func (a *batchCall) createBatch() {
 		return
 	}
 	b := a.newBatch(&req, window, cb)
-	if err := a.bs.CreateBatch(b); err != nil {
+	if err := a.st.CreateBatch(b); err != nil {
 		a.fail(err)
 		return
 	}
@@ -183,7 +183,7 @@ func (a *batchCall) newBatch(req *batchRequest, window time.Duration, cb *store.
 // findBatch returns the caller's batch id; nil (and no error) when it is missing or another
 // scope's.
 func (a *batchCall) findBatch(id string) (*store.Batch, error) {
-	b, err := a.bs.GetBatch(id)
+	b, err := a.st.GetBatch(id)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && b.Scope != a.scope) {
 		return nil, nil
 	}
@@ -214,7 +214,7 @@ func (a *batchCall) listBatches() {
 	if !ok {
 		return
 	}
-	bs, more, err := a.bs.ListBatches(a.scope, after, limit)
+	bs, more, err := a.st.ListBatches(a.scope, after, limit)
 	if err != nil {
 		a.fail(err)
 		return
@@ -232,7 +232,7 @@ func (a *batchCall) cancelBatch(id string) {
 	if a.loadBatch(id) == nil {
 		return
 	}
-	b, err := a.bs.UpdateBatch(id, func(b *store.Batch) error {
+	b, err := a.st.UpdateBatch(id, func(b *store.Batch) error {
 		if b.Status != store.BatchCancelling {
 			b.Status, b.CancellingAt = store.BatchCancelling, a.now
 		}

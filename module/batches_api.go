@@ -18,7 +18,6 @@ type batchCall struct {
 	w         http.ResponseWriter
 	r         *http.Request
 	st        store.Backend
-	bs        store.Batches
 	run       *runner
 	work      *batchWorker
 	cfg       *BatchesConfig
@@ -49,11 +48,6 @@ func (h *Handler) serveBatchesAPI(w http.ResponseWriter, r *http.Request) {
 	a := &batchCall{h: h, w: w, r: r, st: s.be, run: s.run, work: s.batches, cfg: h.Batches,
 		scope: scopeHash(h.scopeOf(r)), retention: time.Duration(h.Async.Retention), now: h.now(),
 		log: h.logger.With(zap.String("request_id", w.Header().Get(headerRequestID)))}
-	if a.work == nil {
-		h.storageFailed(w, errors.New("this storage keeps no batches"))
-		return
-	}
-	a.bs = a.work.bs
 	rest := strings.TrimPrefix(r.URL.Path, h.Batches.Prefix+"/")
 	kind, rest, _ := strings.Cut(rest, "/")
 	id, action, _ := strings.Cut(rest, "/")

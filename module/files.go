@@ -115,7 +115,7 @@ func readField(p *multipart.Part) string {
 
 // storeUpload streams part into storage; false when it answered a failure.
 func (a *batchCall) storeUpload(f *store.File, part io.Reader) bool {
-	err := a.bs.CreateFile(f, part, a.cfg.MaxFileSize)
+	err := a.st.CreateFile(f, part, a.cfg.MaxFileSize)
 	switch {
 	case errors.Is(err, store.ErrTooLarge):
 		a.openAIError(apiError{Code: CodeRequestTooLarge, Param: param("file"),
@@ -149,7 +149,7 @@ func (a *batchCall) finishUpload(f *store.File, purpose string, stored bool) {
 
 func (a *batchCall) dropUpload(f *store.File, stored bool) {
 	if stored {
-		if err := a.bs.DeleteFile(f.ID); err != nil {
+		if err := a.st.DeleteFile(f.ID); err != nil {
 			a.log.Warn("dropping a refused upload", zap.String("file_id", f.ID), zap.Error(err))
 		}
 	}
@@ -192,7 +192,7 @@ func (a *batchCall) fileContent(id string) {
 	if a.loadFile(id) == nil {
 		return
 	}
-	rc, err := a.bs.OpenFile(id)
+	rc, err := a.st.OpenFile(id)
 	if err != nil {
 		a.fail(err)
 		return
@@ -215,7 +215,7 @@ func (a *batchCall) deleteFile(id string) {
 	if a.loadFile(id) == nil {
 		return
 	}
-	if err := a.bs.DeleteFile(id); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err := a.st.DeleteFile(id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		a.fail(err)
 		return
 	}
@@ -228,7 +228,7 @@ func (a *batchCall) listFiles() {
 	if !ok {
 		return
 	}
-	files, more, err := a.bs.ListFiles(a.scope, after, limit)
+	files, more, err := a.st.ListFiles(a.scope, after, limit)
 	if err != nil {
 		a.fail(err)
 		return
@@ -242,7 +242,7 @@ func (a *batchCall) listFiles() {
 
 // loadFile returns the caller's file id, or answers 404: another scope's file is missing.
 func (a *batchCall) loadFile(id string) *store.File {
-	f, err := a.bs.GetFile(id)
+	f, err := a.st.GetFile(id)
 	switch {
 	case errors.Is(err, store.ErrNotFound) || (err == nil && (f.Scope != a.scope || !a.now.Before(f.ExpiresAt))):
 		a.openAIError(apiError{Code: CodeFileNotFound, Param: param("file_id"), Message: "No such File object: " + id})

@@ -126,12 +126,8 @@ func openStorage(set storageSettings, log *zap.Logger) (*storage, error) {
 	be.SetAnnouncer(announce)
 	run := newRunner(be, set, log)
 	run.begin()
-	s := &storage{set: set, be: be, run: run}
-	if bs, ok := be.(store.Batches); ok {
-		bs.SetBatchAnnouncer(announceBatch)
-		s.batches = startBatchWorker(be, bs, run, log)
-	}
-	return s, nil
+	be.SetBatchAnnouncer(announceBatch)
+	return &storage{set: set, be: be, run: run, batches: startBatchWorker(be, run, log)}, nil
 }
 
 // Destruct stops the runner and closes the storage; the pool calls it when the last user lets

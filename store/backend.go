@@ -12,6 +12,7 @@ type Backend interface {
 	Operations
 	Queue
 	Outbox
+	Batches
 
 	// Ping reports whether the storage answers. It writes nothing: a readiness probe is not a
 	// write load.

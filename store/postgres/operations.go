@@ -226,6 +226,9 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, op *store.Operation, c sto
 			return nil, err
 		}
 	}
+	if err := s.countLine(ctx, tx, op, at); err != nil {
+		return nil, err
+	}
 	return op, s.write(ctx, tx, op, c.Result)
 }
 
