@@ -83,7 +83,7 @@ func (p *gatewayProcess) startBatch(t *testing.T, n int) string {
 // sidecarBatch is the part of a batch object these tests read.
 type sidecarBatch struct {
 	Status        string
-	OutputFileID  *string `json:"output_file_id"`
+	OutputFileID  *string                                `json:"output_file_id"`
 	RequestCounts struct{ Total, Completed, Failed int } `json:"request_counts"`
 }
 
