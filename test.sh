@@ -35,6 +35,6 @@ else
 fi
 go test -race -count=1 -timeout 20m ./...
 
-for target in module:FuzzParseKey module:FuzzFingerprint module:FuzzCaddyfile store:FuzzDecodeRecord; do
+for target in module:FuzzParseKey internal/fingerprint:FuzzFingerprint module:FuzzCaddyfile store:FuzzDecodeRecord; do
 	go test -run='^$' -fuzz="^${target#*:}\$" -fuzztime="$fuzztime" "./${target%%:*}"
 done

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mulligan-gw/mulligan/module"
 	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/store/badger"
 )
 
 // seedLease and seedTTL are what the gateway uses by default (lease 10m, ttl 24h).
@@ -37,7 +38,7 @@ func seedWorkers() int { return 4 * runtime.GOMAXPROCS(0) }
 // seedKeys records keys [from, to) in the store at dir, exactly as the gateway would have
 // recorded POST /v1/chat/completions with that key and body (no fsync: it is a fixture).
 func seedKeys(ctx context.Context, dir string, from, to int) error {
-	st, err := store.Open(store.Options{Dir: dir, Sync: false})
+	st, err := badger.Open(badger.Options{Dir: dir, Sync: false})
 	if err != nil {
 		return err
 	}
@@ -66,7 +67,7 @@ func seedKeys(ctx context.Context, dir string, from, to int) error {
 // seedOperations stores n finished operations (queued, running, then succeeded with a
 // result), the way the runner leaves them.
 func seedOperations(ctx context.Context, dir string, from, n int) error {
-	st, err := store.Open(store.Options{Dir: dir, Sync: false})
+	st, err := badger.Open(badger.Options{Dir: dir, Sync: false})
 	if err != nil {
 		return err
 	}

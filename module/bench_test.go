@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/mulligan-gw/mulligan/internal/fingerprint"
 )
 
 // benchChatRequest is an OpenAI-style chat request of about size bytes: a few nested objects
@@ -22,7 +24,7 @@ func benchChatRequest(size int) []byte {
 // BenchmarkFingerprint is the per-request cost of a keyed request's fingerprint: JSON
 // canonicalisation and SHA-256.
 func BenchmarkFingerprint(b *testing.B) {
-	fp, err := newFingerprinter(nil)
+	fp, err := fingerprint.New(nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -32,7 +34,7 @@ func BenchmarkFingerprint(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				fp.sum("POST", "/v1/chat/completions", "", "application/json", body)
+				fp.Sum("POST", "/v1/chat/completions", "", "application/json", body)
 			}
 		})
 	}

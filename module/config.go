@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mulligan-gw/mulligan/internal/fingerprint"
+
 	"github.com/caddyserver/caddy/v2"
 )
 
@@ -259,7 +261,7 @@ func (c *IdempotencyConfig) validate() error {
 		return err
 	}
 	for _, p := range c.FingerprintIgnore {
-		if _, err := parsePointer(p); err != nil {
+		if _, err := fingerprint.ParsePointer(p); err != nil {
 			return fmt.Errorf("idempotency: fingerprint_ignore: %w", err)
 		}
 	}

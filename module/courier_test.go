@@ -17,6 +17,7 @@ import (
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
 	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/store/badger"
 	"github.com/mulligan-gw/mulligan/webhook"
 )
 
@@ -24,7 +25,7 @@ import (
 // reload to a config without webhooks cleared its endpoints before the delivery read them. The
 // delivery must leave the event pending, uncharged (it dereferenced nil hooks before).
 func TestDeliveryUnderWayWhenAReloadDropsTheWebhooksWaits(t *testing.T) {
-	st, err := store.Open(store.Options{Dir: t.TempDir()})
+	st, err := badger.Open(badger.Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
-	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/store/badger"
 )
 
 // gateway is real Caddy, in this process, with the mulligan handler in front of a real model
@@ -95,7 +95,7 @@ func startGatewayWith(t *testing.T, s gatewaySetup) *gateway {
 		// A request still running when Caddy stopped keeps the store open until it ends; the
 		// directory must outlive it, or Badger retries its last flush forever.
 		deadline := time.Now().Add(30 * time.Second)
-		for store.IsOpen(g.dir+"/badger") && time.Now().Before(deadline) {
+		for badger.IsOpen(g.dir+"/badger") && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	})

@@ -1,6 +1,6 @@
 // Package module is Mulligan's Caddy side: the http.handlers.mulligan handler, its Caddyfile
 // directive, the idempotency gate, and the app that owns the stores across config reloads. It is
-// the only package that imports Caddy.
+// the only library package that imports Caddy (sidecar's main and the demo embed Caddy too).
 package module
 
 import (

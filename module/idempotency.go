@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/mulligan-gw/mulligan/internal/fingerprint"
+
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
@@ -36,7 +38,7 @@ type gate struct {
 	maxResult int64
 	mismatch  int
 	policy    statusPolicy
-	fp        *fingerprinter
+	fp        *fingerprint.Fingerprinter
 	flights   *flights
 	streams   *liveStreams
 	now       func() time.Time
@@ -47,7 +49,7 @@ func newGate(c *IdempotencyConfig, a *AsyncConfig) (*gate, error) {
 	if err != nil {
 		return nil, err
 	}
-	fp, err := newFingerprinter(c.FingerprintIgnore)
+	fp, err := fingerprint.New(c.FingerprintIgnore)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +111,7 @@ func (g *gate) prepare(w http.ResponseWriter, r *http.Request, budget *byteBudge
 	kr := &keyedRequest{r: r, key: key, scope: scopeHash(scope), body: body, reserved: reserved, log: log}
 	if key != "" {
 		kr.recordKey = recordKey(scope, r.Method, r.URL.Path, key)
-		kr.fp = g.fp.sum(r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Get("Content-Type"), body)
+		kr.fp = g.fp.Sum(r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Get("Content-Type"), body)
 		kr.log = log.with(zap.String("idempotency_key", key))
 	}
 	return kr, nil
@@ -191,15 +193,15 @@ func scopeHash(scope string) string {
 // recordKey names a record by (scope hash, method, route path, key): tenants never share one.
 func recordKey(scope, method, path, key string) []byte {
 	h := sha256.New()
-	writeField(h, []byte(scopeHash(scope)))
+	fingerprint.WriteField(h, []byte(scopeHash(scope)))
 	for _, part := range []string{method, path, key} {
-		writeField(h, []byte(part))
+		fingerprint.WriteField(h, []byte(part))
 	}
 	return h.Sum(nil)
 }
 
 // claimAndRun claims the key and runs the request, or answers from the record.
-func (g *gate) claimAndRun(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Keys) error {
+func (g *gate) claimAndRun(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Backend) error {
 	deadline := g.now().Add(g.wait)
 	wait := waiting{interval: pollInterval}
 	streamAsked := false
@@ -344,7 +346,7 @@ func (g *gate) storageFailed(w http.ResponseWriter, kr *keyedRequest, err error)
 
 // run sends the claimed request upstream on a context that outlives the client (bounded by the
 // lease), streams the answer to the client, and records or releases the key.
-func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Keys, token string) error {
+func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Backend, token string) error {
 	defer g.flights.start(string(kr.recordKey), token)()
 	ctx, cancel := detachedContext(kr.r.Context(), g.lease)
 	defer cancel()

@@ -6,6 +6,8 @@ import (
 	"mime"
 	"net/http"
 
+	"github.com/mulligan-gw/mulligan/internal/fingerprint"
+
 	"go.uber.org/zap"
 )
 
@@ -31,7 +33,7 @@ type bodyFields struct {
 func readBodyFields(contentType string, body []byte) bodyFields {
 	var out bodyFields
 	mt, _, _ := mime.ParseMediaType(contentType)
-	if !isJSON(mt) || len(body) == 0 {
+	if !fingerprint.IsJSON(mt) || len(body) == 0 {
 		return out
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))

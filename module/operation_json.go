@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/mulligan-gw/mulligan/internal/fingerprint"
+
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -138,7 +140,7 @@ func timePtr(t time.Time) *time.Time {
 
 func inlineJSON(contentType string, body []byte) bool {
 	mt, _, _ := mime.ParseMediaType(contentType)
-	return isJSON(mt) && len(body) <= inlineBodyLimit && json.Valid(body)
+	return fingerprint.IsJSON(mt) && len(body) <= inlineBodyLimit && json.Valid(body)
 }
 
 func compactJSON(b []byte) json.RawMessage {

@@ -265,8 +265,9 @@ func (h *Handler) followResult(q *opsRequest, op *store.Operation) bool {
 	return true
 }
 
-// streamStore is a storage that records streams under keys of its own: PostgreSQL, shared by
-// replicas (docs/streams.md).
+// streamStore is what an operation's recording needs of storage. Every backend records streams
+// (Badger too); the runner copies an operation's stream only into storage that replicas share,
+// PostgreSQL (docs/streams.md).
 type streamStore interface {
 	store.Keys
 	store.StreamRecorder

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/store/badger"
 )
 
 // After a takeover (the replica that ran attempt 1 died mid-stream), the operation runs again
@@ -15,7 +16,7 @@ import (
 // follower or a progress read on a third replica must not be given the dead attempt's events
 // as the running attempt's.
 func TestStoredFollowerIgnoresTheRecordingOfADeadAttempt(t *testing.T) {
-	st, err := store.Open(store.Options{Dir: t.TempDir()})
+	st, err := badger.Open(badger.Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

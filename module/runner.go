@@ -93,8 +93,8 @@ func newRunner(st store.Backend, set storageSettings, log *zap.Logger) *runner {
 		stopping: make(chan struct{}), stopped: make(chan struct{}),
 	}
 	r.courier = newCourier(st, r.worker, log)
-	if ss, ok := st.(streamStore); ok && set.backend == BackendPostgres {
-		r.shared = ss
+	if set.backend == BackendPostgres {
+		r.shared = st
 	}
 	return r
 }

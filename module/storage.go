@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/store/badger"
 )
 
 // Storage backends (docs/caddyfile.md, `storage`).
@@ -115,7 +116,7 @@ func openStorage(set storageSettings, log *zap.Logger) (*storage, error) {
 		}
 		be = pg
 	default:
-		st, err := store.Open(store.Options{Dir: set.location, EncryptionKey: set.key, Sync: set.sync,
+		st, err := badger.Open(badger.Options{Dir: set.location, EncryptionKey: set.key, Sync: set.sync,
 			Logger: storeLogger{log.Named("badger").Sugar()}})
 		if err != nil {
 			return nil, fmt.Errorf("mulligan: %w", err)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
-	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/store/badger"
 )
 
 func init() {
@@ -47,7 +47,7 @@ func startSites(t *testing.T, cfg modelserver.Config, bodies ...string) []*gatew
 		_ = caddy.Stop()
 		sites[0].upstream.Close()
 		deadline := time.Now().Add(30 * time.Second)
-		for store.IsOpen(sites[0].dir+"/badger") && time.Now().Before(deadline) {
+		for badger.IsOpen(sites[0].dir+"/badger") && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	})
@@ -78,7 +78,7 @@ func sitesConfig(t *testing.T, cfg modelserver.Config, bodies ...string) ([]byte
 	return out, sites
 }
 
-// TestEachBlockKeepsItsSettingsOnASharedStorage is issue 9's scenario: site A with webhooks and
+// TestEachBlockKeepsItsSettingsOnASharedStorage: site A with webhooks and
 // `timeout 1s`, site B bare with `timeout 30s`, both on one storage. A's 2.5 s call fails with
 // OPERATION_TIMEOUT and A's webhook is delivered; B's succeeds and sends nothing.
 func TestEachBlockKeepsItsSettingsOnASharedStorage(t *testing.T) {

@@ -283,13 +283,11 @@ type streamRecording struct {
 	settled bool
 }
 
-// newStreamRecording prepares tee to record an event-stream answer event by event, when the
-// storage can (store.StreamRecorder); otherwise such an answer is recorded whole at its end.
-func (g *gate) newStreamRecording(tee *teeWriter, kr *keyedRequest, st store.Keys, token string) *streamRecording {
+// newStreamRecording prepares tee to record an event-stream answer event by event (every
+// backend records streams: store.StreamRecorder).
+func (g *gate) newStreamRecording(tee *teeWriter, kr *keyedRequest, st store.Backend, token string) *streamRecording {
 	rec := &streamRecording{g: g, kr: kr, token: token, tee: tee}
-	if sr, ok := st.(store.StreamRecorder); ok {
-		rec.st, tee.streams = sr, rec
-	}
+	rec.st, tee.streams = st, rec
 	return rec
 }
 

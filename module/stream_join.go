@@ -67,11 +67,10 @@ type joinedStream struct {
 // joinStream answers a duplicate of a keyed request whose answer is an event stream: a
 // finished stream replays whole, a live one is joined (the events so far, then live, to the
 // same end), and Last-Event-ID resumes after that event (docs/streams.md). It reports false
-// when the key has no stream to join, or the storage records none; the caller then answers as
+// when the key has no stream to join; the caller then answers as
 // for any other request.
-func (g *gate) joinStream(w http.ResponseWriter, kr *keyedRequest, keys store.Keys, claim store.Claim) bool {
-	st, ok := keys.(store.StreamRecorder)
-	if !ok || (claim.Outcome != store.Replay && claim.Outcome != store.InProgress) {
+func (g *gate) joinStream(w http.ResponseWriter, kr *keyedRequest, st store.Backend, claim store.Claim) bool {
+	if claim.Outcome != store.Replay && claim.Outcome != store.InProgress {
 		return false
 	}
 	js, ok := g.streamToJoin(kr, st, claim)

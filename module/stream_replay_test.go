@@ -13,11 +13,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/store/badger"
 )
 
 // flakyReads is a Badger store whose next ReadEvents fails (a dropped connection, a timeout).
 type flakyReads struct {
-	*store.Store
+	*badger.Store
 	fail atomic.Int32
 }
 
@@ -40,7 +41,7 @@ func bareGate(t *testing.T) *gate {
 // A retry of a finished, recorded stream whose recording cannot be read at that moment (one
 // failed read) must not be answered with the record's empty body as if it were the stream.
 func TestStreamedReplayIsNeverEmptyWhenItsEventsCannotBeRead(t *testing.T) {
-	st, err := store.Open(store.Options{Dir: t.TempDir()})
+	st, err := badger.Open(badger.Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

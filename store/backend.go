@@ -1,9 +1,18 @@
+// Package store keeps everything Mulligan must not lose: idempotency records, operations, their
+// requests and results, and the webhook outbox. It names the storage seam (Backend) and holds
+// what every backend shares: the types, the decisions (AnswerFor, the state machine, the outbox
+// steps) and the codecs. Each backend is a package behind the seam: store/badger (one process,
+// one directory) and store/postgres (many replicas as one) (docs/backends.md).
 package store
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
 // Backend is everything the gateway keeps durably, named for what its callers need. Badger
-// (this package's Store: one process, one directory) and PostgreSQL (many replicas acting as
+// (store/badger: one process, one directory) and PostgreSQL (many replicas acting as
 // one) implement it, and one behaviour suite runs against both. Decisions (the state machine in
 // status.go, what a claim answers in AnswerFor, what to record) live once, outside the
 // backends; a backend stores, fences and finds.
@@ -12,6 +21,7 @@ type Backend interface {
 	Operations
 	Queue
 	Outbox
+	StreamRecorder
 	Batches
 
 	// Ping reports whether the storage answers. It writes nothing: a readiness probe is not a
@@ -152,5 +162,18 @@ type Attempt struct {
 	Error string
 }
 
-// The Badger Store is a Backend.
-var _ Backend = (*Store)(nil)
+// ErrUnavailable wraps every failure of the underlying database. Callers answer it with
+// 503 STORAGE_UNAVAILABLE: the request may be retried once storage is back.
+var ErrUnavailable = errors.New("storage unavailable")
+
+// ErrClosed is returned by calls made on a Store after Close.
+var ErrClosed = fmt.Errorf("%w: store is closed", ErrUnavailable)
+
+// Logger receives Badger's own log lines. Its method set is Badger's, so zap's sugared logger
+// and the standard library's adapters fit.
+type Logger interface {
+	Errorf(string, ...any)
+	Warningf(string, ...any)
+	Infof(string, ...any)
+	Debugf(string, ...any)
+}

@@ -13,9 +13,11 @@ import (
 // so a large body is neither base64-inflated nor re-parsed.
 const codecVersion = 1
 
-var errCorrupt = errors.New("corrupt record")
+// ErrCorrupt is returned for a stored value that does not decode.
+var ErrCorrupt = errors.New("corrupt record")
 
-func encode(meta any, raw []byte) ([]byte, error) {
+// Encode lays out meta (as JSON) and raw as one stored value (see Decode).
+func Encode(meta any, raw []byte) ([]byte, error) {
 	m, err := json.Marshal(meta)
 	if err != nil {
 		return nil, err
@@ -27,18 +29,18 @@ func encode(meta any, raw []byte) ([]byte, error) {
 	return append(out, raw...), nil
 }
 
-// decode fills meta and returns a copy of the raw bytes.
-func decode(v []byte, meta any) ([]byte, error) {
+// Decode fills meta and returns a copy of the raw bytes.
+func Decode(v []byte, meta any) ([]byte, error) {
 	if len(v) < 2 || v[0] != codecVersion {
-		return nil, errCorrupt
+		return nil, ErrCorrupt
 	}
 	n, sz := binary.Uvarint(v[1:])
 	if sz <= 0 || uint64(len(v)-1-sz) < n {
-		return nil, errCorrupt
+		return nil, ErrCorrupt
 	}
 	end := 1 + sz + int(n)
 	if err := json.Unmarshal(v[1+sz:end], meta); err != nil {
-		return nil, fmt.Errorf("%w: %v", errCorrupt, err)
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	return append([]byte(nil), v[end:]...), nil
 }
@@ -47,7 +49,8 @@ func decode(v []byte, meta any) ([]byte, error) {
 // own (version 2): a byte per field kind, lengths as uvarints, times as Unix nanoseconds.
 const recordVersion = 2
 
-func encodeRecord(rec *Record) ([]byte, error) {
+// EncodeRecord is the binary form of an idempotency record (Badger stores it as is).
+func EncodeRecord(rec *Record) ([]byte, error) {
 	var body []byte
 	out := make([]byte, 0, 128)
 	out = append(out, recordVersion, byte(rec.State))
@@ -78,10 +81,11 @@ func encodeRecord(rec *Record) ([]byte, error) {
 	return append(out, body...), nil
 }
 
-func decodeRecord(v []byte) (*Record, error) {
+// DecodeRecord reads what EncodeRecord wrote; anything else is ErrCorrupt.
+func DecodeRecord(v []byte) (*Record, error) {
 	d := &decoder{b: v}
 	if d.byte() != recordVersion {
-		return nil, errCorrupt
+		return nil, ErrCorrupt
 	}
 	rec := &Record{State: RecordState(d.byte())}
 	rec.Fingerprint = d.bytes()
@@ -92,13 +96,13 @@ func decodeRecord(v []byte) (*Record, error) {
 		resp := &Response{Status: int(d.uvarint())}
 		n := d.uvarint()
 		if n > uint64(len(v)) {
-			return nil, errCorrupt
+			return nil, ErrCorrupt
 		}
 		resp.Header = make(http.Header, n)
 		for range n {
 			name, count := string(d.bytes()), d.uvarint()
 			if count > uint64(len(v)) {
-				return nil, errCorrupt
+				return nil, ErrCorrupt
 			}
 			values := make([]string, 0, count)
 			for range count {
@@ -110,7 +114,7 @@ func decodeRecord(v []byte) (*Record, error) {
 		rec.Response = resp
 	}
 	if d.err {
-		return nil, errCorrupt
+		return nil, ErrCorrupt
 	}
 	return rec, nil
 }
@@ -127,7 +131,7 @@ func unixNano(t time.Time) int64 {
 	return t.UnixNano()
 }
 
-// decoder reads encodeRecord's fields; past the end or on a bad length it sets err and yields
+// decoder reads EncodeRecord's fields; past the end or on a bad length it sets err and yields
 // zero values.
 type decoder struct {
 	b   []byte

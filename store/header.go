@@ -51,13 +51,13 @@ func DecodeHeader(b []byte) (http.Header, error) {
 	d := &decoder{b: b[1:]}
 	n := d.uvarint()
 	if n > uint64(len(b)) {
-		return nil, errCorrupt
+		return nil, ErrCorrupt
 	}
 	h := make(http.Header, n)
 	for range n {
 		name, count := string(d.bytes()), d.uvarint()
 		if count > uint64(len(b)) {
-			return nil, errCorrupt
+			return nil, ErrCorrupt
 		}
 		values := make([]string, 0, count)
 		for range count {
@@ -66,7 +66,7 @@ func DecodeHeader(b []byte) (http.Header, error) {
 		h[name] = values
 	}
 	if d.err || len(d.rest()) != 0 {
-		return nil, errCorrupt
+		return nil, ErrCorrupt
 	}
 	return h, nil
 }

@@ -9,8 +9,8 @@ import (
 	"github.com/mulligan-gw/mulligan/store"
 )
 
-// streamTests hold backends that record event streams (store.StreamRecorder, see
-// docs/streams.md) to their promises; a backend that records none skips them.
+// streamTests hold backends to their promises as recorders of event streams
+// (store.StreamRecorder, see docs/streams.md).
 var streamTests = []test{
 	{"FinishedStreamReplaysWholeInPages", testFinishedStreamReplaysWholeInPages},
 	{"UpstreamEventIDsAreIndexed", testUpstreamEventIDsAreIndexed},
@@ -24,15 +24,11 @@ var streamTests = []test{
 
 var sseHeader = http.Header{"Content-Type": {"text/event-stream"}}
 
-// recorder returns a handle that records streams, or skips the test.
+// recorder returns a handle, and the same handle as the stream recorder it is.
 func (e *env) recorder(t *testing.T) (store.Backend, store.StreamRecorder) {
 	t.Helper()
 	b := e.open()
-	sr, ok := b.(store.StreamRecorder)
-	if !ok {
-		t.Skip("the backend does not record streams (store.StreamRecorder)")
-	}
-	return b, sr
+	return b, b
 }
 
 // liveStream claims keyA on a handle that records streams and begins the key's stream.
@@ -151,7 +147,7 @@ func testStreamOfACrashedGatewayReadsAsAborted(t *testing.T, e *env) {
 func testLiveStreamIsFollowedThroughAnotherHandle(t *testing.T, e *env) {
 	b, sr := e.recorder(t)
 	other := e.open()
-	osr := other.(store.StreamRecorder)
+	osr := other
 	c := must(b.ClaimKey(keyA, fpA, time.Minute))(t)
 	if dup := must(other.ClaimKey(keyA, fpA, time.Minute))(t); dup.Outcome != store.InProgress {
 		t.Fatalf("a duplicate on the other handle: %v", dup.Outcome)
@@ -250,7 +246,7 @@ func testDroppedStreamKeepsItsClaim(t *testing.T, e *env) {
 	if err := sr.DropStream(keyA, c.Token); err != nil {
 		t.Fatal(err)
 	}
-	if p := must(other.(store.StreamRecorder).ReadEvents(keyA, 0, 100))(t); p.State != store.StreamAborted || len(p.List) != 0 {
+	if p := must(other.ReadEvents(keyA, 0, 100))(t); p.State != store.StreamAborted || len(p.List) != 0 {
 		t.Fatalf("a dropped stream reads as %v with %d events through another handle", p.State, len(p.List))
 	}
 	if dup := must(other.ClaimKey(keyA, fpA, time.Minute))(t); dup.Outcome != store.InProgress {

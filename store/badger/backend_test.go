@@ -1,10 +1,11 @@
-package store_test
+package badger_test
 
 import (
 	"testing"
 	"time"
 
 	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/store/badger"
 	"github.com/mulligan-gw/mulligan/store/storetest"
 )
 
@@ -12,7 +13,7 @@ func TestBadgerConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Storage {
 		dir := t.TempDir()
 		return func(now func() time.Time) store.Backend {
-			st, err := store.Open(store.Options{Dir: dir, Sync: true, Now: now})
+			st, err := badger.Open(badger.Options{Dir: dir, Sync: true, Now: now})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -35,8 +36,8 @@ func BenchmarkClaimComplete(b *testing.B) {
 // BenchmarkReplay measures answering a completed key on Badger: one read, no write.
 func BenchmarkReplay(b *testing.B) { storetest.BenchReplay(b, openBench(b, false)) }
 
-func openBench(b *testing.B, sync bool) *store.Store {
-	st, err := store.Open(store.Options{Dir: b.TempDir(), Sync: sync})
+func openBench(b *testing.B, sync bool) *badger.Store {
+	st, err := badger.Open(badger.Options{Dir: b.TempDir(), Sync: sync})
 	if err != nil {
 		b.Fatal(err)
 	}

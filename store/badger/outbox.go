@@ -1,4 +1,4 @@
-package store
+package badger
 
 import (
 	"encoding/binary"
@@ -8,75 +8,16 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/mulligan-gw/mulligan/store"
 )
-
-// EventState is where a webhook event is in the outbox.
-type EventState string
-
-// The outbox states: pending until delivered or dead-lettered.
-const (
-	EventPending   EventState = "pending"
-	EventDelivered EventState = "delivered"
-	EventDead      EventState = "dead"
-)
-
-// DeliveredKeptFor is how long a delivered event stays readable, for operators.
-const DeliveredKeptFor = 24 * time.Hour
-
-// Event is one webhook event in the durable outbox.
-type Event struct {
-	ID          string          `json:"id"`
-	Type        string          `json:"type"`
-	OperationID string          `json:"operation_id"`
-	Version     int64           `json:"version"`
-	Endpoint    string          `json:"endpoint"`
-	URL         string          `json:"url"`
-	OccurredAt  time.Time       `json:"occurred_at"`
-	Operation   json.RawMessage `json:"operation"`
-	State       EventState      `json:"state"`
-	Attempts    int             `json:"attempts"`
-	NextAttempt time.Time       `json:"next_attempt,omitzero"`
-	LastStatus  int             `json:"last_status,omitempty"`
-	LastError   string          `json:"last_error,omitempty"`
-	DeadReason  string          `json:"dead_reason,omitempty"`
-	DeliveredAt time.Time       `json:"delivered_at,omitzero"`
-	// AgeFrom is when a redelivered event's max_age starts again (zero: from OccurredAt).
-	AgeFrom time.Time `json:"age_from,omitzero"`
-	// Traceparent and Tracestate are the operation's W3C Trace Context, sent as headers with
-	// every delivery so the consumer's work joins the same trace.
-	Traceparent string `json:"traceparent,omitempty"`
-	Tracestate  string `json:"tracestate,omitempty"`
-	// DeadAt is when the event was dead-lettered; dead letters expire a retention after it.
-	DeadAt time.Time `json:"dead_at,omitzero"`
-}
-
-// AgeStart is when the event's max_age is counted from: its redelivery, else its occurrence.
-func (ev *Event) AgeStart() time.Time {
-	if ev.AgeFrom.After(ev.OccurredAt) {
-		return ev.AgeFrom
-	}
-	return ev.OccurredAt
-}
-
-// Callback is where an operation's events go.
-type Callback struct {
-	Endpoint string `json:"endpoint"`
-	URL      string `json:"url"`
-}
-
-// Announcer returns the event that announces op's new status (result is the stored upstream
-// response, when the change brings one), or nil when nothing is to be announced. It runs
-// inside the transaction of the status change, so no status change is stored without its
-// event.
-type Announcer func(op *Operation, result *Response) *Event
 
 // SetAnnouncer installs the announcer for every handle on this database.
-func (s *Store) SetAnnouncer(a Announcer) { s.sh.announcer.Store(&a) }
+func (s *Store) SetAnnouncer(a store.Announcer) { s.sh.announcer.Store(&a) }
 
-type announcerSlot = atomic.Pointer[Announcer]
+type announcerSlot = atomic.Pointer[store.Announcer]
 
 // announce writes op's event, if any, in txn.
-func (s *Store) announce(txn *badger.Txn, op *Operation, result *Response) error {
+func (s *Store) announce(txn *badger.Txn, op *store.Operation, result *store.Response) error {
 	a := s.sh.announcer.Load()
 	if a == nil || *a == nil {
 		return nil
@@ -85,23 +26,16 @@ func (s *Store) announce(txn *badger.Txn, op *Operation, result *Response) error
 	if ev == nil {
 		return nil
 	}
-	ev.State, ev.NextAttempt = EventPending, ev.OccurredAt
+	ev.State, ev.NextAttempt = store.EventPending, ev.OccurredAt
 	return s.sh.putEvent(txn, ev, nil)
-}
-
-// Due is a pending event in the schedule: enough to decide whether to deliver it now.
-type Due struct {
-	ID       string
-	Endpoint string
-	At       time.Time
 }
 
 // DueEvents returns up to limit pending events whose next attempt is due between from and now,
 // soonest first, read from the schedule index alone. A caller that knows no pending event is
 // due before from spares the scan the tombstones of events delivered earlier (Badger keeps them
 // until compaction).
-func (s *Store) DueEvents(from, now time.Time, limit int) ([]Due, error) {
-	var out []Due
+func (s *Store) DueEvents(from, now time.Time, limit int) ([]store.Due, error) {
+	var out []store.Due
 	err := s.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefixPending), PrefetchValues: true, PrefetchSize: 64})
 		defer it.Close()
@@ -118,7 +52,7 @@ func (s *Store) DueEvents(from, now time.Time, limit int) ([]Due, error) {
 			if err != nil {
 				return err
 			}
-			out = append(out, Due{ID: string(k[9:]), Endpoint: string(endpoint), At: at})
+			out = append(out, store.Due{ID: string(k[9:]), Endpoint: string(endpoint), At: at})
 		}
 		return nil
 	})
@@ -139,11 +73,6 @@ func (s *Store) NextDue(from time.Time) (time.Time, error) {
 	})
 	return at, err
 }
-
-// DefaultDeadLetterRetention is how long a dead letter is kept, from its death, when
-// Options.DeadLetterRetention is zero: time to notice and redeliver it (the PostgreSQL backend
-// keeps them as long).
-const DefaultDeadLetterRetention = 30 * 24 * time.Hour
 
 // ExpireDeadLetters deletes the dead letters dead-lettered before `before` and reports how many.
 // The store does it by itself every few minutes (Options.DeadLetterRetention).
@@ -207,7 +136,7 @@ func deadAt(txn *badger.Txn, item *badger.Item) (time.Time, error) {
 // deleteDead removes dead letter id, if it still is one.
 func (sh *shared) deleteDead(txn *badger.Txn, id string) error {
 	ev, err := getEvent(txn, id)
-	if errors.Is(err, ErrNotFound) || (err == nil && ev.State != EventDead) {
+	if errors.Is(err, store.ErrNotFound) || (err == nil && ev.State != store.EventDead) {
 		return nil
 	}
 	if err != nil {
@@ -221,8 +150,8 @@ func (sh *shared) deleteDead(txn *badger.Txn, id string) error {
 }
 
 // GetEvent returns event id.
-func (s *Store) GetEvent(id string) (*Event, error) {
-	var ev *Event
+func (s *Store) GetEvent(id string) (*store.Event, error) {
+	var ev *store.Event
 	err := s.view(func(txn *badger.Txn) error {
 		var err error
 		ev, err = getEvent(txn, id)
@@ -232,8 +161,8 @@ func (s *Store) GetEvent(id string) (*Event, error) {
 }
 
 // DeadLetters returns up to limit dead-lettered events, oldest id first, after `after`.
-func (s *Store) DeadLetters(after string, limit int) ([]*Event, error) {
-	var out []*Event
+func (s *Store) DeadLetters(after string, limit int) ([]*store.Event, error) {
+	var out []*store.Event
 	err := s.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefixDead)})
 		defer it.Close()
@@ -263,15 +192,8 @@ func (s *Store) CountEvents() (pending, dead int, err error) {
 	return int(p), int(d), nil
 }
 
-// EndpointState is an endpoint's lasting condition: disabled after a 410 until re-enabled.
-type EndpointState struct {
-	Disabled   bool      `json:"disabled"`
-	DisabledAt time.Time `json:"disabled_at,omitzero"`
-	Reason     string    `json:"reason,omitempty"`
-}
-
 // SetEndpointState records an endpoint's state.
-func (s *Store) SetEndpointState(name string, st EndpointState) error {
+func (s *Store) SetEndpointState(name string, st store.EndpointState) error {
 	return s.update(func(txn *badger.Txn) error {
 		v, err := json.Marshal(st)
 		if err != nil {
@@ -282,11 +204,11 @@ func (s *Store) SetEndpointState(name string, st EndpointState) error {
 }
 
 // GetEndpointState returns an endpoint's state (the zero state when none was recorded).
-func (s *Store) GetEndpointState(name string) (EndpointState, error) {
-	var st EndpointState
+func (s *Store) GetEndpointState(name string) (store.EndpointState, error) {
+	var st store.EndpointState
 	err := s.view(func(txn *badger.Txn) error {
 		err := getValue(txn, []byte(prefixEndpoint+name), func(v []byte) error { return json.Unmarshal(v, &st) })
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) {
 			return nil
 		}
 		return err
@@ -294,49 +216,49 @@ func (s *Store) GetEndpointState(name string) (EndpointState, error) {
 	return st, err
 }
 
-func getEvent(txn *badger.Txn, id string) (*Event, error) {
-	var ev Event
+func getEvent(txn *badger.Txn, id string) (*store.Event, error) {
+	var ev store.Event
 	err := getValue(txn, []byte(prefixEvent+id), func(v []byte) error { return json.Unmarshal(v, &ev) })
 	return &ev, err
 }
 
 // putEvent stores ev and moves its index entries from prev's (nil for a new event), counting
 // the change of state for CountEvents.
-func (sh *shared) putEvent(txn *badger.Txn, ev *Event, prev *Event) error {
+func (sh *shared) putEvent(txn *badger.Txn, ev *store.Event, prev *store.Event) error {
 	var dPending, dDead int64
-	if ev.State == EventPending {
+	if ev.State == store.EventPending {
 		dPending++
 	}
-	if ev.State == EventDead {
+	if ev.State == store.EventDead {
 		dDead++
 	}
 	if prev != nil {
-		if prev.State == EventPending {
+		if prev.State == store.EventPending {
 			dPending--
 		}
-		if prev.State == EventDead {
+		if prev.State == store.EventDead {
 			dDead--
 		}
 	}
 	sh.counts.add(txn, dPending, dDead)
 	if prev != nil {
-		if prev.State == EventPending {
+		if prev.State == store.EventPending {
 			if err := txn.Delete(pendingKey(prev.NextAttempt, prev.ID)); err != nil {
 				return err
 			}
 		}
-		if prev.State == EventDead && ev.State != EventDead {
+		if prev.State == store.EventDead && ev.State != store.EventDead {
 			if err := txn.Delete([]byte(prefixDead + ev.ID)); err != nil {
 				return err
 			}
 		}
 	}
 	switch ev.State {
-	case EventPending:
+	case store.EventPending:
 		if err := txn.Set(pendingKey(ev.NextAttempt, ev.ID), []byte(ev.Endpoint)); err != nil {
 			return err
 		}
-	case EventDead:
+	case store.EventDead:
 		var at []byte // the time of death, read by ExpireDeadLetters
 		if !ev.DeadAt.IsZero() {
 			at = binary.BigEndian.AppendUint64(nil, uint64(ev.DeadAt.UnixNano()))
@@ -350,8 +272,8 @@ func (sh *shared) putEvent(txn *badger.Txn, ev *Event, prev *Event) error {
 		return err
 	}
 	e := badger.NewEntry([]byte(prefixEvent+ev.ID), v)
-	if ev.State == EventDelivered {
-		e = e.WithTTL(DeliveredKeptFor)
+	if ev.State == store.EventDelivered {
+		e = e.WithTTL(store.DeliveredKeptFor)
 	}
 	return txn.SetEntry(e)
 }
@@ -381,7 +303,7 @@ func (s *Store) RescheduleEndpoint(endpoint string, at time.Time) (int, error) {
 		if ev.Endpoint != endpoint {
 			continue
 		}
-		if err := s.Reschedule(ev.ID, at, Attempt{}); err != nil {
+		if err := s.Reschedule(ev.ID, at, store.Attempt{}); err != nil {
 			return n, err
 		}
 		n++

@@ -1,4 +1,4 @@
-package store
+package badger
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/mulligan-gw/mulligan/store"
 )
 
 // The Badger backend's queue. One process owns a Badger directory, so what the queue needs to be
@@ -53,7 +54,7 @@ func newQueueState() *queueState {
 // are not live: their worker belonged to a process that is gone.
 func (q *queueState) load(db *badger.DB) error {
 	return db.View(func(txn *badger.Txn) error {
-		for _, st := range []Status{StatusQueued, StatusRunning} {
+		for _, st := range []store.Status{store.StatusQueued, store.StatusRunning} {
 			prefix := indexPrefix(st)
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 			var ids []string
@@ -61,7 +62,7 @@ func (q *queueState) load(db *badger.DB) error {
 				ids = append(ids, string(it.Item().Key()[len(prefix):]))
 			}
 			it.Close()
-			if err := eachOperation(txn, ids, func(op *Operation) { q.moved(op, "") }); err != nil {
+			if err := eachOperation(txn, ids, func(op *store.Operation) { q.moved(op, "") }); err != nil {
 				return err
 			}
 		}
@@ -75,11 +76,11 @@ func (q *queueState) load(db *badger.DB) error {
 
 // moved records that a commit left op in its status, coming from prev ("" for a new operation).
 // The caller holds no lock.
-func (q *queueState) moved(op *Operation, prev Status) {
+func (q *queueState) moved(op *store.Operation, prev store.Status) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	wasActive := prev == StatusQueued || prev == StatusRunning
-	isActive := op.Status == StatusQueued || op.Status == StatusRunning
+	wasActive := prev == store.StatusQueued || prev == store.StatusRunning
+	isActive := op.Status == store.StatusQueued || op.Status == store.StatusRunning
 	switch {
 	case isActive && !wasActive:
 		q.active[op.Scope]++
@@ -91,10 +92,10 @@ func (q *queueState) moved(op *Operation, prev Status) {
 	delete(q.queued, op.ID)
 	delete(q.running, op.ID)
 	switch op.Status {
-	case StatusQueued:
+	case store.StatusQueued:
 		q.queued[op.ID] = op.Scope
 		q.push(op.ID)
-	case StatusRunning:
+	case store.StatusRunning:
 		q.running[op.ID] = &runLease{scope: op.Scope, holder: op.Holder, until: op.LeaseUntil}
 	}
 }
@@ -212,20 +213,20 @@ func (q *queueState) revokeIfExpired(id, holder string, now time.Time) bool {
 }
 
 // ClaimNext moves the oldest queued operation to running, held by worker (see Queue).
-func (s *Store) ClaimNext(worker string, lease time.Duration) (*Operation, error) {
+func (s *Store) ClaimNext(worker string, lease time.Duration) (*store.Operation, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
 	q := s.sh.queue
 	q.live(worker, s.now().Add(lease))
 	for {
-		id, ok, err := q.pop(func() ([]string, error) { return s.OperationsIn(StatusQueued) })
+		id, ok, err := q.pop(func() ([]string, error) { return s.OperationsIn(store.StatusQueued) })
 		if err != nil || !ok {
 			return nil, err
 		}
-		op, err := s.change(id, Change{To: StatusRunning}, worker, lease)
+		op, err := s.change(id, store.Change{To: store.StatusRunning}, worker, lease)
 		switch {
-		case errors.Is(err, ErrIllegalTransition) || errors.Is(err, ErrNotFound):
+		case errors.Is(err, store.ErrIllegalTransition) || errors.Is(err, store.ErrNotFound):
 			continue // canceled or gone while it waited
 		case op != nil:
 			// Committed, though perhaps not fsynced: the store holds it for worker, so worker
@@ -241,8 +242,8 @@ func (s *Store) ClaimNext(worker string, lease time.Duration) (*Operation, error
 
 // RenewLeases extends worker's leases on ids (see Queue). On Badger the lease lives in memory:
 // one process owns the directory, and after a restart every lease is void anyway.
-func (s *Store) RenewLeases(worker string, ids []string, lease time.Duration) (Renewal, error) {
-	var out Renewal
+func (s *Store) RenewLeases(worker string, ids []string, lease time.Duration) (store.Renewal, error) {
+	var out store.Renewal
 	if err := s.usable(); err != nil {
 		return out, err
 	}
@@ -265,7 +266,7 @@ func (s *Store) RenewLeases(worker string, ids []string, lease time.Duration) (R
 	err := s.view(func(txn *badger.Txn) error {
 		for _, id := range held {
 			op, err := getOperation(txn, id)
-			if errors.Is(err, ErrNotFound) {
+			if errors.Is(err, store.ErrNotFound) {
 				out.Lost = append(out.Lost, id)
 				continue
 			}
@@ -273,7 +274,7 @@ func (s *Store) RenewLeases(worker string, ids []string, lease time.Duration) (R
 				return err
 			}
 			switch {
-			case op.Status != StatusRunning || op.Holder != worker:
+			case op.Status != store.StatusRunning || op.Holder != worker:
 				out.Lost = append(out.Lost, id)
 			case !op.CancelRequestedAt.IsZero():
 				out.CancelRequested = append(out.CancelRequested, id)
@@ -285,7 +286,7 @@ func (s *Store) RenewLeases(worker string, ids []string, lease time.Duration) (R
 }
 
 // ExpiredLeases returns up to limit running operations whose lease ran out (see Queue).
-func (s *Store) ExpiredLeases(limit int) ([]*Operation, error) {
+func (s *Store) ExpiredLeases(limit int) ([]*store.Operation, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
@@ -302,10 +303,10 @@ func (s *Store) ExpiredLeases(limit int) ([]*Operation, error) {
 		}
 	}
 	q.mu.Unlock()
-	var out []*Operation
+	var out []*store.Operation
 	err := s.view(func(txn *badger.Txn) error {
-		return eachOperation(txn, ids, func(op *Operation) {
-			if op.Status == StatusRunning {
+		return eachOperation(txn, ids, func(op *store.Operation) {
+			if op.Status == store.StatusRunning {
 				out = append(out, op)
 			}
 		})
@@ -314,10 +315,10 @@ func (s *Store) ExpiredLeases(limit int) ([]*Operation, error) {
 }
 
 // eachOperation calls fn with each of operations ids that exists, in order.
-func eachOperation(txn *badger.Txn, ids []string, fn func(*Operation)) error {
+func eachOperation(txn *badger.Txn, ids []string, fn func(*store.Operation)) error {
 	for _, id := range ids {
 		op, err := getOperation(txn, id)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) {
 			continue
 		}
 		if err != nil {

@@ -1,10 +1,11 @@
-package store
+package badger
 
 import (
 	"sync"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/mulligan-gw/mulligan/store"
 )
 
 // eventLeases are the Badger backend's delivery claims. One process owns a Badger directory, so
@@ -40,7 +41,7 @@ func (l *eventLeases) drop(id string) {
 }
 
 // ClaimEvent takes pending, due event id for delivery by worker (see Outbox).
-func (s *Store) ClaimEvent(id, worker string, lease time.Duration) (*Event, error) {
+func (s *Store) ClaimEvent(id, worker string, lease time.Duration) (*store.Event, error) {
 	now := s.now()
 	// The claim comes before the read: a read taken before another worker's delivery commits,
 	// then a claim taken once that worker let go, would hand out an acknowledged event again.
@@ -48,7 +49,7 @@ func (s *Store) ClaimEvent(id, worker string, lease time.Duration) (*Event, erro
 		return nil, nil
 	}
 	ev, err := s.GetEvent(id)
-	if err != nil || ev.State != EventPending || ev.NextAttempt.After(now) {
+	if err != nil || ev.State != store.EventPending || ev.NextAttempt.After(now) {
 		s.sh.eventLeases.drop(id)
 		return nil, err
 	}
@@ -56,30 +57,30 @@ func (s *Store) ClaimEvent(id, worker string, lease time.Duration) (*Event, erro
 }
 
 // MarkDelivered records an acknowledged delivery (see Outbox).
-func (s *Store) MarkDelivered(id string, a Attempt) error {
-	return s.settleEvent(id, func(ev *Event) { ev.Delivered(a) })
+func (s *Store) MarkDelivered(id string, a store.Attempt) error {
+	return s.settleEvent(id, func(ev *store.Event) { ev.Delivered(a) })
 }
 
 // Reschedule puts a pending event back in the schedule, due at next (see Outbox).
-func (s *Store) Reschedule(id string, next time.Time, a Attempt) error {
-	return s.settleEvent(id, func(ev *Event) { ev.Rescheduled(next, a) })
+func (s *Store) Reschedule(id string, next time.Time, a store.Attempt) error {
+	return s.settleEvent(id, func(ev *store.Event) { ev.Rescheduled(next, a) })
 }
 
 // DeadLetter moves a pending event to the dead letters (see Outbox).
-func (s *Store) DeadLetter(id, reason string, a Attempt) error {
-	return s.settleEvent(id, func(ev *Event) { ev.DeadLettered(reason, a) })
+func (s *Store) DeadLetter(id, reason string, a store.Attempt) error {
+	return s.settleEvent(id, func(ev *store.Event) { ev.DeadLettered(reason, a) })
 }
 
 // Redeliver moves a dead letter back to pending with a fresh budget and max_age (see Outbox).
-func (s *Store) Redeliver(id string, at time.Time) (*Event, error) {
-	var out *Event
+func (s *Store) Redeliver(id string, at time.Time) (*store.Event, error) {
+	var out *store.Event
 	err := s.update(func(txn *badger.Txn) error {
 		ev, err := getEvent(txn, id)
 		if err != nil {
 			return err
 		}
 		out = ev
-		if ev.State != EventDead {
+		if ev.State != store.EventDead {
 			return nil
 		}
 		prev := *ev
@@ -91,14 +92,14 @@ func (s *Store) Redeliver(id string, at time.Time) (*Event, error) {
 
 // settleEvent applies an attempt's outcome to a pending event and ends its delivery claim. An
 // event that is no longer pending (delivered or dead-lettered meanwhile) is left as it is.
-func (s *Store) settleEvent(id string, fn func(ev *Event)) error {
+func (s *Store) settleEvent(id string, fn func(ev *store.Event)) error {
 	defer s.sh.eventLeases.drop(id)
 	return s.update(func(txn *badger.Txn) error {
 		ev, err := getEvent(txn, id)
 		if err != nil {
 			return err
 		}
-		if ev.State != EventPending {
+		if ev.State != store.EventPending {
 			return nil
 		}
 		prev := *ev
@@ -109,38 +110,3 @@ func (s *Store) settleEvent(id string, fn func(ev *Event)) error {
 
 // What each outbox step does to an event, for every backend. The backend applies them to pending
 // events only (Redelivered to dead letters only).
-
-// Delivered records an acknowledged delivery.
-func (ev *Event) Delivered(a Attempt) {
-	ev.State, ev.DeliveredAt = EventDelivered, a.At
-	ev.setAttempt(a)
-}
-
-// Rescheduled puts the event's next attempt at next.
-func (ev *Event) Rescheduled(next time.Time, a Attempt) {
-	ev.NextAttempt = next
-	ev.setAttempt(a)
-}
-
-// DeadLettered gives up on the event, saying why; the attempt's time is its time of death, from
-// which the dead-letter retention counts.
-func (ev *Event) DeadLettered(reason string, a Attempt) {
-	ev.State, ev.DeadReason, ev.DeadAt = EventDead, reason, a.At
-	ev.setAttempt(a)
-}
-
-// Redelivered makes a dead letter pending again, due at `at`, with a fresh attempt budget and a
-// fresh max_age counted from `at`.
-func (ev *Event) Redelivered(at time.Time) {
-	ev.State, ev.NextAttempt, ev.Attempts, ev.DeadReason, ev.AgeFrom, ev.DeadAt = EventPending, at, 0, "", at, time.Time{}
-}
-
-// setAttempt copies an attempt's outcome onto the event; a zero Attempts leaves the count.
-func (ev *Event) setAttempt(a Attempt) {
-	if a.Attempts > 0 {
-		ev.Attempts = a.Attempts
-	}
-	if a.Status != 0 || a.Error != "" {
-		ev.LastStatus, ev.LastError = a.Status, a.Error
-	}
-}

@@ -1,4 +1,4 @@
-package store
+package badger
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mulligan-gw/mulligan/store"
 )
 
 func openTemp(t *testing.T, sync bool) *Store {
@@ -28,7 +30,7 @@ var (
 func TestClaimIsExclusiveUnderConcurrency(t *testing.T) {
 	st := openTemp(t, true)
 	var wg sync.WaitGroup
-	outcomes := make(chan ClaimOutcome, 100)
+	outcomes := make(chan store.ClaimOutcome, 100)
 	for range 100 {
 		wg.Go(func() {
 			c, err := st.ClaimKey(keyA, fpA, time.Minute)
@@ -40,11 +42,11 @@ func TestClaimIsExclusiveUnderConcurrency(t *testing.T) {
 	}
 	wg.Wait()
 	close(outcomes)
-	counts := map[ClaimOutcome]int{}
+	counts := map[store.ClaimOutcome]int{}
 	for o := range outcomes {
 		counts[o]++
 	}
-	if counts[Claimed] != 1 || counts[InProgress] != 99 {
+	if counts[store.Claimed] != 1 || counts[store.InProgress] != 99 {
 		t.Fatalf("want 1 claimed and 99 in progress, got %v", counts)
 	}
 }
@@ -52,16 +54,16 @@ func TestClaimIsExclusiveUnderConcurrency(t *testing.T) {
 func TestCompletedKeyReplaysAndMismatchIsDetected(t *testing.T) {
 	st := openTemp(t, false)
 	c, err := st.ClaimKey(keyA, fpA, time.Minute)
-	if err != nil || c.Outcome != Claimed {
+	if err != nil || c.Outcome != store.Claimed {
 		t.Fatalf("claim: %v %v", c.Outcome, err)
 	}
-	resp := Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"ok":true}`)}
+	resp := store.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"ok":true}`)}
 	expires := time.Now().Add(time.Hour).Truncate(time.Second)
 	if err := st.CompleteKey(keyA, c.Token, resp, expires); err != nil {
 		t.Fatal(err)
 	}
 	again, err := st.ClaimKey(keyA, fpA, time.Minute)
-	if err != nil || again.Outcome != Replay {
+	if err != nil || again.Outcome != store.Replay {
 		t.Fatalf("want replay, got %v %v", again.Outcome, err)
 	}
 	got := again.Record.Response
@@ -72,7 +74,7 @@ func TestCompletedKeyReplaysAndMismatchIsDetected(t *testing.T) {
 		t.Fatalf("expires %v, want %v", again.Record.ExpiresAt, expires)
 	}
 	other, _ := st.ClaimKey(keyA, fpB, time.Minute)
-	if other.Outcome != Mismatch {
+	if other.Outcome != store.Mismatch {
 		t.Fatalf("want mismatch, got %v", other.Outcome)
 	}
 }
@@ -84,7 +86,7 @@ func TestReleasedKeyRunsAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	again, _ := st.ClaimKey(keyA, fpA, time.Minute)
-	if again.Outcome != Claimed {
+	if again.Outcome != store.Claimed {
 		t.Fatalf("want claimed after release, got %v", again.Outcome)
 	}
 }
@@ -97,16 +99,16 @@ func TestExpiredLeaseIsTakenOverAndOldHolderIsRefused(t *testing.T) {
 	}
 	defer st.Close()
 	first, _ := st.ClaimKey(keyA, fpA, time.Minute)
-	if c, _ := st.ClaimKey(keyA, fpA, time.Minute); c.Outcome != InProgress {
+	if c, _ := st.ClaimKey(keyA, fpA, time.Minute); c.Outcome != store.InProgress {
 		t.Fatalf("within the lease: %v", c.Outcome)
 	}
 	now = now.Add(2 * time.Minute)
 	second, _ := st.ClaimKey(keyA, fpA, time.Minute)
-	if second.Outcome != Claimed {
+	if second.Outcome != store.Claimed {
 		t.Fatalf("after the lease: %v", second.Outcome)
 	}
-	err = st.CompleteKey(keyA, first.Token, Response{Status: 200}, now.Add(time.Hour))
-	if !errors.Is(err, ErrNotHolder) {
+	err = st.CompleteKey(keyA, first.Token, store.Response{Status: 200}, now.Add(time.Hour))
+	if !errors.Is(err, store.ErrNotHolder) {
 		t.Fatalf("the stale holder completed: %v", err)
 	}
 }
@@ -118,7 +120,7 @@ func TestRecordsSurviveReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, _ := st.ClaimKey(keyA, fpA, time.Minute)
-	if err := st.CompleteKey(keyA, c.Token, Response{Status: 200, Body: []byte("hi")}, time.Now().Add(time.Hour)); err != nil {
+	if err := st.CompleteKey(keyA, c.Token, store.Response{Status: 200, Body: []byte("hi")}, time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()
@@ -149,7 +151,7 @@ func TestOneDatabaseIsSharedPerDirectory(t *testing.T) {
 		t.Fatalf("the database closed with a handle still open: %v", err)
 	}
 	b.Close()
-	if _, err := b.LookupKey(keyA); !errors.Is(err, ErrUnavailable) {
+	if _, err := b.LookupKey(keyA); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("a closed handle answered: %v", err)
 	}
 	again, err := Open(Options{Dir: dir})
@@ -166,66 +168,9 @@ func TestEvictKey(t *testing.T) {
 	if err != nil || !found {
 		t.Fatalf("evict: %v %v", found, err)
 	}
-	if c, _ := st.ClaimKey(keyA, fpB, time.Minute); c.Outcome != Claimed {
+	if c, _ := st.ClaimKey(keyA, fpB, time.Minute); c.Outcome != store.Claimed {
 		t.Fatalf("after evict: %v", c.Outcome)
 	}
-}
-
-func TestDecodeRejectsCorruptRecords(t *testing.T) {
-	for _, v := range [][]byte{nil, {9, 1}, {1}, {1, 200, 1}, {1, 2, '{', '}'}} {
-		if _, err := decodeRecord(v); err == nil && len(v) < 4 {
-			t.Errorf("decoded %v", v)
-		}
-	}
-}
-
-func TestRecordCodecRoundTrips(t *testing.T) {
-	now := time.Now()
-	for _, rec := range []*Record{
-		{State: InFlight, Fingerprint: fpA, Token: "tok", ClaimedAt: now, LeaseUntil: now.Add(time.Minute)},
-		{State: Completed, Fingerprint: fpB, OperationID: "op_1", ClaimedAt: now, ExpiresAt: now.Add(time.Hour),
-			Response: &Response{Status: 202, Header: http.Header{"A": {"1", "2"}, "Content-Type": {"application/json"}}, Body: []byte(`{"x":1}`)}},
-		{State: Completed, Fingerprint: fpA, Response: &Response{Status: 204, Header: http.Header{}}},
-	} {
-		v, err := encodeRecord(rec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := decodeRecord(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.State != rec.State || !bytes.Equal(got.Fingerprint, rec.Fingerprint) || got.Token != rec.Token || got.OperationID != rec.OperationID ||
-			!got.ClaimedAt.Equal(rec.ClaimedAt) || !got.LeaseUntil.Equal(rec.LeaseUntil) || !got.ExpiresAt.Equal(rec.ExpiresAt) {
-			t.Fatalf("round trip: %+v -> %+v", rec, got)
-		}
-		if (rec.Response == nil) != (got.Response == nil) {
-			t.Fatal("response lost or invented")
-		}
-		if rec.Response != nil && (got.Response.Status != rec.Response.Status || !bytes.Equal(got.Response.Body, rec.Response.Body) ||
-			len(got.Response.Header) != len(rec.Response.Header) || got.Response.Header.Get("A") != rec.Response.Header.Get("A")) {
-			t.Fatalf("response: %+v -> %+v", rec.Response, got.Response)
-		}
-	}
-}
-
-func FuzzDecodeRecord(f *testing.F) {
-	v, _ := encodeRecord(&Record{State: Completed, Fingerprint: fpA, Response: &Response{Status: 200, Header: http.Header{"A": {"b"}}, Body: []byte("x")}})
-	f.Add(v)
-	f.Add([]byte{2, 1, 0xff, 0xff, 0xff, 0xff, 0x0f})
-	f.Fuzz(func(t *testing.T, v []byte) {
-		rec, err := decodeRecord(v)
-		if err != nil {
-			return
-		}
-		again, err := encodeRecord(rec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := decodeRecord(again); err != nil {
-			t.Fatalf("re-encoding a decoded record broke it: %v", err)
-		}
-	})
 }
 
 func TestSizeCountsTheFilesOnDisk(t *testing.T) {
@@ -234,7 +179,7 @@ func TestSizeCountsTheFilesOnDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CompleteKey([]byte("size"), claim.Token, Response{Status: 200, Body: make([]byte, 4096)}, time.Now().Add(time.Hour)); err != nil {
+	if err := s.CompleteKey([]byte("size"), claim.Token, store.Response{Status: 200, Body: make([]byte, 4096)}, time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if n := s.Size(); n <= 0 {

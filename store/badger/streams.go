@@ -1,129 +1,29 @@
-package store
+package badger
 
 import (
 	"encoding/binary"
 	"errors"
 	"net/http"
-	"slices"
 	"strconv"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/mulligan-gw/mulligan/store"
 )
-
-// StreamRecorder is what a recorded event stream needs of storage (docs/streams.md): the events
-// of a keyed Server-Sent Events answer are appended one batch at a time while the answer is
-// relayed, read back by position by those who join or replay it, and finished (the key then
-// replays the stream) or aborted (the key is released). Every call names the stream by its
-// idempotency record key; the writing calls also present the claim's token, so an attempt that
-// lost its claim can never write into the next attempt's stream.
-type StreamRecorder interface {
-	// BeginStream starts the stream of the claim held under token, with the answer's status
-	// and headers; its events are kept for at most keep.
-	BeginStream(key []byte, token string, status int, header http.Header, keep time.Duration) error
-	// AppendEvents appends events, numbered on from the last one appended.
-	AppendEvents(key []byte, token string, events []StreamEvent) error
-	// ReadEvents returns the stream's state and at most limit events after position after.
-	ReadEvents(key []byte, after uint64, limit int) (StreamPage, error)
-	// FindEvent returns the position of the event with the given id, if the stream has it.
-	FindEvent(key []byte, id string) (uint64, bool, error)
-	// FinishStream completes the key held under token: from then on it replays the stream,
-	// until expires.
-	FinishStream(key []byte, token string, expires time.Time) error
-	// AbortStream ends the stream as broken and releases the key held under token at once.
-	AbortStream(key []byte, token string) error
-	// DropStream gives up recording a stream that is still being relayed (it passed
-	// max_result, or a write failed): from then on it reads as aborted, so joiners everywhere
-	// see it end and new duplicates do not join it, and its events are deleted; the key stays
-	// claimed under token until the attempt ends (AbortStream then releases it).
-	DropStream(key []byte, token string) error
-}
-
-// StreamState is where a recorded stream is in its life.
-type StreamState uint8
-
-const (
-	// StreamNone: the key has no stream.
-	StreamNone StreamState = iota
-	// StreamLive: the upstream is still answering; more events may come.
-	StreamLive
-	// StreamFinished: the upstream ended the answer; the stream is whole and replays.
-	StreamFinished
-	// StreamAborted: the answer broke off (the upstream, the size limit, or a gateway that died
-	// with its claim); what was recorded is never replayed as whole.
-	StreamAborted
-)
-
-// StreamEvent is one event of a stream, as relayed.
-type StreamEvent struct {
-	// Seq is the event's position in the stream, from 1.
-	Seq uint64
-	// ID is the event's id as relayed (the upstream's, or the gateway's: Seq in decimal).
-	ID string
-	// Data is the event's bytes as relayed, its closing blank line included.
-	Data []byte
-}
-
-// StreamPage is a stream's state with a page of its events.
-type StreamPage struct {
-	State StreamState
-	// Token is the claim whose attempt the stream records.
-	Token  string
-	Status int
-	Header http.Header
-	// Events and Bytes count what was recorded so far.
-	Events uint64
-	Bytes  int64
-	// List holds the events read, in order.
-	List []StreamEvent
-}
 
 // streamHead is the stored state of a stream, rewritten with every batch of events.
 type streamHead struct {
-	Token     string      `json:"token"`
-	State     StreamState `json:"state"`
-	Status    int         `json:"status"`
-	Header    http.Header `json:"header,omitempty"`
-	Events    uint64      `json:"events"`
-	Bytes     int64       `json:"bytes"`
-	KeepUntil int64       `json:"keep_until"` // unix seconds: the events' expiry
+	Token     string            `json:"token"`
+	State     store.StreamState `json:"state"`
+	Status    int               `json:"status"`
+	Header    http.Header       `json:"header,omitempty"`
+	Events    uint64            `json:"events"`
+	Bytes     int64             `json:"bytes"`
+	KeepUntil int64             `json:"keep_until"` // unix seconds: the events' expiry
 }
-
-// ErrStreamNotLive answers a write to a stream that is not live under the given claim: it was
-// finished, aborted, or replaced by another attempt.
-var ErrStreamNotLive = errors.New("stream is not live under this claim")
 
 // A batch of events is stored as one segment, on every backend: a fast stream costs one write
 // per batch, not one per event. A segment is each event's id and data, length-prefixed.
-
-// EncodeSegment appends the segment of events to dst.
-func EncodeSegment(dst []byte, events []StreamEvent) []byte {
-	size := 0
-	for _, e := range events {
-		size += len(e.ID) + len(e.Data) + 2*binary.MaxVarintLen32
-	}
-	dst = slices.Grow(dst, size)
-	for _, e := range events {
-		dst = appendBytes(appendBytes(dst, []byte(e.ID)), e.Data)
-	}
-	return dst
-}
-
-// DecodeSegment reads a segment whose first event is at position first and appends to out its
-// events after position after, up to limit events in out.
-func DecodeSegment(seg []byte, first, after uint64, limit int, out []StreamEvent) ([]StreamEvent, error) {
-	d := &decoder{b: seg}
-	for seq := first; len(d.b) > 0 && len(out) < limit; seq++ {
-		id, data := d.bytes(), d.bytes()
-		if d.err {
-			return out, errCorrupt
-		}
-		if seq > after {
-			out = append(out, StreamEvent{Seq: seq, ID: string(id), Data: data})
-		}
-	}
-	return out, nil
-}
 
 // BeginStream implements StreamRecorder. A previous attempt's stream under the same key is
 // replaced: its events are left to expire. Like AppendEvents it does not wait for an fsync, so
@@ -138,7 +38,7 @@ func (s *Store) BeginStream(key []byte, token string, status int, header http.He
 		if _, err := heldRecord(txn, key, token); err != nil {
 			return err
 		}
-		head := &streamHead{Token: token, State: StreamLive, Status: status, Header: header, KeepUntil: s.now().Add(keep).Unix()}
+		head := &streamHead{Token: token, State: store.StreamLive, Status: status, Header: header, KeepUntil: s.now().Add(keep).Unix()}
 		return putHead(txn, key, head)
 	}))
 }
@@ -148,7 +48,7 @@ func (s *Store) BeginStream(key []byte, token string, status int, header http.He
 // a slow one (a batch per event) one per event. It commits without waiting for an fsync: a
 // partial recording is worth nothing after a crash (it is never replayed), and FinishStream's
 // fsync covers every event written before it.
-func (s *Store) AppendEvents(key []byte, token string, events []StreamEvent) error {
+func (s *Store) AppendEvents(key []byte, token string, events []store.StreamEvent) error {
 	if len(events) == 0 {
 		return nil
 	}
@@ -170,7 +70,7 @@ func (s *Store) AppendEvents(key []byte, token string, events []StreamEvent) err
 				return err
 			}
 		}
-		entry := badger.NewEntry(streamEventKey(key, token, first), EncodeSegment(nil, events))
+		entry := badger.NewEntry(streamEventKey(key, token, first), store.EncodeSegment(nil, events))
 		entry.ExpiresAt = uint64(head.KeepUntil)
 		if err := txn.SetEntry(entry); err != nil {
 			return err
@@ -181,21 +81,21 @@ func (s *Store) AppendEvents(key []byte, token string, events []StreamEvent) err
 
 // ReadEvents implements StreamRecorder. A stream whose claim is gone or ran out of lease (its
 // gateway died) reads as aborted.
-func (s *Store) ReadEvents(key []byte, after uint64, limit int) (StreamPage, error) {
-	var page StreamPage
+func (s *Store) ReadEvents(key []byte, after uint64, limit int) (store.StreamPage, error) {
+	var page store.StreamPage
 	err := s.view(func(txn *badger.Txn) error {
 		head, err := getHead(txn, key)
 		if err != nil || head == nil {
 			return err
 		}
-		page = StreamPage{State: head.State, Token: head.Token, Status: head.Status, Header: head.Header, Events: head.Events, Bytes: head.Bytes}
-		if head.State == StreamLive {
+		page = store.StreamPage{State: head.State, Token: head.Token, Status: head.Status, Header: head.Header, Events: head.Events, Bytes: head.Bytes}
+		if head.State == store.StreamLive {
 			rec, err := getRecord(txn, key)
 			if err != nil {
 				return err
 			}
-			if rec == nil || rec.State != InFlight || rec.Token != head.Token || !s.now().Before(rec.LeaseUntil) {
-				page.State = StreamAborted
+			if rec == nil || rec.State != store.InFlight || rec.Token != head.Token || !s.now().Before(rec.LeaseUntil) {
+				page.State = store.StreamAborted
 			}
 		}
 		if limit <= 0 || after >= head.Events {
@@ -222,7 +122,7 @@ func (s *Store) FindEvent(key []byte, id string) (uint64, bool, error) {
 		case err == nil:
 			return item.Value(func(v []byte) error {
 				if len(v) != 8 {
-					return errCorrupt
+					return store.ErrCorrupt
 				}
 				seq, found = binary.BigEndian.Uint64(v), true
 				return nil
@@ -255,12 +155,12 @@ func (s *Store) FinishStream(key []byte, token string, expires time.Time) error 
 		if keep := time.Unix(head.KeepUntil, 0); expires.After(keep) {
 			expires = keep // the events go at KeepUntil: the record must not outlive them
 		}
-		head.State = StreamFinished
+		head.State = store.StreamFinished
 		if err := putHead(txn, key, head); err != nil {
 			return err
 		}
-		rec.State, rec.Token, rec.LeaseUntil, rec.ExpiresAt, rec.Streamed = Completed, "", time.Time{}, expires, true
-		rec.Response = &Response{Status: head.Status, Header: head.Header}
+		rec.State, rec.Token, rec.LeaseUntil, rec.ExpiresAt, rec.Streamed = store.Completed, "", time.Time{}, expires, true
+		rec.Response = &store.Response{Status: head.Status, Header: head.Header}
 		return putRecord(txn, key, rec, time.Until(expires))
 	})
 }
@@ -275,13 +175,13 @@ func (s *Store) AbortStream(key []byte, token string) error {
 			return err
 		}
 		if head != nil && head.Token == token {
-			head.State = StreamAborted
+			head.State = store.StreamAborted
 			if err := putHead(txn, key, head); err != nil {
 				return err
 			}
 		}
 		rec, err := getRecord(txn, key)
-		if err != nil || rec == nil || rec.State != InFlight || rec.Token != token {
+		if err != nil || rec == nil || rec.State != store.InFlight || rec.Token != token {
 			return err // the claim is already gone: nothing to release
 		}
 		return txn.Delete(idempotencyKey(key))
@@ -301,7 +201,7 @@ func (s *Store) DropStream(key []byte, token string) error {
 		if err != nil {
 			return err
 		}
-		head.State = StreamAborted
+		head.State = store.StreamAborted
 		return putHead(txn, key, head)
 	})
 	unlock()
@@ -339,8 +239,8 @@ func liveHead(txn *badger.Txn, key []byte, token string) (*streamHead, error) {
 	if err != nil {
 		return nil, err
 	}
-	if head == nil || head.Token != token || head.State != StreamLive {
-		return nil, domainError{ErrStreamNotLive}
+	if head == nil || head.Token != token || head.State != store.StreamLive {
+		return nil, domainError{store.ErrStreamNotLive}
 	}
 	return head, nil
 }
@@ -355,14 +255,14 @@ func getHead(txn *badger.Txn, key []byte) (*streamHead, error) {
 	}
 	head := new(streamHead)
 	err = item.Value(func(v []byte) error {
-		_, derr := decode(v, head)
+		_, derr := store.Decode(v, head)
 		return derr
 	})
 	return head, err
 }
 
 func putHead(txn *badger.Txn, key []byte, head *streamHead) error {
-	v, err := encode(head, nil)
+	v, err := store.Encode(head, nil)
 	if err != nil {
 		return err
 	}
@@ -384,7 +284,7 @@ func indexEventID(txn *badger.Txn, key []byte, head *streamHead, id string) erro
 
 // readStreamEvents reads at most limit events after position after: from the segment that
 // holds event after+1 (the last one starting at or before it) on.
-func readStreamEvents(txn *badger.Txn, key []byte, token string, after uint64, limit int) ([]StreamEvent, error) {
+func readStreamEvents(txn *badger.Txn, key []byte, token string, after uint64, limit int) ([]store.StreamEvent, error) {
 	prefix := streamEventPrefix(key, token)
 	start := prefix
 	back := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
@@ -394,12 +294,12 @@ func readStreamEvents(txn *badger.Txn, key []byte, token string, after uint64, l
 	back.Close()
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 4})
 	defer it.Close()
-	var out []StreamEvent
+	var out []store.StreamEvent
 	for it.Seek(start); it.Valid() && len(out) < limit; it.Next() {
 		first := binary.BigEndian.Uint64(it.Item().Key()[len(prefix):])
 		err := it.Item().Value(func(v []byte) error {
 			var err error
-			out, err = DecodeSegment(v, first, after, limit, out)
+			out, err = store.DecodeSegment(v, first, after, limit, out)
 			return err
 		})
 		if err != nil {

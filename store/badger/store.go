@@ -1,8 +1,7 @@
-// Package store keeps everything Mulligan must not lose: idempotency records, operations, their
-// requests and results, and the webhook outbox. It names the storage seam (Backend), holds the
-// decisions every backend shares (AnswerFor, the state machine, the outbox steps), and is the
-// Badger backend (Store); store/postgres is the PostgreSQL one (docs/backends.md).
-package store
+// Package badger is the Badger backend of store.Backend: one process, one directory, one
+// database per directory shared by every handle opened on it, writes group-committed
+// (docs/backends.md). store/postgres is the PostgreSQL one; both pass store/storetest.
+package badger
 
 import (
 	"errors"
@@ -11,23 +10,8 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/mulligan-gw/mulligan/store"
 )
-
-// ErrUnavailable wraps every failure of the underlying database. Callers answer it with
-// 503 STORAGE_UNAVAILABLE: the request may be retried once storage is back.
-var ErrUnavailable = errors.New("storage unavailable")
-
-// ErrClosed is returned by calls made on a Store after Close.
-var ErrClosed = fmt.Errorf("%w: store is closed", ErrUnavailable)
-
-// Logger receives Badger's own log lines. Its method set is Badger's, so zap's sugared logger
-// and the standard library's adapters fit.
-type Logger interface {
-	Errorf(string, ...any)
-	Warningf(string, ...any)
-	Infof(string, ...any)
-	Debugf(string, ...any)
-}
 
 // Options configures a Store.
 type Options struct {
@@ -40,7 +24,7 @@ type Options struct {
 	// writers share one fsync (group commit).
 	Sync bool
 	// Logger receives the database's warnings and errors; nil discards them.
-	Logger Logger
+	Logger store.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// DeadLetterRetention is how long a dead letter is kept after it was dead-lettered; zero
@@ -185,7 +169,7 @@ func (s *Store) view(fn func(txn *badger.Txn) error) error {
 func (s *Store) usable() error {
 	select {
 	case <-s.closed:
-		return ErrClosed
+		return store.ErrClosed
 	default:
 		return nil
 	}
@@ -203,9 +187,12 @@ func wrap(err error) error {
 		return nil
 	case errors.As(err, &d):
 		return d.error
-	case errors.Is(err, ErrUnavailable):
+	case errors.Is(err, store.ErrUnavailable):
 		return err
 	default:
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return fmt.Errorf("%w: %v", store.ErrUnavailable, err)
 	}
 }
+
+// The Badger Store is a Backend.
+var _ store.Backend = (*Store)(nil)

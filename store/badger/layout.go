@@ -1,6 +1,10 @@
-package store
+package badger
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
 
 // Key layout. Every key starts with a one-letter family and a slash, so families never collide
 // and each can be scanned by prefix. Operation ids sort by creation time, so the queue and the
@@ -49,11 +53,11 @@ func streamIDKey(k []byte, token, id string) []byte { return append(streamIDPref
 func scopeIndexKey(scope, id string) []byte { return []byte(prefixScope + scope + "/" + id) }
 
 // indexPrefix is the index family of the statuses that have one.
-func indexPrefix(s Status) []byte {
+func indexPrefix(s store.Status) []byte {
 	switch s {
-	case StatusQueued:
+	case store.StatusQueued:
 		return []byte(prefixQueue)
-	case StatusRunning:
+	case store.StatusRunning:
 		return []byte(prefixRunning)
 	}
 	return nil

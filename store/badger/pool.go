@@ -1,4 +1,4 @@
-package store
+package badger
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/mulligan-gw/mulligan/store"
 )
 
 // shared is one open database and the handles counting on it.
@@ -53,7 +54,7 @@ func acquire(opts Options) (*shared, error) {
 	}
 	db, err := badger.Open(badgerOptions(dir, opts))
 	if err != nil {
-		return nil, fmt.Errorf("%w: opening %s: %v", ErrUnavailable, dir, err)
+		return nil, fmt.Errorf("%w: opening %s: %v", store.ErrUnavailable, dir, err)
 	}
 	sh := &shared{
 		dir: dir, key: bytes.Clone(opts.EncryptionKey), db: db, refs: 1,
@@ -62,17 +63,17 @@ func acquire(opts Options) (*shared, error) {
 		queue: newQueueState(), deadKeptFor: opts.DeadLetterRetention,
 	}
 	if sh.deadKeptFor <= 0 {
-		sh.deadKeptFor = DefaultDeadLetterRetention
+		sh.deadKeptFor = store.DefaultDeadLetterRetention
 	}
 	if err := sh.queue.load(db); err != nil {
 		sh.syncer.stop()
 		_ = db.Close()
-		return nil, fmt.Errorf("%w: reading the queue of %s: %v", ErrUnavailable, dir, err)
+		return nil, fmt.Errorf("%w: reading the queue of %s: %v", store.ErrUnavailable, dir, err)
 	}
 	if err := sh.counts.load(db); err != nil {
 		sh.syncer.stop()
 		_ = db.Close()
-		return nil, fmt.Errorf("%w: counting the outbox of %s: %v", ErrUnavailable, dir, err)
+		return nil, fmt.Errorf("%w: counting the outbox of %s: %v", store.ErrUnavailable, dir, err)
 	}
 	go sh.collectGarbage()
 	pool[dir] = sh
@@ -146,7 +147,7 @@ func (sh *shared) collectGarbage() {
 }
 
 // logAdapter forwards Badger's warnings and errors and drops its chatter.
-type logAdapter struct{ l Logger }
+type logAdapter struct{ l store.Logger }
 
 func (a logAdapter) Errorf(f string, v ...any) {
 	if a.l != nil {

@@ -1,9 +1,11 @@
-package store
+package badger
 
 import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/mulligan-gw/mulligan/store"
 )
 
 // BenchmarkClaimNextAfterManyOperations measures an operation's trip through the queue (accept,
@@ -16,15 +18,15 @@ func BenchmarkClaimNextAfterManyOperations(b *testing.B) {
 	}
 	defer st.Close()
 	cycle := func(i int) {
-		op := &Operation{ID: fmt.Sprintf("op_%09d", i), Scope: "s", Status: StatusQueued, Retention: time.Hour, SubmittedAt: time.Now()}
-		if _, err := st.AcceptOperation(op, &Request{}, nil); err != nil {
+		op := &store.Operation{ID: fmt.Sprintf("op_%09d", i), Scope: "s", Status: store.StatusQueued, Retention: time.Hour, SubmittedAt: time.Now()}
+		if _, err := st.AcceptOperation(op, &store.Request{}, nil); err != nil {
 			b.Fatal(err)
 		}
 		got, err := st.ClaimNext("w", time.Minute)
 		if err != nil || got == nil || got.ID != op.ID {
 			b.Fatalf("claimed %v, %v; want %s", got, err, op.ID)
 		}
-		if _, err := st.Transition(got.ID, Change{To: StatusSucceeded, Holder: "w"}); err != nil {
+		if _, err := st.Transition(got.ID, store.Change{To: store.StatusSucceeded, Holder: "w"}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -38,7 +40,7 @@ func BenchmarkClaimNextAfterManyOperations(b *testing.B) {
 	}
 	b.StopTimer()
 	start := time.Now()
-	if _, err := st.OperationsIn(StatusQueued); err != nil {
+	if _, err := st.OperationsIn(store.StatusQueued); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(time.Since(start).Microseconds()), "µs/scan") // what each claim would cost by scanning

@@ -1,4 +1,4 @@
-package module
+package fingerprint
 
 import (
 	"bytes"
@@ -35,7 +35,7 @@ const minBookkeeping = 64 << 10
 const (
 	memberSize    = int(unsafe.Sizeof(member{}))
 	reorderedSize = int(unsafe.Sizeof(reordered{}))
-	spanSize      = int(unsafe.Sizeof(span{}))
+	spanSize      = int(unsafe.Sizeof(byteRange{}))
 )
 
 // pointer is a parsed fingerprint_ignore pointer: each reference token as a member name and,
@@ -66,15 +66,15 @@ type pathStep struct {
 
 // reordered is an object whose members are written in another order than they arrived.
 type reordered struct {
-	start, end int    // the object's text in out, braces included
-	members    []span // its members' text in out, in canonical order, duplicates dropped
+	start, end int         // the object's text in out, braces included
+	members    []byteRange // its members' text in out, in canonical order, duplicates dropped
 }
 
-// span is a stretch of a buffer.
-type span struct{ from, to int }
+// byteRange is a stretch of a buffer.
+type byteRange struct{ from, to int }
 
 // member is an object member being read: its text in out and its decoded name in names.
-type member struct{ text, name span }
+type member struct{ text, name byteRange }
 
 // canonicaliser reads JSON by hand, with the grammar encoding/json accepts, so that scalars are
 // copied or re-escaped straight into out without a token or an allocation each.
@@ -233,7 +233,7 @@ func (c *canonicaliser) object() error {
 			return err
 		}
 		c.names = names
-		name := span{from, len(c.names)}
+		name := byteRange{from, len(c.names)}
 		if c.next() != ':' {
 			return errNotCanonical
 		}
@@ -254,7 +254,7 @@ func (c *canonicaliser) object() error {
 					ordered = false
 				}
 			}
-			c.members = append(c.members, member{text: span{text, len(c.out)}, name: name})
+			c.members = append(c.members, member{text: byteRange{text, len(c.out)}, name: name})
 			written++
 			if err == nil && c.overBudget() {
 				err = errTooCostly
@@ -284,11 +284,11 @@ func (c *canonicaliser) object() error {
 
 // sorted orders members by name (as encoding/json sorts a map's keys); of a name given twice
 // the last one counts, as when decoding into a map.
-func (c *canonicaliser) sorted(ms []member) []span {
+func (c *canonicaliser) sorted(ms []member) []byteRange {
 	order := slices.Clone(ms)
 	name := func(m member) []byte { return c.names[m.name.from:m.name.to] }
 	slices.SortStableFunc(order, func(a, b member) int { return bytes.Compare(name(a), name(b)) })
-	out := make([]span, 0, len(order))
+	out := make([]byteRange, 0, len(order))
 	for i, m := range order {
 		if i+1 < len(order) && bytes.Equal(name(order[i+1]), name(m)) {
 			continue // a later duplicate follows

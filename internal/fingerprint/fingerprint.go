@@ -1,4 +1,6 @@
-package module
+// Package fingerprint computes the fingerprint of a request that an idempotency key is bound
+// to, over a canonical form of its JSON body (docs/api.md). It needs only the standard library.
+package fingerprint
 
 import (
 	"crypto/sha256"
@@ -8,18 +10,19 @@ import (
 	"strings"
 )
 
-// fingerprinter computes the fingerprint of a request: SHA-256 over method, path, query,
+// Fingerprinter computes the fingerprint of a request: SHA-256 over method, path, query,
 // Content-Type and body. A JSON body is canonicalised first (key order, whitespace) with the
 // configured JSON pointers dropped, so a client that re-serialises its payload on retry still
 // matches.
-type fingerprinter struct {
+type Fingerprinter struct {
 	ignore []pointer // parsed JSON pointers
 }
 
-func newFingerprinter(pointers []string) (*fingerprinter, error) {
-	f := &fingerprinter{}
+// New returns a Fingerprinter that leaves out the given JSON pointers.
+func New(pointers []string) (*Fingerprinter, error) {
+	f := &Fingerprinter{}
 	for _, p := range pointers {
-		tokens, err := parsePointer(p)
+		tokens, err := ParsePointer(p)
 		if err != nil {
 			return nil, err
 		}
@@ -28,36 +31,37 @@ func newFingerprinter(pointers []string) (*fingerprinter, error) {
 	return f, nil
 }
 
-// sum returns the fingerprint.
-func (f *fingerprinter) sum(method, path, query, contentType string, body []byte) []byte {
+// Sum returns the fingerprint.
+func (f *Fingerprinter) Sum(method, path, query, contentType string, body []byte) []byte {
 	mediaType, params, err := mime.ParseMediaType(contentType)
 	if err != nil {
 		mediaType = strings.ToLower(strings.TrimSpace(contentType))
 	} else {
 		contentType = mime.FormatMediaType(mediaType, params)
 	}
-	if isJSON(mediaType) {
+	if IsJSON(mediaType) {
 		if canon, ok := f.canonicalJSON(body); ok {
 			body = canon
 		}
 	}
 	h := sha256.New()
 	for _, part := range []string{method, path, query, contentType} {
-		writeField(h, []byte(part))
+		WriteField(h, []byte(part))
 	}
-	writeField(h, body)
+	WriteField(h, body)
 	return h.Sum(nil)
 }
 
-// writeField length-prefixes each part, so no two different requests hash the same parts.
-func writeField(h interface{ Write([]byte) (int, error) }, b []byte) {
+// WriteField length-prefixes each part, so no two different requests hash the same parts.
+func WriteField(h interface{ Write([]byte) (int, error) }, b []byte) {
 	var n [8]byte
 	binary.BigEndian.PutUint64(n[:], uint64(len(b)))
 	_, _ = h.Write(n[:])
 	_, _ = h.Write(b)
 }
 
-func isJSON(mediaType string) bool {
+// IsJSON reports whether mediaType is JSON (application/json or any +json type).
+func IsJSON(mediaType string) bool {
 	return mediaType == "application/json" || strings.HasSuffix(mediaType, "+json")
 }
 
@@ -66,7 +70,7 @@ func isJSON(mediaType string) bool {
 // into any. It reports false when body is not one JSON value, or when its shape would cost a
 // multiple of the body to canonicalise (then the body is fingerprinted as written). See
 // canonical.go.
-func (f *fingerprinter) canonicalJSON(body []byte) ([]byte, bool) {
+func (f *Fingerprinter) canonicalJSON(body []byte) ([]byte, bool) {
 	c := &canonicaliser{in: body, ignore: f.ignore, out: make([]byte, 0, len(body)+1), bookkeeping: max(len(body)/2, minBookkeeping)}
 	if c.document() != nil {
 		return nil, false
@@ -74,8 +78,8 @@ func (f *fingerprinter) canonicalJSON(body []byte) ([]byte, bool) {
 	return c.text(), true
 }
 
-// parsePointer splits an RFC 6901 JSON pointer into unescaped reference tokens.
-func parsePointer(p string) ([]string, error) {
+// ParsePointer splits an RFC 6901 JSON pointer into unescaped reference tokens.
+func ParsePointer(p string) ([]string, error) {
 	if p == "" || p[0] != '/' {
 		return nil, fmt.Errorf("JSON pointer %q must start with /", p)
 	}

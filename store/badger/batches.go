@@ -1,4 +1,4 @@
-package store
+package badger
 
 import (
 	"bufio"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/mulligan-gw/mulligan/store"
 )
 
 // The Badger side of files and batches (docs/batches.md). Key layout, beside keys.go's:
@@ -44,15 +46,15 @@ func fileChunkKey(id string, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(fileChunkPrefix(id), seq)
 }
 
-type batchAnnouncerSlot = atomic.Pointer[BatchAnnouncer]
+type batchAnnouncerSlot = atomic.Pointer[store.BatchAnnouncer]
 
 // SetBatchAnnouncer installs the announcer of batches' final statuses.
-func (s *Store) SetBatchAnnouncer(a BatchAnnouncer) { s.sh.batchAnn.Store(&a) }
+func (s *Store) SetBatchAnnouncer(a store.BatchAnnouncer) { s.sh.batchAnn.Store(&a) }
 
 // CreateFile stores f and its content in chunks of their own transactions; the file itself is
 // written last, so a file half uploaded when the process died is never visible (its chunks
 // expire with the file's lifetime).
-func (s *Store) CreateFile(f *File, r io.Reader, max int64) error {
+func (s *Store) CreateFile(f *store.File, r io.Reader, max int64) error {
 	ttl := time.Until(f.ExpiresAt)
 	buf := make([]byte, fileChunk)
 	var seq uint64
@@ -64,7 +66,7 @@ func (s *Store) CreateFile(f *File, r io.Reader, max int64) error {
 			f.Lines += bytes.Count(buf[:n], []byte{'\n'})
 			if f.Bytes > max {
 				s.dropChunks(f.ID)
-				return ErrTooLarge
+				return store.ErrTooLarge
 			}
 			lastByte = buf[n-1]
 			chunk := append([]byte(nil), buf[:n]...)
@@ -87,7 +89,7 @@ func (s *Store) CreateFile(f *File, r io.Reader, max int64) error {
 		f.Lines++ // a last line without its newline
 	}
 	return s.update(func(txn *badger.Txn) error {
-		v, err := encode(f, nil)
+		v, err := store.Encode(f, nil)
 		if err != nil {
 			return err
 		}
@@ -126,11 +128,11 @@ func (s *Store) dropChunks(id string) {
 	}
 }
 
-// GetFile returns file id, or ErrNotFound.
-func (s *Store) GetFile(id string) (*File, error) {
-	var f File
+// GetFile returns file id, or store.ErrNotFound.
+func (s *Store) GetFile(id string) (*store.File, error) {
+	var f store.File
 	err := s.view(func(txn *badger.Txn) error {
-		return getValue(txn, fileKey(id), func(v []byte) error { _, err := decode(v, &f); return err })
+		return getValue(txn, fileKey(id), func(v []byte) error { _, err := store.Decode(v, &f); return err })
 	})
 	if err != nil {
 		return nil, err
@@ -162,7 +164,7 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 				return nil
 			})
 		})
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) {
 			return 0, io.EOF
 		}
 		if err != nil {
@@ -193,13 +195,13 @@ func (s *Store) DeleteFile(id string) error {
 	return nil
 }
 
-// ListFiles returns scope's files newest first (see Batches).
-func (s *Store) ListFiles(scope, after string, limit int) ([]*File, bool, error) {
-	var out []*File
+// ListFiles returns scope's files newest first (see store.Batches).
+func (s *Store) ListFiles(scope, after string, limit int) ([]*store.File, bool, error) {
+	var out []*store.File
 	more, err := s.listIndex([]byte(prefixFileScope+scope+"/"), after, limit, func(txn *badger.Txn, id string) (bool, error) {
-		var f File
-		err := getValue(txn, fileKey(id), func(v []byte) error { _, err := decode(v, &f); return err })
-		if errors.Is(err, ErrNotFound) {
+		var f store.File
+		err := getValue(txn, fileKey(id), func(v []byte) error { _, err := store.Decode(v, &f); return err })
+		if errors.Is(err, store.ErrNotFound) {
 			return false, nil
 		}
 		out = append(out, &f)
@@ -208,12 +210,12 @@ func (s *Store) ListFiles(scope, after string, limit int) ([]*File, bool, error)
 	return out, more, err
 }
 
-// ListBatches returns scope's batches newest first (see Batches).
-func (s *Store) ListBatches(scope, after string, limit int) ([]*Batch, bool, error) {
-	var out []*Batch
+// ListBatches returns scope's batches newest first (see store.Batches).
+func (s *Store) ListBatches(scope, after string, limit int) ([]*store.Batch, bool, error) {
+	var out []*store.Batch
 	more, err := s.listIndex([]byte(prefixBatchScope+scope+"/"), after, limit, func(txn *badger.Txn, id string) (bool, error) {
 		b, err := getBatch(txn, id)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) {
 			return false, nil
 		}
 		out = append(out, b)
@@ -257,7 +259,7 @@ func (s *Store) listIndex(prefix []byte, after string, limit int, add func(*badg
 }
 
 // CreateBatch stores a new batch.
-func (s *Store) CreateBatch(b *Batch) error {
+func (s *Store) CreateBatch(b *store.Batch) error {
 	return s.update(func(txn *badger.Txn) error {
 		if err := txn.Set(batchScopeKey(b.Scope, b.ID), nil); err != nil {
 			return err
@@ -266,9 +268,9 @@ func (s *Store) CreateBatch(b *Batch) error {
 	})
 }
 
-// GetBatch returns batch id, or ErrNotFound.
-func (s *Store) GetBatch(id string) (*Batch, error) {
-	var b *Batch
+// GetBatch returns batch id, or store.ErrNotFound.
+func (s *Store) GetBatch(id string) (*store.Batch, error) {
+	var b *store.Batch
 	err := s.view(func(txn *badger.Txn) error {
 		var err error
 		b, err = getBatch(txn, id)
@@ -277,9 +279,9 @@ func (s *Store) GetBatch(id string) (*Batch, error) {
 	return b, err
 }
 
-func getBatch(txn *badger.Txn, id string) (*Batch, error) {
-	var b Batch
-	err := getValue(txn, batchKey(id), func(v []byte) error { _, err := decode(v, &b); return err })
+func getBatch(txn *badger.Txn, id string) (*store.Batch, error) {
+	var b store.Batch
+	err := getValue(txn, batchKey(id), func(v []byte) error { _, err := store.Decode(v, &b); return err })
 	if err != nil {
 		return nil, err
 	}
@@ -288,8 +290,8 @@ func getBatch(txn *badger.Txn, id string) (*Batch, error) {
 
 // putBatch writes b, keeps the unsettled index in step, gives a final batch its retention and
 // writes the announcer's event for it.
-func (s *Store) putBatch(txn *badger.Txn, b *Batch) error {
-	v, err := encode(b, nil)
+func (s *Store) putBatch(txn *badger.Txn, b *store.Batch) error {
+	v, err := store.Encode(b, nil)
 	if err != nil {
 		return err
 	}
@@ -312,7 +314,7 @@ func (s *Store) putBatch(txn *badger.Txn, b *Batch) error {
 	return s.announceBatch(txn, b)
 }
 
-func (s *Store) announceBatch(txn *badger.Txn, b *Batch) error {
+func (s *Store) announceBatch(txn *badger.Txn, b *store.Batch) error {
 	a := s.sh.batchAnn.Load()
 	if a == nil || *a == nil {
 		return nil
@@ -321,14 +323,14 @@ func (s *Store) announceBatch(txn *badger.Txn, b *Batch) error {
 	if ev == nil {
 		return nil
 	}
-	ev.State, ev.NextAttempt = EventPending, ev.OccurredAt
+	ev.State, ev.NextAttempt = store.EventPending, ev.OccurredAt
 	return s.sh.putEvent(txn, ev, nil)
 }
 
-// UpdateBatch applies fn to batch id and settles it (see Batches). A final batch is returned
+// UpdateBatch applies fn to batch id and settles it (see store.Batches). A final batch is returned
 // as it is, fn not called.
-func (s *Store) UpdateBatch(id string, fn func(*Batch) error) (*Batch, error) {
-	var out *Batch
+func (s *Store) UpdateBatch(id string, fn func(*store.Batch) error) (*store.Batch, error) {
+	var out *store.Batch
 	err := s.update(func(txn *badger.Txn) error {
 		b, err := getBatch(txn, id)
 		if err != nil {
@@ -343,7 +345,7 @@ func (s *Store) UpdateBatch(id string, fn func(*Batch) error) (*Batch, error) {
 		}
 		at := s.now()
 		b.UpdatedAt = at
-		SettleBatch(b, at)
+		store.SettleBatch(b, at)
 		return s.putBatch(txn, b)
 	})
 	if err != nil {
@@ -352,21 +354,21 @@ func (s *Store) UpdateBatch(id string, fn func(*Batch) error) (*Batch, error) {
 	return out, nil
 }
 
-// AddBatchLines stores lines from+1.. of batch id (see Batches).
-func (s *Store) AddBatchLines(id string, from int, ops []*Operation, reqs []*Request) (*Batch, error) {
-	var out *Batch
+// AddBatchLines stores lines from+1.. of batch id (see store.Batches).
+func (s *Store) AddBatchLines(id string, from int, ops []*store.Operation, reqs []*store.Request) (*store.Batch, error) {
+	var out *store.Batch
 	err := s.updateThen(func(txn *badger.Txn) error {
 		b, err := getBatch(txn, id)
 		if err != nil {
 			return err
 		}
 		if b.Created != from || b.Status.Final() {
-			return domainError{ErrStale}
+			return domainError{store.ErrStale}
 		}
 		at := s.now()
 		for i, op := range ops {
-			if CutLine(b, op, at) {
-				CountLine(b, op)
+			if store.CutLine(b, op, at) {
+				store.CountLine(b, op)
 			} else if err := putRequest(txn, op.ID, reqs[i]); err != nil {
 				return err
 			}
@@ -376,7 +378,7 @@ func (s *Store) AddBatchLines(id string, from int, ops []*Operation, reqs []*Req
 		}
 		b.Created += len(ops)
 		b.UpdatedAt = at
-		SettleBatch(b, at)
+		store.SettleBatch(b, at)
 		out = b
 		return s.putBatch(txn, b)
 	}, func() {
@@ -392,12 +394,12 @@ func (s *Store) AddBatchLines(id string, from int, ops []*Operation, reqs []*Req
 
 // countLine counts a line operation that has just become final into its batch, in the same
 // transaction: a line is counted exactly once, and the last one settles the batch.
-func (s *Store) countLine(txn *badger.Txn, op *Operation, at time.Time) error {
+func (s *Store) countLine(txn *badger.Txn, op *store.Operation, at time.Time) error {
 	if op.Batch == nil || !op.Status.Final() {
 		return nil
 	}
 	b, err := getBatch(txn, op.Batch.Batch)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return nil // the batch is gone (retention): nothing to count into
 	}
 	if err != nil {
@@ -406,9 +408,9 @@ func (s *Store) countLine(txn *badger.Txn, op *Operation, at time.Time) error {
 	if b.Status.Final() {
 		return nil
 	}
-	CountLine(b, op)
+	store.CountLine(b, op)
 	b.UpdatedAt = at
-	SettleBatch(b, at)
+	store.SettleBatch(b, at)
 	return s.putBatch(txn, b)
 }
 
@@ -427,4 +429,4 @@ func (s *Store) UnsettledBatches() ([]string, error) {
 }
 
 // The Badger Store keeps files and batches.
-var _ Batches = (*Store)(nil)
+var _ store.Batches = (*Store)(nil)

@@ -1,4 +1,4 @@
-package store
+package badger
 
 import (
 	"errors"
@@ -8,11 +8,13 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mulligan-gw/mulligan/store"
 )
 
 func TestQueuedOperationLostFromMemoryStillRuns(t *testing.T) {
 	st := openTemp(t, true)
-	if _, err := st.AcceptOperation(newOp("op_1"), &Request{}, nil); err != nil {
+	if _, err := st.AcceptOperation(newOp("op_1"), &store.Request{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	// The in-memory enqueue is lost (as after an fsync error following the commit).
@@ -32,7 +34,7 @@ func TestOperationsLeftRunningByACrashAreExpiredAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.AcceptOperation(newOp("op_1"), &Request{}, nil); err != nil {
+	if _, err := st.AcceptOperation(newOp("op_1"), &store.Request{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if op, err := st.ClaimNext("w1", time.Hour); err != nil || op == nil {
@@ -55,7 +57,7 @@ func TestOperationsLeftRunningByACrashAreExpiredAtOnce(t *testing.T) {
 	if err != nil || len(exp) != 1 || exp[0].ID != "op_1" || exp[0].Holder != "w1" {
 		t.Fatalf("after restart: %v %v; want op_1, held by w1 an hour longer, expired", ids(exp), err)
 	}
-	if _, err := st.Transition("op_1", Change{To: StatusQueued, Holder: "w1", LeaseExpired: true}); err != nil {
+	if _, err := st.Transition("op_1", store.Change{To: store.StatusQueued, Holder: "w1", LeaseExpired: true}); err != nil {
 		t.Fatal(err)
 	}
 	if queued, running, _ := st.QueueStats(); queued != 1 || running != 0 {
@@ -110,7 +112,7 @@ func TestCancelRacingAClaimLeavesTheQueueInStep(t *testing.T) {
 	for i := range n {
 		id := fmt.Sprintf("op_%06d", i)
 		op := newOp(id)
-		if _, err := st.AcceptOperation(op, &Request{}, nil); err != nil {
+		if _, err := st.AcceptOperation(op, &store.Request{}, nil); err != nil {
 			t.Fatal(err)
 		}
 		start := make(chan struct{})
@@ -123,12 +125,12 @@ func TestCancelRacingAClaimLeavesTheQueueInStep(t *testing.T) {
 		})
 		wg.Go(func() {
 			<-start
-			_, _ = st.Transition(id, Change{To: StatusCanceled})
+			_, _ = st.Transition(id, store.Change{To: store.StatusCanceled})
 		})
 		close(start)
 		wg.Wait()
-		if op, err := st.GetOperation(id); err == nil && op.Status == StatusRunning {
-			if _, err := st.Transition(id, Change{To: StatusCanceled}); err != nil {
+		if op, err := st.GetOperation(id); err == nil && op.Status == store.StatusRunning {
+			if _, err := st.Transition(id, store.Change{To: store.StatusCanceled}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -145,7 +147,7 @@ func TestCancelRacingAClaimLeavesTheQueueInStep(t *testing.T) {
 // it, until its lease runs out and a takeover fails it as WORKER_LOST.
 func TestClaimWhoseFsyncFailedIsStillHandedToItsWorker(t *testing.T) {
 	st := openTemp(t, true)
-	if _, err := st.AcceptOperation(newOp("op_1"), &Request{}, nil); err != nil {
+	if _, err := st.AcceptOperation(newOp("op_1"), &store.Request{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	syncer := st.sh.syncer
@@ -158,7 +160,7 @@ func TestClaimWhoseFsyncFailedIsStillHandedToItsWorker(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if op == nil || op.ID != "op_1" || op.Holder != "w1" || op.Status != StatusRunning {
+	if op == nil || op.ID != "op_1" || op.Holder != "w1" || op.Status != store.StatusRunning {
 		t.Fatalf("claimed %+v, %v; want op_1 running, held by w1", op, err)
 	}
 }

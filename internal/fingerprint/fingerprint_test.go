@@ -1,4 +1,4 @@
-package module
+package fingerprint
 
 import (
 	"bytes"
@@ -13,11 +13,11 @@ import (
 
 func fp(t testing.TB, ignore []string, method, path, query, ct, body string) []byte {
 	t.Helper()
-	f, err := newFingerprinter(ignore)
+	f, err := New(ignore)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return f.sum(method, path, query, ct, []byte(body))
+	return f.Sum(method, path, query, ct, []byte(body))
 }
 
 func TestFingerprintCanonicalisesJSON(t *testing.T) {
@@ -78,7 +78,7 @@ func referenceCanonicalJSON(ignore []string, body []byte) ([]byte, bool) {
 		return nil, false
 	}
 	for _, p := range ignore {
-		tokens, _ := parsePointer(p)
+		tokens, _ := ParsePointer(p)
 		v = referenceRemove(v, tokens)
 	}
 	var out bytes.Buffer
@@ -138,8 +138,8 @@ func TestCanonicalFormMatchesDecodingIntoAny(t *testing.T) {
 	}
 }
 
-func fpOf(t testing.TB, ignore []string) *fingerprinter {
-	f, err := newFingerprinter(ignore)
+func fpOf(t testing.TB, ignore []string) *Fingerprinter {
+	f, err := New(ignore)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,14 +169,14 @@ func TestFingerprintMemoryIsOfTheOrderOfTheBody(t *testing.T) {
 			runtime.GC()
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
-			sum := f.sum("POST", "/p", "", "application/json", body)
+			sum := f.Sum("POST", "/p", "", "application/json", body)
 			runtime.ReadMemStats(&after)
 			allocated := after.TotalAlloc - before.TotalAlloc
 			t.Logf("fingerprinting %d bytes allocated %d bytes (%.1fx the body)", len(body), allocated, float64(allocated)/float64(len(body)))
 			if allocated > 4*uint64(len(body)) {
 				t.Fatalf("allocated %.1fx the body", float64(allocated)/float64(len(body)))
 			}
-			if again := f.sum("POST", "/p", "", "application/json", body); !bytes.Equal(again, sum) {
+			if again := f.Sum("POST", "/p", "", "application/json", body); !bytes.Equal(again, sum) {
 				t.Fatal("the same body fingerprints differently")
 			}
 		})
@@ -189,9 +189,9 @@ func FuzzFingerprint(f *testing.F) {
 		`-123456789012345678901234567890.123456789e-99999999`, `{"n":1e400,"m":-0.0000000000000000000000001}`, `{"b":1,"b":2,"a":{"+1":0}}`, `{"0":{"`, "0\x00"} {
 		f.Add(s)
 	}
-	fpr, _ := newFingerprinter(fuzzIgnore)
+	fpr, _ := New(fuzzIgnore)
 	f.Fuzz(func(t *testing.T, body string) {
-		sum := fpr.sum("POST", "/p", "", "application/json", []byte(body))
+		sum := fpr.Sum("POST", "/p", "", "application/json", []byte(body))
 		if len(sum) != 32 {
 			t.Fatal("bad sum length")
 		}
