@@ -103,9 +103,13 @@ func (a *batchCall) createBatch() {
 	if !a.checkInputFile(f) {
 		return
 	}
-	cb, ok := a.h.conv.callbackFor(a.w, a.r, "")
-	if !ok {
-		return
+	// Only an explicit Callback-Url: the site's default endpoint consumes operation events, and
+	// a batch's are asked for by its creator (docs/batches.md, Webhooks).
+	var cb *store.Callback
+	if a.r.Header.Get(headerCallback) != "" {
+		if cb, ok = a.h.conv.callbackFor(a.w, a.r, ""); !ok {
+			return
+		}
 	}
 	b := a.newBatch(&req, window, cb)
 	if err := a.st.CreateBatch(b); err != nil {
