@@ -140,6 +140,8 @@ func (h *harness) scenario(ctx context.Context, name string) ([]Row, error) {
 		return h.webhooks(ctx)
 	case ScenarioStreams:
 		return h.streams(ctx)
+	case ScenarioBatch:
+		return h.batch(ctx)
 	}
 	return nil, fmt.Errorf("unknown scenario")
 }

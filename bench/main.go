@@ -147,7 +147,7 @@ func (c Config) validate() error {
 		}
 	}
 	known := map[string]bool{}
-	for _, s := range AllScenarios {
+	for _, s := range append(AllScenarios, ScenarioBatch) { // batch is long: asked for by name
 		known[s] = true
 	}
 	for _, s := range c.Scenarios {
