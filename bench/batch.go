@@ -240,4 +240,3 @@ func (m *batchRun) row() Row {
 	m.h.logf("batch: %s", note)
 	return Row{Scenario: "batch (50k lines)", Mulligan: []*Result{resultOf(m.loaded)}, Note: note}
 }
-
