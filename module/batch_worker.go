@@ -33,6 +33,10 @@ const (
 	batchSweepEvery = 2 * time.Second // a cancelled batch's lines are cut again this often until it settles
 	lineChunk       = 500             // line operations created per transaction
 	lineChunkBytes  = 4 << 20         // ... or fewer, to keep a transaction under this
+	// lineWindow bounds a batch's lines created and not final: the rest are created as these
+	// finish, so a 50,000-line batch never fills the queue (`queue`, readiness) nor makes the
+	// interactive operations behind it wait for all of it.
+	lineWindow = 2000
 )
 
 func startBatchWorker(st store.Backend, run *runner, log *zap.Logger) *batchWorker {
@@ -180,7 +184,7 @@ func (w *batchWorker) createLines(b *store.Batch) (*store.Batch, error) {
 	sc := newLineScanner(rc)
 	for line := 0; line < b.Created && sc.Scan(); line++ {
 	}
-	for b.Created < b.Counts.Total {
+	for b.Created < b.Counts.Total && b.Created-b.Counts.Completed-b.Counts.Failed < lineWindow {
 		ops, reqs := w.nextChunk(b, sc)
 		if len(ops) == 0 {
 			return b, sc.Err()

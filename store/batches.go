@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -134,6 +135,18 @@ const (
 // index, and as unguessable as the batch id it extends.
 func LineOperationID(batch string, line int) string {
 	return fmt.Sprintf("op_%s_%07d", batch, line)
+}
+
+// BatchOfLine is the batch of line operation id, "" when id is not a line's.
+func BatchOfLine(id string) string {
+	rest, ok := strings.CutPrefix(id, "op_batch_")
+	if !ok {
+		return ""
+	}
+	if i := strings.LastIndexByte(rest, '_'); i > 0 {
+		return "batch_" + rest[:i]
+	}
+	return ""
 }
 
 // Errors of files and batches.

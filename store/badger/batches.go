@@ -330,6 +330,8 @@ func (s *Store) announceBatch(txn *badger.Txn, b *store.Batch) error {
 // UpdateBatch applies fn to batch id and settles it (see store.Batches). A final batch is returned
 // as it is, fn not called.
 func (s *Store) UpdateBatch(id string, fn func(*store.Batch) error) (*store.Batch, error) {
+	unlock := s.sh.batchLocks.lock([]byte(id)) // the batch's writers take turns (see change)
+	defer unlock()
 	var out *store.Batch
 	err := s.update(func(txn *badger.Txn) error {
 		b, err := getBatch(txn, id)
@@ -356,6 +358,8 @@ func (s *Store) UpdateBatch(id string, fn func(*store.Batch) error) (*store.Batc
 
 // AddBatchLines stores lines from+1.. of batch id (see store.Batches).
 func (s *Store) AddBatchLines(id string, from int, ops []*store.Operation, reqs []*store.Request) (*store.Batch, error) {
+	unlock := s.sh.batchLocks.lock([]byte(id))
+	defer unlock()
 	var out *store.Batch
 	err := s.updateThen(func(txn *badger.Txn) error {
 		b, err := getBatch(txn, id)
