@@ -147,6 +147,8 @@ func (h *harness) scenario(ctx context.Context, name string) ([]Row, error) {
 		return h.streams(ctx)
 	case ScenarioFlood:
 		return nil, h.flood(ctx) // its own table (flood_report.go)
+	case ScenarioBatch:
+		return h.batch(ctx)
 	}
 	return nil, fmt.Errorf("unknown scenario")
 }

@@ -117,6 +117,9 @@ func (m *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "capacity":
 			m.Capacity = new(CapacityConfig)
 			err = m.Capacity.unmarshalCaddyfile(d)
+		case "batches":
+			m.Batches = new(BatchesConfig)
+			err = m.Batches.unmarshalCaddyfile(d)
 		default:
 			err = d.Errf("unrecognized mulligan subdirective %q", d.Val())
 		}

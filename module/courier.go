@@ -451,10 +451,16 @@ type eventEnvelope struct {
 	EventVersion    string          `json:"event_version"`
 	OccurredAt      time.Time       `json:"occurred_at"`
 	DeliveryAttempt int             `json:"delivery_attempt"`
-	Operation       json.RawMessage `json:"operation"`
+	Operation       json.RawMessage `json:"operation,omitempty"`
+	// Batch is a batch.* event's subject (docs/batches.md), kept in the event's Operation.
+	Batch json.RawMessage `json:"batch,omitempty"`
 }
 
 func renderEvent(ev *store.Event, attempt int) ([]byte, error) {
-	return json.Marshal(eventEnvelope{EventID: ev.ID, EventType: ev.Type, EventVersion: "1.0",
-		OccurredAt: ev.OccurredAt.UTC(), DeliveryAttempt: attempt, Operation: ev.Operation})
+	env := eventEnvelope{EventID: ev.ID, EventType: ev.Type, EventVersion: "1.0",
+		OccurredAt: ev.OccurredAt.UTC(), DeliveryAttempt: attempt, Operation: ev.Operation}
+	if isBatchEvent(ev.Type) {
+		env.Operation, env.Batch = nil, ev.Operation
+	}
+	return json.Marshal(env)
 }

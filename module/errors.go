@@ -32,6 +32,10 @@ const (
 	CodeMethodNotAllowed ErrorCode = "METHOD_NOT_ALLOWED"
 	// CodeBusy: the request bodies being read at once reached max_buffered (docs/operating.md).
 	CodeBusy ErrorCode = "GATEWAY_BUSY"
+	// The Files and Batches API's own (docs/batches.md).
+	CodeFileNotFound      ErrorCode = "FILE_NOT_FOUND"
+	CodeBatchNotFound     ErrorCode = "BATCH_NOT_FOUND"
+	CodeBatchAlreadyFinal ErrorCode = "BATCH_ALREADY_FINAL"
 )
 
 type errorSpec struct {
@@ -61,6 +65,9 @@ var catalogue = map[ErrorCode]errorSpec{
 	CodeOperationTimeout:    {http.StatusGatewayTimeout, true},
 	CodeInvalidRequest:      {http.StatusBadRequest, false},
 	CodeMethodNotAllowed:    {http.StatusMethodNotAllowed, false},
+	CodeFileNotFound:        {http.StatusNotFound, false},
+	CodeBatchNotFound:       {http.StatusNotFound, false},
+	CodeBatchAlreadyFinal:   {http.StatusConflict, false},
 }
 
 // apiError is one answer of the catalogue, ready to write.
@@ -73,6 +80,10 @@ type apiError struct {
 	Status int
 	// RetryAfter sets the Retry-After header when above zero.
 	RetryAfter time.Duration
+	// Type and Param complete OpenAI's error shape for the Files and Batches API
+	// (docs/batches.md): set there, omitted elsewhere.
+	Type  string
+	Param *string
 }
 
 type errorBody struct {
@@ -85,6 +96,8 @@ type errorFields struct {
 	Retryable bool           `json:"retryable"`
 	Details   map[string]any `json:"details"`
 	RequestID string         `json:"request_id"`
+	Type      string         `json:"type,omitempty"`
+	Param     *string        `json:"param,omitempty"`
 }
 
 // writeError writes e in the error schema (docs/api.md, Errors) with the response's request id.
@@ -103,7 +116,7 @@ func writeError(w http.ResponseWriter, e apiError) {
 	}
 	writeJSON(w, status, errorBody{Error: errorFields{
 		Code: e.Code, Message: e.Message, Retryable: spec.retryable, Details: details,
-		RequestID: w.Header().Get(headerRequestID),
+		RequestID: w.Header().Get(headerRequestID), Type: e.Type, Param: e.Param,
 	}})
 }
 

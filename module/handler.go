@@ -71,6 +71,9 @@ type Handler struct {
 	// Capacity bounds the calls sent upstream to the model server's seats and orders the work
 	// waiting for one (docs/capacity.md). Without it, calls go upstream as they come.
 	Capacity *CapacityConfig `json:"capacity,omitempty"`
+	// Batches serves the OpenAI Files and Batches API under a prefix (docs/batches.md); nil:
+	// not served.
+	Batches *BatchesConfig `json:"batches,omitempty"`
 
 	use     *storageUse
 	gate    *gate
@@ -193,6 +196,7 @@ func (h *Handler) setDefaults() {
 	if h.Capacity != nil {
 		h.Capacity.setDefaults()
 	}
+	h.Batches.setDefaults()
 }
 
 // Validate checks the configuration for errors that defaults cannot fix.
@@ -210,6 +214,9 @@ func (h *Handler) Validate() error {
 		if err := h.Capacity.validate(); err != nil {
 			return err
 		}
+	}
+	if err := h.Batches.validate(); err != nil {
+		return err
 	}
 	return h.Idempotency.validate()
 }
@@ -278,6 +285,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	r.Header.Set(headerRequestID, id)
 	if isHealthPath(r.URL.Path) {
 		h.serveHealth(w, r)
+		return nil
+	}
+	if h.Batches.covers(r.URL.Path) {
+		h.serveBatchesAPI(w, r)
 		return nil
 	}
 	isOps := h.isOperationsPath(r.URL.Path)

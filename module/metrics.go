@@ -103,6 +103,9 @@ func operationType(op *store.Operation) string {
 
 // countFinal records an operation that reached a final status.
 func countFinal(op *store.Operation) {
+	if op.Batch != nil {
+		countLineFinal(op)
+	}
 	code := ""
 	if op.Error != nil {
 		code = op.Error.Code
@@ -120,10 +123,10 @@ var registerOnce sync.Mutex
 
 // collectors lists every Mulligan collector.
 func collectors() []prometheus.Collector {
-	return []prometheus.Collector{metrics.requests, metrics.submitted, metrics.polls, metrics.operations,
+	return append([]prometheus.Collector{metrics.requests, metrics.submitted, metrics.polls, metrics.operations,
 		metrics.queueWait, metrics.execution, metrics.duration, metrics.retries, metrics.attempts, metrics.deadLetters,
 		metrics.fsyncBatch, metrics.runnerMetrics,
-		capacityMetrics.seatWait, capacityMetrics.refusals, capacityMetrics.queueTimeouts, capacityMetrics.pools}
+		capacityMetrics.seatWait, capacityMetrics.refusals, capacityMetrics.queueTimeouts, capacityMetrics.pools}, batchCollectors()...)
 }
 
 // registerMetrics adds Mulligan's collectors to a config's registry.

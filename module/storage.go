@@ -75,6 +75,8 @@ type storage struct {
 	set storageSettings
 	be  store.Backend
 	run *runner
+	// batches moves the storage's batches along (docs/batches.md).
+	batches *batchWorker
 }
 
 // errStorageClosed answers a request that reached a config whose storage has closed.
@@ -104,7 +106,8 @@ func openStorage(set storageSettings, log *zap.Logger) (*storage, error) {
 	be.SetAnnouncer(announce)
 	run := newRunner(be, set, log)
 	run.begin()
-	return &storage{set: set, be: be, run: run}, nil
+	be.SetBatchAnnouncer(announceBatch)
+	return &storage{set: set, be: be, run: run, batches: startBatchWorker(be, run, log)}, nil
 }
 
 // Destruct stops the runner and closes the storage; the pool calls it when the last user lets

@@ -33,22 +33,9 @@ func requireNode(t *testing.T) (node, npm string) {
 }
 
 func TestOpenAINodeSDKGetsTheWholeAnswerAfterADroppedStream(t *testing.T) {
-	node, npm := requireNode(t)
-	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	install := exec.CommandContext(ctx, npm, "install", "--no-audit", "--no-fund", "--silent", "--prefix", dir, openaiSDK)
-	if out, err := install.CombinedOutput(); err != nil {
-		t.Fatalf("npm install %s: %v\n%s", openaiSDK, err, out)
-	}
-	script, err := os.ReadFile("testdata/openai_stream.cjs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	scriptPath := filepath.Join(dir, "openai_stream.cjs") // beside its node_modules
-	if err := os.WriteFile(scriptPath, script, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	node, scriptPath := installSDKScript(t, ctx, "openai_stream.cjs")
 
 	g := startGateway(t, modelserver.Config{ChunkDelay: 40 * time.Millisecond}, "")
 	prompt := "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen"
@@ -81,4 +68,25 @@ func TestOpenAINodeSDKGetsTheWholeAnswerAfterADroppedStream(t *testing.T) {
 	if n := g.model.Stats().Received; n != 1 {
 		t.Fatalf("the upstream ran %d times, want 1", n)
 	}
+}
+
+// installSDKScript installs the openai SDK from npm into a temporary directory and copies the
+// test script testdata/<script> beside its node_modules; it returns node's path and the script's.
+func installSDKScript(t *testing.T, ctx context.Context, script string) (node, scriptPath string) {
+	t.Helper()
+	node, npm := requireNode(t)
+	dir := t.TempDir()
+	install := exec.CommandContext(ctx, npm, "install", "--no-audit", "--no-fund", "--silent", "--prefix", dir, openaiSDK)
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("npm install %s: %v\n%s", openaiSDK, err, out)
+	}
+	src, err := os.ReadFile(filepath.Join("testdata", script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	scriptPath = filepath.Join(dir, script)
+	if err := os.WriteFile(scriptPath, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return node, scriptPath
 }

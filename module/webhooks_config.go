@@ -135,7 +135,8 @@ func newHooks(c *WebhooksConfig, repl *caddy.Replacer) (*hooks, error) {
 	h := &hooks{cfg: *c, endpoints: map[string]*endpoint{}, events: map[string]bool{}}
 	for _, e := range c.Events {
 		switch e {
-		case EventSucceeded, EventFailed, EventCanceled, EventRunning:
+		case EventSucceeded, EventFailed, EventCanceled, EventRunning,
+			EventBatchCompleted, EventBatchFailed, EventBatchExpired, EventBatchCancelled:
 			h.events[e] = true
 		default:
 			return nil, fmt.Errorf("webhooks: unknown event type %q", e)

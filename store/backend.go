@@ -22,6 +22,7 @@ type Backend interface {
 	Queue
 	Outbox
 	StreamRecorder
+	Batches
 
 	// Ping reports whether the storage answers. It writes nothing: a readiness probe is not a
 	// write load.

@@ -56,6 +56,8 @@ type Operation struct {
 	// while its scope already has that many queued or running (async max_per_scope); the count
 	// and the write are one step per scope, on every replica. Not stored.
 	ScopeLimit int `json:"-"`
+	// Batch tags a batch's line operation (docs/batches.md); nil for every other operation.
+	Batch *BatchLine `json:"batch,omitempty"`
 }
 
 // Execution is how an operation is to be run, stored with it so that every reload, restart

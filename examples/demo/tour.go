@@ -88,7 +88,7 @@ func asyncTour(gateway, run, prompt string) error {
 	}
 	fmt.Printf("   HTTP %s\n   %s\n", resp.Status, abbreviate(strings.TrimSpace(string(body))))
 	time.Sleep(300 * time.Millisecond)
-	return nil
+	return batchTour(gateway, run)
 }
 
 // do sends one request with header pairs and reads the answer.

@@ -95,6 +95,12 @@ func (s *Store) change(id string, c store.Change, claimBy string, lease time.Dur
 	// this their in-memory moves could land in the other order and leave a stale lease behind.
 	unlock := s.sh.opLocks.lock([]byte(id))
 	defer unlock()
+	if batch := store.BatchOfLine(id); batch != "" {
+		// A batch's lines finishing at once all rewrite the batch: one at a time, rather than
+		// in conflicting transactions retried (the batch lock is taken after the line's).
+		unlockBatch := s.sh.batchLocks.lock([]byte(batch))
+		defer unlockBatch()
+	}
 	var out *store.Operation
 	var prev store.Status
 	committed := false
@@ -115,6 +121,9 @@ func (s *Store) change(id string, c store.Change, claimBy string, lease time.Dur
 		}
 		prev = op.Status
 		store.Apply(op, c, at)
+		if err := s.countLine(txn, op, at); err != nil {
+			return err
+		}
 		if claimBy != "" {
 			op.Holder, op.LeaseUntil = claimBy, at.Add(lease)
 		}

@@ -22,10 +22,14 @@ type shared struct {
 	// opLocks serialise the writes of one operation with their in-memory moves (queue.go), so
 	// the moves land in the order of the commits.
 	opLocks *keyLocks
-	stopGC  chan struct{}
-	gcDone  chan struct{}
+	// batchLocks make a batch's writers take turns (batches.go); a line's change takes its
+	// batch's after its own operation's, a stripe of another set, so no order can cycle.
+	batchLocks *keyLocks
+	stopGC     chan struct{}
+	gcDone     chan struct{}
 
 	announcer   announcerSlot
+	batchAnn    batchAnnouncerSlot
 	eventLeases eventLeases
 	queue       *queueState
 	counts      outboxCounts
@@ -57,7 +61,7 @@ func acquire(opts Options) (*shared, error) {
 	}
 	sh := &shared{
 		dir: dir, key: bytes.Clone(opts.EncryptionKey), db: db, refs: 1,
-		syncer: newGroupSyncer(newDurableSync(db, dir).sync), locks: newKeyLocks(), opLocks: newKeyLocks(),
+		syncer: newGroupSyncer(newDurableSync(db, dir).sync), locks: newKeyLocks(), opLocks: newKeyLocks(), batchLocks: newKeyLocks(),
 		stopGC: make(chan struct{}), gcDone: make(chan struct{}),
 		queue: newQueueState(), deadKeptFor: opts.DeadLetterRetention,
 	}

@@ -13,3 +13,4 @@ func TestMigrationsHaveOneFileEachVersion(t *testing.T) {
 		t.Fatal("no migrations embedded")
 	}
 }
+

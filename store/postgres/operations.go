@@ -67,13 +67,17 @@ func putOp(ctx context.Context, db querier, op *store.Operation) error {
 	if err != nil {
 		return err
 	}
-	_, err = db.Exec(ctx, `INSERT INTO operations (id, scope, status, holder, lease_until, cancel_requested_at, expires_at, purge_at, doc,
-			urgency, submitted_at, queue_deadline)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+	_, err = db.Exec(ctx, insertOp+`
 		ON CONFLICT (id) DO UPDATE SET status = $3, holder = $4, lease_until = $5, cancel_requested_at = $6,
 			expires_at = $7, purge_at = $8, doc = $9, urgency = $10, submitted_at = $11, queue_deadline = $12`, args...)
 	return err
 }
+
+// insertOp writes a new operation's row from opArgs: every column a claim orders by is set, so
+// no writer of operations (putOp, a batch's lines) can leave one at its default.
+const insertOp = `INSERT INTO operations (id, scope, status, holder, lease_until, cancel_requested_at, expires_at, purge_at, doc,
+			urgency, submitted_at, queue_deadline)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
 
 // opArgs are the columns of op's row, in putOp's order ($1-$12); accept.go writes them too.
 func opArgs(op *store.Operation) ([]any, error) {
@@ -279,6 +283,9 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, op *store.Operation, c sto
 		if err := finalize(ctx, tx, op, c.Result); err != nil {
 			return nil, err
 		}
+	}
+	if err := s.countLine(ctx, tx, op, at); err != nil {
+		return nil, err
 	}
 	return op, s.write(ctx, tx, op, c.Result)
 }

@@ -64,6 +64,7 @@ type Store struct {
 	opts      Options
 	now       func() time.Time
 	announcer atomic.Pointer[store.Announcer]
+	batchAnn  batchAnnouncerSlot
 	wake      chan struct{}
 	notifyCh  chan struct{}
 	replays   *replayCache

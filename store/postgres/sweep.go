@@ -22,6 +22,10 @@ type SweepStats struct {
 	// shared seats that lapsed.
 	Turns int64
 	Seats int64
+	// Files and Batches count files past their expiry (their chunks go with them) and
+	// batches past their retention.
+	Files   int64
+	Batches int64
 }
 
 // sweepBatch bounds the rows one statement of a sweep deletes, so a backlog is worked off in
@@ -68,6 +72,10 @@ func (s *Store) Sweep() (SweepStats, error) {
 					(SELECT key FROM stream_heads WHERE keep_until <= $1 LIMIT $2) AND keep_until <= $1 RETURNING key, token),
 				ids AS (DELETE FROM stream_ids i USING gone WHERE i.key = gone.key AND i.token = gone.token)
 				DELETE FROM stream_segments g USING gone WHERE g.key = gone.key AND g.token = gone.token`, now},
+			{&st.Files, `DELETE FROM files WHERE id IN (SELECT id FROM files WHERE expires_at <= $1 LIMIT $2)
+				AND expires_at <= $1`, now},
+			{&st.Batches, `DELETE FROM batches WHERE id IN (SELECT id FROM batches WHERE purge_at <= $1 LIMIT $2)
+				AND purge_at <= $1`, now},
 		}
 		for _, step := range steps {
 			tag, err := tx.Exec(ctx, step.sql, step.until, sweepBatch)

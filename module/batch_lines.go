@@ -1,0 +1,97 @@
+package module
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// A batch's input lines, as validated and turned into operations (docs/batches.md).
+
+// maxLineBytes bounds one input line: a line is read whole to be checked and stored.
+const maxLineBytes = 16 << 20
+
+// maxBatchErrors bounds the errors a failed batch lists; the count of the rest is in the last.
+const maxBatchErrors = 1000
+
+// inputLine is one line of a batch's input file (OpenAI's request input object).
+type inputLine struct {
+	CustomID *string         `json:"custom_id"`
+	Method   string          `json:"method"`
+	URL      string          `json:"url"`
+	Body     json.RawMessage `json:"body"`
+}
+
+// newLineScanner reads a file's lines, each up to maxLineBytes.
+func newLineScanner(r io.Reader) *bufio.Scanner {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), maxLineBytes)
+	return sc
+}
+
+// parseLine checks one line against the batch's endpoint; the error names what is wrong.
+func parseLine(raw []byte, endpoint string) (inputLine, *store.BatchError) {
+	var in inputLine
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if err := dec.Decode(&in); err != nil || dec.More() {
+		return in, &store.BatchError{Code: "invalid_json_line", Message: "This line is not a JSON object."}
+	}
+	switch {
+	case in.CustomID == nil || *in.CustomID == "":
+		return in, &store.BatchError{Code: "missing_required_parameter", Param: "custom_id", Message: "This line has no custom_id."}
+	case in.Method != "POST":
+		return in, &store.BatchError{Code: "invalid_method", Param: "method", Message: "method must be POST."}
+	case in.URL != endpoint:
+		return in, &store.BatchError{Code: "invalid_url", Param: "url",
+			Message: fmt.Sprintf("url %q differs from the batch's endpoint %q.", in.URL, endpoint)}
+	case len(in.Body) == 0 || in.Body[0] != '{':
+		return in, &store.BatchError{Code: "invalid_body", Param: "body", Message: "body must be a JSON object."}
+	}
+	return in, nil
+}
+
+// validateLines reads the whole input: every line is checked and every custom_id must be
+// unique. It returns the number of lines and the errors (at most maxBatchErrors kept).
+func validateLines(r io.Reader, endpoint string) (int, []store.BatchError, error) {
+	sc := newLineScanner(r)
+	seen := map[string]int{}
+	var errs []store.BatchError
+	n, more := 0, 0
+	add := func(e store.BatchError) {
+		if len(errs) < maxBatchErrors {
+			errs = append(errs, e)
+		} else {
+			more++
+		}
+	}
+	for sc.Scan() {
+		n++
+		in, bad := parseLine(sc.Bytes(), endpoint)
+		if bad == nil {
+			if first, dup := seen[*in.CustomID]; dup {
+				bad = &store.BatchError{Code: "duplicate_custom_id", Param: "custom_id",
+					Message: fmt.Sprintf("custom_id %q was already used on line %d.", *in.CustomID, first)}
+			} else {
+				seen[*in.CustomID] = n
+			}
+		}
+		if bad != nil {
+			bad.Line = n
+			add(*bad)
+		}
+	}
+	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
+		add(store.BatchError{Code: "line_too_long", Line: n + 1, Message: fmt.Sprintf("This line is over %d bytes.", maxLineBytes)})
+	} else if err != nil {
+		return 0, nil, err
+	}
+	if more > 0 {
+		errs = append(errs, store.BatchError{Code: "too_many_errors", Message: fmt.Sprintf("%d more lines have errors.", more)})
+	}
+	return n, errs, nil
+}

@@ -1,0 +1,104 @@
+package module
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// A batch's output and error files are assembled when read, in line order, from each line's
+// stored operation and result (docs/batches.md): nothing is copied, and memory holds one line.
+
+// outputLine is OpenAI's batch output (and error) line.
+type outputLine struct {
+	ID       string        `json:"id"`
+	CustomID string        `json:"custom_id"`
+	Response *lineResponse `json:"response"`
+	Error    *lineError    `json:"error"`
+}
+
+type lineResponse struct {
+	StatusCode int             `json:"status_code"`
+	RequestID  string          `json:"request_id"`
+	Body       json.RawMessage `json:"body"`
+}
+
+type lineError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// writeBatchLines writes b's output lines (succeeded) or error lines (every other final
+// line) to w, and returns the bytes written.
+func writeBatchLines(w io.Writer, st store.Operations, b *store.Batch, succeeded bool) (int64, error) {
+	cw := &countingWriter{w: bufio.NewWriterSize(w, 32<<10)}
+	enc := json.NewEncoder(cw)
+	for line := 1; line <= b.Created; line++ {
+		op, err := st.GetOperation(store.LineOperationID(b.ID, line))
+		if errors.Is(err, store.ErrNotFound) {
+			continue // past its retention
+		}
+		if err != nil {
+			return cw.n, err
+		}
+		if !op.Status.Final() || (op.Status == store.StatusSucceeded) != succeeded {
+			continue
+		}
+		out, err := lineOf(st, op)
+		if err != nil {
+			return cw.n, err
+		}
+		if err := enc.Encode(out); err != nil {
+			return cw.n, err
+		}
+	}
+	return cw.n, cw.w.(*bufio.Writer).Flush()
+}
+
+// lineOf is line operation op's output line: the upstream's response when there was one, else
+// why the line did not run.
+func lineOf(st store.Operations, op *store.Operation) (outputLine, error) {
+	out := outputLine{ID: "batch_req_" + strings.TrimPrefix(op.ID, "op_batch_"), CustomID: op.Batch.CustomID}
+	if op.Result != nil {
+		res, err := st.LoadResult(op.ID)
+		switch {
+		case err == nil:
+			out.Response = &lineResponse{StatusCode: res.Status, RequestID: res.Header.Get(headerRequestID), Body: jsonBody(res.Body)}
+			if out.Response.RequestID == "" {
+				out.Response.RequestID = op.ID
+			}
+			return out, nil
+		case !errors.Is(err, store.ErrNotFound):
+			return out, err
+		}
+	}
+	out.Error = &lineError{Code: store.LineCancelled, Message: "The batch was cancelled before this request finished."}
+	if e := op.Error; e != nil {
+		out.Error = &lineError{Code: e.Code, Message: e.Message}
+	}
+	return out, nil
+}
+
+// jsonBody is body as JSON: itself when it is JSON, else a JSON string of it.
+func jsonBody(body []byte) json.RawMessage {
+	if json.Valid(body) {
+		return body
+	}
+	s, _ := json.Marshal(string(body))
+	return s
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}

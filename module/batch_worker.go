@@ -1,0 +1,313 @@
+package module
+
+import (
+	"errors"
+	"net/url"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// batchWorker moves a storage's batches along (docs/batches.md): it validates input files,
+// creates line operations in chunks, and cuts the lines of cancelled and expired batches. The
+// runner executes the lines; the storage counts them and settles each batch with its last.
+// Every step is idempotent and fenced in the storage, so replicas may run it side by side and
+// a crash at any point is resumed by the next pass.
+type batchWorker struct {
+	st  store.Backend
+	run *runner
+	log *zap.Logger
+	now func() time.Time
+
+	kickc  chan struct{}
+	done   chan struct{}
+	swept  map[string]time.Time // when each batch's lines were last cut
+	active map[string]store.BatchStatus
+}
+
+// Pacing of the batch worker.
+const (
+	batchPassEvery  = 500 * time.Millisecond
+	batchSweepEvery = 2 * time.Second // a cancelled batch's lines are cut again this often until it settles
+	lineChunk       = 500             // line operations created per transaction
+	lineChunkBytes  = 4 << 20         // ... or fewer, to keep a transaction under this
+	// lineWindow bounds a batch's lines created and not final: the rest are created as these
+	// finish, so a 50,000-line batch never fills the queue (`queue`, readiness) nor makes the
+	// interactive operations behind it wait for all of it.
+	lineWindow = 2000
+)
+
+func startBatchWorker(st store.Backend, run *runner, log *zap.Logger) *batchWorker {
+	w := &batchWorker{st: st, run: run, log: log.Named("batches"), now: time.Now,
+		kickc: make(chan struct{}, 1), done: make(chan struct{}), swept: map[string]time.Time{},
+		active: map[string]store.BatchStatus{}}
+	go w.loop()
+	return w
+}
+
+// kick asks for a pass soon (a batch was created or cancelled).
+func (w *batchWorker) kick() {
+	select {
+	case w.kickc <- struct{}{}:
+	default:
+	}
+}
+
+func (w *batchWorker) loop() {
+	defer close(w.done)
+	t := time.NewTicker(batchPassEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.run.stopping:
+			return
+		case <-w.kickc:
+		case <-t.C:
+		}
+		w.pass()
+	}
+}
+
+// pass advances every batch not final.
+func (w *batchWorker) pass() {
+	ids, err := w.st.UnsettledBatches()
+	if err != nil {
+		w.log.Warn("listing batches", zap.Error(err))
+		return
+	}
+	counts := map[store.BatchStatus]float64{store.BatchValidating: 0, store.BatchInProgress: 0, store.BatchCancelling: 0}
+	seen := make(map[string]store.BatchStatus, len(ids))
+	for _, id := range ids {
+		b, err := w.advance(id)
+		if err != nil {
+			w.log.Warn("advancing a batch", zap.String("batch_id", id), zap.Error(err))
+			continue
+		}
+		if b != nil && !b.Status.Final() {
+			counts[b.Status]++
+			seen[id] = b.Status
+		}
+	}
+	for st, n := range counts {
+		batchMetrics.active.WithLabelValues(string(st)).Set(n)
+	}
+	w.countFinished(seen)
+}
+
+// countFinished counts the batches that left the unsettled list since the last pass.
+func (w *batchWorker) countFinished(seen map[string]store.BatchStatus) {
+	for id := range w.active {
+		if _, still := seen[id]; still {
+			continue
+		}
+		delete(w.swept, id)
+		if b, err := w.st.GetBatch(id); err == nil && b.Status.Final() {
+			batchMetrics.finished.WithLabelValues(string(b.Status)).Inc()
+			w.log.Info("batch final", zap.String("batch_id", id), zap.String("status", string(b.Status)),
+				zap.Int("completed", b.Counts.Completed), zap.Int("failed", b.Counts.Failed))
+		}
+	}
+	w.active = seen
+}
+
+// advance takes batch id one step further and returns it as it then is.
+func (w *batchWorker) advance(id string) (*store.Batch, error) {
+	b, err := w.st.GetBatch(id)
+	if err != nil || b.Status.Final() {
+		return b, err
+	}
+	if b.Status == store.BatchValidating {
+		return w.validate(b)
+	}
+	if b.Status == store.BatchInProgress && !b.Expiring && !w.now().Before(b.ExpiresAt) {
+		if b, err = w.st.UpdateBatch(id, func(b *store.Batch) error { b.Expiring = true; return nil }); err != nil {
+			return nil, err
+		}
+		w.log.Info("batch past its completion window", zap.String("batch_id", id))
+	}
+	if b.Created < b.Counts.Total && !b.Status.Final() {
+		if b, err = w.createLines(b); err != nil {
+			return b, err
+		}
+	}
+	if (b.Status == store.BatchCancelling || b.Expiring) && !b.Status.Final() && w.now().Sub(w.swept[id]) >= batchSweepEvery {
+		w.swept[id] = w.now()
+		return b, w.cutLines(b)
+	}
+	return b, nil
+}
+
+// validate reads the input file: a batch with bad lines fails naming each; otherwise it goes
+// in progress with its total, and its lines are created next.
+func (w *batchWorker) validate(b *store.Batch) (*store.Batch, error) {
+	n, errs, err := w.readInput(b)
+	if err != nil {
+		return b, err
+	}
+	now := w.now()
+	return w.st.UpdateBatch(b.ID, func(b *store.Batch) error {
+		if b.Status != store.BatchValidating {
+			return nil // cancelled meanwhile
+		}
+		if len(errs) > 0 {
+			b.Status, b.FailedAt, b.Errors = store.BatchFailed, now, errs
+			return nil
+		}
+		b.Status, b.InProgressAt, b.Counts.Total = store.BatchInProgress, now, n
+		return nil
+	})
+}
+
+// readInput validates b's input file; a file gone meanwhile is one error.
+func (w *batchWorker) readInput(b *store.Batch) (int, []store.BatchError, error) {
+	rc, err := w.st.OpenFile(b.InputFileID)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, []store.BatchError{{Code: "file_not_found", Message: "The input file was deleted before the batch was validated."}}, nil
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	defer rc.Close()
+	return validateLines(rc, b.Endpoint)
+}
+
+// createLines stores b's line operations from the first not yet created, in chunks. A chunk
+// another worker stored first (ErrStale) ends this pass: the next one resumes after it.
+func (w *batchWorker) createLines(b *store.Batch) (*store.Batch, error) {
+	rc, err := w.st.OpenFile(b.InputFileID)
+	if err != nil {
+		return b, err
+	}
+	defer rc.Close()
+	sc := newLineScanner(rc)
+	for line := 0; line < b.Created && sc.Scan(); line++ {
+	}
+	for b.Created < b.Counts.Total && b.Created-b.Counts.Completed-b.Counts.Failed < lineWindow {
+		ops, reqs := w.nextChunk(b, sc)
+		if len(ops) == 0 {
+			return b, sc.Err()
+		}
+		next, err := w.st.AddBatchLines(b.ID, b.Created, ops, reqs)
+		if errors.Is(err, store.ErrStale) {
+			return w.st.GetBatch(b.ID)
+		}
+		if err != nil {
+			return b, err
+		}
+		for _, op := range ops {
+			if op.Status.Final() {
+				countLineFinal(op)
+			}
+		}
+		b = next
+		w.run.kick()
+	}
+	return b, nil
+}
+
+// nextChunk reads the next lines of b into operations and their requests.
+func (w *batchWorker) nextChunk(b *store.Batch, sc lineSource) ([]*store.Operation, []*store.Request) {
+	var ops []*store.Operation
+	var reqs []*store.Request
+	size := 0
+	for line := b.Created + 1; len(ops) < lineChunk && size < lineChunkBytes && line <= b.Counts.Total && sc.Scan(); line++ {
+		in, bad := parseLine(sc.Bytes(), b.Endpoint)
+		if bad != nil {
+			break // validated already: the file changed under the batch, which files never do
+		}
+		req := store.LineRequest(b, in.Method, in.URL, append([]byte(nil), in.Body...))
+		ops = append(ops, w.lineOperation(b, line, *in.CustomID, req))
+		reqs = append(reqs, req)
+		size += len(in.Body)
+	}
+	return ops, reqs
+}
+
+// lineSource is where lines are read from.
+type lineSource interface {
+	Scan() bool
+	Bytes() []byte
+}
+
+// lineOperation is line `line` of b as an operation: queued at urgency 7 in a scope of the
+// batch's own (so the creator's operation list and max_per_scope leave it out), with the
+// block's execution settings and no operation events (the batch has its own).
+func (w *batchWorker) lineOperation(b *store.Batch, line int, customID string, req *store.Request) *store.Operation {
+	now := w.now()
+	ex := store.Execution{}
+	if b.Exec != nil {
+		ex = *b.Exec
+	}
+	ex.Events = nil
+	path := req.URL
+	if u, err := url.ParseRequestURI(req.URL); err == nil {
+		path = u.Path
+	}
+	window := b.ExpiresAt.Sub(b.CreatedAt)
+	return &store.Operation{ID: store.LineOperationID(b.ID, line), Scope: b.ID, Server: b.Server,
+		Status: store.StatusQueued, Version: 1, Method: req.Method, Path: path, SubmittedAt: now, UpdatedAt: now,
+		// A line's result outlives the batch's end by the batch's retention at least.
+		Retention: b.Retention + window + ex.Timeout, Type: "batch", Exec: &ex, Urgency: batchUrgency,
+		Batch: &store.BatchLine{Batch: b.ID, Line: line, CustomID: customID}}
+}
+
+// batchUrgency is the RFC 9218 urgency batch lines wait at: the least urgent, so they fill
+// seats interactive calls leave idle (docs/batches.md).
+const batchUrgency = 7
+
+// cutLines ends the lines of a cancelled or expired batch that have not started: each is
+// canceled with why; a cancelled batch's running lines are then stopped as an operation cancel
+// stops them, an expired batch's finish. Queued lines go first, while the seats are still
+// taken by the running ones, so the runner does not start them in between.
+func (w *batchWorker) cutLines(b *store.Batch) error {
+	code, msg := store.LineCancelled, "The batch was cancelled before this request ran."
+	if b.Status != store.BatchCancelling {
+		code, msg = store.LineExpired, "This request could not be executed before the completion window expired."
+	}
+	var running []string
+	for line := 1; line <= b.Created; line++ {
+		op, err := w.st.GetOperation(store.LineOperationID(b.ID, line))
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		switch op.Status {
+		case store.StatusQueued:
+			if err := w.cutQueued(op.ID, code, msg); err != nil {
+				return err
+			}
+		case store.StatusRunning:
+			if op.CancelRequestedAt.IsZero() {
+				running = append(running, op.ID)
+			}
+		}
+	}
+	if b.Status != store.BatchCancelling {
+		return nil
+	}
+	for _, id := range running {
+		if _, err := w.st.RequestCancel(id, w.now()); err != nil {
+			return err
+		}
+		w.run.cancel(id) // running here: stopped now; elsewhere: at its next lease renewal
+	}
+	return nil
+}
+
+// cutQueued cancels a queued line with why; one that started meanwhile is left to run (or to
+// the next sweep).
+func (w *batchWorker) cutQueued(id, code, msg string) error {
+	cut, err := w.st.Transition(id, store.Change{To: store.StatusCanceled, Error: &store.OperationError{Code: code, Message: msg}})
+	if errors.Is(err, store.ErrIllegalTransition) {
+		return nil
+	}
+	if err == nil {
+		countFinal(cut)
+		w.run.queued.Add(-1)
+	}
+	return err
+}

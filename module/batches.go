@@ -1,0 +1,257 @@
+package module
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// The Batches API (docs/batches.md): a batch is validated, then its lines run as operations.
+
+// batchView is OpenAI's batch object.
+type batchView struct {
+	ID               string            `json:"id"`
+	Object           string            `json:"object"`
+	Endpoint         string            `json:"endpoint"`
+	Errors           *batchErrorsView  `json:"errors"`
+	InputFileID      string            `json:"input_file_id"`
+	CompletionWindow string            `json:"completion_window"`
+	Status           store.BatchStatus `json:"status"`
+	OutputFileID     *string           `json:"output_file_id"`
+	ErrorFileID      *string           `json:"error_file_id"`
+	CreatedAt        int64             `json:"created_at"`
+	InProgressAt     *int64            `json:"in_progress_at"`
+	ExpiresAt        *int64            `json:"expires_at"`
+	FinalizingAt     *int64            `json:"finalizing_at"`
+	CompletedAt      *int64            `json:"completed_at"`
+	FailedAt         *int64            `json:"failed_at"`
+	ExpiredAt        *int64            `json:"expired_at"`
+	CancellingAt     *int64            `json:"cancelling_at"`
+	CancelledAt      *int64            `json:"cancelled_at"`
+	RequestCounts    store.BatchCounts `json:"request_counts"`
+	Metadata         json.RawMessage   `json:"metadata"`
+}
+
+type batchErrorsView struct {
+	Object string             `json:"object"`
+	Data   []store.BatchError `json:"data"`
+}
+
+func viewOfBatch(b *store.Batch) batchView {
+	v := batchView{ID: b.ID, Object: "batch", Endpoint: b.Endpoint, InputFileID: b.InputFileID,
+		CompletionWindow: b.CompletionWindow, Status: b.Status, CreatedAt: b.CreatedAt.Unix(),
+		InProgressAt: unixOrNil(b.InProgressAt), ExpiresAt: unixOrNil(b.ExpiresAt), FinalizingAt: unixOrNil(b.FinalizingAt),
+		CompletedAt: unixOrNil(b.CompletedAt), FailedAt: unixOrNil(b.FailedAt), ExpiredAt: unixOrNil(b.ExpiredAt),
+		CancellingAt: unixOrNil(b.CancellingAt), CancelledAt: unixOrNil(b.CancelledAt), RequestCounts: b.Counts,
+		Metadata: b.Metadata}
+	if len(b.Errors) > 0 {
+		v.Errors = &batchErrorsView{Object: "list", Data: b.Errors}
+	}
+	if v.Metadata == nil {
+		v.Metadata = json.RawMessage("null")
+	}
+	if b.Status.Final() && b.Status != store.BatchFailed {
+		if b.Counts.Completed > 0 {
+			id := batchFileID(b.ID, outputKind)
+			v.OutputFileID = &id
+		}
+		if b.Counts.Failed > 0 {
+			id := batchFileID(b.ID, errorsKind)
+			v.ErrorFileID = &id
+		}
+	}
+	return v
+}
+
+// batchRequest is the body of POST {prefix}/batches.
+type batchRequest struct {
+	InputFileID      string          `json:"input_file_id"`
+	Endpoint         string          `json:"endpoint"`
+	CompletionWindow string          `json:"completion_window"`
+	Metadata         json.RawMessage `json:"metadata"`
+}
+
+// completion windows accepted: OpenAI's 24h, or any duration in this range (docs/batches.md).
+const (
+	minCompletionWindow = time.Second
+	maxCompletionWindow = 7 * 24 * time.Hour
+)
+
+// createBatch stores a new batch, validating; the batch worker validates its file.
+func (a *batchCall) createBatch() {
+	var req batchRequest
+	if err := json.NewDecoder(io.LimitReader(a.r.Body, 1<<20)).Decode(&req); err != nil {
+		a.invalid("The body must be a JSON object with input_file_id, endpoint and completion_window.", "")
+		return
+	}
+	window, ok := a.checkBatchRequest(&req)
+	if !ok {
+		return
+	}
+	f := a.loadFile(req.InputFileID)
+	if f == nil {
+		return
+	}
+	if !a.checkInputFile(f) {
+		return
+	}
+	// Only an explicit Callback-Url: the site's default endpoint consumes operation events, and
+	// a batch's are asked for by its creator (docs/batches.md, Webhooks).
+	var cb *store.Callback
+	if a.r.Header.Get(headerCallback) != "" {
+		if cb, ok = a.h.conv.callbackFor(a.w, a.r, ""); !ok {
+			return
+		}
+	}
+	b := a.newBatch(&req, window, cb)
+	if err := a.st.CreateBatch(b); err != nil {
+		a.fail(err)
+		return
+	}
+	batchMetrics.created.Inc()
+	a.log.Info("batch created", zap.String("batch_id", b.ID), zap.String("input_file_id", b.InputFileID), zap.Int("lines", f.Lines))
+	a.work.kick()
+	writeJSON(a.w, http.StatusOK, viewOfBatch(b))
+}
+
+// checkBatchRequest refuses a malformed create with OpenAI's shape and returns the window.
+func (a *batchCall) checkBatchRequest(req *batchRequest) (time.Duration, bool) {
+	if req.InputFileID == "" {
+		a.invalid("Missing required parameter: 'input_file_id'.", "input_file_id")
+		return 0, false
+	}
+	if !strings.HasPrefix(req.Endpoint, "/") || strings.ContainsAny(req.Endpoint, "?# ") || a.cfg.covers(req.Endpoint) {
+		a.invalid("endpoint must be the path each line is sent to, such as /v1/chat/completions.", "endpoint")
+		return 0, false
+	}
+	window, err := time.ParseDuration(req.CompletionWindow)
+	if err != nil || window < minCompletionWindow || window > maxCompletionWindow {
+		a.invalid("completion_window must be a duration such as 24h (at most 168h).", "completion_window")
+		return 0, false
+	}
+	if len(req.Metadata) > 0 && (req.Metadata[0] != '{' && string(req.Metadata) != "null" || len(req.Metadata) > metadataLimit) {
+		a.invalid("metadata must be an object of at most 16 string pairs.", "metadata")
+		return 0, false
+	}
+	return window, true
+}
+
+// metadataLimit bounds a batch's metadata (OpenAI: 16 pairs of short strings).
+const metadataLimit = 4096
+
+// checkInputFile refuses an input file that is not a batch file or has too many lines.
+func (a *batchCall) checkInputFile(f *store.File) bool {
+	switch {
+	case f.Purpose != purposeBatch:
+		a.invalid("The input file's purpose must be batch.", "input_file_id")
+	case f.Lines == 0:
+		a.invalid("The input file is empty.", "input_file_id")
+	case f.Lines > a.cfg.MaxRequests:
+		a.invalid("The input file has more lines than max_requests allows.", "input_file_id")
+	default:
+		return true
+	}
+	return false
+}
+
+// newBatch is the batch req creates, not stored yet: its lines will be sent with the creator's
+// headers to the same server, with the block's async settings.
+func (a *batchCall) newBatch(req *batchRequest, window time.Duration, cb *store.Callback) *store.Batch {
+	now := a.now
+	h := a.r.Header.Clone()
+	for _, name := range append(notForwarded, "Content-Length", "Idempotency-Key", headerRequestID) {
+		h.Del(name)
+	}
+	h.Set("Content-Type", "application/json")
+	b := &store.Batch{ID: newID("batch_", now), Scope: a.scope, Endpoint: req.Endpoint, InputFileID: req.InputFileID,
+		CompletionWindow: req.CompletionWindow, Status: store.BatchValidating, CreatedAt: now, UpdatedAt: now,
+		ExpiresAt: now.Add(window), Retention: a.retention, Callback: cb, Exec: a.h.conv.execution(),
+		Template: &store.Request{Host: a.r.Host, Proto: a.r.Proto, RemoteAddr: a.r.RemoteAddr, Header: h}}
+	if string(req.Metadata) != "null" {
+		b.Metadata = req.Metadata
+	}
+	if srv, ok := a.r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok {
+		b.Server = serverID(srv)
+	}
+	return b
+}
+
+// findBatch returns the caller's batch id; nil (and no error) when it is missing or another
+// scope's.
+func (a *batchCall) findBatch(id string) (*store.Batch, error) {
+	b, err := a.st.GetBatch(id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && b.Scope != a.scope) {
+		return nil, nil
+	}
+	return b, err
+}
+
+// loadBatch returns the caller's batch id, or answers 404 (the same for another scope's).
+func (a *batchCall) loadBatch(id string) *store.Batch {
+	b, err := a.findBatch(id)
+	switch {
+	case err != nil:
+		a.fail(err)
+	case b == nil:
+		a.openAIError(apiError{Code: CodeBatchNotFound, Param: param("batch_id"), Message: "No such Batch object: " + id})
+	}
+	return b
+}
+
+func (a *batchCall) getBatch(id string) {
+	if b := a.loadBatch(id); b != nil {
+		writeJSON(a.w, http.StatusOK, viewOfBatch(b))
+	}
+}
+
+// listBatches answers the caller's batches, newest first.
+func (a *batchCall) listBatches() {
+	after, limit, ok := a.paging(100)
+	if !ok {
+		return
+	}
+	bs, more, err := a.st.ListBatches(a.scope, after, limit)
+	if err != nil {
+		a.fail(err)
+		return
+	}
+	views := make([]batchView, 0, len(bs))
+	for _, b := range bs {
+		views = append(views, viewOfBatch(b))
+	}
+	writeJSON(a.w, http.StatusOK, listOf(views, func(v batchView) string { return v.ID }, more))
+}
+
+// cancelBatch moves a batch to cancelling; the batch worker stops its lines and the last one
+// settles it cancelled.
+func (a *batchCall) cancelBatch(id string) {
+	if a.loadBatch(id) == nil {
+		return
+	}
+	b, err := a.st.UpdateBatch(id, func(b *store.Batch) error {
+		if b.Status != store.BatchCancelling {
+			b.Status, b.CancellingAt = store.BatchCancelling, a.now
+		}
+		return nil
+	})
+	if err != nil {
+		a.fail(err)
+		return
+	}
+	if b.Status.Final() && b.Status != store.BatchCancelled {
+		a.openAIError(apiError{Code: CodeBatchAlreadyFinal, Param: param("batch_id"),
+			Message: "Cannot cancel a batch with status " + string(b.Status) + "."})
+		return
+	}
+	a.log.Info("batch cancelling", zap.String("batch_id", id))
+	a.work.kick()
+	writeJSON(a.w, http.StatusOK, viewOfBatch(b))
+}

@@ -1,0 +1,61 @@
+package module
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Defaults of the batches block (docs/caddyfile.md): OpenAI's own limits.
+const (
+	defaultMaxFileSize = 200 << 20
+	defaultMaxRequests = 50000
+)
+
+// BatchesConfig serves the OpenAI Files and Batches API (docs/batches.md).
+type BatchesConfig struct {
+	// Prefix is where the API is served: {prefix}/files and {prefix}/batches. Example: /v1.
+	Prefix string `json:"prefix,omitempty"`
+	// MaxFileSize is the largest file accepted, in bytes. Default: 200 MiB.
+	MaxFileSize int64 `json:"max_file_size,omitempty"`
+	// MaxRequests is the most lines a batch's input file may have. Default: 50,000.
+	MaxRequests int `json:"max_requests,omitempty"`
+}
+
+func (c *BatchesConfig) setDefaults() {
+	if c == nil {
+		return
+	}
+	c.Prefix = strings.TrimRight(c.Prefix, "/")
+	if c.MaxFileSize == 0 {
+		c.MaxFileSize = defaultMaxFileSize
+	}
+	if c.MaxRequests == 0 {
+		c.MaxRequests = defaultMaxRequests
+	}
+}
+
+func (c *BatchesConfig) validate() error {
+	if c == nil {
+		return nil
+	}
+	switch {
+	case !strings.HasPrefix(c.Prefix, "/") || strings.ContainsAny(c.Prefix, "*?#{} "):
+		return fmt.Errorf("batches must name a plain path prefix such as /v1, got %q", c.Prefix)
+	case c.MaxFileSize < 0 || c.MaxRequests < 0:
+		return fmt.Errorf("batches: max_file_size and max_requests must be positive")
+	}
+	return nil
+}
+
+// covers reports whether path belongs to the Files or Batches API.
+func (c *BatchesConfig) covers(path string) bool {
+	if c == nil {
+		return false
+	}
+	for _, p := range []string{c.Prefix + "/files", c.Prefix + "/batches"} {
+		if path == p || strings.HasPrefix(path, p+"/") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,436 @@
+package badger
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"sync/atomic"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// The Badger side of files and batches (docs/batches.md). Key layout, beside keys.go's:
+//
+//	f/<file id>                  -> file
+//	c/<file id>/<seq, 8 bytes>   -> a chunk of its content
+//	g/<scope>/<file id>          -> (empty) the scope's files
+//	b/<batch id>                 -> batch
+//	h/<scope>/<batch id>         -> (empty) the scope's batches
+//	w/<batch id>                 -> (empty) batches not final: the batch worker's list
+const (
+	prefixFile       = "f/"
+	prefixFileChunk  = "c/"
+	prefixFileScope  = "g/"
+	prefixBatch      = "b/"
+	prefixBatchScope = "h/"
+	prefixUnsettled  = "w/"
+)
+
+// fileChunk is the size of one stored piece of a file: small enough for one transaction,
+// large enough that a 200 MiB file is a few hundred writes.
+const fileChunk = 1 << 20
+
+func fileKey(id string) []byte             { return []byte(prefixFile + id) }
+func fileChunkPrefix(id string) []byte     { return []byte(prefixFileChunk + id + "/") }
+func fileScopeKey(scope, id string) []byte { return []byte(prefixFileScope + scope + "/" + id) }
+func batchKey(id string) []byte            { return []byte(prefixBatch + id) }
+func batchScopeKey(scope, id string) []byte {
+	return []byte(prefixBatchScope + scope + "/" + id)
+}
+func fileChunkKey(id string, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(fileChunkPrefix(id), seq)
+}
+
+type batchAnnouncerSlot = atomic.Pointer[store.BatchAnnouncer]
+
+// SetBatchAnnouncer installs the announcer of batches' final statuses.
+func (s *Store) SetBatchAnnouncer(a store.BatchAnnouncer) { s.sh.batchAnn.Store(&a) }
+
+// CreateFile stores f and its content in chunks of their own transactions; the file itself is
+// written last, so a file half uploaded when the process died is never visible (its chunks
+// expire with the file's lifetime).
+func (s *Store) CreateFile(f *store.File, r io.Reader, max int64) error {
+	ttl := time.Until(f.ExpiresAt)
+	buf := make([]byte, fileChunk)
+	var seq uint64
+	lastByte := byte('\n')
+	for {
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			f.Bytes += int64(n)
+			f.Lines += bytes.Count(buf[:n], []byte{'\n'})
+			if f.Bytes > max {
+				s.dropChunks(f.ID)
+				return store.ErrTooLarge
+			}
+			lastByte = buf[n-1]
+			chunk := append([]byte(nil), buf[:n]...)
+			if werr := s.update(func(txn *badger.Txn) error {
+				return txn.SetEntry(badger.NewEntry(fileChunkKey(f.ID, seq), chunk).WithTTL(ttl))
+			}); werr != nil {
+				return werr
+			}
+			seq++
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			break
+		}
+		if err != nil {
+			s.dropChunks(f.ID)
+			return err
+		}
+	}
+	if lastByte != '\n' {
+		f.Lines++ // a last line without its newline
+	}
+	return s.update(func(txn *badger.Txn) error {
+		v, err := store.Encode(f, nil)
+		if err != nil {
+			return err
+		}
+		if err := txn.SetEntry(badger.NewEntry(fileKey(f.ID), v).WithTTL(ttl)); err != nil {
+			return err
+		}
+		return txn.SetEntry(badger.NewEntry(fileScopeKey(f.Scope, f.ID), nil).WithTTL(ttl))
+	})
+}
+
+// dropChunks deletes file id's chunks, a transaction per few hundred.
+func (s *Store) dropChunks(id string) {
+	for {
+		var keys [][]byte
+		_ = s.view(func(txn *badger.Txn) error {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: fileChunkPrefix(id)})
+			defer it.Close()
+			for it.Rewind(); it.Valid() && len(keys) < 256; it.Next() {
+				keys = append(keys, it.Item().KeyCopy(nil))
+			}
+			return nil
+		})
+		if len(keys) == 0 {
+			return
+		}
+		if s.update(func(txn *badger.Txn) error {
+			for _, k := range keys {
+				if err := txn.Delete(k); err != nil {
+					return err
+				}
+			}
+			return nil
+		}) != nil {
+			return
+		}
+	}
+}
+
+// GetFile returns file id, or store.ErrNotFound.
+func (s *Store) GetFile(id string) (*store.File, error) {
+	var f store.File
+	err := s.view(func(txn *badger.Txn) error {
+		return getValue(txn, fileKey(id), func(v []byte) error { _, err := store.Decode(v, &f); return err })
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+// OpenFile streams file id's content, one chunk read at a time.
+func (s *Store) OpenFile(id string) (io.ReadCloser, error) {
+	if _, err := s.GetFile(id); err != nil {
+		return nil, err
+	}
+	return io.NopCloser(bufio.NewReaderSize(&chunkReader{s: s, id: id}, 64<<10)), nil
+}
+
+// chunkReader reads a file's chunks in order.
+type chunkReader struct {
+	s   *Store
+	id  string
+	seq uint64
+	buf []byte
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	if len(c.buf) == 0 {
+		err := c.s.view(func(txn *badger.Txn) error {
+			return getValue(txn, fileChunkKey(c.id, c.seq), func(v []byte) error {
+				c.buf = append(c.buf[:0], v...)
+				return nil
+			})
+		})
+		if errors.Is(err, store.ErrNotFound) {
+			return 0, io.EOF
+		}
+		if err != nil {
+			return 0, err
+		}
+		c.seq++
+	}
+	n := copy(p, c.buf)
+	c.buf = c.buf[n:]
+	return n, nil
+}
+
+// DeleteFile removes file id and its content.
+func (s *Store) DeleteFile(id string) error {
+	f, err := s.GetFile(id)
+	if err != nil {
+		return err
+	}
+	if err := s.update(func(txn *badger.Txn) error {
+		if err := txn.Delete(fileKey(id)); err != nil {
+			return err
+		}
+		return txn.Delete(fileScopeKey(f.Scope, id))
+	}); err != nil {
+		return err
+	}
+	s.dropChunks(id)
+	return nil
+}
+
+// ListFiles returns scope's files newest first (see store.Batches).
+func (s *Store) ListFiles(scope, after string, limit int) ([]*store.File, bool, error) {
+	var out []*store.File
+	more, err := s.listIndex([]byte(prefixFileScope+scope+"/"), after, limit, func(txn *badger.Txn, id string) (bool, error) {
+		var f store.File
+		err := getValue(txn, fileKey(id), func(v []byte) error { _, err := store.Decode(v, &f); return err })
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		out = append(out, &f)
+		return err == nil, err
+	})
+	return out, more, err
+}
+
+// ListBatches returns scope's batches newest first (see store.Batches).
+func (s *Store) ListBatches(scope, after string, limit int) ([]*store.Batch, bool, error) {
+	var out []*store.Batch
+	more, err := s.listIndex([]byte(prefixBatchScope+scope+"/"), after, limit, func(txn *badger.Txn, id string) (bool, error) {
+		b, err := getBatch(txn, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		out = append(out, b)
+		return err == nil, err
+	})
+	return out, more, err
+}
+
+// listIndex walks an index whose keys end in ids newest first, after `after`, calling add
+// until it has taken limit; it reports whether more follow.
+func (s *Store) listIndex(prefix []byte, after string, limit int, add func(*badger.Txn, string) (bool, error)) (bool, error) {
+	more := false
+	err := s.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
+		defer it.Close()
+		seek := append(append([]byte(nil), prefix...), 0xff)
+		if after != "" {
+			seek = append(append([]byte(nil), prefix...), after...)
+		}
+		taken := 0
+		for it.Seek(seek); it.Valid(); it.Next() {
+			id := string(it.Item().Key()[len(prefix):])
+			if id == after {
+				continue
+			}
+			if taken == limit {
+				more = true
+				return nil
+			}
+			ok, err := add(txn, id)
+			if err != nil {
+				return err
+			}
+			if ok {
+				taken++
+			}
+		}
+		return nil
+	})
+	return more, err
+}
+
+// CreateBatch stores a new batch.
+func (s *Store) CreateBatch(b *store.Batch) error {
+	return s.update(func(txn *badger.Txn) error {
+		if err := txn.Set(batchScopeKey(b.Scope, b.ID), nil); err != nil {
+			return err
+		}
+		return s.putBatch(txn, b)
+	})
+}
+
+// GetBatch returns batch id, or store.ErrNotFound.
+func (s *Store) GetBatch(id string) (*store.Batch, error) {
+	var b *store.Batch
+	err := s.view(func(txn *badger.Txn) error {
+		var err error
+		b, err = getBatch(txn, id)
+		return err
+	})
+	return b, err
+}
+
+func getBatch(txn *badger.Txn, id string) (*store.Batch, error) {
+	var b store.Batch
+	err := getValue(txn, batchKey(id), func(v []byte) error { _, err := store.Decode(v, &b); return err })
+	if err != nil {
+		return nil, err
+	}
+	return &b, nil
+}
+
+// putBatch writes b, keeps the unsettled index in step, gives a final batch its retention and
+// writes the announcer's event for it.
+func (s *Store) putBatch(txn *badger.Txn, b *store.Batch) error {
+	v, err := store.Encode(b, nil)
+	if err != nil {
+		return err
+	}
+	if !b.Status.Final() {
+		if err := txn.Set([]byte(prefixUnsettled+b.ID), nil); err != nil {
+			return err
+		}
+		return txn.Set(batchKey(b.ID), v)
+	}
+	if err := txn.Delete([]byte(prefixUnsettled + b.ID)); err != nil {
+		return err
+	}
+	ttl := time.Until(b.PurgeAt())
+	if err := txn.SetEntry(badger.NewEntry(batchKey(b.ID), v).WithTTL(ttl)); err != nil {
+		return err
+	}
+	if err := txn.SetEntry(badger.NewEntry(batchScopeKey(b.Scope, b.ID), nil).WithTTL(ttl)); err != nil {
+		return err
+	}
+	return s.announceBatch(txn, b)
+}
+
+func (s *Store) announceBatch(txn *badger.Txn, b *store.Batch) error {
+	a := s.sh.batchAnn.Load()
+	if a == nil || *a == nil {
+		return nil
+	}
+	ev := (*a)(b)
+	if ev == nil {
+		return nil
+	}
+	ev.State, ev.NextAttempt = store.EventPending, ev.OccurredAt
+	return s.sh.putEvent(txn, ev, nil)
+}
+
+// UpdateBatch applies fn to batch id and settles it (see store.Batches). A final batch is returned
+// as it is, fn not called.
+func (s *Store) UpdateBatch(id string, fn func(*store.Batch) error) (*store.Batch, error) {
+	unlock := s.sh.batchLocks.lock([]byte(id)) // the batch's writers take turns (see change)
+	defer unlock()
+	var out *store.Batch
+	err := s.update(func(txn *badger.Txn) error {
+		b, err := getBatch(txn, id)
+		if err != nil {
+			return err
+		}
+		out = b
+		if b.Status.Final() {
+			return nil
+		}
+		if err := fn(b); err != nil {
+			return domainError{err}
+		}
+		at := s.now()
+		b.UpdatedAt = at
+		store.SettleBatch(b, at)
+		return s.putBatch(txn, b)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// AddBatchLines stores lines from+1.. of batch id (see store.Batches).
+func (s *Store) AddBatchLines(id string, from int, ops []*store.Operation, reqs []*store.Request) (*store.Batch, error) {
+	unlock := s.sh.batchLocks.lock([]byte(id))
+	defer unlock()
+	var out *store.Batch
+	err := s.updateThen(func(txn *badger.Txn) error {
+		b, err := getBatch(txn, id)
+		if err != nil {
+			return err
+		}
+		if b.Created != from || b.Status.Final() {
+			return domainError{store.ErrStale}
+		}
+		at := s.now()
+		for i, op := range ops {
+			if store.CutLine(b, op, at) {
+				store.CountLine(b, op)
+			} else if err := putRequest(txn, op.ID, reqs[i]); err != nil {
+				return err
+			}
+			if err := putOperation(txn, op, nil); err != nil {
+				return err
+			}
+		}
+		b.Created += len(ops)
+		b.UpdatedAt = at
+		store.SettleBatch(b, at)
+		out = b
+		return s.putBatch(txn, b)
+	}, func() {
+		for _, op := range ops {
+			s.sh.queue.moved(op, "")
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// countLine counts a line operation that has just become final into its batch, in the same
+// transaction: a line is counted exactly once, and the last one settles the batch.
+func (s *Store) countLine(txn *badger.Txn, op *store.Operation, at time.Time) error {
+	if op.Batch == nil || !op.Status.Final() {
+		return nil
+	}
+	b, err := getBatch(txn, op.Batch.Batch)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // the batch is gone (retention): nothing to count into
+	}
+	if err != nil {
+		return err
+	}
+	if b.Status.Final() {
+		return nil
+	}
+	store.CountLine(b, op)
+	b.UpdatedAt = at
+	store.SettleBatch(b, at)
+	return s.putBatch(txn, b)
+}
+
+// UnsettledBatches returns the ids of batches not final, oldest first.
+func (s *Store) UnsettledBatches() ([]string, error) {
+	var ids []string
+	err := s.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefixUnsettled)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			ids = append(ids, string(it.Item().Key()[len(prefixUnsettled):]))
+		}
+		return nil
+	})
+	return ids, err
+}
+
+// The Badger Store keeps files and batches.
+var _ store.Batches = (*Store)(nil)

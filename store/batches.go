@@ -1,0 +1,248 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Files and batches: the OpenAI Files and Batches API on the operations engine
+// (docs/batches.md). A batch's lines run as operations tagged with their batch and line; the
+// batch's counts move in the same transaction as each line's final status, so a line is
+// counted once whatever crashes, and the batch's own final status (with its event) is written
+// by the transaction that settles its last line.
+
+// File is an uploaded file; its content is kept in chunks beside it.
+type File struct {
+	ID        string    `json:"id"`
+	Scope     string    `json:"scope"`
+	Filename  string    `json:"filename"`
+	Purpose   string    `json:"purpose"`
+	Bytes     int64     `json:"bytes"`
+	Lines     int       `json:"lines"` // newline-terminated lines, and a last one without
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// BatchStatus is where a batch is in its life (OpenAI's statuses).
+type BatchStatus string
+
+// The batch statuses. finalizing is passed through in the transaction that settles the last
+// line: the output is assembled when read, so there is nothing to wait for.
+const (
+	BatchValidating BatchStatus = "validating"
+	BatchFailed     BatchStatus = "failed"
+	BatchInProgress BatchStatus = "in_progress"
+	BatchFinalizing BatchStatus = "finalizing"
+	BatchCompleted  BatchStatus = "completed"
+	BatchExpired    BatchStatus = "expired"
+	BatchCancelling BatchStatus = "cancelling"
+	BatchCancelled  BatchStatus = "cancelled"
+)
+
+// Final reports whether s ends a batch's life.
+func (s BatchStatus) Final() bool {
+	return s == BatchFailed || s == BatchCompleted || s == BatchExpired || s == BatchCancelled
+}
+
+// BatchError is one reason a batch failed validation, naming its line (1-based) when it has one.
+type BatchError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Param   string `json:"param,omitempty"`
+	Line    int    `json:"line,omitempty"`
+}
+
+// BatchCounts are OpenAI's request_counts: completed lines succeeded, failed lines did not
+// (failed upstream, canceled or expired).
+type BatchCounts struct {
+	Total     int `json:"total"`
+	Completed int `json:"completed"`
+	Failed    int `json:"failed"`
+}
+
+// Batch is one batch: its input file's lines run as operations.
+type Batch struct {
+	ID               string          `json:"id"`
+	Scope            string          `json:"scope"`
+	Server           string          `json:"server,omitempty"`
+	Endpoint         string          `json:"endpoint"`
+	InputFileID      string          `json:"input_file_id"`
+	CompletionWindow string          `json:"completion_window"`
+	Status           BatchStatus     `json:"status"`
+	Metadata         json.RawMessage `json:"metadata,omitempty"`
+	Errors           []BatchError    `json:"errors,omitempty"`
+	Counts           BatchCounts     `json:"counts"`
+	// Created is how many line operations exist (lines 1..Created); they are created in chunks.
+	Created int `json:"created"`
+	// Expiring: the completion window passed; lines not started end expired.
+	Expiring bool `json:"expiring,omitempty"`
+	// Template is the creating request: each line is sent with its headers, host and address.
+	Template *Request `json:"template,omitempty"`
+	// Exec is how lines run (the creating block's async settings).
+	Exec      *Execution    `json:"exec,omitempty"`
+	Callback  *Callback     `json:"callback,omitempty"`
+	Retention time.Duration `json:"retention"`
+
+	CreatedAt    time.Time `json:"created_at"`
+	InProgressAt time.Time `json:"in_progress_at,omitzero"`
+	ExpiresAt    time.Time `json:"expires_at"`
+	FinalizingAt time.Time `json:"finalizing_at,omitzero"`
+	CompletedAt  time.Time `json:"completed_at,omitzero"`
+	FailedAt     time.Time `json:"failed_at,omitzero"`
+	ExpiredAt    time.Time `json:"expired_at,omitzero"`
+	CancellingAt time.Time `json:"cancelling_at,omitzero"`
+	CancelledAt  time.Time `json:"cancelled_at,omitzero"`
+	UpdatedAt    time.Time `json:"updated_at"`
+}
+
+// BatchLine tags a line operation with its batch and line (1-based).
+type BatchLine struct {
+	Batch    string `json:"batch"`
+	Line     int    `json:"line"`
+	CustomID string `json:"custom_id"`
+}
+
+// FinishedAt is when b became final (zero before).
+func (b *Batch) FinishedAt() time.Time {
+	for _, t := range []time.Time{b.CompletedAt, b.FailedAt, b.ExpiredAt, b.CancelledAt} {
+		if !t.IsZero() {
+			return t
+		}
+	}
+	return time.Time{}
+}
+
+// PurgeAt is when a final batch is gone (zero before final).
+func (b *Batch) PurgeAt() time.Time {
+	if f := b.FinishedAt(); !f.IsZero() {
+		return f.Add(b.Retention)
+	}
+	return time.Time{}
+}
+
+// Line error codes the gateway writes in the error file for lines that never ran.
+const (
+	LineCancelled = "batch_cancelled"
+	LineExpired   = "batch_expired"
+)
+
+// LineOperationID is the id of batch's line operation: derived, so finding a line needs no
+// index, and as unguessable as the batch id it extends.
+func LineOperationID(batch string, line int) string {
+	return fmt.Sprintf("op_%s_%07d", batch, line)
+}
+
+// BatchOfLine is the batch of line operation id, "" when id is not a line's.
+func BatchOfLine(id string) string {
+	rest, ok := strings.CutPrefix(id, "op_batch_")
+	if !ok {
+		return ""
+	}
+	if i := strings.LastIndexByte(rest, '_'); i > 0 {
+		return "batch_" + rest[:i]
+	}
+	return ""
+}
+
+// Errors of files and batches.
+var (
+	// ErrTooLarge: an upload went over its limit; nothing of it is kept.
+	ErrTooLarge = errors.New("file over the size limit")
+	// ErrStale: lines were added from a position another writer already passed.
+	ErrStale = errors.New("batch lines already created")
+)
+
+// BatchAnnouncer returns the event announcing b's final status, or nil.
+type BatchAnnouncer func(b *Batch) *Event
+
+// Batches keeps files and batches.
+type Batches interface {
+	// CreateFile stores f with the content read from r, in chunks (never whole in memory); over
+	// max bytes it stores nothing and returns ErrTooLarge. f.Bytes and f.Lines are set.
+	CreateFile(f *File, r io.Reader, max int64) error
+	// GetFile returns file id, or ErrNotFound (also once expired).
+	GetFile(id string) (*File, error)
+	// OpenFile streams file id's content.
+	OpenFile(id string) (io.ReadCloser, error)
+	// DeleteFile removes file id and its content; ErrNotFound when there is none.
+	DeleteFile(id string) error
+	// ListFiles returns scope's files newest first after the id `after`, at most limit, and
+	// whether more follow.
+	ListFiles(scope, after string, limit int) ([]*File, bool, error)
+	// CreateBatch stores a new batch (validating).
+	CreateBatch(b *Batch) error
+	// GetBatch returns batch id, or ErrNotFound.
+	GetBatch(id string) (*Batch, error)
+	// ListBatches is ListFiles for batches.
+	ListBatches(scope, after string, limit int) ([]*Batch, bool, error)
+	// UpdateBatch applies fn to batch id in one transaction (fn may refuse with an error), then
+	// settles it (SettleBatch), writing the announcer's event when it becomes final.
+	UpdateBatch(id string, fn func(*Batch) error) (*Batch, error)
+	// AddBatchLines stores line operations from+1.. of batch id with their requests, in one
+	// transaction, only if exactly from lines exist (else ErrStale): each line is created once.
+	// Lines of a batch no longer in progress are stored already final (CutLine).
+	AddBatchLines(id string, from int, ops []*Operation, reqs []*Request) (*Batch, error)
+	// UnsettledBatches returns the ids of batches not final, oldest first.
+	UnsettledBatches() ([]string, error)
+	// SetBatchAnnouncer installs the function whose event is written with a batch's final status.
+	SetBatchAnnouncer(a BatchAnnouncer)
+}
+
+// CutLine makes op, about to be stored for batch b, final at once when b no longer runs
+// lines: cancelled, or expired. It reports whether it did.
+func CutLine(b *Batch, op *Operation, at time.Time) bool {
+	if b.Status == BatchInProgress && !b.Expiring {
+		return false
+	}
+	code, msg := LineCancelled, "The batch was cancelled before this request ran."
+	if b.Expiring {
+		code, msg = LineExpired, "This request could not be executed before the completion window expired."
+	}
+	op.Status, op.FinishedAt, op.UpdatedAt = StatusCanceled, at, at
+	op.Error = &OperationError{Code: code, Message: msg}
+	return true
+}
+
+// CountLine counts line operation op, just final, into its batch b.
+func CountLine(b *Batch, op *Operation) {
+	if op.Status == StatusSucceeded {
+		b.Counts.Completed++
+	} else {
+		b.Counts.Failed++
+	}
+}
+
+// SettleBatch makes b final when every line exists and is final: completed, cancelled or
+// expired as it was going. It reports whether b became final.
+func SettleBatch(b *Batch, at time.Time) bool {
+	c := b.Counts
+	if b.Status.Final() || b.Status == BatchValidating || b.Created < c.Total || c.Completed+c.Failed < c.Total {
+		return false
+	}
+	b.FinalizingAt, b.UpdatedAt = at, at
+	switch {
+	case b.Status == BatchCancelling:
+		b.Status, b.CancelledAt = BatchCancelled, at
+	case b.Expiring:
+		b.Status, b.ExpiredAt = BatchExpired, at
+	default:
+		b.Status, b.CompletedAt = BatchCompleted, at
+	}
+	return true
+}
+
+// LineRequest is the request line `line` of batch b sends: the creator's headers, the line's
+// method, URL and body.
+func LineRequest(b *Batch, method, url string, body []byte) *Request {
+	t := b.Template
+	if t == nil {
+		t = &Request{Header: http.Header{}}
+	}
+	return &Request{Method: method, URL: url, Host: t.Host, Proto: t.Proto, RemoteAddr: t.RemoteAddr,
+		Header: t.Header.Clone(), Body: body}
+}

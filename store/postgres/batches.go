@@ -1,0 +1,407 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// Files and batches on PostgreSQL (docs/batches.md): a file is a row and chunk rows; a batch is
+// a row whose document the line transitions update under its row lock.
+
+// fileChunk is the size of one chunk row.
+const fileChunk = 1 << 20
+
+// batchAnnouncers holds each handle's batch announcer.
+type batchAnnouncerSlot = atomic.Pointer[store.BatchAnnouncer]
+
+// SetBatchAnnouncer installs the announcer of batches' final statuses.
+func (s *Store) SetBatchAnnouncer(a store.BatchAnnouncer) { s.batchAnn.Store(&a) }
+
+// CreateFile stores f's row, then its chunks, each in a transaction of its own, then marks it
+// complete (see store.Batches).
+func (s *Store) CreateFile(f *store.File, r io.Reader, max int64) error {
+	if err := s.putFile(f, false); err != nil {
+		return err
+	}
+	buf := make([]byte, fileChunk)
+	lastByte := byte('\n')
+	for seq := 0; ; seq++ {
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			f.Bytes += int64(n)
+			f.Lines += bytes.Count(buf[:n], []byte{'\n'})
+			lastByte = buf[n-1]
+			if f.Bytes > max {
+				_ = s.DeleteFile(f.ID)
+				return store.ErrTooLarge
+			}
+			chunk := buf[:n]
+			if werr := s.do(func(ctx context.Context, tx pgx.Tx) error {
+				_, e := tx.Exec(ctx, `INSERT INTO file_chunks (file_id, seq, data) VALUES ($1, $2, $3)`, f.ID, seq, chunk)
+				return e
+			}); werr != nil {
+				return werr
+			}
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			break
+		}
+		if err != nil {
+			_ = s.DeleteFile(f.ID)
+			return err
+		}
+	}
+	if lastByte != '\n' {
+		f.Lines++
+	}
+	return s.putFile(f, true)
+}
+
+func (s *Store) putFile(f *store.File, complete bool) error {
+	doc, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	return s.do(func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO files (id, scope, complete, expires_at, doc) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (id) DO UPDATE SET complete = $3, doc = $5`, f.ID, f.Scope, complete, f.ExpiresAt, doc)
+		return err
+	})
+}
+
+// GetFile returns file id, or ErrNotFound.
+func (s *Store) GetFile(id string) (*store.File, error) {
+	if !storable(id) {
+		return nil, domain{store.ErrNotFound}
+	}
+	var f *store.File
+	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
+		var doc []byte
+		err := tx.QueryRow(ctx, `SELECT doc FROM files WHERE id = $1 AND complete AND expires_at > $2`, id, s.now()).Scan(&doc)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return domain{store.ErrNotFound}
+		}
+		if err != nil {
+			return err
+		}
+		f = new(store.File)
+		return json.Unmarshal(doc, f)
+	})
+	return f, err
+}
+
+// OpenFile streams file id's content, a chunk row at a time.
+func (s *Store) OpenFile(id string) (io.ReadCloser, error) {
+	if _, err := s.GetFile(id); err != nil {
+		return nil, err
+	}
+	return io.NopCloser(&chunkReader{s: s, id: id}), nil
+}
+
+type chunkReader struct {
+	s   *Store
+	id  string
+	seq int
+	buf []byte
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	if len(c.buf) == 0 {
+		var data []byte
+		found := true
+		err := c.s.do(func(ctx context.Context, tx pgx.Tx) error {
+			err := tx.QueryRow(ctx, `SELECT data FROM file_chunks WHERE file_id = $1 AND seq = $2`, c.id, c.seq).Scan(&data)
+			if errors.Is(err, pgx.ErrNoRows) {
+				found, err = false, nil
+			}
+			return err
+		})
+		if err != nil {
+			return 0, err
+		}
+		if !found {
+			return 0, io.EOF
+		}
+		c.buf, c.seq = data, c.seq+1
+	}
+	n := copy(p, c.buf)
+	c.buf = c.buf[n:]
+	return n, nil
+}
+
+// DeleteFile removes file id; its chunks go with it.
+func (s *Store) DeleteFile(id string) error {
+	if !storable(id) {
+		return domain{store.ErrNotFound}
+	}
+	return s.do(func(ctx context.Context, tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `DELETE FROM files WHERE id = $1`, id)
+		if err == nil && tag.RowsAffected() == 0 {
+			return domain{store.ErrNotFound}
+		}
+		return err
+	})
+}
+
+// ListFiles returns scope's files newest first (see store.Batches).
+func (s *Store) ListFiles(scope, after string, limit int) ([]*store.File, bool, error) {
+	var out []*store.File
+	more, err := s.listDocs(`SELECT id, doc FROM files WHERE scope = $1 AND complete AND expires_at > $4 AND ($2 = '' OR id < $2)
+		ORDER BY id DESC LIMIT $3`, scope, after, limit, func(doc []byte) error {
+		f := new(store.File)
+		out = append(out, f)
+		return json.Unmarshal(doc, f)
+	})
+	return out, more, err
+}
+
+// ListBatches returns scope's batches newest first (see store.Batches).
+func (s *Store) ListBatches(scope, after string, limit int) ([]*store.Batch, bool, error) {
+	var out []*store.Batch
+	more, err := s.listDocs(`SELECT id, doc FROM batches WHERE scope = $1 AND (purge_at IS NULL OR purge_at > $4)
+		AND ($2 = '' OR id < $2) ORDER BY id DESC LIMIT $3`, scope, after, limit, func(doc []byte) error {
+		b := new(store.Batch)
+		out = append(out, b)
+		return json.Unmarshal(doc, b)
+	})
+	return out, more, err
+}
+
+// listDocs runs a list query for limit+1 rows, giving add the first limit documents; it
+// reports whether there were more.
+func (s *Store) listDocs(sql, scope, after string, limit int, add func([]byte) error) (bool, error) {
+	if !storable(after) {
+		return false, nil
+	}
+	more := false
+	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, sql, scope, after, limit+1, s.now())
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		n := 0
+		for rows.Next() {
+			var id string
+			var doc []byte
+			if err := rows.Scan(&id, &doc); err != nil {
+				return err
+			}
+			if n++; n > limit {
+				more = true
+				break
+			}
+			if err := add(doc); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	})
+	return more, err
+}
+
+// CreateBatch stores a new batch.
+func (s *Store) CreateBatch(b *store.Batch) error {
+	return s.do(func(ctx context.Context, tx pgx.Tx) error { return s.putBatch(ctx, tx, b, true) })
+}
+
+// GetBatch returns batch id, or ErrNotFound.
+func (s *Store) GetBatch(id string) (*store.Batch, error) {
+	var b *store.Batch
+	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
+		var err error
+		b, err = getBatch(ctx, tx, id, s.now(), "")
+		return err
+	})
+	return b, err
+}
+
+// getBatch reads batch id (lock: "" or " FOR UPDATE").
+func getBatch(ctx context.Context, tx pgx.Tx, id string, now time.Time, lock string) (*store.Batch, error) {
+	if !storable(id) {
+		return nil, domain{store.ErrNotFound}
+	}
+	var doc []byte
+	err := tx.QueryRow(ctx, `SELECT doc FROM batches WHERE id = $1 AND (purge_at IS NULL OR purge_at > $2)`+lock, id, now).Scan(&doc)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, domain{store.ErrNotFound}
+	}
+	if err != nil {
+		return nil, err
+	}
+	b := new(store.Batch)
+	if err := json.Unmarshal(doc, b); err != nil {
+		return nil, fmt.Errorf("batch document: %w", err)
+	}
+	return b, nil
+}
+
+// putBatch inserts or rewrites b; a final one gets its purge time and its event.
+func (s *Store) putBatch(ctx context.Context, tx pgx.Tx, b *store.Batch, insert bool) error {
+	doc, err := json.Marshal(b)
+	if err != nil {
+		return err
+	}
+	var purge *time.Time
+	if b.Status.Final() {
+		p := b.PurgeAt()
+		purge = &p
+	}
+	if insert {
+		_, err = tx.Exec(ctx, `INSERT INTO batches (id, scope, status, purge_at, doc) VALUES ($1, $2, $3, $4, $5)`,
+			b.ID, b.Scope, string(b.Status), purge, doc)
+		return err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE batches SET status = $2, purge_at = $3, doc = $4 WHERE id = $1`,
+		b.ID, string(b.Status), purge, doc); err != nil {
+		return err
+	}
+	if !b.Status.Final() {
+		return nil
+	}
+	return s.announceBatch(ctx, tx, b)
+}
+
+func (s *Store) announceBatch(ctx context.Context, tx pgx.Tx, b *store.Batch) error {
+	a := s.batchAnn.Load()
+	if a == nil || *a == nil {
+		return nil
+	}
+	ev := (*a)(b)
+	if ev == nil {
+		return nil
+	}
+	ev.State, ev.NextAttempt = store.EventPending, ev.OccurredAt
+	return putEvent(ctx, tx, ev, s.now())
+}
+
+// UpdateBatch applies fn to batch id under its row lock and settles it (see store.Batches).
+func (s *Store) UpdateBatch(id string, fn func(*store.Batch) error) (*store.Batch, error) {
+	var out *store.Batch
+	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
+		now := s.now()
+		b, err := getBatch(ctx, tx, id, now, " FOR UPDATE")
+		if err != nil {
+			return err
+		}
+		out = b
+		if b.Status.Final() {
+			return nil
+		}
+		if err := fn(b); err != nil {
+			return domain{err}
+		}
+		b.UpdatedAt = now
+		store.SettleBatch(b, now)
+		return s.putBatch(ctx, tx, b, false)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// AddBatchLines stores lines from+1.. of batch id with their requests, under the batch's row
+// lock, with one statement per table (see store.Batches).
+func (s *Store) AddBatchLines(id string, from int, ops []*store.Operation, reqs []*store.Request) (*store.Batch, error) {
+	var out *store.Batch
+	queued := false
+	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
+		now := s.now()
+		b, err := getBatch(ctx, tx, id, now, " FOR UPDATE")
+		if err != nil {
+			return err
+		}
+		if b.Created != from || b.Status.Final() {
+			return domain{store.ErrStale}
+		}
+		var batch pgx.Batch
+		for i, op := range ops {
+			if store.CutLine(b, op, now) {
+				store.CountLine(b, op)
+			} else {
+				queued = true
+				reqDoc, err := json.Marshal(reqs[i])
+				if err != nil {
+					return err
+				}
+				batch.Queue(`INSERT INTO operation_requests (op_id, doc, body) VALUES ($1, $2, $3)`, op.ID, reqDoc, nonNil(reqs[i].Body))
+			}
+			if err := queueOp(&batch, op); err != nil {
+				return err
+			}
+		}
+		if err := tx.SendBatch(ctx, &batch).Close(); err != nil {
+			return err
+		}
+		b.Created += len(ops)
+		b.UpdatedAt = now
+		store.SettleBatch(b, now)
+		out = b
+		return s.putBatch(ctx, tx, b, false)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if queued {
+		s.poke()
+	}
+	return out, nil
+}
+
+// queueOp queues op's insert on batch, as putOp writes it.
+func queueOp(batch *pgx.Batch, op *store.Operation) error {
+	args, err := opArgs(op)
+	if err != nil {
+		return err
+	}
+	batch.Queue(insertOp, args...)
+	return nil
+}
+
+// countLine counts a line operation that has just become final into its batch, in the same
+// transaction (see the Badger backend's countLine).
+func (s *Store) countLine(ctx context.Context, tx pgx.Tx, op *store.Operation, at time.Time) error {
+	if op.Batch == nil || !op.Status.Final() {
+		return nil
+	}
+	b, err := getBatch(ctx, tx, op.Batch.Batch, at, " FOR UPDATE")
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil || b.Status.Final() {
+		return err
+	}
+	store.CountLine(b, op)
+	b.UpdatedAt = at
+	store.SettleBatch(b, at)
+	return s.putBatch(ctx, tx, b, false)
+}
+
+// UnsettledBatches returns the ids of batches not final, oldest first.
+func (s *Store) UnsettledBatches() ([]string, error) {
+	var ids []string
+	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
+		ids = ids[:0]
+		rows, err := tx.Query(ctx, `SELECT id FROM batches WHERE purge_at IS NULL ORDER BY id`)
+		if err != nil {
+			return err
+		}
+		ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	return ids, err
+}
+
+// The PostgreSQL Store keeps files and batches.
+var _ store.Batches = (*Store)(nil)

@@ -1,0 +1,156 @@
+package storetest
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+var batchTests = []test{
+	{"FilesStreamInChunksAndBelongToTheirScope", testFilesStreamInChunks},
+	{"EachLineIsCountedOnceAndTheLastSettlesTheBatch", testLinesCountedOnce},
+	{"LinesOfACancelledBatchAreCreatedCancelled", testLinesOfCancelledBatch},
+}
+
+func testFilesStreamInChunks(t *testing.T, e *env) {
+	s := e.open()
+	now := e.clock.Now()
+	content := strings.Repeat("{\"custom_id\":\"x\"}\n", 150000) + "last line without newline" // ~2.7 MiB: several chunks
+	f := &store.File{ID: "file-1", Scope: "a", Purpose: "batch", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	if err := s.CreateFile(f, strings.NewReader(content), 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	if f.Bytes != int64(len(content)) || f.Lines != 150001 {
+		t.Fatalf("stored %d bytes, %d lines; want %d, 150001", f.Bytes, f.Lines, len(content))
+	}
+	rc, err := s.OpenFile("file-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rc)
+	_ = rc.Close()
+	if err != nil || !bytes.Equal(got, []byte(content)) {
+		t.Fatalf("read back %d bytes (%v), want the %d stored", len(got), err, len(content))
+	}
+	big := &store.File{ID: "file-2", Scope: "a", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	if err := s.CreateFile(big, strings.NewReader(content), 1<<20); !errors.Is(err, store.ErrTooLarge) {
+		t.Fatalf("a file over its limit: %v, want ErrTooLarge", err)
+	}
+	if _, err := s.GetFile("file-2"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a refused file is found: %v", err)
+	}
+	mine, _, _ := s.ListFiles("a", "", 10)
+	theirs, _, _ := s.ListFiles("b", "", 10)
+	if len(mine) != 1 || mine[0].ID != "file-1" || len(theirs) != 0 {
+		t.Fatalf("scope a lists %d files, scope b %d", len(mine), len(theirs))
+	}
+	if err := s.DeleteFile("file-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetFile("file-1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a deleted file is found: %v", err)
+	}
+}
+
+// newBatch stores batch "batch_1" of scope a, in progress with total lines.
+func (e *env) newBatch(t *testing.T, s store.Backend, total int) {
+	t.Helper()
+	now := e.clock.Now()
+	b := &store.Batch{ID: "batch_1", Scope: "a", Endpoint: "/v1/x", Status: store.BatchValidating, CreatedAt: now,
+		ExpiresAt: now.Add(time.Hour), Retention: time.Hour, Callback: &store.Callback{Endpoint: "hooks", URL: "http://h"}}
+	if err := s.CreateBatch(b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateBatch(b.ID, func(b *store.Batch) error {
+		b.Status, b.Counts.Total = store.BatchInProgress, total
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lines are lines from+1..from+n of batch_1.
+func (e *env) lines(from, n int) ([]*store.Operation, []*store.Request) {
+	var ops []*store.Operation
+	var reqs []*store.Request
+	for line := from + 1; line <= from+n; line++ {
+		op := e.newOp(line, "batch_1")
+		op.ID = store.LineOperationID("batch_1", line)
+		op.Batch = &store.BatchLine{Batch: "batch_1", Line: line, CustomID: "c"}
+		ops = append(ops, op)
+		reqs = append(reqs, &store.Request{Method: "POST", URL: "/v1/x", Header: http.Header{}, Body: []byte("{}")})
+	}
+	return ops, reqs
+}
+
+func testLinesCountedOnce(t *testing.T, e *env) {
+	s := e.open()
+	s.SetBatchAnnouncer(func(b *store.Batch) *store.Event {
+		return &store.Event{ID: "evt_" + string(b.Status), Type: "batch." + string(b.Status), OperationID: b.ID,
+			Endpoint: "hooks", URL: "http://h", OccurredAt: e.clock.Now()}
+	})
+	e.newBatch(t, s, 3)
+	ops, reqs := e.lines(0, 2)
+	if _, err := s.AddBatchLines("batch_1", 0, ops, reqs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AddBatchLines("batch_1", 0, ops, reqs); !errors.Is(err, store.ErrStale) {
+		t.Fatalf("lines added twice: %v, want ErrStale", err)
+	}
+	ops, reqs = e.lines(2, 1)
+	if _, err := s.AddBatchLines("batch_1", 2, ops, reqs); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		op, err := s.ClaimNext("w", time.Minute)
+		if err != nil || op == nil || op.Batch == nil {
+			t.Fatalf("claim %d: %v %v", i, op, err)
+		}
+		to := store.StatusSucceeded
+		if op.Batch.Line == 2 {
+			to = store.StatusFailed
+		}
+		if _, err := s.Transition(op.ID, store.Change{To: to, Holder: "w"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Transition(op.ID, store.Change{To: store.StatusCanceled}); !errors.Is(err, store.ErrIllegalTransition) {
+			t.Fatalf("a final line moved again: %v", err)
+		}
+	}
+	b, err := s.GetBatch("batch_1")
+	if err != nil || b.Status != store.BatchCompleted || b.Counts != (store.BatchCounts{Total: 3, Completed: 2, Failed: 1}) || b.CompletedAt.IsZero() {
+		t.Fatalf("batch %+v (%v), want completed 2 + 1 failed of 3", b, err)
+	}
+	if ev, err := s.GetEvent("evt_completed"); err != nil || ev.State != store.EventPending {
+		t.Fatalf("the batch's event: %v %v", ev, err)
+	}
+	if ids, _ := s.UnsettledBatches(); len(ids) != 0 {
+		t.Fatalf("a final batch is still unsettled: %v", ids)
+	}
+}
+
+func testLinesOfCancelledBatch(t *testing.T, e *env) {
+	s := e.open()
+	e.newBatch(t, s, 2)
+	if _, err := s.UpdateBatch("batch_1", func(b *store.Batch) error { b.Status = store.BatchCancelling; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	ops, reqs := e.lines(0, 2)
+	b, err := s.AddBatchLines("batch_1", 0, ops, reqs)
+	if err != nil || b.Status != store.BatchCancelled || b.Counts.Failed != 2 {
+		t.Fatalf("batch %+v (%v), want cancelled with 2 failed", b, err)
+	}
+	op, err := s.GetOperation(store.LineOperationID("batch_1", 1))
+	if err != nil || op.Status != store.StatusCanceled || op.Error == nil || op.Error.Code != store.LineCancelled {
+		t.Fatalf("line 1: %+v %v, want canceled %s", op, err, store.LineCancelled)
+	}
+	if next, _ := s.ClaimNext("w", time.Minute); next != nil {
+		t.Fatalf("a cancelled batch's line was claimed: %s", next.ID)
+	}
+}
