@@ -13,4 +13,3 @@ func TestMigrationsHaveOneFileEachVersion(t *testing.T) {
 		t.Fatal("no migrations embedded")
 	}
 }
-
