@@ -71,6 +71,9 @@ func cmdSidecar(fl caddycmd.Flags) (int, error) {
 		return caddy.ExitCodeSuccess, nil
 	}
 
+	if err := cfg.refuseBusyAddresses(answersTCP); err != nil {
+		return caddy.ExitCodeFailedStartup, err
+	}
 	caddy.TrapSignals()
 	logger, defaultLogger, _ := caddy.BufferedLog()
 	defer caddy.UnbufferDefaultLogger(defaultLogger)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -290,5 +291,37 @@ func TestSidecarPrintShowsTheConfigWithoutSecrets(t *testing.T) {
 	if !bytes.Contains(out, []byte("http://model:8000")) || !bytes.Contains(out, []byte("https://consumer.example.com/hook")) ||
 		bytes.Contains(out, []byte(secretNew)) || bytes.Contains(out, []byte("0123456789abcdef")) {
 		t.Fatalf("--print printed:\n%s", out)
+	}
+}
+
+// TestSidecarRefusesAnAddressAnotherProcessServes checks that a second gateway started on a
+// listen or admin address already in use exits at once naming it, instead of sharing the port.
+func TestSidecarRefusesAnAddressAnotherProcessServes(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	ports := testkit.FreePorts(t, 2)
+	free := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
+	for _, tc := range []struct{ name, listen, admin, want string }{
+		{"listen", busy.Addr().String(), free(0), "MULLIGAN_LISTEN: " + busy.Addr().String() + " already answers"},
+		{"admin", free(1), busy.Addr().String(), "MULLIGAN_ADMIN: " + busy.Addr().String() + " already answers"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, binary, "sidecar")
+			cmd.Env = append(cleanEnviron(), "HOME="+t.TempDir(), "MULLIGAN_UPSTREAM=127.0.0.1:1",
+				"MULLIGAN_DATA_DIR="+t.TempDir(), "MULLIGAN_LISTEN="+tc.listen, "MULLIGAN_ADMIN="+tc.admin)
+			out, err := cmd.CombinedOutput()
+			exitErr, ok := errors.AsType[*exec.ExitError](err)
+			if !ok || exitErr.ExitCode() != 1 {
+				t.Fatalf("want exit code 1, got %v:\n%s", err, out)
+			}
+			if !bytes.Contains(out, []byte(tc.want)) {
+				t.Fatalf("the refusal does not say %q:\n%s", tc.want, out)
+			}
+		})
 	}
 }
