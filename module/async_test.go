@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -312,4 +313,33 @@ func TestListShowsTheCallersOperationsNewestFirst(t *testing.T) {
 		t.Fatalf("second page: %+v", page)
 	}
 	expectError(t, g.get("/v1/operations?status=bogus"), 400, CodeInvalidRequest, false)
+}
+
+// A cancel asked for by a client is not an error (docs/operating.md): canceling a running
+// operation closes its upstream call, and no error-level line is logged for it (reverse_proxy
+// logged the canceled call as a 502 at error level, with the request's headers); the cancel
+// itself is logged at info.
+func TestCancelOfARunningOperationLogsNoError(t *testing.T) {
+	logFile := filepath.Join(t.TempDir(), "caddy.log")
+	g := startGatewayWith(t, gatewaySetup{model: modelserver.Config{Latency: 10 * time.Second},
+		globals: "log {\n output file " + logFile + "\n format json\n level INFO\n }"})
+	_, op := g.submit(t, "to-cancel")
+	waitFor(t, func() bool { return g.model.Stats().InFlight == 1 })
+	if c := g.post(op.Links.Cancel, "", ""); c.StatusCode != 200 {
+		t.Fatalf("cancel: %d %s", c.StatusCode, c.body)
+	}
+	waitFor(t, func() bool { return g.model.Stats().Abandoned == 1 })
+	// The transition's line is logged after the upstream call has returned, so any line the
+	// call's end logs is in the file by then.
+	waitFor(t, func() bool {
+		for _, line := range logLines(t, logFile, "operation_id", op.OperationID) {
+			if line["new_status"] == "canceled" && line["level"] == "info" {
+				return true
+			}
+		}
+		return false
+	})
+	if errs := logLines(t, logFile, "level", "error"); len(errs) > 0 {
+		t.Fatalf("a client's cancel logged at error level: %v", errs)
+	}
 }

@@ -131,8 +131,16 @@ func (h *Handler) getResult(q *opsRequest, id string) {
 		return
 	}
 	cur := op.As(h.now())
-	if sse.WantsEventStream(q.r) && h.followResult(q, cur) {
-		return
+	if sse.WantsEventStream(q.r) {
+		if !cur.Status.Final() {
+			// A follower of a job it just submitted waits for the answer to begin, not 409.
+			if cur = h.awaitAnswer(q, cur); cur == nil {
+				return // the client left
+			}
+		}
+		if h.followResult(q, cur) {
+			return
+		}
 	}
 	if !cur.Status.Final() {
 		writeError(q.w, apiError{Code: CodeNotFinished, RetryAfter: pollAfter, Details: map[string]any{"operation_id": id},

@@ -142,6 +142,9 @@ func (s *opStream) find(id string) (uint64, bool) {
 type opStreams struct {
 	mu sync.Mutex
 	m  map[string]*opStream
+	// changed is closed when an attempt starts or ends, for followers waiting for an answer to
+	// begin (await); nil until one waits.
+	changed chan struct{}
 }
 
 // start registers a fresh stream for an attempt of operation id, copied to the store by rec
@@ -154,6 +157,7 @@ func (o *opStreams) start(id string, rec *opRecording) *opStream {
 		o.m = map[string]*opStream{}
 	}
 	o.m[id] = s
+	o.signal()
 	o.mu.Unlock()
 	return s
 }
@@ -164,6 +168,7 @@ func (o *opStreams) end(id string, s *opStream, whole bool) {
 	if o.m[id] == s {
 		delete(o.m, id)
 	}
+	o.signal()
 	o.mu.Unlock()
 	s.rec.end(whole)
 	if whole {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -77,7 +78,11 @@ type execution struct {
 
 // Causes of an execution's cancellation.
 var (
-	errCanceledByUser = errors.New("canceled by request")
+	// errCanceledByUser wraps context.Canceled: net/http returns the cause of a canceled call,
+	// and reverse_proxy treats a call ended by context.Canceled as the client's doing (499, no
+	// error) but any other error as the upstream's (a 502 in Caddy's error log, with the
+	// request's headers). A cancel asked for by a client is not an error (docs/operating.md).
+	errCanceledByUser = fmt.Errorf("canceled by request (%w)", context.Canceled)
 	errRunnerStopping = errors.New("the gateway is stopping")
 	errLeaseLost      = errors.New("the operation's lease was lost to another worker")
 	errResultTooLarge = errors.New("the upstream response is over max_result")

@@ -1,0 +1,79 @@
+package module
+
+import (
+	"bufio"
+	"bytes"
+	"testing"
+)
+
+// followInBackground asks for operation id's result as Server-Sent Events and sends the answer
+// on the returned channel once it has ended.
+func (g *gateway) followInBackground(id string) <-chan result {
+	out := make(chan result, 1)
+	go func() { out <- g.get("/v1/operations/"+id+"/result", "Accept", "text/event-stream") }()
+	return out
+}
+
+// events reads the Server-Sent Events of an answer's body.
+func (r result) events(t *testing.T) []sseEvent {
+	t.Helper()
+	if r.err != nil || r.StatusCode != 200 {
+		t.Fatalf("follow answered %v %v: %s", r.Status, r.err, r.body)
+	}
+	evs, err := (&sseStream{rd: bufio.NewReader(bytes.NewReader(r.body))}).readAll()
+	if err != nil {
+		t.Fatalf("after %d events: %v", len(evs), err)
+	}
+	return evs
+}
+
+// A client that follows a job it just submitted, still queued behind the only runner slot,
+// waits for its answer to begin and gets every event, instead of 409 OPERATION_NOT_FINISHED.
+func TestFollowingAQueuedOperationWaitsForItsStream(t *testing.T) {
+	up := newEventUpstream(20)
+	up.holdHead = true
+	g := startGatewayWith(t, gatewaySetup{upstream: up, mulligan: "async {\n concurrency 1\n}"})
+	t.Cleanup(up.release)
+	g.submit(t, "first")
+	waitFor(t, func() bool { return up.runs.Load() == 1 })
+	_, queued := g.submit(t, "queued")
+	if op := decodeOp(t, g.get(queued.StatusURL)); op.Status != "queued" {
+		t.Fatalf("the second operation is %s, want queued", op.Status)
+	}
+	answer := g.followInBackground(queued.OperationID)
+	waitFor(t, func() bool { return resultWaiters.Load() == 1 })
+	up.release()
+	checkEvents(t, (<-answer).events(t), 1, 20, 2, false)
+}
+
+// A follower of a running operation whose model has not sent its first token waits for the
+// answer to begin, then gets its events.
+func TestFollowingARunningOperationBeforeItsAnswerBeginsWaitsForIt(t *testing.T) {
+	up, g := heldHeadGateway(t, 20)
+	_, op := g.submit(t, "")
+	waitFor(t, func() bool { return up.runs.Load() == 1 })
+	answer := g.followInBackground(op.OperationID)
+	waitFor(t, func() bool { return resultWaiters.Load() == 1 })
+	up.release()
+	checkEvents(t, (<-answer).events(t), 1, 20, 1, false)
+}
+
+// A queued operation canceled while a follower waits for its stream ends without one: the
+// follower is answered what GET .../result answers for it (404, no upstream response); a
+// result request without Accept: text/event-stream still gets 409 at once.
+func TestFollowerOfAnOperationCanceledBeforeItsStreamGetsTheFinalAnswer(t *testing.T) {
+	up := newEventUpstream(20)
+	up.holdHead = true
+	g := startGatewayWith(t, gatewaySetup{upstream: up, mulligan: "async {\n concurrency 1\n}"})
+	t.Cleanup(up.release)
+	g.submit(t, "first")
+	waitFor(t, func() bool { return up.runs.Load() == 1 })
+	_, queued := g.submit(t, "queued")
+	expectError(t, g.get("/v1/operations/"+queued.OperationID+"/result"), 409, CodeNotFinished, true)
+	answer := g.followInBackground(queued.OperationID)
+	waitFor(t, func() bool { return resultWaiters.Load() == 1 })
+	if c := g.post(queued.Links.Cancel, "", ""); c.StatusCode != 200 {
+		t.Fatalf("cancel: %d %s", c.StatusCode, c.body)
+	}
+	expectError(t, <-answer, 404, CodeOperationNotFound, false)
+}
