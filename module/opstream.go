@@ -263,6 +263,8 @@ func (h *Handler) followResult(q *opsRequest, op *store.Operation) bool {
 type streamStore interface {
 	store.Keys
 	store.StreamRecorder
+	// GetOperation tells a recording whether its worker still holds the operation.
+	GetOperation(id string) (*store.Operation, error)
 }
 
 // opStreamKey names the recording of an operation's streamed answer: no request's record has
@@ -279,6 +281,7 @@ type opRecording struct {
 	st    streamStore
 	id    string
 	fp    []byte        // opRecordingFP: the attempt's holder, so followers tell its recording from another's
+	owner string        // the worker running the attempt
 	lease time.Duration // how long the attempt may run: the claim lasts that long
 	log   reqLog
 	live  *liveStream
@@ -294,7 +297,7 @@ func (r *runner) recordingFor(ctx context.Context, id string) *opRecording {
 	if dl, ok := ctx.Deadline(); ok {
 		lease = time.Until(dl) + 30*time.Second
 	}
-	return &opRecording{st: r.shared, id: id, fp: opRecordingFP(id, r.worker), lease: lease, log: newReqLog(r.log, zap.String("operation_id", id))}
+	return &opRecording{st: r.shared, id: id, fp: opRecordingFP(id, r.worker), owner: r.worker, lease: lease, log: newReqLog(r.log, zap.String("operation_id", id))}
 }
 
 // opRecordingFP is the fingerprint of the claim on an operation's stream key: the operation
@@ -334,8 +337,12 @@ func (o *opRecording) begin(status int, header http.Header) {
 			if err != nil || c.Outcome == store.Claimed {
 				return c.Token, err
 			}
-			// An earlier attempt's recording (the runner holds the operation, so that attempt
-			// is over): this one replaces it.
+			// An earlier attempt's recording: this one replaces it, but only while this worker
+			// still holds the operation. A worker that lost it (taken over, not yet told) must
+			// not wipe the recording of the attempt now running elsewhere.
+			if err := o.stillHeld(); err != nil {
+				return "", err
+			}
 			if _, err := o.st.EvictKey(key); err != nil {
 				return "", err
 			}
@@ -343,6 +350,21 @@ func (o *opRecording) begin(status int, header http.Header) {
 		return "", errors.New("the key of the operation's stream is held by another attempt")
 	}
 	go o.live.appendEvents(o.log)
+}
+
+// errRecordingNotHeld refuses to start a recording for an operation this worker no longer holds.
+var errRecordingNotHeld = errors.New("the operation is no longer held by this worker: its stream is not recorded")
+
+// stillHeld reports whether the operation is running under this recording's worker.
+func (o *opRecording) stillHeld() error {
+	op, err := o.st.GetOperation(o.id)
+	if err != nil {
+		return err
+	}
+	if op.Status != store.StatusRunning || op.Holder != o.owner {
+		return errRecordingNotHeld
+	}
+	return nil
 }
 
 func (o *opRecording) add(events []store.StreamEvent) {

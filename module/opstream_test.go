@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/badger"
 )
@@ -68,5 +70,53 @@ func TestStoredFollowerIgnoresTheRecordingOfADeadAttempt(t *testing.T) {
 	}
 	if f := r.followStored(running); f == nil {
 		t.Error("H2's own recording is not followed")
+	}
+}
+
+// A replica that lost an operation to a takeover but does not know yet (its lease renewal has
+// not answered) may still begin recording its attempt's answer. It must not wipe the recording
+// of the attempt now running under the operation's current holder.
+func TestStaleHolderDoesNotWipeTheCurrentHoldersRecording(t *testing.T) {
+	st, err := badger.Open(badger.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	op := &store.Operation{ID: "op_1", Scope: "s", Status: store.StatusQueued, Version: 1, Method: "POST", Path: "/v1/x",
+		SubmittedAt: time.Now(), Retention: time.Hour}
+	if _, err := st.AcceptOperation(op, &store.Request{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if running, err := st.ClaimNext("H2", time.Minute); err != nil || running == nil {
+		t.Fatalf("claim: %+v %v", running, err)
+	}
+	header := http.Header{"Content-Type": {"text/event-stream"}}
+	recording := func(worker string) *opRecording {
+		return &opRecording{st: st, id: "op_1", fp: opRecordingFP("op_1", worker), owner: worker, lease: time.Minute,
+			log: newReqLog(zap.NewNop())}
+	}
+	event := func(i int, who string) store.StreamEvent {
+		return store.StreamEvent{ID: fmt.Sprint(i), Data: []byte(fmt.Sprintf("id: %d\ndata: %s %d\n\n", i, who, i))}
+	}
+	current := recording("H2") // the holder: its answer has begun
+	current.begin(200, header)
+	current.add([]store.StreamEvent{event(1, "current"), event(2, "current"), event(3, "current")})
+	stale := recording("H1") // lost the operation to H2, not told yet
+	stale.begin(200, header)
+	stale.add([]store.StreamEvent{event(1, "stale")})
+	if stale.live.drain() {
+		t.Error("the stale holder's recording was stored")
+	}
+	current.add([]store.StreamEvent{event(4, "current")})
+	if !current.live.drain() {
+		t.Fatal("the current holder's recording was cut")
+	}
+	page, err := st.ReadEvents(opStreamKey("op_1"), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if page.Token != current.live.token || page.State != store.StreamLive || page.Events != 4 {
+		t.Fatalf("the recording is %v with %d events under token %q; want the current holder's 4 under %q",
+			page.State, page.Events, page.Token, current.live.token)
 	}
 }
