@@ -12,12 +12,7 @@ ALTER TABLE operations ADD COLUMN queue_deadline timestamptz; -- a queued operat
 UPDATE operations SET submitted_at = (convert_from(doc, 'UTF8')::jsonb ->> 'submitted_at')::timestamptz
     WHERE status IN ('queued', 'running');
 
--- The claim walks the head of each (scope, urgency) group (a loose index scan), never the whole
--- queue; the included columns let it decide without reading the rows.
-CREATE INDEX operations_queued_order ON operations (scope, urgency, id) INCLUDE (submitted_at, queue_deadline)
-    WHERE status = 'queued';
-CREATE INDEX operations_queued_deadline ON operations (queue_deadline)
-    WHERE status = 'queued' AND queue_deadline IS NOT NULL;
+-- The claim's indexes are built by migration 6, CONCURRENTLY.
 
 -- Each scope's turn: the value of queue_turn_seq at its latest claim. The scope served least
 -- recently goes first; a scope without a row (never served, or forgotten by the sweep once it
