@@ -345,8 +345,7 @@ func (w *batchWorker) cutLines(b *store.Batch) error {
 
 // cutQueued cancels a queued line with why; one that started meanwhile is left to run (or to
 // the next sweep): the cut is guarded by From in the store's transaction, so a line a runner
-// claimed after it was read here is never cancelled under it, and the queued count moves only
-// for a line that really was queued.
+// claimed after it was read here is never cancelled under it.
 func (w *batchWorker) cutQueued(id, code, msg string) error {
 	cut, err := w.st.Transition(id, store.Change{To: store.StatusCanceled, From: store.StatusQueued,
 		Error: &store.OperationError{Code: code, Message: msg}})
@@ -354,8 +353,7 @@ func (w *batchWorker) cutQueued(id, code, msg string) error {
 		return nil
 	}
 	if err == nil {
-		countFinal(cut)
-		w.run.queued.Add(-1)
+		countFinal(cut) // batch lines are not in the queued count (runner.countMoved)
 	}
 	return err
 }
