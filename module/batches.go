@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -128,8 +127,8 @@ func (a *batchCall) checkBatchRequest(req *batchRequest) (time.Duration, bool) {
 		a.invalid("Missing required parameter: 'input_file_id'.", "input_file_id")
 		return 0, false
 	}
-	if !strings.HasPrefix(req.Endpoint, "/") || strings.ContainsAny(req.Endpoint, "?# ") || a.cfg.covers(req.Endpoint) {
-		a.invalid("endpoint must be the path each line is sent to, such as /v1/chat/completions.", "endpoint")
+	if !a.cfg.servesEndpoint(req.Endpoint) {
+		a.invalid("endpoint must be the path each line is sent to, under "+a.cfg.Prefix+"/ and outside its files and batches, written plainly, such as "+a.cfg.Prefix+"/chat/completions.", "endpoint")
 		return 0, false
 	}
 	window, err := time.ParseDuration(req.CompletionWindow)
