@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -162,14 +164,10 @@ func (a *batchCall) checkInputFile(f *store.File) bool {
 }
 
 // newBatch is the batch req creates, not stored yet: its lines will be sent with the creator's
-// headers to the same server, with the block's async settings.
+// credentials (lineHeaders) to the same server, with the block's async settings.
 func (a *batchCall) newBatch(req *batchRequest, window time.Duration, cb *store.Callback) *store.Batch {
 	now := a.now
-	h := a.r.Header.Clone()
-	for _, name := range append(notForwarded, "Content-Length", "Idempotency-Key", headerRequestID) {
-		h.Del(name)
-	}
-	h.Set("Content-Type", "application/json")
+	h := a.lineHeaders()
 	b := &store.Batch{ID: newID("batch_", now), Scope: a.scope, Endpoint: req.Endpoint, InputFileID: req.InputFileID,
 		CompletionWindow: req.CompletionWindow, Status: store.BatchValidating, CreatedAt: now, UpdatedAt: now,
 		ExpiresAt: now.Add(window), Retention: a.retention, Callback: cb, Exec: a.h.conv.execution(),
@@ -253,4 +251,22 @@ func (a *batchCall) cancelBatch(id string) {
 	a.log.Info("batch cancelling", zap.String("batch_id", id))
 	a.work.kick()
 	writeJSON(a.w, http.StatusOK, viewOfBatch(b))
+}
+
+// lineHeaders are the creator's headers every line carries: an allow-list (docs/batches.md) of
+// what identifies and shapes an OpenAI call (Authorization, Accept, User-Agent, OpenAI-*), and
+// the headers the block's scope reads, so a line is scoped and authorized as its creator; never
+// cookies, X-Forwarded-*, Expect or Content-Encoding, which belonged to the create call alone.
+func (a *batchCall) lineHeaders() http.Header {
+	scope := strings.ToLower(a.h.Scope)
+	h := http.Header{}
+	for name, values := range a.r.Header {
+		switch {
+		case name == "Authorization", name == "Accept", name == "User-Agent", strings.HasPrefix(name, "Openai-"),
+			strings.Contains(scope, "{http.request.header."+strings.ToLower(name)+"}"):
+			h[name] = slices.Clone(values)
+		}
+	}
+	h.Set("Content-Type", "application/json")
+	return h
 }
