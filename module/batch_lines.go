@@ -3,10 +3,13 @@ package module
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"unicode/utf8"
 
 	"github.com/mulligan-gw/mulligan/store"
 )
@@ -18,6 +21,25 @@ const maxLineBytes = 16 << 20
 
 // maxBatchErrors bounds the errors a failed batch lists; the count of the rest is in the last.
 const maxBatchErrors = 1000
+
+// maxCustomIDBytes bounds a custom_id: it is kept in every line's operation and output line.
+const maxCustomIDBytes = 512
+
+// maxEchoBytes bounds a value of the caller's echoed in an error message, so a batch's errors
+// stay small whatever the file holds.
+const maxEchoBytes = 100
+
+// echo is s as an error message quotes it: at most maxEchoBytes, cut at a character boundary.
+func echo(s string) string {
+	if len(s) <= maxEchoBytes {
+		return strconv.Quote(s)
+	}
+	cut := maxEchoBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "..."
+}
 
 // inputLine is one line of a batch's input file (OpenAI's request input object).
 type inputLine struct {
@@ -44,11 +66,14 @@ func parseLine(raw []byte, endpoint string) (inputLine, *store.BatchError) {
 	switch {
 	case in.CustomID == nil || *in.CustomID == "":
 		return in, &store.BatchError{Code: "missing_required_parameter", Param: "custom_id", Message: "This line has no custom_id."}
+	case len(*in.CustomID) > maxCustomIDBytes:
+		return in, &store.BatchError{Code: "invalid_custom_id", Param: "custom_id",
+			Message: fmt.Sprintf("custom_id %s is over %d bytes.", echo(*in.CustomID), maxCustomIDBytes)}
 	case in.Method != "POST":
 		return in, &store.BatchError{Code: "invalid_method", Param: "method", Message: "method must be POST."}
 	case in.URL != endpoint:
 		return in, &store.BatchError{Code: "invalid_url", Param: "url",
-			Message: fmt.Sprintf("url %q differs from the batch's endpoint %q.", in.URL, endpoint)}
+			Message: fmt.Sprintf("url %s differs from the batch's endpoint %q.", echo(in.URL), endpoint)}
 	case len(in.Body) == 0 || in.Body[0] != '{':
 		return in, &store.BatchError{Code: "invalid_body", Param: "body", Message: "body must be a JSON object."}
 	}
@@ -56,10 +81,12 @@ func parseLine(raw []byte, endpoint string) (inputLine, *store.BatchError) {
 }
 
 // validateLines reads the whole input: every line is checked and every custom_id must be
-// unique. It returns the number of lines and the errors (at most maxBatchErrors kept).
+// unique. It returns the number of lines and the errors (at most maxBatchErrors kept). A
+// custom_id is remembered as a 16-byte hash (a collision of SHA-256's first 128 bits is not a
+// concern), so the memory is bounded by the line count, not by the ids' length.
 func validateLines(r io.Reader, endpoint string) (int, []store.BatchError, error) {
 	sc := newLineScanner(r)
-	seen := map[string]int{}
+	seen := map[[16]byte]int{}
 	var errs []store.BatchError
 	n, more := 0, 0
 	add := func(e store.BatchError) {
@@ -73,11 +100,12 @@ func validateLines(r io.Reader, endpoint string) (int, []store.BatchError, error
 		n++
 		in, bad := parseLine(sc.Bytes(), endpoint)
 		if bad == nil {
-			if first, dup := seen[*in.CustomID]; dup {
+			h := customIDHash(*in.CustomID)
+			if first, dup := seen[h]; dup {
 				bad = &store.BatchError{Code: "duplicate_custom_id", Param: "custom_id",
-					Message: fmt.Sprintf("custom_id %q was already used on line %d.", *in.CustomID, first)}
+					Message: fmt.Sprintf("custom_id %s was already used on line %d.", echo(*in.CustomID), first)}
 			} else {
-				seen[*in.CustomID] = n
+				seen[h] = n
 			}
 		}
 		if bad != nil {
@@ -94,4 +122,10 @@ func validateLines(r io.Reader, endpoint string) (int, []store.BatchError, error
 		errs = append(errs, store.BatchError{Code: "too_many_errors", Message: fmt.Sprintf("%d more lines have errors.", more)})
 	}
 	return n, errs, nil
+}
+
+// customIDHash is the first 16 bytes of a custom_id's SHA-256: what validation remembers of it.
+func customIDHash(id string) [16]byte {
+	sum := sha256.Sum256([]byte(id))
+	return [16]byte(sum[:16])
 }

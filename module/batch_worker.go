@@ -2,6 +2,7 @@ package module
 
 import (
 	"errors"
+	"fmt"
 	"net/url"
 	"time"
 
@@ -127,14 +128,16 @@ func (w *batchWorker) advance(id string) (*store.Batch, error) {
 		}
 		w.log.Info("batch past its completion window", zap.String("batch_id", id))
 	}
-	if b.Created < b.Counts.Total && !b.Status.Final() {
-		if b, err = w.createLines(b); err != nil {
+	// The cut goes before the lines are created: a batch whose remaining lines cannot be
+	// created still has its running ones stopped.
+	if (b.Status == store.BatchCancelling || b.Expiring) && w.now().Sub(w.swept[id]) >= batchSweepEvery {
+		w.swept[id] = w.now()
+		if err := w.cutLines(b); err != nil {
 			return b, err
 		}
 	}
-	if (b.Status == store.BatchCancelling || b.Expiring) && !b.Status.Final() && w.now().Sub(w.swept[id]) >= batchSweepEvery {
-		w.swept[id] = w.now()
-		return b, w.cutLines(b)
+	if b.Created < b.Counts.Total {
+		return w.createLines(b)
 	}
 	return b, nil
 }
@@ -177,6 +180,9 @@ func (w *batchWorker) readInput(b *store.Batch) (int, []store.BatchError, error)
 // another worker stored first (ErrStale) ends this pass: the next one resumes after it.
 func (w *batchWorker) createLines(b *store.Batch) (*store.Batch, error) {
 	rc, err := w.st.OpenFile(b.InputFileID)
+	if errors.Is(err, store.ErrNotFound) {
+		return w.failMissingLines(b)
+	}
 	if err != nil {
 		return b, err
 	}
@@ -187,22 +193,61 @@ func (w *batchWorker) createLines(b *store.Batch) (*store.Batch, error) {
 	for b.Created < b.Counts.Total && b.Created-b.Counts.Completed-b.Counts.Failed < lineWindow {
 		ops, reqs := w.nextChunk(b, sc)
 		if len(ops) == 0 {
-			return b, sc.Err()
+			if err := sc.Err(); err != nil {
+				return b, err
+			}
+			return w.failMissingLines(b) // the file no longer holds the lines it was validated with
 		}
-		next, err := w.st.AddBatchLines(b.ID, b.Created, ops, reqs)
-		if errors.Is(err, store.ErrStale) {
-			return w.st.GetBatch(b.ID)
-		}
-		if err != nil {
+		if b, err = w.addLines(b, ops, reqs); err != nil || b.Status.Final() {
 			return b, err
 		}
-		for _, op := range ops {
-			if op.Status.Final() {
-				countLineFinal(op)
-			}
+	}
+	return b, nil
+}
+
+// addLines stores a chunk of b's lines; a chunk another worker stored first (ErrStale) answers
+// the batch as it now is, so the next pass resumes after it.
+func (w *batchWorker) addLines(b *store.Batch, ops []*store.Operation, reqs []*store.Request) (*store.Batch, error) {
+	next, err := w.st.AddBatchLines(b.ID, b.Created, ops, reqs)
+	if errors.Is(err, store.ErrStale) {
+		return w.st.GetBatch(b.ID)
+	}
+	if err != nil {
+		return b, err
+	}
+	for _, op := range ops {
+		if op.Status.Final() {
+			countLineFinal(op)
 		}
-		b = next
-		w.run.kick()
+	}
+	w.run.kick()
+	return next, nil
+}
+
+// inputGone is the error of line `line` whose input file went away before the line was created
+// (expired, or deleted past the pin of docs/batches.md): its custom_id is lost with the file, so
+// the message names the line.
+func inputGone(line int) string {
+	return fmt.Sprintf("Line %d of the input file was never sent: the file expired or was deleted before the batch read it.", line)
+}
+
+// failMissingLines stores b's lines not yet created as failed, each with inputGone's error, in
+// chunks, so a batch whose input file went away still ends with every line accounted for.
+func (w *batchWorker) failMissingLines(b *store.Batch) (*store.Batch, error) {
+	w.log.Warn("batch input file gone: the lines not yet created fail", zap.String("batch_id", b.ID),
+		zap.String("input_file_id", b.InputFileID), zap.Int("missing", b.Counts.Total-b.Created))
+	var err error
+	for !b.Status.Final() && b.Created < b.Counts.Total {
+		var ops []*store.Operation
+		for line := b.Created + 1; line <= b.Counts.Total && len(ops) < lineChunk; line++ {
+			op := w.lineOperation(b, line, "", &store.Request{Method: "POST", URL: b.Endpoint})
+			op.Status, op.FinishedAt = store.StatusFailed, op.UpdatedAt
+			op.Error = &store.OperationError{Code: store.LineInputGone, Message: inputGone(line)}
+			ops = append(ops, op)
+		}
+		if b, err = w.addLines(b, ops, make([]*store.Request, len(ops))); err != nil {
+			return b, err
+		}
 	}
 	return b, nil
 }
@@ -299,15 +344,16 @@ func (w *batchWorker) cutLines(b *store.Batch) error {
 }
 
 // cutQueued cancels a queued line with why; one that started meanwhile is left to run (or to
-// the next sweep).
+// the next sweep): the cut is guarded by From in the store's transaction, so a line a runner
+// claimed after it was read here is never cancelled under it.
 func (w *batchWorker) cutQueued(id, code, msg string) error {
-	cut, err := w.st.Transition(id, store.Change{To: store.StatusCanceled, Error: &store.OperationError{Code: code, Message: msg}})
+	cut, err := w.st.Transition(id, store.Change{To: store.StatusCanceled, From: store.StatusQueued,
+		Error: &store.OperationError{Code: code, Message: msg}})
 	if errors.Is(err, store.ErrIllegalTransition) {
 		return nil
 	}
 	if err == nil {
-		countFinal(cut)
-		w.run.queued.Add(-1)
+		countFinal(cut) // batch lines are not in the queued count (runner.countMoved)
 	}
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -128,8 +129,8 @@ func (a *batchCall) checkBatchRequest(req *batchRequest) (time.Duration, bool) {
 		a.invalid("Missing required parameter: 'input_file_id'.", "input_file_id")
 		return 0, false
 	}
-	if !strings.HasPrefix(req.Endpoint, "/") || strings.ContainsAny(req.Endpoint, "?# ") || a.cfg.covers(req.Endpoint) {
-		a.invalid("endpoint must be the path each line is sent to, such as /v1/chat/completions.", "endpoint")
+	if !a.cfg.servesEndpoint(req.Endpoint) {
+		a.invalid("endpoint must be the path each line is sent to, under "+a.cfg.Prefix+"/ and outside its files and batches, written plainly, such as "+a.cfg.Prefix+"/chat/completions.", "endpoint")
 		return 0, false
 	}
 	window, err := time.ParseDuration(req.CompletionWindow)
@@ -163,14 +164,10 @@ func (a *batchCall) checkInputFile(f *store.File) bool {
 }
 
 // newBatch is the batch req creates, not stored yet: its lines will be sent with the creator's
-// headers to the same server, with the block's async settings.
+// credentials (lineHeaders) to the same server, with the block's async settings.
 func (a *batchCall) newBatch(req *batchRequest, window time.Duration, cb *store.Callback) *store.Batch {
 	now := a.now
-	h := a.r.Header.Clone()
-	for _, name := range append(notForwarded, "Content-Length", "Idempotency-Key", headerRequestID) {
-		h.Del(name)
-	}
-	h.Set("Content-Type", "application/json")
+	h := a.lineHeaders()
 	b := &store.Batch{ID: newID("batch_", now), Scope: a.scope, Endpoint: req.Endpoint, InputFileID: req.InputFileID,
 		CompletionWindow: req.CompletionWindow, Status: store.BatchValidating, CreatedAt: now, UpdatedAt: now,
 		ExpiresAt: now.Add(window), Retention: a.retention, Callback: cb, Exec: a.h.conv.execution(),
@@ -254,4 +251,22 @@ func (a *batchCall) cancelBatch(id string) {
 	a.log.Info("batch cancelling", zap.String("batch_id", id))
 	a.work.kick()
 	writeJSON(a.w, http.StatusOK, viewOfBatch(b))
+}
+
+// lineHeaders are the creator's headers every line carries: an allow-list (docs/batches.md) of
+// what identifies and shapes an OpenAI call (Authorization, Accept, User-Agent, OpenAI-*), and
+// the headers the block's scope reads, so a line is scoped and authorized as its creator; never
+// cookies, X-Forwarded-*, Expect or Content-Encoding, which belonged to the create call alone.
+func (a *batchCall) lineHeaders() http.Header {
+	scope := strings.ToLower(a.h.Scope)
+	h := http.Header{}
+	for name, values := range a.r.Header {
+		switch {
+		case name == "Authorization", name == "Accept", name == "User-Agent", strings.HasPrefix(name, "Openai-"),
+			strings.Contains(scope, "{http.request.header."+strings.ToLower(name)+"}"):
+			h[name] = slices.Clone(values)
+		}
+	}
+	h.Set("Content-Type", "application/json")
+	return h
 }

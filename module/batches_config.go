@@ -2,6 +2,7 @@ package module
 
 import (
 	"fmt"
+	"path"
 	"strings"
 )
 
@@ -58,4 +59,19 @@ func (c *BatchesConfig) covers(path string) bool {
 		}
 	}
 	return false
+}
+
+// servesEndpoint reports whether ep may be a batch's endpoint (docs/batches.md): a path under
+// the prefix, outside the API's own files and batches, written in its one canonical form (no
+// dot segments, no doubled or trailing slash, no escapes, query, fragment or control
+// characters), so the path stored, the one checked here and the one the site routes are the
+// same string.
+func (c *BatchesConfig) servesEndpoint(ep string) bool {
+	if !strings.HasPrefix(ep, c.Prefix+"/") || path.Clean(ep) != ep || strings.HasPrefix(ep, "//") {
+		return false
+	}
+	if strings.ContainsFunc(ep, func(r rune) bool { return r <= ' ' || r == 0x7f || strings.ContainsRune("?#%\\", r) }) {
+		return false
+	}
+	return !c.covers(ep)
 }

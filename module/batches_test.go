@@ -21,6 +21,7 @@ type batchUpstream struct {
 	mu    sync.Mutex
 	runs  map[string]int
 	block chan struct{} // when set, prompts containing "slow" wait for it
+	seen  http.Header   // the headers of the last request
 }
 
 func newBatchUpstream() *batchUpstream { return &batchUpstream{runs: map[string]int{}} }
@@ -39,6 +40,7 @@ func (u *batchUpstream) wrap(next http.Handler) http.Handler {
 		}
 		u.mu.Lock()
 		u.runs[prompt]++
+		u.seen = r.Header.Clone()
 		u.mu.Unlock()
 		if strings.Contains(prompt, "slow") && u.block != nil {
 			select {

@@ -174,7 +174,7 @@ func (r *runner) dropStale() {
 		if err != nil {
 			continue // claimed, canceled or dropped meanwhile
 		}
-		r.queued.Add(-1)
+		r.countMoved(op, -1)
 		r.queueTimeout(op)
 		countFinal(final)
 		r.courier.kick()

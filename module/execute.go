@@ -224,7 +224,7 @@ func (r *runner) finish(parent context.Context, id string, change store.Change, 
 
 func (r *runner) finished(op *store.Operation, log *zap.Logger) {
 	if op.Status == store.StatusQueued {
-		r.queued.Add(1)
+		r.countMoved(op, 1)
 	} else {
 		countFinal(op)
 	}

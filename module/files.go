@@ -215,6 +215,14 @@ func (a *batchCall) deleteFile(id string) {
 	if a.loadFile(id) == nil {
 		return
 	}
+	if batch, err := a.batchReading(id); err != nil || batch != "" {
+		if err != nil {
+			a.fail(err)
+			return
+		}
+		a.invalid("File "+id+" is the input of batch "+batch+", which is not finished; delete it once the batch ends.", "file_id")
+		return
+	}
 	if err := a.st.DeleteFile(id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		a.fail(err)
 		return
@@ -252,4 +260,27 @@ func (a *batchCall) loadFile(id string) *store.File {
 		return nil
 	}
 	return f
+}
+
+// batchReading returns the batch not yet final whose input is file id, or "": such a file is
+// pinned (docs/batches.md), as the batch reads its lines again until every one is created.
+// Unfinished batches are few (each holds a file of up to max_requests lines), so a scan is cheap.
+func (a *batchCall) batchReading(id string) (string, error) {
+	ids, err := a.st.UnsettledBatches()
+	if err != nil {
+		return "", err
+	}
+	for _, bid := range ids {
+		b, err := a.st.GetBatch(bid)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		if b.InputFileID == id && !b.Status.Final() {
+			return b.ID, nil
+		}
+	}
+	return "", nil
 }

@@ -216,7 +216,7 @@ func (h *Handler) cancelOperation(q *opsRequest, id string) {
 		canceled, err := q.st.Transition(id, store.Change{To: store.StatusCanceled})
 		if err == nil {
 			countFinal(canceled)
-			q.run.queued.Add(-1)
+			q.run.countMoved(canceled, -1)
 			q.run.courier.kick()
 			q.log.Info("operation transition", operationFields(op, zap.String("old_status", "queued"), zap.String("new_status", "canceled"))...)
 			h.writeOperation(q, http.StatusOK, canceled)

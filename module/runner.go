@@ -289,7 +289,7 @@ func (r *runner) claimNext() bool {
 	if op == nil {
 		return false
 	}
-	r.queued.Add(-1)
+	r.countMoved(op, -1)
 	r.log.Info("operation transition", operationFields(op, zap.String("old_status", string(store.StatusQueued)),
 		zap.String("new_status", string(op.Status)), zap.Int("attempts", op.Attempts), zap.Duration("queue_wait", op.StartedAt.Sub(op.SubmittedAt)))...)
 	if r.expiredInQueue(op) {
@@ -534,11 +534,19 @@ func (r *runner) settleLost(op *store.Operation, c store.Change, msg string) {
 		countFinal(final)
 		r.courier.kick()
 	} else {
-		r.queued.Add(1)
+		r.countMoved(op, 1)
 		r.kick()
 	}
 	r.log.Info(msg, operationFields(op, zap.String("old_holder", op.Holder),
 		zap.String("old_status", string(op.Status)), zap.String("new_status", string(c.To)))...)
+}
+
+// countMoved moves the queued count by d for op entering or leaving the queue; batch lines are
+// not in it (store.Operations.QueueStats).
+func (r *runner) countMoved(op *store.Operation, d int64) {
+	if op.Batch == nil {
+		r.queued.Add(d)
+	}
 }
 
 // countQueued recounts the storage's queue: other replicas queue and claim too.

@@ -107,7 +107,9 @@ type Queue interface {
 	ExpiredLeases(limit int) ([]*Operation, error)
 	// ActiveCount counts a scope's queued and running operations (admission per scope).
 	ActiveCount(scope string) (int, error)
-	// QueueStats counts queued and running operations across the store.
+	// QueueStats counts queued and running operations across the store, batch lines left out:
+	// they wait behind everything (urgency 7, a line window per batch) and must not fill the
+	// `queue` limit nor readiness for every tenant (docs/batches.md).
 	QueueStats() (queued, running int, err error)
 	// Wakeups receives when another process may have queued work or asked for a cancel; nil
 	// when the backend has no such signal, and callers poll.

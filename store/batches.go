@@ -129,6 +129,8 @@ func (b *Batch) PurgeAt() time.Time {
 const (
 	LineCancelled = "batch_cancelled"
 	LineExpired   = "batch_expired"
+	// LineInputGone: the input file was gone (expired, or deleted) before the line was created.
+	LineInputGone = "input_file_gone"
 )
 
 // LineOperationID is the id of batch's line operation: derived, so finding a line needs no
@@ -185,7 +187,8 @@ type Batches interface {
 	UpdateBatch(id string, fn func(*Batch) error) (*Batch, error)
 	// AddBatchLines stores line operations from+1.. of batch id with their requests, in one
 	// transaction, only if exactly from lines exist (else ErrStale): each line is created once.
-	// Lines of a batch no longer in progress are stored already final (CutLine).
+	// Lines of a batch no longer in progress are stored already final (CutLine); a line stored
+	// final (its input gone) is counted at once and has no request.
 	AddBatchLines(id string, from int, ops []*Operation, reqs []*Request) (*Batch, error)
 	// UnsettledBatches returns the ids of batches not final, oldest first.
 	UnsettledBatches() ([]string, error)
@@ -194,9 +197,10 @@ type Batches interface {
 }
 
 // CutLine makes op, about to be stored for batch b, final at once when b no longer runs
-// lines: cancelled, or expired. It reports whether it did.
+// lines: cancelled, or expired (a line stored final already keeps its own error). It reports
+// whether it did.
 func CutLine(b *Batch, op *Operation, at time.Time) bool {
-	if b.Status == BatchInProgress && !b.Expiring {
+	if (b.Status == BatchInProgress && !b.Expiring) || op.Status.Final() {
 		return false
 	}
 	code, msg := LineCancelled, "The batch was cancelled before this request ran."

@@ -47,8 +47,11 @@ func EffectiveUrgency(u int, waited time.Duration) int {
 
 // CanChange reports whether the state machine allows change c of an operation in status from:
 // CanTransition, plus queued -> failed for a QUEUE_TIMEOUT (stale work dropped before it ever
-// reaches the upstream).
+// reaches the upstream). A change guarded by c.From needs the operation still in that status.
 func CanChange(from Status, c Change) bool {
+	if c.From != "" && from != c.From {
+		return false
+	}
 	if CanTransition(from, c.To) {
 		return true
 	}

@@ -160,6 +160,10 @@ type Change struct {
 	// (ErrNotHolder otherwise): a takeover never races a renewal. On Badger a lease also runs out
 	// when its worker is not live in this process (after a restart: at once).
 	LeaseExpired bool
+	// From, when set, applies the change only while the operation is still in status From
+	// (ErrIllegalTransition otherwise), checked in the change's own transaction: a batch's cut
+	// of a line it read as queued never cancels one a runner claimed in between.
+	From Status
 }
 
 // Apply makes the state machine's bookkeeping of c on op, whatever the backend: the status,

@@ -371,7 +371,7 @@ func (s *Store) AddBatchLines(id string, from int, ops []*store.Operation, reqs 
 		}
 		at := s.now()
 		for i, op := range ops {
-			if store.CutLine(b, op, at) {
+			if store.CutLine(b, op, at) || op.Status.Final() {
 				store.CountLine(b, op)
 			} else if err := putRequest(txn, op.ID, reqs[i]); err != nil {
 				return err

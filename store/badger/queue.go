@@ -328,7 +328,7 @@ func (s *Store) ActiveCount(scope string) (int, error) {
 	return q.active[scope], nil
 }
 
-// QueueStats counts queued and running operations, from memory.
+// QueueStats counts queued and running operations, batch lines left out, from memory.
 func (s *Store) QueueStats() (queued, running int, err error) {
 	if err := s.usable(); err != nil {
 		return 0, 0, err
@@ -336,7 +336,17 @@ func (s *Store) QueueStats() (queued, running int, err error) {
 	q := s.sh.queue
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.queued), len(q.running), nil
+	for id := range q.queued {
+		if store.BatchOfLine(id) == "" {
+			queued++
+		}
+	}
+	for id := range q.running {
+		if store.BatchOfLine(id) == "" {
+			running++
+		}
+	}
+	return queued, running, nil
 }
 
 // Wakeups is nil on Badger: work is only ever queued by this process, which knows it.

@@ -327,7 +327,7 @@ func (s *Store) AddBatchLines(id string, from int, ops []*store.Operation, reqs 
 		}
 		var batch pgx.Batch
 		for i, op := range ops {
-			if store.CutLine(b, op, now) {
+			if store.CutLine(b, op, now) || op.Status.Final() {
 				store.CountLine(b, op)
 			} else {
 				queued = true

@@ -99,11 +99,12 @@ func (s *Store) ActiveCount(scope string) (int, error) {
 	return n, err
 }
 
-// QueueStats counts queued and running operations.
+// QueueStats counts queued and running operations, batch lines left out (their ids are
+// store.LineOperationID's).
 func (s *Store) QueueStats() (queued, running int, err error) {
 	err = s.query(func(ctx context.Context, db querier) error {
 		return db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'queued'), count(*) FILTER (WHERE status = 'running')
-			FROM operations WHERE status IN ('queued', 'running')`).Scan(&queued, &running)
+			FROM operations WHERE status IN ('queued', 'running') AND id NOT LIKE 'op\_batch\_%'`).Scan(&queued, &running)
 	})
 	return queued, running, err
 }

@@ -16,6 +16,7 @@ var batchTests = []test{
 	{"FilesStreamInChunksAndBelongToTheirScope", testFilesStreamInChunks},
 	{"EachLineIsCountedOnceAndTheLastSettlesTheBatch", testLinesCountedOnce},
 	{"LinesOfACancelledBatchAreCreatedCancelled", testLinesOfCancelledBatch},
+	{"ACutOfAQueuedLineLeavesAClaimedLineRunning", testCutLeavesClaimedLineRunning},
 }
 
 func testFilesStreamInChunks(t *testing.T, e *env) {
@@ -152,5 +153,35 @@ func testLinesOfCancelledBatch(t *testing.T, e *env) {
 	}
 	if next, _ := s.ClaimNext("w", time.Minute); next != nil {
 		t.Fatalf("a cancelled batch's line was claimed: %s", next.ID)
+	}
+}
+
+// testCutLeavesClaimedLineRunning: a line read as queued, then claimed by a runner before the
+// batch's cut lands, keeps running; the cut of a line still queued cancels it.
+func testCutLeavesClaimedLineRunning(t *testing.T, e *env) {
+	s := e.open()
+	e.newBatch(t, s, 2)
+	ops, reqs := e.lines(0, 2)
+	if _, err := s.AddBatchLines("batch_1", 0, ops, reqs); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := s.ClaimNext("w", time.Minute)
+	if err != nil || claimed == nil {
+		t.Fatalf("claim: %v %v", claimed, err)
+	}
+	cut := store.Change{To: store.StatusCanceled, From: store.StatusQueued,
+		Error: &store.OperationError{Code: store.LineCancelled, Message: "cut"}}
+	if _, err := s.Transition(claimed.ID, cut); !errors.Is(err, store.ErrIllegalTransition) {
+		t.Fatalf("the cut of a claimed line: %v, want ErrIllegalTransition", err)
+	}
+	if op, err := s.GetOperation(claimed.ID); err != nil || op.Status != store.StatusRunning || op.Holder != "w" {
+		t.Fatalf("the claimed line after the cut: %+v %v, want running held by w", op, err)
+	}
+	other := store.LineOperationID("batch_1", 3-claimed.Batch.Line)
+	if op, err := s.Transition(other, cut); err != nil || op.Status != store.StatusCanceled {
+		t.Fatalf("the cut of a queued line: %+v %v, want canceled", op, err)
+	}
+	if _, err := s.Transition(claimed.ID, store.Change{To: store.StatusSucceeded, Holder: "w"}); err != nil {
+		t.Fatalf("the runner's result after the cut: %v", err)
 	}
 }
