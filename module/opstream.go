@@ -332,17 +332,17 @@ func (o *opRecording) begin(status int, header http.Header) {
 	key := opStreamKey(o.id)
 	o.live = newLiveStream(o.st, key, "", status, header, o.lease+time.Minute)
 	o.live.claim = func() (string, error) {
+		if err := o.stillHeld(); err != nil {
+			return "", err
+		}
 		for range 2 {
 			c, err := o.st.ClaimKey(key, o.fp, o.lease)
 			if err != nil || c.Outcome == store.Claimed {
 				return c.Token, err
 			}
-			// An earlier attempt's recording: this one replaces it, but only while this worker
-			// still holds the operation. A worker that lost it (taken over, not yet told) must
+			// An earlier attempt's recording: this one replaces it, as the operation's holder
+			// (checked above). A worker that lost the operation (taken over, not yet told) must
 			// not wipe the recording of the attempt now running elsewhere.
-			if err := o.stillHeld(); err != nil {
-				return "", err
-			}
 			if _, err := o.st.EvictKey(key); err != nil {
 				return "", err
 			}
