@@ -98,13 +98,19 @@ func (h *Handler) seated(next caddyhttp.Handler, scope string) caddyhttp.Handler
 	})
 }
 
-// saturated answers a sync call that found no seat.
+// saturated answers a sync call that found no seat: 503 UPSTREAM_SATURATED when none came
+// free in time, 503 STORAGE_UNAVAILABLE when the shared seats could not be counted (fail
+// closed, docs/capacity.md). A 503 is never recorded for the key, so a retry runs the call.
 func (h *Handler) saturated(w http.ResponseWriter, r *http.Request, err error) {
-	if !errors.Is(err, errNoSeat) {
+	if r.Context().Err() != nil {
 		return // the client left while waiting: nobody to answer
 	}
-	countRequest(outcomeSaturated)
 	w.Header().Set(headerRequestID, r.Header.Get(headerRequestID))
+	if !errors.Is(err, errNoSeat) {
+		h.storageFailed(w, err)
+		return
+	}
+	countRequest(outcomeSaturated)
 	snap := h.seats.snapshot()
 	writeError(w, apiError{Code: CodeUpstreamSaturated, RetryAfter: h.seats.retryAfter(),
 		Details: map[string]any{"limit": snap.Limit, "in_use": snap.InUse},
