@@ -100,3 +100,27 @@ func TestCapacitySharedSeatStorageFailureRequeuesTheOperationWithoutAnAttempt(t 
 		t.Fatalf("after the storage came back: %s, %d calls upstream; want succeeded after 1", done.Status, st.Received)
 	}
 }
+
+func TestCapacitySeatTakenWithSharedIsReleasedAfterAReloadDropsShared(t *testing.T) {
+	st, err := postgres.Open(context.Background(), postgres.Options{DSN: pgtest.Database(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	p := newSeatPool("test|/ops", "test", "test", "/ops", CapacityConfig{Limit: 1})
+	defer p.Destruct()
+	shareThrough(p, st)
+	s, err := p.acquire(context.Background(), seatAsk{scope: "a", since: time.Now()}, time.Second)
+	if err != nil || s.shared == "" {
+		t.Fatalf("taking a seat with a shared one: %v %q", err, s.shared)
+	}
+	shareThrough(p, nil) // a reload without `shared`
+	s.release(false)
+	if snap := p.snapshot(); snap.InUse != 0 {
+		t.Fatalf("%d local seats in use after the release; want 0", snap.InUse)
+	}
+	// The shared seat went back too: with shared 1, another holder takes it.
+	if ok, err := st.AcquireSeat("test", "other", "w2", 1, time.Now().Add(time.Minute)); err != nil || !ok {
+		t.Fatalf("the shared seat after the release: %v %v; want it free", ok, err)
+	}
+}

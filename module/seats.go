@@ -108,7 +108,8 @@ type seat struct {
 	pool   *seatPool
 	start  time.Time
 	once   sync.Once
-	shared string // the shared seat also held (capacity shared); "" without
+	shared string       // the shared seat also held (capacity shared); "" without
+	from   *sharedSeats // where shared came from: a reload may drop `shared` while it is held
 }
 
 // acquire waits for a seat in the pool's order, up to wait (zero: until ctx ends).
@@ -192,7 +193,7 @@ func (p *seatPool) acquireShared(ctx context.Context, s *seat, deadline time.Tim
 		s.giveBack()
 		return err
 	}
-	s.shared = id
+	s.shared, s.from = id, shared
 	return nil
 }
 
@@ -228,7 +229,8 @@ func (s *seat) release(overloaded bool) {
 	s.once.Do(func() {
 		p := s.pool
 		if s.shared != "" {
-			p.sharedFor().give(s.shared)
+			// After the local seat is back: a failed give must not leak it.
+			defer s.from.give(s.shared)
 		}
 		now := p.now()
 		p.mu.Lock()
