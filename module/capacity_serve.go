@@ -173,15 +173,18 @@ func (t *seatTicket) drop() {
 }
 
 // queueDeadline is when an operation submitted now by r stops being worth running:
-// max_queue_wait, or the shorter Max-Queue-Wait the request asks for. Zero: none.
+// max_queue_wait, or the shorter Max-Queue-Wait the request asks for. Zero: none. A header of
+// 0 or one that is not a whole number of seconds is ignored: a client can shorten the
+// operator's bound, never lift it (docs/capacity.md).
 func queueDeadline(cfg *CapacityConfig, r *http.Request, now time.Time) time.Time {
 	if cfg == nil {
 		return time.Time{}
 	}
 	wait := time.Duration(cfg.MaxQueueWait)
 	if v := strings.TrimSpace(r.Header.Get(headerMaxQueueWait)); v != "" {
-		if secs, err := strconv.ParseUint(v, 10, 31); err == nil && (wait == 0 || time.Duration(secs)*time.Second < wait) {
-			wait = time.Duration(secs) * time.Second
+		secs, err := strconv.ParseUint(v, 10, 31)
+		if asked := time.Duration(secs) * time.Second; err == nil && asked > 0 && (wait == 0 || asked < wait) {
+			wait = asked
 		}
 	}
 	if wait <= 0 {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
 )
 
@@ -269,5 +271,32 @@ func TestCapacityValidationRefusesWhatItCannotHonour(t *testing.T) {
 	if err := h.provisionCapacity(storageSettings{backend: BackendBadger, location: t.TempDir()}); err == nil ||
 		!strings.Contains(err.Error(), "shared bounds the replicas on one PostgreSQL storage") {
 		t.Fatalf("shared on Badger: %v", err)
+	}
+}
+
+func TestCapacityMaxQueueWaitHeaderOnlyShortensTheConfiguredWait(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		configured time.Duration
+		header     string
+		want       time.Duration // 0: no deadline
+	}{
+		{time.Minute, "", time.Minute},
+		{time.Minute, "10", 10 * time.Second},
+		{time.Minute, "120", time.Minute},
+		{time.Minute, "0", time.Minute},
+		{time.Minute, "-5", time.Minute},
+		{time.Minute, "soon", time.Minute},
+		{0, "10", 10 * time.Second},
+		{0, "0", 0},
+	} {
+		r, _ := http.NewRequest("POST", "/", nil)
+		if c.header != "" {
+			r.Header.Set(headerMaxQueueWait, c.header)
+		}
+		got := queueDeadline(&CapacityConfig{MaxQueueWait: caddy.Duration(c.configured)}, r, now)
+		if want := now.Add(c.want); (c.want == 0 && !got.IsZero()) || (c.want != 0 && !got.Equal(want)) {
+			t.Errorf("max_queue_wait %v, Max-Queue-Wait %q: deadline %v; want %v after now", c.configured, c.header, got, c.want)
+		}
 	}
 }
