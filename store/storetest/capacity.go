@@ -18,6 +18,7 @@ var capacityTests = []test{
 	{"UrgentWorkIsClaimedFirst", testUrgentFirst},
 	{"WaitingRaisesUrgency", testAging},
 	{"StaleWorkIsNotClaimedAndFailsQueueTimeout", testStaleQueued},
+	{"RequeuedWorkHasNoQueueDeadline", testRequeuedNotStale},
 	{"PositionsEstimateTheClaimOrder", testQueuePositions},
 	{"ConcurrentClaimersTakeEachOperationOnceAcrossScopesAndUrgencies", testOrderedClaimsAreExclusive},
 }
@@ -128,6 +129,27 @@ func testStaleQueued(t *testing.T, e *env) {
 	}
 	if stale := must(b.StaleQueued(e.clock.Now(), 10))(t); len(stale) != 0 {
 		t.Fatalf("after the timeout: stale %v", ids(stale))
+	}
+}
+
+// An operation claimed and put back in the queue (takeover, graceful stop) may have reached the
+// upstream already: its queue deadline applied to its first wait only, so past it the
+// operation is neither stale nor passed over by the claim.
+func testRequeuedNotStale(t *testing.T, e *env) {
+	b := e.open()
+	e.acceptAt(t, b, "s", 0, 1, store.DefaultUrgency, e.clock.Now().Add(10*time.Second))
+	if op := must(b.ClaimNext("w1", time.Minute))(t); op == nil || op.ID != opID(0) {
+		t.Fatalf("claimed %+v, want %s", op, opID(0))
+	}
+	if op := must(b.Transition(opID(0), store.Change{To: store.StatusQueued}))(t); !op.QueueDeadline.IsZero() {
+		t.Fatalf("requeued with queue deadline %v, want none", op.QueueDeadline)
+	}
+	e.clock.Advance(11 * time.Second)
+	if stale := must(b.StaleQueued(e.clock.Now(), 10))(t); len(stale) != 0 {
+		t.Fatalf("requeued past the first deadline: stale %v, want none", ids(stale))
+	}
+	if got := drain(t, b, 3); !slices.Equal(got, []string{opID(0)}) {
+		t.Fatalf("claimed %v, want the requeued operation", got)
 	}
 }
 
