@@ -1,6 +1,9 @@
 package module
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -11,6 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/idemkey"
 )
 
 // arrivals records the order in which keyed calls reach the model server.
@@ -298,5 +302,51 @@ func TestCapacityMaxQueueWaitHeaderOnlyShortensTheConfiguredWait(t *testing.T) {
 		if want := now.Add(c.want); (c.want == 0 && !got.IsZero()) || (c.want != 0 && !got.Equal(want)) {
 			t.Errorf("max_queue_wait %v, Max-Queue-Wait %q: deadline %v; want %v after now", c.configured, c.header, got, c.want)
 		}
+	}
+}
+
+func TestCapacityTurnsHoldOnlyWaitingScopes(t *testing.T) {
+	p := newSeatPool("test|/ops", "test", "test", "/ops", CapacityConfig{Limit: 1})
+	defer p.Destruct()
+	for i := range 100 { // a hundred callers, one call each
+		s, err := p.acquire(context.Background(), seatAsk{scope: fmt.Sprint("tenant-", i), since: time.Now()}, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.release(false)
+	}
+	held, _ := p.acquire(context.Background(), seatAsk{scope: "held", since: time.Now()}, time.Second)
+	if _, err := p.acquire(context.Background(), seatAsk{scope: "refused", since: time.Now()}, time.Millisecond); !errors.Is(err, errNoSeat) {
+		t.Fatalf("with the one seat held: %v, want errNoSeat", err)
+	}
+	held.release(false)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.turns) != 0 {
+		t.Fatalf("%d scopes remembered with nobody waiting; want none", len(p.turns))
+	}
+}
+
+func TestCapacityPassthroughCallWaitsUnderItsHashedScope(t *testing.T) {
+	g, _ := startSlotted(t, 1, 0, "capacity {\n limit 1\n wait 5s\n}")
+	pool := gatewayPool(t, g)
+	holder := holdSeat(t, g)
+	waiter := make(chan result, 1)
+	go func() { waiter <- g.post(chatPath, "", chat("waits"), "Authorization", "Bearer s3cret") }()
+	var scope string
+	waitFor(t, func() bool {
+		pool.mu.Lock()
+		defer pool.mu.Unlock()
+		if len(pool.waiting) == 1 {
+			scope = pool.waiting[0].ask.scope
+		}
+		return scope != ""
+	})
+	if scope != idemkey.Scope("Bearer s3cret") {
+		t.Fatalf("the call waits under scope %q; want the hash of its credential", scope)
+	}
+	holder.Wait()
+	if r := <-waiter; r.err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("the waiting call: %v %s", r.err, r.body)
 	}
 }

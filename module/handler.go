@@ -17,6 +17,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/idemkey"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -307,7 +308,8 @@ func (h *Handler) serveCovered(w http.ResponseWriter, r *http.Request, next cadd
 	}
 	convert, window := conversion(h.Async, r.Header.Values("Prefer"))
 	if h.seats != nil {
-		next = h.seated(next, h.scopeOf(r))
+		// The hashed scope, as keyed calls and operations use: the raw one is a credential.
+		next = h.seated(next, idemkey.Scope(h.scopeOf(r)))
 	}
 	if key == "" && !convert {
 		countRequest(outcomePassthrough)

@@ -54,7 +54,7 @@ type seatPool struct {
 	limit   int
 	inUse   int
 	waiting []*seatWaiter
-	turns   map[string]uint64 // scope -> number of the grant it got last
+	turns   map[string]uint64 // scope with waiters -> number of the grant it got last
 	grants  uint64
 	queued  int // waiters that are operations from the durable queue
 	adapt   *adaptiveLimit
@@ -218,9 +218,22 @@ func (p *seatPool) dropLocked(w *seatWaiter) {
 			if w.ask.queued {
 				p.queued--
 			}
+			p.forgetIdleLocked(w.ask.scope)
 			return
 		}
 	}
+}
+
+// forgetIdleLocked drops the turn of a scope nobody of which waits any more, so the map holds
+// only the scopes waiting (scopes are as many as callers). A scope that comes back counts as
+// not served lately: it goes before the scopes with a backlog, as a light tenant should.
+func (p *seatPool) forgetIdleLocked(scope string) {
+	for _, x := range p.waiting {
+		if x.ask.scope == scope {
+			return
+		}
+	}
+	delete(p.turns, scope)
 }
 
 // release gives the seat back, telling the adaptive limit how the call went: overloaded is a
@@ -271,6 +284,7 @@ func (p *seatPool) grantToLocked(w *seatWaiter) {
 	p.inUse++
 	p.grants++
 	p.turns[w.ask.scope] = p.grants
+	p.forgetIdleLocked(w.ask.scope)
 	w.granted = true
 	close(w.ready)
 }
