@@ -80,8 +80,9 @@ func testUrgentFirst(t *testing.T, e *env) {
 	}
 }
 
-// A u=7 operation gains a level per store.AgingStep waited: after two steps it still yields to
-// newer u=3 work, after five it goes before it.
+// A u=7 operation gains a level per store.AgingStep waited, up to the default urgency: after
+// two steps it still yields to newer u=3 work; after ten it ties with u=3 work and goes first
+// only by its scope's turn, and it never overtakes u=2.
 func testAging(t *testing.T, e *env) {
 	b := e.open()
 	e.acceptAt(t, b, "a", 0, 1, store.LeastUrgent, time.Time{})
@@ -90,10 +91,11 @@ func testAging(t *testing.T, e *env) {
 	if op := must(b.ClaimNext("w1", time.Minute))(t); op == nil || op.ID != opID(1) {
 		t.Fatalf("after two steps claimed %+v, want %s (u=3 before u=7 at 5)", op, opID(1))
 	}
-	e.clock.Advance(3 * store.AgingStep)
+	e.clock.Advance(8 * store.AgingStep)
 	e.acceptAt(t, b, "b", 2, 1, store.DefaultUrgency, time.Time{})
-	if got := drain(t, b, 3); !slices.Equal(got, []string{opID(0), opID(2)}) {
-		t.Fatalf("after five steps claimed %v, want the aged u=7 first", got)
+	e.acceptAt(t, b, "c", 3, 1, store.DefaultUrgency-1, time.Time{})
+	if got := drain(t, b, 4); !slices.Equal(got, []string{opID(3), opID(0), opID(2)}) {
+		t.Fatalf("after ten steps claimed %v, want u=2 first, then the aged u=7 (its scope's turn) before u=3", got)
 	}
 }
 
