@@ -111,6 +111,7 @@ func (h *Handler) saturated(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	countRequest(outcomeSaturated)
+	h.seats.countRefusal()
 	snap := h.seats.snapshot()
 	writeError(w, apiError{Code: CodeUpstreamSaturated, RetryAfter: h.seats.retryAfter(),
 		Details: map[string]any{"limit": snap.Limit, "in_use": snap.InUse},
@@ -125,15 +126,13 @@ func overloaded(status int, ctxErr error) bool {
 }
 
 // reserveSeat takes a seat for a call in `after` mode, waiting no longer than its window or
-// capacity.wait: false when none came free, and the call is queued instead (docs/capacity.md).
+// capacity.wait: false when none came free, and the call is queued instead, or when its client
+// left while it waited (docs/capacity.md).
 func (h *Handler) reserveSeat(kr *keyedRequest, window time.Duration) (*seatTicket, bool) {
 	wait := max(min(h.syncSeatWait(kr.r), window), time.Millisecond)
 	s, err := h.seats.acquire(kr.r.Context(), liveAsk(kr.r, kr.scope, h.now()), wait)
 	if err != nil {
-		if errors.Is(err, errNoSeat) {
-			countRequest(outcomeSaturated)
-		}
-		return nil, false
+		return nil, false // not a refusal: the call is queued, unless its client left
 	}
 	t := &seatTicket{s: s}
 	kr.r = kr.r.WithContext(context.WithValue(kr.r.Context(), seatTicketKey{}, t))

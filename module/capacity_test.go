@@ -205,6 +205,9 @@ func TestCapacitySaturatedSyncCallGets503WithRetryAfterAfterItsWait(t *testing.T
 	if st := g.model.Stats(); st.Received != 1 {
 		t.Fatalf("the model server received %d calls; the refused one must never reach it", st.Received)
 	}
+	if n := gatewayPool(t, g).snapshot().Refused; n != 1 {
+		t.Fatalf("%d refusals counted; want the one 503", n)
+	}
 	// The refusal was not recorded: the key runs once a seat is free.
 	if r := g.post(chatPath, "k-saturated", chat("refused")); r.StatusCode != 200 {
 		t.Fatalf("retry after the refusal: %d %s", r.StatusCode, r.body)
@@ -226,6 +229,9 @@ func TestCapacitySaturatedCallThatMayBecomeAsyncIsQueued(t *testing.T) {
 	}
 	if st := g.model.Stats(); st.MaxInFlight != 1 {
 		t.Fatalf("the model server had %d calls at once; the limit is 1", st.MaxInFlight)
+	}
+	if n := gatewayPool(t, g).snapshot().Refused; n != 0 {
+		t.Fatalf("%d refusals counted for a call answered 202; want none", n)
 	}
 }
 

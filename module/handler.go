@@ -335,7 +335,10 @@ func (h *Handler) serveCovered(w http.ResponseWriter, r *http.Request, next cadd
 		return h.conv.runThenConvert(w, kr, next, st, run, window)
 	}
 	seat, ok := h.reserveSeat(kr, window)
-	if !ok { // no seat within the window: the call waits in the queue instead (docs/capacity.md)
+	switch {
+	case !ok && r.Context().Err() != nil:
+		return nil // the client left while it waited: nobody wants the operation
+	case !ok: // no seat within the window: the call waits in the queue instead (docs/capacity.md)
 		return h.conv.accept(w, kr, st, run)
 	}
 	defer seat.drop()

@@ -171,10 +171,6 @@ func (p *seatPool) await(ctx context.Context, w *seatWaiter, wait time.Duration)
 	defer p.mu.Unlock()
 	if !w.granted {
 		p.dropLocked(w)
-		if errors.Is(err, errNoSeat) && !w.ask.queued {
-			p.stats.refused++
-			capacityMetrics.refusals.Inc()
-		}
 		return nil, err
 	}
 	w.taken = true // granted, perhaps in the same instant the wait ended: the seat is the caller's
@@ -355,6 +351,15 @@ func (p *seatPool) snapshot() seatSnapshot {
 		s.Waiting[w.ask.urgency]++
 	}
 	return s
+}
+
+// countRefusal counts a sync call answered 503 UPSTREAM_SATURATED (a call queued instead is
+// not refused).
+func (p *seatPool) countRefusal() {
+	capacityMetrics.refusals.Inc()
+	p.mu.Lock()
+	p.stats.refused++
+	p.mu.Unlock()
 }
 
 func (p *seatPool) countQueueTimeout() {
