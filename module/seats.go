@@ -381,27 +381,39 @@ func (d *drainRate) record(at time.Time) {
 	d.n++
 }
 
-// perSecond is the releases per second over the samples kept (0 with fewer than two, or when
-// the newest is older than a minute: the rate is no longer known).
+// drainWindow is how far back a release still tells the drain rate: older samples describe a
+// load that is gone.
+const drainWindow = time.Minute
+
+// perSecond is the releases per second over the samples of the last drainWindow (0 with fewer
+// than two: the rate is not known).
 func (d *drainRate) perSecond(now time.Time) float64 {
-	if d.n < 2 {
-		return 0
+	k := 0
+	var newest, oldest time.Time
+	for i := d.n - 1; i >= 0 && i >= d.n-drainSamples; i-- {
+		t := d.times[i%drainSamples]
+		if now.Sub(t) > drainWindow {
+			break
+		}
+		if k == 0 {
+			newest = t
+		}
+		oldest, k = t, k+1
 	}
-	k := min(d.n, drainSamples)
-	newest := d.times[(d.n-1)%drainSamples]
-	oldest := d.times[(d.n-k)%drainSamples]
 	span := newest.Sub(oldest)
-	if span <= 0 || now.Sub(newest) > time.Minute {
+	if k < 2 || span <= 0 {
 		return 0
 	}
 	return float64(k-1) / span.Seconds()
 }
 
-// timeFor is how long n more releases take at the measured rate.
+// timeFor is how long n more releases take at the measured rate, between 1s and 5 minutes;
+// clamped in float, since n over a tiny rate overflows a Duration.
 func (d *drainRate) timeFor(n int, now time.Time) time.Duration {
 	rate := d.perSecond(now)
 	if rate <= 0 {
 		return time.Second
 	}
-	return min(max(time.Duration(float64(n)/rate*float64(time.Second)), time.Second), 5*time.Minute)
+	secs := min(max(float64(n)/rate, 1), 300)
+	return time.Duration(secs * float64(time.Second))
 }
