@@ -84,7 +84,7 @@ func seedOperations(ctx context.Context, dir string, from, n int) error {
 		i += from
 		now := time.Now()
 		op := &store.Operation{ID: fmt.Sprintf("op_seed%09d", i), Scope: idemkey.Scope(""), Status: store.StatusQueued, Version: 1,
-			Method: http.MethodPost, Path: chatPath, SubmittedAt: now, Retention: seedTTL}
+			Method: http.MethodPost, Path: chatPath, SubmittedAt: now, Retention: seedTTL, Urgency: store.DefaultUrgency}
 		body := chatBody(fmt.Sprint("seeded operation ", i))
 		req := &store.Request{Method: http.MethodPost, URL: chatPath, Host: "127.0.0.1",
 			Header: http.Header{"Content-Type": {"application/json"}}, Body: body}

@@ -101,15 +101,17 @@ func (r *runner) takePending(id string) *pendingSeat {
 }
 
 // seatedAttempt runs one attempt holding a seat of op's pool. The first attempt waits no
-// later than the operation's queue deadline: past it, timedOut, and nothing went upstream.
-func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *store.Request, limit int64, first bool) (res attemptResult, timedOut bool) {
+// later than the operation's queue deadline. When no attempt ran, halt is where op goes
+// instead: failed QUEUE_TIMEOUT past its deadline, or back to the queue when the shared seats
+// could not be counted (storage trouble is not the upstream's failure, so it costs no attempt).
+func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *store.Request, limit int64, first bool) (res attemptResult, halt *store.Change) {
 	pending := r.takePending(op.ID)
 	pool := r.poolFor(op)
 	if pool == nil {
 		if pending != nil {
 			pending.pool.abandon(pending.w)
 		}
-		return r.attempt(ctx, op, req, limit), false
+		return r.attempt(ctx, op, req, limit), nil
 	}
 	var wait time.Duration
 	if first && !op.QueueDeadline.IsZero() {
@@ -117,7 +119,8 @@ func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *st
 			if pending != nil {
 				pending.pool.abandon(pending.w)
 			}
-			return attemptResult{}, true
+			timedOut := queueTimedOut()
+			return attemptResult{}, &timedOut
 		}
 	}
 	var w *seatWaiter
@@ -130,12 +133,19 @@ func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *st
 		w = pool.enqueue(operationAsk(op))
 	}
 	s, err := pool.awaitAll(ctx, w, wait)
-	if err != nil {
-		return attemptResult{}, errors.Is(err, errNoSeat)
+	switch {
+	case errors.Is(err, errNoSeat):
+		timedOut := queueTimedOut()
+		return attemptResult{}, &timedOut
+	case err != nil && ctx.Err() == nil:
+		r.log.Warn("taking a shared seat; the operation goes back to the queue", operationFields(op, zap.Error(err))...)
+		return attemptResult{}, &store.Change{To: store.StatusQueued}
+	case err != nil:
+		return attemptResult{}, nil // the execution ended while it waited: outcome says how
 	}
 	res = r.attempt(ctx, op, req, limit)
 	s.release(overloaded(res.status, ctx.Err()))
-	return res, false
+	return res, nil
 }
 
 // expiredInQueue fails a just-claimed operation whose queue deadline has passed, before it

@@ -98,13 +98,20 @@ func (h *Handler) seated(next caddyhttp.Handler, scope string) caddyhttp.Handler
 	})
 }
 
-// saturated answers a sync call that found no seat.
+// saturated answers a sync call that found no seat: 503 UPSTREAM_SATURATED when none came
+// free in time, 503 STORAGE_UNAVAILABLE when the shared seats could not be counted (fail
+// closed, docs/capacity.md). A 503 is never recorded for the key, so a retry runs the call.
 func (h *Handler) saturated(w http.ResponseWriter, r *http.Request, err error) {
-	if !errors.Is(err, errNoSeat) {
+	if r.Context().Err() != nil {
 		return // the client left while waiting: nobody to answer
 	}
-	countRequest(outcomeSaturated)
 	w.Header().Set(headerRequestID, r.Header.Get(headerRequestID))
+	if !errors.Is(err, errNoSeat) {
+		h.storageFailed(w, err)
+		return
+	}
+	countRequest(outcomeSaturated)
+	h.seats.countRefusal()
 	snap := h.seats.snapshot()
 	writeError(w, apiError{Code: CodeUpstreamSaturated, RetryAfter: h.seats.retryAfter(),
 		Details: map[string]any{"limit": snap.Limit, "in_use": snap.InUse},
@@ -119,15 +126,13 @@ func overloaded(status int, ctxErr error) bool {
 }
 
 // reserveSeat takes a seat for a call in `after` mode, waiting no longer than its window or
-// capacity.wait: false when none came free, and the call is queued instead (docs/capacity.md).
+// capacity.wait: false when none came free, and the call is queued instead, or when its client
+// left while it waited (docs/capacity.md).
 func (h *Handler) reserveSeat(kr *keyedRequest, window time.Duration) (*seatTicket, bool) {
 	wait := max(min(h.syncSeatWait(kr.r), window), time.Millisecond)
 	s, err := h.seats.acquire(kr.r.Context(), liveAsk(kr.r, kr.scope, h.now()), wait)
 	if err != nil {
-		if errors.Is(err, errNoSeat) {
-			countRequest(outcomeSaturated)
-		}
-		return nil, false
+		return nil, false // not a refusal: the call is queued, unless its client left
 	}
 	t := &seatTicket{s: s}
 	kr.r = kr.r.WithContext(context.WithValue(kr.r.Context(), seatTicketKey{}, t))
@@ -167,15 +172,18 @@ func (t *seatTicket) drop() {
 }
 
 // queueDeadline is when an operation submitted now by r stops being worth running:
-// max_queue_wait, or the shorter Max-Queue-Wait the request asks for. Zero: none.
+// max_queue_wait, or the shorter Max-Queue-Wait the request asks for. Zero: none. A header of
+// 0 or one that is not a whole number of seconds is ignored: a client can shorten the
+// operator's bound, never lift it (docs/capacity.md).
 func queueDeadline(cfg *CapacityConfig, r *http.Request, now time.Time) time.Time {
 	if cfg == nil {
 		return time.Time{}
 	}
 	wait := time.Duration(cfg.MaxQueueWait)
 	if v := strings.TrimSpace(r.Header.Get(headerMaxQueueWait)); v != "" {
-		if secs, err := strconv.ParseUint(v, 10, 31); err == nil && (wait == 0 || time.Duration(secs)*time.Second < wait) {
-			wait = time.Duration(secs) * time.Second
+		secs, err := strconv.ParseUint(v, 10, 31)
+		if asked := time.Duration(secs) * time.Second; err == nil && asked > 0 && (wait == 0 || asked < wait) {
+			wait = asked
 		}
 	}
 	if wait <= 0 {

@@ -1,6 +1,9 @@
 package module
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -8,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/idemkey"
 )
 
 // arrivals records the order in which keyed calls reach the model server.
@@ -199,6 +205,9 @@ func TestCapacitySaturatedSyncCallGets503WithRetryAfterAfterItsWait(t *testing.T
 	if st := g.model.Stats(); st.Received != 1 {
 		t.Fatalf("the model server received %d calls; the refused one must never reach it", st.Received)
 	}
+	if n := gatewayPool(t, g).snapshot().Refused; n != 1 {
+		t.Fatalf("%d refusals counted; want the one 503", n)
+	}
 	// The refusal was not recorded: the key runs once a seat is free.
 	if r := g.post(chatPath, "k-saturated", chat("refused")); r.StatusCode != 200 {
 		t.Fatalf("retry after the refusal: %d %s", r.StatusCode, r.body)
@@ -220,6 +229,9 @@ func TestCapacitySaturatedCallThatMayBecomeAsyncIsQueued(t *testing.T) {
 	}
 	if st := g.model.Stats(); st.MaxInFlight != 1 {
 		t.Fatalf("the model server had %d calls at once; the limit is 1", st.MaxInFlight)
+	}
+	if n := gatewayPool(t, g).snapshot().Refused; n != 0 {
+		t.Fatalf("%d refusals counted for a call answered 202; want none", n)
 	}
 }
 
@@ -269,5 +281,98 @@ func TestCapacityValidationRefusesWhatItCannotHonour(t *testing.T) {
 	if err := h.provisionCapacity(storageSettings{backend: BackendBadger, location: t.TempDir()}); err == nil ||
 		!strings.Contains(err.Error(), "shared bounds the replicas on one PostgreSQL storage") {
 		t.Fatalf("shared on Badger: %v", err)
+	}
+}
+
+func TestCapacityMaxQueueWaitHeaderOnlyShortensTheConfiguredWait(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		configured time.Duration
+		header     string
+		want       time.Duration // 0: no deadline
+	}{
+		{time.Minute, "", time.Minute},
+		{time.Minute, "10", 10 * time.Second},
+		{time.Minute, "120", time.Minute},
+		{time.Minute, "0", time.Minute},
+		{time.Minute, "-5", time.Minute},
+		{time.Minute, "soon", time.Minute},
+		{0, "10", 10 * time.Second},
+		{0, "0", 0},
+	} {
+		r, _ := http.NewRequest("POST", "/", nil)
+		if c.header != "" {
+			r.Header.Set(headerMaxQueueWait, c.header)
+		}
+		got := queueDeadline(&CapacityConfig{MaxQueueWait: caddy.Duration(c.configured)}, r, now)
+		if want := now.Add(c.want); (c.want == 0 && !got.IsZero()) || (c.want != 0 && !got.Equal(want)) {
+			t.Errorf("max_queue_wait %v, Max-Queue-Wait %q: deadline %v; want %v after now", c.configured, c.header, got, c.want)
+		}
+	}
+}
+
+func TestCapacityTurnsHoldOnlyWaitingScopes(t *testing.T) {
+	p := newSeatPool("test|/ops", "test", "test", "/ops", CapacityConfig{Limit: 1})
+	defer p.Destruct()
+	for i := range 100 { // a hundred callers, one call each
+		s, err := p.acquire(context.Background(), seatAsk{scope: fmt.Sprint("tenant-", i), since: time.Now()}, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.release(false)
+	}
+	held, _ := p.acquire(context.Background(), seatAsk{scope: "held", since: time.Now()}, time.Second)
+	if _, err := p.acquire(context.Background(), seatAsk{scope: "refused", since: time.Now()}, time.Millisecond); !errors.Is(err, errNoSeat) {
+		t.Fatalf("with the one seat held: %v, want errNoSeat", err)
+	}
+	held.release(false)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.turns) != 0 {
+		t.Fatalf("%d scopes remembered with nobody waiting; want none", len(p.turns))
+	}
+}
+
+func TestCapacityPassthroughCallWaitsUnderItsHashedScope(t *testing.T) {
+	g, _ := startSlotted(t, 1, 0, "capacity {\n limit 1\n wait 5s\n}")
+	pool := gatewayPool(t, g)
+	holder := holdSeat(t, g)
+	waiter := make(chan result, 1)
+	go func() { waiter <- g.post(chatPath, "", chat("waits"), "Authorization", "Bearer s3cret") }()
+	var scope string
+	waitFor(t, func() bool {
+		pool.mu.Lock()
+		defer pool.mu.Unlock()
+		if len(pool.waiting) == 1 {
+			scope = pool.waiting[0].ask.scope
+		}
+		return scope != ""
+	})
+	if scope != idemkey.Scope("Bearer s3cret") {
+		t.Fatalf("the call waits under scope %q; want the hash of its credential", scope)
+	}
+	holder.Wait()
+	if r := <-waiter; r.err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("the waiting call: %v %s", r.err, r.body)
+	}
+}
+
+func TestCapacityDrainRateForgetsReleasesOlderThanAMinute(t *testing.T) {
+	var d drainRate
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 10 { // a fast burst long ago: ten releases in a second
+		d.record(start.Add(time.Duration(i) * 100 * time.Millisecond))
+	}
+	now := start.Add(10 * time.Minute)
+	d.record(now.Add(-20 * time.Second)) // then two releases 10s apart, lately
+	d.record(now.Add(-10 * time.Second))
+	if got := d.perSecond(now); got != 0.1 {
+		t.Fatalf("rate %v/s; want 0.1/s from the last minute's releases only", got)
+	}
+	if got := d.timeFor(3, now); got != 30*time.Second {
+		t.Fatalf("3 releases take %v; want 30s", got)
+	}
+	if got := d.timeFor(1<<40, now); got != 5*time.Minute {
+		t.Fatalf("a huge backlog takes %v; want the 5 minute ceiling", got)
 	}
 }

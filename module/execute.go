@@ -81,10 +81,12 @@ func (r *runner) execute(parent context.Context, op *store.Operation, first <-ch
 					return
 				}
 			}
-			var timedOut bool
-			if res, timedOut = r.seatedAttempt(ctx, op, req, ex.MaxResult, attempt == 0); timedOut {
-				r.queueTimeout(op)
-				last = queueTimedOut()
+			var halt *store.Change
+			if res, halt = r.seatedAttempt(ctx, op, req, ex.MaxResult, attempt == 0); halt != nil {
+				if halt.To == store.StatusFailed {
+					r.queueTimeout(op)
+				}
+				last = *halt
 				r.finish(parent, op.ID, last, log)
 				return
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/idemkey"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -318,7 +319,8 @@ func (h *Handler) serveCovered(w http.ResponseWriter, r *http.Request, next cadd
 	}
 	convert, window := conversion(h.Async, r.Header.Values("Prefer"))
 	if h.seats != nil {
-		next = h.seated(next, h.scopeOf(r))
+		// The hashed scope, as keyed calls and operations use: the raw one is a credential.
+		next = h.seated(next, idemkey.Scope(h.scopeOf(r)))
 	}
 	if key == "" && !convert {
 		countRequest(outcomePassthrough)
@@ -344,7 +346,10 @@ func (h *Handler) serveCovered(w http.ResponseWriter, r *http.Request, next cadd
 		return h.conv.runThenConvert(w, kr, next, st, run, window)
 	}
 	seat, ok := h.reserveSeat(kr, window)
-	if !ok { // no seat within the window: the call waits in the queue instead (docs/capacity.md)
+	switch {
+	case !ok && r.Context().Err() != nil:
+		return nil // the client left while it waited: nobody wants the operation
+	case !ok: // no seat within the window: the call waits in the queue instead (docs/capacity.md)
 		return h.conv.accept(w, kr, st, run)
 	}
 	defer seat.drop()

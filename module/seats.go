@@ -54,7 +54,7 @@ type seatPool struct {
 	limit   int
 	inUse   int
 	waiting []*seatWaiter
-	turns   map[string]uint64 // scope -> number of the grant it got last
+	turns   map[string]uint64 // scope with waiters -> number of the grant it got last
 	grants  uint64
 	queued  int // waiters that are operations from the durable queue
 	adapt   *adaptiveLimit
@@ -108,7 +108,8 @@ type seat struct {
 	pool   *seatPool
 	start  time.Time
 	once   sync.Once
-	shared string // the shared seat also held (capacity shared); "" without
+	shared string       // the shared seat also held (capacity shared); "" without
+	from   *sharedSeats // where shared came from: a reload may drop `shared` while it is held
 }
 
 // acquire waits for a seat in the pool's order, up to wait (zero: until ctx ends).
@@ -170,10 +171,6 @@ func (p *seatPool) await(ctx context.Context, w *seatWaiter, wait time.Duration)
 	defer p.mu.Unlock()
 	if !w.granted {
 		p.dropLocked(w)
-		if errors.Is(err, errNoSeat) && !w.ask.queued {
-			p.stats.refused++
-			capacityMetrics.refusals.Inc()
-		}
 		return nil, err
 	}
 	w.taken = true // granted, perhaps in the same instant the wait ended: the seat is the caller's
@@ -192,7 +189,7 @@ func (p *seatPool) acquireShared(ctx context.Context, s *seat, deadline time.Tim
 		s.giveBack()
 		return err
 	}
-	s.shared = id
+	s.shared, s.from = id, shared
 	return nil
 }
 
@@ -217,9 +214,22 @@ func (p *seatPool) dropLocked(w *seatWaiter) {
 			if w.ask.queued {
 				p.queued--
 			}
+			p.forgetIdleLocked(w.ask.scope)
 			return
 		}
 	}
+}
+
+// forgetIdleLocked drops the turn of a scope nobody of which waits any more, so the map holds
+// only the scopes waiting (scopes are as many as callers). A scope that comes back counts as
+// not served lately: it goes before the scopes with a backlog, as a light tenant should.
+func (p *seatPool) forgetIdleLocked(scope string) {
+	for _, x := range p.waiting {
+		if x.ask.scope == scope {
+			return
+		}
+	}
+	delete(p.turns, scope)
 }
 
 // release gives the seat back, telling the adaptive limit how the call went: overloaded is a
@@ -228,7 +238,8 @@ func (s *seat) release(overloaded bool) {
 	s.once.Do(func() {
 		p := s.pool
 		if s.shared != "" {
-			p.sharedFor().give(s.shared)
+			// After the local seat is back: a failed give must not leak it.
+			defer s.from.give(s.shared)
 		}
 		now := p.now()
 		p.mu.Lock()
@@ -269,6 +280,7 @@ func (p *seatPool) grantToLocked(w *seatWaiter) {
 	p.inUse++
 	p.grants++
 	p.turns[w.ask.scope] = p.grants
+	p.forgetIdleLocked(w.ask.scope)
 	w.granted = true
 	close(w.ready)
 }
@@ -341,6 +353,15 @@ func (p *seatPool) snapshot() seatSnapshot {
 	return s
 }
 
+// countRefusal counts a sync call answered 503 UPSTREAM_SATURATED (a call queued instead is
+// not refused).
+func (p *seatPool) countRefusal() {
+	capacityMetrics.refusals.Inc()
+	p.mu.Lock()
+	p.stats.refused++
+	p.mu.Unlock()
+}
+
 func (p *seatPool) countQueueTimeout() {
 	p.mu.Lock()
 	p.stats.queueTimeouts++
@@ -360,27 +381,39 @@ func (d *drainRate) record(at time.Time) {
 	d.n++
 }
 
-// perSecond is the releases per second over the samples kept (0 with fewer than two, or when
-// the newest is older than a minute: the rate is no longer known).
+// drainWindow is how far back a release still tells the drain rate: older samples describe a
+// load that is gone.
+const drainWindow = time.Minute
+
+// perSecond is the releases per second over the samples of the last drainWindow (0 with fewer
+// than two: the rate is not known).
 func (d *drainRate) perSecond(now time.Time) float64 {
-	if d.n < 2 {
-		return 0
+	k := 0
+	var newest, oldest time.Time
+	for i := d.n - 1; i >= 0 && i >= d.n-drainSamples; i-- {
+		t := d.times[i%drainSamples]
+		if now.Sub(t) > drainWindow {
+			break
+		}
+		if k == 0 {
+			newest = t
+		}
+		oldest, k = t, k+1
 	}
-	k := min(d.n, drainSamples)
-	newest := d.times[(d.n-1)%drainSamples]
-	oldest := d.times[(d.n-k)%drainSamples]
 	span := newest.Sub(oldest)
-	if span <= 0 || now.Sub(newest) > time.Minute {
+	if k < 2 || span <= 0 {
 		return 0
 	}
 	return float64(k-1) / span.Seconds()
 }
 
-// timeFor is how long n more releases take at the measured rate.
+// timeFor is how long n more releases take at the measured rate, between 1s and 5 minutes;
+// clamped in float, since n over a tiny rate overflows a Duration.
 func (d *drainRate) timeFor(n int, now time.Time) time.Duration {
 	rate := d.perSecond(now)
 	if rate <= 0 {
 		return time.Second
 	}
-	return min(max(time.Duration(float64(n)/rate*float64(time.Second)), time.Second), 5*time.Minute)
+	secs := min(max(float64(n)/rate, 1), 300)
+	return time.Duration(secs * float64(time.Second))
 }

@@ -9,7 +9,8 @@ import (
 // backend.
 
 // AgingStep is how long a queued operation waits to gain one urgency level: a u=7 operation
-// reaches u=0 after 3.5 minutes, so nothing waits forever behind more urgent work.
+// reaches the default urgency after 2 minutes, so a steady stream of default work cannot starve
+// it (EffectiveUrgency).
 const AgingStep = 30 * time.Second
 
 // Urgencies are RFC 9218's: 0 is the most urgent, 7 the least, 3 the default.
@@ -38,11 +39,14 @@ type SharedSeats interface {
 // ClampUrgency brings u into 0..7: a stored value out of range waits at the nearest bound.
 func ClampUrgency(u int) int { return min(max(u, MostUrgent), LeastUrgent) }
 
-// EffectiveUrgency is the urgency an operation of urgency u competes at after waiting: one level
-// more urgent per full AgingStep waited, never below 0. A negative wait (a clock ahead of
-// another's) counts as none.
+// EffectiveUrgency is the urgency an operation of urgency u competes at after waiting: work
+// less urgent than the default gains one level per full AgingStep waited, up to the default and
+// no further. So an old low-urgency backlog (a batch's lines) takes turns with default-urgency
+// calls instead of going ahead of them, and never overtakes urgent work; work at or above the
+// default keeps its urgency. A negative wait (a clock ahead of another's) counts as none.
 func EffectiveUrgency(u int, waited time.Duration) int {
-	return max(MostUrgent, ClampUrgency(u)-int(max(waited, 0)/AgingStep))
+	u = ClampUrgency(u)
+	return max(min(u, DefaultUrgency), u-int(max(waited, 0)/AgingStep))
 }
 
 // CanChange reports whether the state machine allows change c of an operation in status from:

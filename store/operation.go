@@ -176,7 +176,10 @@ func Apply(op *Operation, c Change, at time.Time) {
 	case StatusRunning:
 		op.StartedAt, op.Attempts = at, op.Attempts+1
 	case StatusQueued:
-		op.StartedAt = time.Time{}
+		// A requeued operation (takeover, graceful stop, storage trouble) may already have
+		// reached the upstream: its queue deadline bounded the first wait only, so it is
+		// dropped here, for every backend's claim filter and stale sweep at once.
+		op.StartedAt, op.QueueDeadline = time.Time{}, time.Time{}
 	}
 	if c.To != StatusRunning {
 		op.Holder, op.LeaseUntil = "", time.Time{}

@@ -14,8 +14,10 @@ import (
 // effective urgency, then the scopes' turns (queue_turns), then oldest first.
 
 // effectiveSQL is store.EffectiveUrgency in SQL for a row of operations (alias o) at $1, with
-// store.AgingStep in seconds as $2. Both are exact: extract(epoch ...) is numeric.
-const effectiveSQL = `greatest(0, least(greatest(o.urgency, 0), 7)
+// store.AgingStep in seconds as $2: the clamped urgency (0..7) less the steps waited, but no
+// lower than itself or store.DefaultUrgency (3), whichever is lower. Both are exact: extract(epoch
+// ...) is numeric.
+const effectiveSQL = `greatest(least(greatest(o.urgency, 0), 7, 3), least(greatest(o.urgency, 0), 7)
 	- floor(greatest(extract(epoch FROM $1::timestamptz - coalesce(o.submitted_at, $1::timestamptz)), 0) / $2::numeric))`
 
 // claimable is the condition on a queued row that may be claimed at $1: its deadline has not passed.

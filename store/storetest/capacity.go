@@ -18,6 +18,7 @@ var capacityTests = []test{
 	{"UrgentWorkIsClaimedFirst", testUrgentFirst},
 	{"WaitingRaisesUrgency", testAging},
 	{"StaleWorkIsNotClaimedAndFailsQueueTimeout", testStaleQueued},
+	{"RequeuedWorkHasNoQueueDeadline", testRequeuedNotStale},
 	{"PositionsEstimateTheClaimOrder", testQueuePositions},
 	{"ConcurrentClaimersTakeEachOperationOnceAcrossScopesAndUrgencies", testOrderedClaimsAreExclusive},
 }
@@ -79,8 +80,9 @@ func testUrgentFirst(t *testing.T, e *env) {
 	}
 }
 
-// A u=7 operation gains a level per store.AgingStep waited: after two steps it still yields to
-// newer u=3 work, after five it goes before it.
+// A u=7 operation gains a level per store.AgingStep waited, up to the default urgency: after
+// two steps it still yields to newer u=3 work; after ten it ties with u=3 work and goes first
+// only by its scope's turn, and it never overtakes u=2.
 func testAging(t *testing.T, e *env) {
 	b := e.open()
 	e.acceptAt(t, b, "a", 0, 1, store.LeastUrgent, time.Time{})
@@ -89,10 +91,11 @@ func testAging(t *testing.T, e *env) {
 	if op := must(b.ClaimNext("w1", time.Minute))(t); op == nil || op.ID != opID(1) {
 		t.Fatalf("after two steps claimed %+v, want %s (u=3 before u=7 at 5)", op, opID(1))
 	}
-	e.clock.Advance(3 * store.AgingStep)
+	e.clock.Advance(8 * store.AgingStep)
 	e.acceptAt(t, b, "b", 2, 1, store.DefaultUrgency, time.Time{})
-	if got := drain(t, b, 3); !slices.Equal(got, []string{opID(0), opID(2)}) {
-		t.Fatalf("after five steps claimed %v, want the aged u=7 first", got)
+	e.acceptAt(t, b, "c", 3, 1, store.DefaultUrgency-1, time.Time{})
+	if got := drain(t, b, 4); !slices.Equal(got, []string{opID(3), opID(0), opID(2)}) {
+		t.Fatalf("after ten steps claimed %v, want u=2 first, then the aged u=7 (its scope's turn) before u=3", got)
 	}
 }
 
@@ -128,6 +131,27 @@ func testStaleQueued(t *testing.T, e *env) {
 	}
 	if stale := must(b.StaleQueued(e.clock.Now(), 10))(t); len(stale) != 0 {
 		t.Fatalf("after the timeout: stale %v", ids(stale))
+	}
+}
+
+// An operation claimed and put back in the queue (takeover, graceful stop) may have reached the
+// upstream already: its queue deadline applied to its first wait only, so past it the
+// operation is neither stale nor passed over by the claim.
+func testRequeuedNotStale(t *testing.T, e *env) {
+	b := e.open()
+	e.acceptAt(t, b, "s", 0, 1, store.DefaultUrgency, e.clock.Now().Add(10*time.Second))
+	if op := must(b.ClaimNext("w1", time.Minute))(t); op == nil || op.ID != opID(0) {
+		t.Fatalf("claimed %+v, want %s", op, opID(0))
+	}
+	if op := must(b.Transition(opID(0), store.Change{To: store.StatusQueued}))(t); !op.QueueDeadline.IsZero() {
+		t.Fatalf("requeued with queue deadline %v, want none", op.QueueDeadline)
+	}
+	e.clock.Advance(11 * time.Second)
+	if stale := must(b.StaleQueued(e.clock.Now(), 10))(t); len(stale) != 0 {
+		t.Fatalf("requeued past the first deadline: stale %v, want none", ids(stale))
+	}
+	if got := drain(t, b, 3); !slices.Equal(got, []string{opID(0)}) {
+		t.Fatalf("claimed %v, want the requeued operation", got)
 	}
 }
 

@@ -73,7 +73,7 @@ func opID(i int) string { return fmt.Sprintf("op_%06d", i) }
 func (e *env) newOp(i int, scope string) *store.Operation {
 	return &store.Operation{
 		ID: opID(i), Scope: scope, Status: store.StatusQueued, Version: 1, Method: "POST", Path: "/v1/x",
-		SubmittedAt: e.clock.Now(), Retention: time.Hour,
+		SubmittedAt: e.clock.Now(), Retention: time.Hour, Urgency: store.DefaultUrgency, // the zero value is the most urgent
 	}
 }
 
