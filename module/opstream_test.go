@@ -18,16 +18,7 @@ import (
 // follower or a progress read on a third replica must not be given the dead attempt's events
 // as the running attempt's.
 func TestStoredFollowerIgnoresTheRecordingOfADeadAttempt(t *testing.T) {
-	st, err := badger.Open(badger.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	op := &store.Operation{ID: "op_1", Scope: "s", Status: store.StatusQueued, Version: 1, Method: "POST", Path: "/v1/x",
-		SubmittedAt: time.Now(), Retention: time.Hour}
-	if _, err := st.AcceptOperation(op, &store.Request{}, nil); err != nil {
-		t.Fatal(err)
-	}
+	st := storeWithQueuedOperation(t, "op_1")
 	// Attempt 1 (replica H1) recorded 5 events under the operation's stream key, then H1 died.
 	key := opStreamKey("op_1")
 	c, err := st.ClaimKey(key, []byte("op_1\nH1"), 10*time.Minute) // as H1's runner claims it
@@ -77,16 +68,7 @@ func TestStoredFollowerIgnoresTheRecordingOfADeadAttempt(t *testing.T) {
 // not answered) may still begin recording its attempt's answer. It must not wipe the recording
 // of the attempt now running under the operation's current holder.
 func TestStaleHolderDoesNotWipeTheCurrentHoldersRecording(t *testing.T) {
-	st, err := badger.Open(badger.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	op := &store.Operation{ID: "op_1", Scope: "s", Status: store.StatusQueued, Version: 1, Method: "POST", Path: "/v1/x",
-		SubmittedAt: time.Now(), Retention: time.Hour}
-	if _, err := st.AcceptOperation(op, &store.Request{}, nil); err != nil {
-		t.Fatal(err)
-	}
+	st := storeWithQueuedOperation(t, "op_1")
 	if running, err := st.ClaimNext("H2", time.Minute); err != nil || running == nil {
 		t.Fatalf("claim: %+v %v", running, err)
 	}
@@ -119,4 +101,20 @@ func TestStaleHolderDoesNotWipeTheCurrentHoldersRecording(t *testing.T) {
 		t.Fatalf("the recording is %v with %d events under token %q; want the current holder's 4 under %q",
 			page.State, page.Events, page.Token, current.live.token)
 	}
+}
+
+// storeWithQueuedOperation opens a Badger store, closed when t ends, holding queued operation id.
+func storeWithQueuedOperation(t *testing.T, id string) *badger.Store {
+	t.Helper()
+	st, err := badger.Open(badger.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	op := &store.Operation{ID: id, Scope: "s", Status: store.StatusQueued, Version: 1, Method: "POST", Path: "/v1/x",
+		SubmittedAt: time.Now(), Retention: time.Hour, Urgency: store.DefaultUrgency}
+	if _, err := st.AcceptOperation(op, &store.Request{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
