@@ -30,7 +30,7 @@ func (s *Store) AcceptOperation(op *store.Operation, req *store.Request, key *st
 	if op.ScopeLimit > 0 {
 		// One accept of a limited scope at a time: its count includes every operation stored
 		// before it (the queue's memory is updated before the lock is released).
-		unlockScope := s.sh.opLocks.lock([]byte("scope\x00" + op.Scope))
+		unlockScope := s.sh.scopeLocks.lock([]byte(op.Scope))
 		defer unlockScope()
 		if n, err := s.ActiveCount(op.Scope); err != nil || n >= op.ScopeLimit {
 			return store.Claim{}, cmp.Or(err, error(domainError{store.ErrScopeFull}))

@@ -25,6 +25,10 @@ type shared struct {
 	// batchLocks make a batch's writers take turns (batches.go); a line's change takes its
 	// batch's after its own operation's, a stripe of another set, so no order can cycle.
 	batchLocks *keyLocks
+	// scopeLocks make an accept under max_per_scope count and write in one step per scope
+	// (operations.go); taken before the operation's own, a stripe of another set: a scope and an
+	// operation hashing to one stripe of one set would deadlock (seen in CI).
+	scopeLocks *keyLocks
 	stopGC     chan struct{}
 	gcDone     chan struct{}
 
@@ -61,7 +65,7 @@ func acquire(opts Options) (*shared, error) {
 	}
 	sh := &shared{
 		dir: dir, key: bytes.Clone(opts.EncryptionKey), db: db, refs: 1,
-		syncer: newGroupSyncer(newDurableSync(db, dir).sync), locks: newKeyLocks(), opLocks: newKeyLocks(), batchLocks: newKeyLocks(),
+		syncer: newGroupSyncer(newDurableSync(db, dir).sync), locks: newKeyLocks(), opLocks: newKeyLocks(), batchLocks: newKeyLocks(), scopeLocks: newKeyLocks(),
 		stopGC: make(chan struct{}), gcDone: make(chan struct{}),
 		queue: newQueueState(), deadKeptFor: opts.DeadLetterRetention,
 	}
