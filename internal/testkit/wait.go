@@ -1,0 +1,23 @@
+package testkit
+
+import (
+	"testing"
+	"time"
+)
+
+// WaitFor waits, bounded by within, until cond holds, asking every few milliseconds; the test
+// fails naming what it waited for when it does not. It is for outcomes that come from another
+// goroutine or process with no event to wait on (a row a replica writes, a port a child binds);
+// what can be awaited on a channel is awaited there.
+func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	every := 2 * time.Millisecond
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(every)
+		every = min(2*every, 50*time.Millisecond) // quick for the common fast case, light for slow ones
+	}
+}
