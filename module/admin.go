@@ -83,10 +83,10 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 }
 
 // runnerFor returns the runner of the storage named name (its directory, or its database as
-// storageSettings.name shows it), or the only one when name is empty.
+// storageSpec.name shows it), or the only one when name is empty.
 func runnerFor(name string) (*runner, error) {
 	byName := map[string]*runner{}
-	storages.Range(func(_, v any) bool {
+	openStorages.Range(func(_, v any) bool {
 		if s, ok := v.(*storage); ok {
 			byName[s.set.name()] = s.run
 		}

@@ -30,14 +30,13 @@ type App struct {
 	ctx  caddy.Context
 	log  *zap.Logger
 	mu   *sync.Mutex
-	uses map[string]*storageUse // by storage (backend and location)
-	held []heldStorage          // storages held from Start to Cleanup
+	refs map[string]*storageRef // by storage (backend and location)
 }
 
 // CaddyModule returns the Caddy module information.
 func (App) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{ID: "mulligan", New: func() caddy.Module {
-		return &App{mu: new(sync.Mutex), uses: map[string]*storageUse{}}
+		return &App{mu: new(sync.Mutex), refs: map[string]*storageRef{}}
 	}}
 }
 
@@ -47,14 +46,14 @@ func (a *App) Provision(ctx caddy.Context) error {
 	return nil
 }
 
-// use records a block's use of its storage, refusing one that conflicts with another block's.
-func (a *App) use(b blockStorage) (*storageUse, error) {
+// use records a block's reference to its storage, refusing one that conflicts with another block's.
+func (a *App) use(b blockSpec) (*storageRef, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	u := a.uses[b.set.where()]
+	u := a.refs[b.set.where()]
 	if u == nil {
-		u = newStorageUse(b.set, a.log)
-		a.uses[b.set.where()] = u
+		u = newStorageRef(b.set, a.log)
+		a.refs[b.set.where()] = u
 	}
 	return u, u.join(b)
 }
@@ -64,7 +63,7 @@ func (a *App) use(b blockStorage) (*storageUse, error) {
 func (a *App) Start() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if len(a.uses) == 0 {
+	if len(a.refs) == 0 {
 		return nil
 	}
 	httpApp, err := a.ctx.App("http")
@@ -72,25 +71,25 @@ func (a *App) Start() error {
 		return err
 	}
 	servers, grace := httpApp.(*caddyhttp.App).Servers, time.Duration(httpApp.(*caddyhttp.App).GracePeriod)
-	wheres := make([]string, 0, len(a.uses))
-	for w := range a.uses {
+	wheres := make([]string, 0, len(a.refs))
+	for w := range a.refs {
 		wheres = append(wheres, w)
 	}
 	sort.Strings(wheres)
 	for _, w := range wheres {
-		u := a.uses[w]
+		u := a.refs[w]
 		key := u.set.poolKey()
 		open := func() (caddy.Destructor, error) { return openStorage(u.set, a.log) }
-		v, _, err := storages.LoadOrNew(key, open)
+		v, _, err := openStorages.LoadOrNew(key, open)
 		if errors.Is(err, errStorageClosed) {
 			// A straggling request of an older config looked for it in the same instant.
-			v, _, err = storages.LoadOrNew(key, open)
+			v, _, err = openStorages.LoadOrNew(key, open)
 		}
 		if err != nil {
 			a.releaseLocked()
 			return err
 		}
-		a.held = append(a.held, heldStorage{key, v.(*storage)})
+		u.open = v.(*storage)
 		v.(*storage).run.configure(a, runnerConfig{
 			concurrency: u.set.concurrency, takeover: u.set.takeover, grace: grace,
 			servers: servers, endpoints: u.endpoints,
@@ -114,24 +113,18 @@ func (a *App) Cleanup() error {
 }
 
 func (a *App) releaseLocked() {
-	for _, h := range a.held {
-		h.s.run.release(a)
-		_, _ = storages.Delete(h.key)
-	}
-	a.held = nil
-	for _, u := range a.uses {
+	for _, u := range a.refs {
+		if u.open != nil {
+			u.open.run.release(a)
+			_, _ = openStorages.Delete(u.key)
+			u.open = nil
+		}
 		select {
 		case <-u.ready:
 		default:
 			close(u.ready) // never started: its requests get 503 instead of waiting
 		}
 	}
-}
-
-// heldStorage is a storage a config holds: its pool key and the handle.
-type heldStorage struct {
-	key string
-	s   *storage
 }
 
 // Interface guards

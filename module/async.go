@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -20,13 +19,13 @@ var errUpstreamUnreachable = errors.New("the upstream could not be reached")
 
 // converter turns covered requests into operations (docs/api.md, Async operations).
 type converter struct {
-	cfg    *AsyncConfig
-	prefix string // where operations are served
-	hooks  *hooks // nil without webhooks
-	gate   *gate
-	calls  slots      // `after`-mode calls under way, bounded by concurrency
-	quota  *admission // nil unless max_per_scope is set
-	now    func() time.Time
+	cfg      *AsyncConfig
+	prefix   string        // where operations are served
+	webhooks *webhookSetup // nil without webhooks
+	gate     *gate
+	calls    slots      // `after`-mode calls under way, bounded by concurrency
+	quota    *admission // nil unless max_per_scope is set
+	now      func() time.Time
 	// capacity is the block's capacity settings (nil without): queue deadlines.
 	capacity *CapacityConfig
 }
@@ -48,11 +47,11 @@ func (c *converter) callbackFor(w http.ResponseWriter, r *http.Request, bodyURL 
 	if raw == "" {
 		raw = bodyURL
 	}
-	if c.hooks == nil {
+	if c.webhooks == nil {
 		if raw == "" {
 			return nil, true
 		}
-	} else if ep, target, ok := c.hooks.callbackFor(raw); ok {
+	} else if ep, target, ok := c.webhooks.callbackFor(raw); ok {
 		if ep == nil {
 			return nil, true
 		}
@@ -92,8 +91,8 @@ func (c *converter) newOperation(kr *keyedRequest, status store.Status) *store.O
 func (c *converter) execution() *store.Execution {
 	ex := &store.Execution{Timeout: time.Duration(c.cfg.Timeout), Retries: *c.cfg.Retries, RetryOn: c.cfg.RetryOn,
 		MaxResult: c.cfg.MaxResult, OnCrash: c.cfg.OnCrash, Prefix: c.prefix}
-	if c.hooks != nil {
-		ex.Events = c.hooks.cfg.Events
+	if c.webhooks != nil {
+		ex.Events = c.webhooks.cfg.Events
 	}
 	return ex
 }
@@ -135,19 +134,6 @@ func (c *converter) accepted(op *store.Operation, expires time.Time) store.Respo
 		h.Set(headerExpires, expires.UTC().Format(http.TimeFormat))
 	}
 	return store.Response{Status: http.StatusAccepted, Header: h, Body: append(body, '\n')}
-}
-
-// writeResponse writes a recorded response whole, over the headers already set (the gateway's
-// own, which recorded ones never carry).
-func writeResponse(w http.ResponseWriter, resp store.Response) {
-	h := w.Header()
-	for k, v := range resp.Header {
-		h[k] = v
-	}
-	h.Del("Transfer-Encoding")
-	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
-	w.WriteHeader(resp.Status)
-	_, _ = w.Write(resp.Body)
 }
 
 // keyAccept ties op's acceptance to the request's key, if it has one.
@@ -322,7 +308,7 @@ func (c *converter) recorded(kr *keyedRequest, st store.Keys) bool {
 // through: the call was buffered to max_result and no further, so there is nothing whole to pass.
 func (c *converter) answerInWindow(w http.ResponseWriter, kr *keyedRequest, st store.Keys, token string, res attemptResult, ctxErr error) {
 	if kr.key != "" {
-		if expires, ok := c.gate.settleKey(st, kr, token, res); ok {
+		if expires, ok := c.gate.recordOutcome(st, kr, token, res); ok {
 			w.Header().Set(headerExpires, expires.UTC().Format(http.TimeFormat))
 		}
 	}
@@ -386,7 +372,7 @@ func (c *converter) relayLive(w http.ResponseWriter, kr *keyedRequest, st store.
 		if res.status != 0 && !res.over {
 			res.body = s.relayed()
 		}
-		c.gate.settleKey(st, kr, token, res)
+		c.gate.recordOutcome(st, kr, token, res)
 	}
 	if broken {
 		panic(http.ErrAbortHandler) // see relayEvents

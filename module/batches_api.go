@@ -40,7 +40,7 @@ type batchCall struct {
 //	GET    {prefix}/batches/{id}          one batch
 //	POST   {prefix}/batches/{id}/cancel   cancel it
 func (h *Handler) serveBatchesAPI(w http.ResponseWriter, r *http.Request) {
-	s, done, err := h.use.acquire()
+	s, done, err := h.storage.acquire()
 	if err != nil {
 		h.storageFailed(w, err)
 		return

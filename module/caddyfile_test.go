@@ -130,7 +130,7 @@ func TestCaddyfileParsesEveryOption(t *testing.T) {
 		t.Fatalf("webhooks %+v", *wh)
 	}
 	wh.setDefaults()
-	if _, err := newHooks(wh, caddy.NewReplacer()); err != nil {
+	if _, err := newWebhookSetup(wh, caddy.NewReplacer()); err != nil {
 		t.Fatalf("provisioning the webhooks: %v", err)
 	}
 }

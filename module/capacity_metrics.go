@@ -60,7 +60,7 @@ func (seatCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		return true
 	})
-	storages.Range(func(_, v any) bool {
+	openStorages.Range(func(_, v any) bool {
 		s, ok := v.(*storage)
 		if !ok {
 			return true

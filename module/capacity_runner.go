@@ -49,7 +49,7 @@ func seatPoolsOf(where string) []*seatPool {
 
 // kickRunners wakes the claim loops of the storage at where: a seat came free.
 func kickRunners(where string) {
-	storages.Range(func(_, v any) bool {
+	openStorages.Range(func(_, v any) bool {
 		if s, ok := v.(*storage); ok && s.set.where() == where {
 			s.run.kick()
 		}

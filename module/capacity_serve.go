@@ -35,7 +35,7 @@ func init() {
 }
 
 // provisionCapacity joins the process-wide seats of the block's upstream (docs/capacity.md).
-func (h *Handler) provisionCapacity(set storageSettings) error {
+func (h *Handler) provisionCapacity(set storageSpec) error {
 	if h.Capacity == nil {
 		return nil
 	}

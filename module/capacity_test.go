@@ -278,7 +278,7 @@ func TestCapacityValidationRefusesWhatItCannotHonour(t *testing.T) {
 	}
 	// shared on Badger: one process owns the directory, so there is nothing to share.
 	h := Handler{Capacity: &CapacityConfig{Limit: 1, Shared: 2}, conv: &converter{prefix: "/v1/operations"}}
-	if err := h.provisionCapacity(storageSettings{backend: BackendBadger, location: t.TempDir()}); err == nil ||
+	if err := h.provisionCapacity(storageSpec{backend: BackendBadger, location: t.TempDir()}); err == nil ||
 		!strings.Contains(err.Error(), "shared bounds the replicas on one PostgreSQL storage") {
 		t.Fatalf("shared on Badger: %v", err)
 	}

@@ -31,7 +31,7 @@ type courier struct {
 	now    func() time.Time
 
 	mu          sync.Mutex
-	endpoints   map[string]*hooks // each endpoint's declaring block, across the storage's blocks
+	endpoints   map[string]*webhookSetup // each endpoint's declaring block, across the storage's blocks
 	deliverers  map[[2]int64]*webhook.Deliverer
 	inflight    map[string]bool
 	perEndpoint map[string]int
@@ -70,7 +70,7 @@ func newCourier(st store.Outbox, worker string, log *zap.Logger) *courier {
 
 // configure installs the endpoints of every block on the storage; the circuit breakers are
 // kept unless their settings change.
-func (c *courier) configure(endpoints map[string]*hooks) {
+func (c *courier) configure(endpoints map[string]*webhookSetup) {
 	zeroWebhookCounters(endpoints)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -110,13 +110,13 @@ func (c *courier) wakeEndpoint(name string) {
 	}()
 }
 
-func breakerKey(h *hooks) [2]int64 {
+func breakerKey(h *webhookSetup) [2]int64 {
 	return [2]int64{int64(h.cfg.BreakerFailures), int64(h.cfg.BreakerCooldown)}
 }
 
 // endpoint returns the block declaring endpoint name and the deliverer of its breaker
 // settings; nil when no block on the storage declares it.
-func (c *courier) endpoint(name string) (*hooks, *webhook.Deliverer) {
+func (c *courier) endpoint(name string) (*webhookSetup, *webhook.Deliverer) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	h := c.endpoints[name]
@@ -340,7 +340,7 @@ func (c *courier) deliver(claimed store.Due) {
 }
 
 // record writes the outcome of an attempt to the outbox.
-func (c *courier) record(ev *store.Event, out webhook.Outcome, h *hooks) {
+func (c *courier) record(ev *store.Event, out webhook.Outcome, h *webhookSetup) {
 	attempts := ev.Attempts + max(out.Attempts, 1)
 	switch out.Result {
 	case webhook.Delivered:
@@ -396,7 +396,7 @@ func attemptOf(attempts int, at time.Time, out *webhook.Outcome) store.Attempt {
 
 // claimLease is how long a delivery holds its event: the attempt's timeout and a margin,
 // after which another worker may deliver it (this one died).
-func claimLease(h *hooks) time.Duration {
+func claimLease(h *webhookSetup) time.Duration {
 	timeout := webhook.DefaultTimeout
 	if h != nil {
 		timeout = time.Duration(h.cfg.Timeout)

@@ -65,7 +65,7 @@ func TestDeliveryUnderWayWhenAReloadDropsTheWebhooksWaits(t *testing.T) {
 func TestDefaultWebhookScheduleSpansADay(t *testing.T) {
 	var c WebhooksConfig
 	c.setDefaults()
-	h, err := newHooks(&c, caddy.NewReplacer())
+	h, err := newWebhookSetup(&c, caddy.NewReplacer())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -245,7 +245,7 @@ func expectError(t *testing.T, r result, status int, code ErrorCode, retryable b
 // closeStorages closes every open storage's handle under the running config, as if the
 // database went away.
 func closeStorages() {
-	storages.Range(func(_, v any) bool {
+	openStorages.Range(func(_, v any) bool {
 		_ = v.(*storage).be.Close()
 		return true
 	})

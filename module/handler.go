@@ -1,6 +1,3 @@
-// Package module is Mulligan's Caddy side: the http.handlers.mulligan handler, its Caddyfile
-// directive, the idempotency gate, and the app that owns the stores across config reloads. It is
-// the only library package that imports Caddy (sidecar's main and the demo embed Caddy too).
 package module
 
 import (
@@ -76,7 +73,7 @@ type Handler struct {
 	// not served.
 	Batches *BatchesConfig `json:"batches,omitempty"`
 
-	use     *storageUse
+	storage *storageRef
 	gate    *gate
 	bodies  *byteBudget
 	conv    *converter
@@ -118,7 +115,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		calls: make(slots, h.Async.Concurrency), quota: newAdmission(h.Async.MaxPerScope)}
 	if h.Webhooks != nil {
 		h.Webhooks.setDefaults()
-		if h.conv.hooks, err = newHooks(h.Webhooks, caddy.NewReplacer()); err != nil {
+		if h.conv.webhooks, err = newWebhookSetup(h.Webhooks, caddy.NewReplacer()); err != nil {
 			return err
 		}
 	}
@@ -132,7 +129,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if len(key) > 0 {
 		explicit["encryption_key"] = hex.EncodeToString(key)
 	}
-	set, err := h.storageSettings(key)
+	set, err := h.spec(key)
 	if err != nil {
 		return err
 	}
@@ -140,7 +137,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	h.use, err = appIface.(*App).use(blockStorage{set: set, explicit: explicit, hooks: h.conv.hooks, webhooks: h.Webhooks})
+	h.storage, err = appIface.(*App).use(blockSpec{set: set, explicit: explicit, webhooks: h.conv.webhooks})
 	if err != nil {
 		return fmt.Errorf("mulligan: %w", err)
 	}
@@ -163,16 +160,16 @@ func (h *Handler) storageWideSettings() map[string]string {
 	return out
 }
 
-// storageSettings resolves the block's storage and its storage-wide settings.
-func (h *Handler) storageSettings(key []byte) (storageSettings, error) {
+// spec resolves the block's storage and its storage-wide settings.
+func (h *Handler) spec(key []byte) (storageSpec, error) {
 	backend, location, err := storageOf(h.StorageBackend, h.Storage)
 	if err != nil {
-		return storageSettings{}, err
+		return storageSpec{}, err
 	}
 	if backend == BackendPostgres && len(key) > 0 {
-		return storageSettings{}, fmt.Errorf("encryption_key applies to Badger storage only; PostgreSQL encrypts at rest on its own side")
+		return storageSpec{}, fmt.Errorf("encryption_key applies to Badger storage only; PostgreSQL encrypts at rest on its own side")
 	}
-	return storageSettings{backend: backend, location: location, sync: h.Durability == DurabilitySync, key: key,
+	return storageSpec{backend: backend, location: location, sync: h.Durability == DurabilitySync, key: key,
 		concurrency: h.Async.Concurrency, takeover: time.Duration(h.Async.Takeover)}, nil
 }
 
@@ -296,7 +293,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if !isOps && !h.methods[r.Method] {
 		return next.ServeHTTP(w, r)
 	}
-	s, done, err := h.use.acquire()
+	s, done, err := h.storage.acquire()
 	if err != nil {
 		h.storageFailed(w, err)
 		return nil

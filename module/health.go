@@ -26,7 +26,7 @@ func (h *Handler) serveHealth(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"status": "alive"})
 		return
 	}
-	s, done, err := h.use.acquire()
+	s, done, err := h.storage.acquire()
 	if err != nil {
 		h.storageFailed(w, err)
 		return

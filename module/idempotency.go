@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/mulligan-gw/mulligan/internal/fingerprint"
@@ -346,7 +347,7 @@ func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handl
 		// on so that net/http aborts the client's connection instead of ending it cleanly.
 		if v := recover(); v != nil {
 			if !stream.abandon() {
-				g.settleKey(st, kr, token, attemptResult{})
+				g.recordOutcome(st, kr, token, attemptResult{})
 			}
 			panic(v)
 		}
@@ -362,7 +363,7 @@ func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handl
 	if err != nil {
 		res.status = 0
 	}
-	if expires, ok := g.settleKey(st, kr, token, res); ok {
+	if expires, ok := g.recordOutcome(st, kr, token, res); ok {
 		w.Header().Set(headerExpires, expires.UTC().Format(http.TimeFormat)) // a trailer if streamed
 	}
 	if err == nil {
@@ -371,10 +372,10 @@ func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handl
 	return err
 }
 
-// settleKey records res for the key held under token when the policy keeps it, else releases
+// recordOutcome records res for the key held under token when the policy keeps it, else releases
 // the key so that the next retry runs again. It reports until when the key replays, and whether
 // it was recorded: the replay window starts now, when the response is recorded.
-func (g *gate) settleKey(st store.Keys, kr *keyedRequest, token string, res attemptResult) (time.Time, bool) {
+func (g *gate) recordOutcome(st store.Keys, kr *keyedRequest, token string, res attemptResult) (time.Time, bool) {
 	if res.status == 0 || res.over || !g.policy.records(res.status) {
 		if err := st.ReleaseKey(kr.recordKey, token); err != nil {
 			kr.log.Warn("releasing idempotency key", zap.Error(err))
@@ -411,4 +412,17 @@ func replay(w http.ResponseWriter, rec *store.Record) {
 	h.Set(headerReplayed, "true")
 	h.Set(headerExpires, rec.ExpiresAt.UTC().Format(http.TimeFormat))
 	writeResponse(w, *rec.Response)
+}
+
+// writeResponse writes a recorded response whole, over the headers already set (the gateway's
+// own, which recorded ones never carry).
+func writeResponse(w http.ResponseWriter, resp store.Response) {
+	h := w.Header()
+	for k, v := range resp.Header {
+		h[k] = v
+	}
+	h.Del("Transfer-Encoding")
+	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	w.WriteHeader(resp.Status)
+	_, _ = w.Write(resp.Body)
 }

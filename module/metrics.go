@@ -168,7 +168,7 @@ func (runnerCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (runnerCollector) Collect(ch chan<- prometheus.Metric) {
 	var list []*storage
-	storages.Range(func(_, v any) bool {
+	openStorages.Range(func(_, v any) bool {
 		if s, ok := v.(*storage); ok {
 			list = append(list, s)
 		}

@@ -27,7 +27,7 @@ func init() {
 }
 
 // zeroWebhookCounters creates the webhook counters of every configured endpoint at 0.
-func zeroWebhookCounters(endpoints map[string]*hooks) {
+func zeroWebhookCounters(endpoints map[string]*webhookSetup) {
 	for name := range endpoints {
 		for _, r := range attemptResults {
 			metrics.attempts.WithLabelValues(name, r.String())

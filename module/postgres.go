@@ -17,9 +17,9 @@ import (
 const migrationWait = 5 * time.Minute
 
 // openPostgres connects to the storage's PostgreSQL database and applies its migrations. The
-// DSN never reaches a log or an error: a failure names the database as storageSettings.name
+// DSN never reaches a log or an error: a failure names the database as storageSpec.name
 // shows it.
-func openPostgres(set storageSettings, log *zap.Logger) (store.Backend, error) {
+func openPostgres(set storageSpec, log *zap.Logger) (store.Backend, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), migrationWait)
 	defer cancel()
 	pg, err := postgres.Open(ctx, postgres.Options{DSN: set.location, Logger: storeLogger{log.Named("postgres").Sugar()}})

@@ -56,7 +56,7 @@ type runnerConfig struct {
 	takeover    time.Duration
 	grace       time.Duration // how long a stopping gateway lets running operations finish
 	servers     map[string]*caddyhttp.Server
-	endpoints   map[string]*hooks // webhook endpoints of every block on the storage
+	endpoints   map[string]*webhookSetup // webhook endpoints of every block on the storage
 }
 
 // heldConfig is one config's settings for the runner, kept while that config holds the storage.
@@ -95,7 +95,7 @@ const defaultGrace = 5 * time.Second
 // that keeps every property without LISTEN/NOTIFY).
 const pollEvery = time.Second
 
-func newRunner(st store.Backend, set storageSettings, log *zap.Logger) *runner {
+func newRunner(st store.Backend, set storageSpec, log *zap.Logger) *runner {
 	r := &runner{
 		st: st, worker: newID("wrk_", time.Now()), name: set.name(), where: set.where(), log: log.Named("runner"),
 		cfg:     runnerConfig{concurrency: set.concurrency, takeover: set.takeover, grace: defaultGrace},

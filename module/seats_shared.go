@@ -95,7 +95,7 @@ func (p *seatPool) sharedFor() *sharedSeats {
 		p.shared.limit.Store(int64(p.cfg.Shared))
 		return p.shared
 	}
-	storages.Range(func(_, v any) bool {
+	openStorages.Range(func(_, v any) bool {
 		s, ok := v.(*storage)
 		if !ok || s.set.where() != p.where {
 			return true

@@ -31,15 +31,15 @@ const (
 	defaultTakeover    = 30 * time.Second
 )
 
-// storages holds the process's open storages, each with the runner that works its queue and
+// openStorages holds the process's open storages, each with the runner that works its queue and
 // the courier that delivers its outbox. They are process-wide, not per config: a reload hands
 // the new config's servers to the same runner, and a storage closes when the last config (and
 // the last request) using it lets go. This is how Caddy's acmeserver keeps its database.
-var storages = caddy.NewUsagePool()
+var openStorages = caddy.NewUsagePool()
 
-// storageSettings are what one storage is, and the settings that can only have one value per
+// storageSpec is what one storage is, and the settings that can only have one value per
 // storage whatever blocks use it.
-type storageSettings struct {
+type storageSpec struct {
 	backend  string
 	location string // the Badger directory (absolute) or the PostgreSQL DSN
 	sync     bool
@@ -50,12 +50,12 @@ type storageSettings struct {
 }
 
 // where identifies the storage itself: blocks naming the same one share it.
-func (s storageSettings) where() string { return s.backend + " " + s.location }
+func (s storageSpec) where() string { return s.backend + " " + s.location }
 
 // poolKey identifies one open handle: the storage and how it is opened. A reload that changes
 // durability opens a second handle on the same storage, whose runner works beside the old one
 // (as two replicas would) until the old config lets go.
-func (s storageSettings) poolKey() string {
+func (s storageSpec) poolKey() string {
 	h := sha256.Sum256(s.key)
 	return fmt.Sprintf("%s|sync=%v|key=%x", s.where(), s.sync, h[:8])
 }
@@ -63,7 +63,7 @@ func (s storageSettings) poolKey() string {
 // name is how operators see the storage (admin API, metrics, logs): the directory, or the
 // database as postgres://user@host:port/database, built from the parsed DSN so that no
 // spelling of its password shows (postgres.DisplayName).
-func (s storageSettings) name() string {
+func (s storageSpec) name() string {
 	if s.backend != BackendPostgres {
 		return s.location
 	}
@@ -72,7 +72,7 @@ func (s storageSettings) name() string {
 
 // storage is one open storage and the workers on it.
 type storage struct {
-	set storageSettings
+	set storageSpec
 	be  store.Backend
 	run *runner
 	// batches moves the storage's batches along (docs/batches.md).
@@ -84,7 +84,7 @@ var errStorageClosed = fmt.Errorf("%w: the configuration serving this request ha
 
 // openStorage opens the storage and starts its runner. What a dead process left running is
 // the takeover's (the Badger backend counts no lease of an earlier process as live).
-func openStorage(set storageSettings, log *zap.Logger) (*storage, error) {
+func openStorage(set storageSpec, log *zap.Logger) (*storage, error) {
 	log = log.With(zap.String("storage", set.name()))
 	var be store.Backend
 	switch set.backend {
@@ -127,7 +127,7 @@ func (s *storage) Destruct() error {
 // (a reload that changed how it is opened).
 func (s *storage) sharedInProcess() bool {
 	shared := false
-	storages.Range(func(_, v any) bool {
+	openStorages.Range(func(_, v any) bool {
 		if o, ok := v.(*storage); ok && o != s && o.set.where() == s.set.where() {
 			shared = true
 		}
@@ -139,36 +139,37 @@ func (s *storage) sharedInProcess() bool {
 // acquireStorage returns the open storage under key with one more user, and the function that
 // lets it go. It never opens one: that is the config's App's job at Start.
 func acquireStorage(key string) (*storage, func(), error) {
-	v, _, err := storages.LoadOrNew(key, func() (caddy.Destructor, error) { return nil, errStorageClosed })
+	v, _, err := openStorages.LoadOrNew(key, func() (caddy.Destructor, error) { return nil, errStorageClosed })
 	if err != nil {
 		return nil, nil, err
 	}
-	return v.(*storage), func() { _, _ = storages.Delete(key) }, nil
+	return v.(*storage), func() { _, _ = openStorages.Delete(key) }, nil
 }
 
-// storageUse is one config's use of one storage: the blocks naming it, checked against each
-// other when the config loads, and the handle once the config has started.
-type storageUse struct {
-	set   storageSettings
+// storageRef is one config's reference to one storage: the blocks naming it, checked against
+// each other when the config loads, and the open storage the config holds from Start to
+// Cleanup.
+type storageRef struct {
+	set   storageSpec
 	log   *zap.Logger
 	ready chan struct{}
-	key   string // the pool key, once started
+	key   string   // the pool key, once started
+	open  *storage // the open storage, once started; nil after Cleanup
 
-	explicit  map[string]string // storage-wide setting -> the value a block set explicitly
-	endpoints map[string]*hooks // every block's webhook endpoints, by name
-	declared  map[string][]byte // endpoint name -> what declares it, to compare blocks
+	explicit  map[string]string        // storage-wide setting -> the value a block set explicitly
+	endpoints map[string]*webhookSetup // every block's webhook endpoints, by name
+	declared  map[string][]byte        // endpoint name -> what declares it, to compare blocks
 }
 
-// blockStorage is what one block asks of its storage.
-type blockStorage struct {
-	set      storageSettings
+// blockSpec is what one block asks of its storage.
+type blockSpec struct {
+	set      storageSpec
 	explicit map[string]string // storage-wide settings the block set, as written
-	hooks    *hooks
-	webhooks *WebhooksConfig
+	webhooks *webhookSetup     // nil without webhooks
 }
 
-// join adds a block to the use, refusing settings that cannot hold for both blocks.
-func (u *storageUse) join(b blockStorage) error {
+// join adds a block to the reference, refusing settings that cannot hold for both blocks.
+func (u *storageRef) join(b blockSpec) error {
 	for name, v := range b.explicit {
 		if prev, ok := u.explicit[name]; ok && prev != v && name == "encryption_key" {
 			return fmt.Errorf("two mulligan blocks on storage %s set different encryption keys: a storage has one; give both blocks the same key", u.set.name())
@@ -189,16 +190,16 @@ func (u *storageUse) join(b blockStorage) error {
 			u.set.key = b.set.key
 		}
 	}
-	if b.hooks == nil {
+	if b.webhooks == nil {
 		return nil
 	}
-	for _, ec := range b.webhooks.Endpoints {
-		id := endpointIdentity(ec, b.webhooks)
+	for _, ec := range b.webhooks.cfg.Endpoints {
+		id := endpointIdentity(ec, &b.webhooks.cfg)
 		if prev, ok := u.declared[ec.Name]; ok && string(prev) != string(id) {
 			return fmt.Errorf("two mulligan blocks on storage %s declare webhook endpoint %q with different settings (URL, secrets or delivery options): its events are delivered from one outbox; give it one definition, or a different name in each block",
 				u.set.name(), ec.Name)
 		}
-		u.declared[ec.Name], u.endpoints[ec.Name] = id, b.hooks
+		u.declared[ec.Name], u.endpoints[ec.Name] = id, b.webhooks
 	}
 	return nil
 }
@@ -215,10 +216,10 @@ func endpointIdentity(ec EndpointConfig, w *WebhooksConfig) []byte {
 	return b
 }
 
-// newStorageUse starts the record of a storage's use by a config, from its first block.
-func newStorageUse(set storageSettings, log *zap.Logger) *storageUse {
-	return &storageUse{set: set, log: log, ready: make(chan struct{}), explicit: map[string]string{},
-		endpoints: map[string]*hooks{}, declared: map[string][]byte{}}
+// newStorageRef starts the record of a storage's use by a config, from its first block.
+func newStorageRef(set storageSpec, log *zap.Logger) *storageRef {
+	return &storageRef{set: set, log: log, ready: make(chan struct{}), explicit: map[string]string{},
+		endpoints: map[string]*webhookSetup{}, declared: map[string][]byte{}}
 }
 
 // storeStartWait bounds how long a request that arrives while its config is still starting
@@ -227,7 +228,7 @@ const storeStartWait = 10 * time.Second
 
 // acquire returns the storage once the config has opened it, and the function that lets it
 // go. Apps start in no fixed order, so a request can reach a handler a moment before.
-func (u *storageUse) acquire() (*storage, func(), error) {
+func (u *storageRef) acquire() (*storage, func(), error) {
 	select {
 	case <-u.ready:
 	default:
@@ -256,7 +257,7 @@ func (u *storageUse) acquire() (*storage, func(), error) {
 // openKeyOf returns the pool key of an open handle on the storage `where`, or "".
 func openKeyOf(where string) string {
 	found := ""
-	storages.Range(func(k, v any) bool {
+	openStorages.Range(func(k, v any) bool {
 		if s, ok := v.(*storage); ok && s.set.where() == where {
 			found = k.(string)
 		}

@@ -108,7 +108,7 @@ func (c *WebhooksConfig) setDefaults() {
 
 // retryWait is how long an event waits before retry number retry (0 for the first): the default
 // schedule, or exponential backoff when the config sets backoff; never less than retryAfter.
-func (h *hooks) retryWait(retry int, retryAfter time.Duration) time.Duration {
+func (h *webhookSetup) retryWait(retry int, retryAfter time.Duration) time.Duration {
 	if h.cfg.BackoffMin == 0 {
 		return webhook.ScheduledWait(webhook.DefaultSchedule, retry, retryAfter)
 	}
@@ -124,15 +124,15 @@ type endpoint struct {
 }
 
 // hooks is the provisioned webhook configuration.
-type hooks struct {
+type webhookSetup struct {
 	cfg       WebhooksConfig
 	endpoints map[string]*endpoint
 	order     []*endpoint
 	events    map[string]bool
 }
 
-func newHooks(c *WebhooksConfig, repl *caddy.Replacer) (*hooks, error) {
-	h := &hooks{cfg: *c, endpoints: map[string]*endpoint{}, events: map[string]bool{}}
+func newWebhookSetup(c *WebhooksConfig, repl *caddy.Replacer) (*webhookSetup, error) {
+	h := &webhookSetup{cfg: *c, endpoints: map[string]*endpoint{}, events: map[string]bool{}}
 	for _, e := range c.Events {
 		switch e {
 		case EventSucceeded, EventFailed, EventCanceled, EventRunning,
@@ -202,7 +202,7 @@ func newEndpoint(ec EndpointConfig, repl *caddy.Replacer) (*endpoint, error) {
 
 // callbackFor picks the endpoint for a request's Callback-Url (or the default when it has
 // none). It reports false when a Callback-Url matches no endpoint.
-func (h *hooks) callbackFor(raw string) (*endpoint, string, bool) {
+func (h *webhookSetup) callbackFor(raw string) (*endpoint, string, bool) {
 	if raw == "" {
 		if h.cfg.Default == "" {
 			return nil, "", true

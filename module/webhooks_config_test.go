@@ -12,7 +12,7 @@ func TestCallbackUrlsMatchEndpointPatterns(t *testing.T) {
 		{Name: "b", URL: "https://b.example.com/hook", Secrets: []string{secretA}},
 	}}
 	cfg.setDefaults()
-	h, err := newHooks(cfg, caddy.NewReplacer())
+	h, err := newWebhookSetup(cfg, caddy.NewReplacer())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestWebhookConfigMistakesAreRefused(t *testing.T) {
 		"unknown event type": {Events: []string{"operation.exploded"}},
 	} {
 		cfg.setDefaults()
-		if _, err := newHooks(&cfg, caddy.NewReplacer()); err == nil {
+		if _, err := newWebhookSetup(&cfg, caddy.NewReplacer()); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}

@@ -1,0 +1,24 @@
+// Package module is Mulligan's Caddy side: the http.handlers.mulligan handler and its Caddyfile
+// directive, the app that owns the storages across config reloads, and the loops that work a
+// storage (runner, courier, batch worker). Of the library packages it alone imports Caddy (the
+// sidecar's main and the demo embed Caddy too). Storage is behind store.Backend; what needs only
+// the standard library lives in internal/ (fingerprint, idemkey, sse).
+//
+// Where each feature is (docs/ has the user's view of each):
+//
+//	request path        handler.go (the handler, Provision, ServeHTTP), config.go, caddyfile*.go
+//	idempotency         idempotency.go (gate: claim, run once, record, replay), recorder.go (the
+//	                    tee that records), flights.go (duplicates waiting in process)
+//	keyed streams       stream.go (record and relay), stream_join.go (join, resume)
+//	async conversion    async.go (accept, after-mode window), prefer.go, metadata.go, admission.go
+//	operations API      operations.go, operation_json.go, lookup.go, opwait.go, opstream.go
+//	runner              runner.go (claim, start, stop), execute.go (an attempt and its result),
+//	                    lease.go, takeover.go, capacity_runner.go
+//	webhooks            webhooks_config.go (endpoints), courier.go (the outbox's deliveries)
+//	capacity            capacity.go, capacity_serve.go, seats.go, seats_shared.go, adaptive.go,
+//	                    priority.go, capacity_metrics.go
+//	batches and files   batches*.go, batch_*.go, files.go
+//	storage             storage.go (open storages, shared by configs), app.go, postgres.go
+//	operators           admin.go, metrics.go, metrics_zero.go, health.go, logging.go, trace.go
+//	errors              errors.go (the one error writer and its catalogue)
+package module
