@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 // The four sides of the flood scenario, each in front of the flood's model server: plain
@@ -92,7 +94,7 @@ func (h *harness) startHAProxy(ctx context.Context, upstream string) (g *gateway
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, "", err
 	}
-	ports, err := freePorts(1)
+	ports, err := testkit.PickPorts(1)
 	if err != nil {
 		return nil, "", err
 	}

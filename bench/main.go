@@ -28,6 +28,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/mulligan-gw/mulligan/store/postgres"
 )
 
 // Scenario names accepted by -scenarios.
@@ -190,7 +192,7 @@ func (c Config) flagLine() string {
 	line := fmt.Sprintf("go run ./bench -concurrency %d -duration %s -rounds %d -scenarios %s -keys %d -ops %d -async-ops %d -live-streams %d",
 		c.Concurrency, c.Duration, c.Rounds, strings.Join(c.Scenarios, ","), c.ReplayKeys, c.Operations, c.AsyncOps, c.LiveStreams)
 	if c.Postgres != "" {
-		line += fmt.Sprintf(" -postgres %s -replicas %d", redactDSN(c.Postgres), c.Replicas)
+		line += fmt.Sprintf(" -postgres %s -replicas %d", postgres.DisplayName(c.Postgres), c.Replicas)
 	}
 	if slices.Contains(c.Scenarios, ScenarioFlood) {
 		line += fmt.Sprintf(" -flood-calls %d -flood-slots %d -flood-latency %s -flood-every %s", c.FloodCalls, c.FloodSlots, c.FloodLatency, c.FloodEvery)

@@ -4,7 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"strings"
+
+	"github.com/mulligan-gw/mulligan/store/postgres"
 )
 
 // The Mulligan sides a run measures beside plain Caddy: Badger always, PostgreSQL with
@@ -71,21 +72,10 @@ func (h *harness) applicationName(name string) string {
 func withApplicationName(dsn, name string) (string, error) {
 	u, err := url.Parse(dsn)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return "", fmt.Errorf("-postgres must be a postgres:// URL (got %q)", redactDSN(dsn))
+		return "", fmt.Errorf("-postgres must be a postgres:// URL (got %q)", postgres.DisplayName(dsn))
 	}
 	q := u.Query()
 	q.Set("application_name", name)
 	u.RawQuery = q.Encode()
 	return u.String(), nil
-}
-
-// redactDSN hides the password of a DSN quoted in an error.
-func redactDSN(dsn string) string {
-	if u, err := url.Parse(dsn); err == nil && u.User != nil {
-		return u.Redacted()
-	}
-	if strings.Contains(dsn, "password") {
-		return "(a DSN with a password)"
-	}
-	return dsn
 }

@@ -31,13 +31,22 @@ var (
 // with it.
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
+	ports, err := PickPorts(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ports
+}
+
+// PickPorts is FreePorts for a program (the benchmark): it returns the failure.
+func PickPorts(n int) ([]int, error) {
 	pickedMu.Lock()
 	defer pickedMu.Unlock()
 	high := ephemeralLow()
 	var ports []int
 	for tries := 0; len(ports) < n; tries++ {
 		if tries > 1000 {
-			t.Fatalf("no free loopback port below %d after %d tries", high, tries)
+			return nil, fmt.Errorf("no free loopback port below %d after %d tries", high, tries)
 		}
 		port := pickFrom + rand.IntN(high-pickFrom)
 		if picked[port] {
@@ -51,7 +60,7 @@ func FreePorts(t testing.TB, n int) []int {
 		picked[port] = true
 		ports = append(ports, port)
 	}
-	return ports
+	return ports, nil
 }
 
 // ephemeralLow is the lowest port of the kernel's ephemeral range (Linux), else the usual one.

@@ -45,8 +45,7 @@ func newSidecarProcess(t *testing.T, env ...string) *sidecarProcess {
 	p := &gatewayProcess{t: t, dataDir: t.TempDir(), port: ports[0], args: []string{"sidecar"}}
 	p.base = fmt.Sprintf("http://127.0.0.1:%d", p.port)
 	s := &sidecarProcess{gatewayProcess: p, admin: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
-	s.env = append(cleanEnviron(),
-		"XDG_DATA_HOME="+p.dataDir+"/xdg-data", "XDG_CONFIG_HOME="+p.dataDir+"/xdg-config",
+	s.env = append(testkit.DataEnv(p.dataDir),
 		fmt.Sprintf("MULLIGAN_LISTEN=127.0.0.1:%d", p.port),
 		fmt.Sprintf("MULLIGAN_ADMIN=127.0.0.1:%d", ports[1]),
 		"MULLIGAN_DATA_DIR="+filepath.Join(p.dataDir, "badger"),
@@ -54,18 +53,6 @@ func newSidecarProcess(t *testing.T, env ...string) *sidecarProcess {
 	s.env = append(s.env, env...)
 	t.Cleanup(p.kill)
 	return s
-}
-
-// cleanEnviron is this process's environment without MULLIGAN_* variables, so a developer's
-// shell cannot change what a test configures.
-func cleanEnviron() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "MULLIGAN_") {
-			env = append(env, kv)
-		}
-	}
-	return env
 }
 
 // operation reads an operation's status as the operations API reports it.
@@ -242,9 +229,7 @@ func TestSidecarSignsWebhooksWithTheMountedSecrets(t *testing.T) {
 	if err := os.WriteFile(secrets, []byte(secretNext+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
-		t.Fatal(err)
-	}
+	s.signal(syscall.SIGUSR1)
 	waitFor(t, "the reload", func() bool { return strings.Contains(s.logText(), "successfully reloaded config") })
 	delivered(secretNext)
 }
@@ -255,7 +240,7 @@ func TestSidecarRefusesABadEnvironmentBeforeStarting(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, "sidecar")
-	cmd.Env = append(cleanEnviron(), "HOME="+t.TempDir(), "MULLIGAN_ASYNC_QUEUE=lots", "MULLIGAN_WEBHOOK_SECRET="+secretNew)
+	cmd.Env = append(testkit.CleanEnv(), "HOME="+t.TempDir(), "MULLIGAN_ASYNC_QUEUE=lots", "MULLIGAN_WEBHOOK_SECRET="+secretNew)
 	out, err := cmd.CombinedOutput()
 	exitErr, ok := errors.AsType[*exec.ExitError](err)
 	if !ok || exitErr.ExitCode() != 1 {
@@ -280,7 +265,7 @@ func TestSidecarPrintShowsTheConfigWithoutSecrets(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, "sidecar", "--print")
-	cmd.Env = append(cleanEnviron(), "MULLIGAN_UPSTREAM=http://model:8000", "MULLIGAN_ENCRYPTION_KEY=0123456789abcdef",
+	cmd.Env = append(testkit.CleanEnv(), "MULLIGAN_UPSTREAM=http://model:8000", "MULLIGAN_ENCRYPTION_KEY=0123456789abcdef",
 		"MULLIGAN_WEBHOOK_URL=https://consumer.example.com/hook", "MULLIGAN_WEBHOOK_SECRET_FILE="+secrets)
 	out, err := cmd.Output()
 	if err != nil {
@@ -312,7 +297,7 @@ func TestSidecarRefusesAnAddressAnotherProcessServes(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, binary, "sidecar")
-			cmd.Env = append(cleanEnviron(), "HOME="+t.TempDir(), "MULLIGAN_UPSTREAM=127.0.0.1:1",
+			cmd.Env = append(testkit.CleanEnv(), "HOME="+t.TempDir(), "MULLIGAN_UPSTREAM=127.0.0.1:1",
 				"MULLIGAN_DATA_DIR="+t.TempDir(), "MULLIGAN_LISTEN="+tc.listen, "MULLIGAN_ADMIN="+tc.admin)
 			out, err := cmd.CombinedOutput()
 			exitErr, ok := errors.AsType[*exec.ExitError](err)

@@ -2,17 +2,14 @@ package e2e
 
 import (
 	"cmp"
-	"errors"
+	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,10 +26,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	binary = filepath.Join(dir, "mulligan")
-	build := exec.Command("go", "build", "-o", binary, "../../sidecar")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if binary, err = testkit.BuildSidecar(context.Background(), dir); err != nil {
 		fmt.Fprintln(os.Stderr, "building the sidecar:", err)
 		os.Exit(1)
 	}
@@ -41,17 +35,17 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// gatewayProcess is the built binary running a Caddyfile on a data directory that outlives it.
+// gatewayProcess is the built binary running a Caddyfile on a data directory that outlives it:
+// testkit's process harness (shared with the benchmark), failing the test on what goes wrong.
 type gatewayProcess struct {
 	t       *testing.T
 	dataDir string
 	port    int
 	base    string
-	cmd     *exec.Cmd
-	log     *os.File
 	args    []string // the command line; default: run the Caddyfile in dataDir
-	env     []string // the environment; default: this process's, with XDG dirs in dataDir
+	env     []string // the environment; default: testkit.DataEnv(dataDir)
 	bin     string   // the binary; default: the one built for this test run
+	proc    *testkit.Process
 }
 
 // newGatewayProcess prepares (but does not start) a gateway in front of upstream.
@@ -60,20 +54,9 @@ func newGatewayProcess(t *testing.T, upstream, mulliganBody string, globals ...s
 	ports := testkit.FreePorts(t, 2)
 	p := &gatewayProcess{t: t, dataDir: dataDir, port: ports[0]}
 	p.base = fmt.Sprintf("http://127.0.0.1:%d", p.port)
-	cf := fmt.Sprintf(`{
-	admin 127.0.0.1:%d
-	persist_config off
-	auto_https off
-	%s
-}
-http://127.0.0.1:%d {
-	mulligan {
-		storage %s/badger
-		%s
-	}
-	reverse_proxy %s
-}
-`, ports[1], strings.Join(globals, "\n"), p.port, dataDir, mulliganBody, strings.TrimPrefix(upstream, "http://"))
+	site := fmt.Sprintf("\tmulligan {\n\t\tstorage %s/badger\n\t\t%s\n\t}\n\treverse_proxy %s",
+		dataDir, mulliganBody, strings.TrimPrefix(upstream, "http://"))
+	cf := testkit.SiteConfig(ports[1], p.port, strings.Join(globals, "\n"), site)
 	if err := os.WriteFile(filepath.Join(dataDir, "Caddyfile"), []byte(cf), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -84,34 +67,17 @@ http://127.0.0.1:%d {
 // start runs the binary and waits until it answers.
 func (p *gatewayProcess) start() {
 	p.t.Helper()
-	var err error
-	p.log, err = os.OpenFile(filepath.Join(p.dataDir, "gateway.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		p.t.Fatal(err)
-	}
 	args := p.args
 	if args == nil {
 		args = []string{"run", "--config", filepath.Join(p.dataDir, "Caddyfile"), "--adapter", "caddyfile"}
 	}
-	p.cmd = exec.Command(cmp.Or(p.bin, binary), args...)
-	p.cmd.Env = p.env
-	if p.env == nil {
-		p.cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+p.dataDir+"/xdg-data", "XDG_CONFIG_HOME="+p.dataDir+"/xdg-config")
+	env := p.env
+	if env == nil {
+		env = testkit.DataEnv(p.dataDir)
 	}
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	if err := p.cmd.Start(); err != nil {
-		p.t.Fatal(err)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", p.port)); err == nil {
-			c.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("the gateway did not start; its log:\n%s", p.logText())
-		}
-		time.Sleep(20 * time.Millisecond)
+	p.proc = &testkit.Process{Binary: cmp.Or(p.bin, binary), Args: args, Env: env, Dir: p.dataDir, Port: p.port}
+	if err := p.proc.Start(context.Background(), 20*time.Second); err != nil {
+		p.t.Fatalf("the gateway did not start: %v; its log:\n%s", err, p.logText())
 	}
 }
 
@@ -119,43 +85,26 @@ func (p *gatewayProcess) start() {
 // took; the process must be gone within `within`.
 func (p *gatewayProcess) terminate(within time.Duration) (int, time.Duration) {
 	p.t.Helper()
-	start, cmd := time.Now(), p.cmd
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		p.t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	var err error
-	select {
-	case err = <-exited:
-	case <-time.After(within):
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		<-exited
-		p.cmd = nil
-		p.log.Close()
-		p.t.Fatalf("still running %s after SIGTERM; its log:\n%s", within, p.logText())
-	}
-	took := time.Since(start)
-	p.cmd = nil
-	p.log.Close()
-	if exitErr, ok := errors.AsType[*exec.ExitError](err); ok {
-		return exitErr.ExitCode(), took
-	}
+	code, took, err := p.proc.Terminate(within)
 	if err != nil {
-		p.t.Fatal(err)
+		p.t.Fatalf("%v; its log:\n%s", err, p.logText())
 	}
-	return 0, took
+	return code, took
 }
 
 // kill ends the process with SIGKILL: no cleanup, no flush, like a crash or an OOM kill.
 func (p *gatewayProcess) kill() {
-	if p.cmd == nil || p.cmd.Process == nil {
-		return
+	if p.proc != nil {
+		p.proc.Kill()
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	_ = p.cmd.Wait()
-	p.cmd = nil
-	p.log.Close()
+}
+
+// signal sends sig to the running process.
+func (p *gatewayProcess) signal(sig os.Signal) {
+	p.t.Helper()
+	if err := p.proc.Signal(sig); err != nil {
+		p.t.Fatal(err)
+	}
 }
 
 func (p *gatewayProcess) logText() string {
@@ -204,11 +153,5 @@ func startModelServer(t *testing.T, cfg modelserver.Config) (*modelserver.Server
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within 15s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 15*time.Second, what, cond)
 }
