@@ -94,6 +94,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if cfg.ProfileDir != "" {
+		if err := os.MkdirAll(cfg.ProfileDir, 0o755); err != nil {
+			return nil, err
+		}
+	}
 	printHeader(out, cfg)
 	h := &harness{cfg: cfg, progress: cfg.Progress, client: newClient(cfg.Concurrency), runID: strconv.FormatInt(time.Now().UnixNano(), 36)}
 	if h.progress == nil {
@@ -185,7 +190,7 @@ func (h *harness) startGateway(ctx context.Context, name string, site func(port 
 		return nil, err
 	}
 	h.logf("starting the %s gateway", name)
-	return startGateway(ctx, h.binary, dir, name, site)
+	return startGateway(ctx, h.binary, dir, name, site, h.profileEnv()...)
 }
 
 // startModel serves the example model server, answering at once, and the streams scenario's
@@ -250,7 +255,9 @@ func (h *harness) alternate(ctx context.Context, name string, round func(g *gate
 		for k := range all {
 			i := (k + r) % len(all)
 			g := all[i]
+			profiled := h.startProfiles(ctx, name, r, g)
 			s, err := round(g)
+			profiled()
 			if err == nil {
 				err = ctx.Err()
 			}

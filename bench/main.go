@@ -98,6 +98,9 @@ type Config struct {
 	FloodLatency time.Duration
 	// FloodEvery is how often the interactive tenant sends a call during a flood.
 	FloodEvery time.Duration
+	// ProfileDir, when set, receives CPU, block and mutex profiles of each Mulligan gateway
+	// during the first round of each scenario (bench/profile.go).
+	ProfileDir string
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
 }
@@ -125,6 +128,7 @@ func main() {
 	flag.BoolVar(&cfg.Scale, "scale", false, "also seed 10k, then -scale-keys keys and -scale-ops operations, and measure RSS and replay p99 (slow)")
 	flag.IntVar(&cfg.ScaleKeys, "scale-keys", cfg.ScaleKeys, "keys of the large scale run")
 	flag.IntVar(&cfg.ScaleOps, "scale-ops", cfg.ScaleOps, "finished operations seeded by the large scale run")
+	flag.StringVar(&cfg.ProfileDir, "profile", "", "a directory: write CPU, block and mutex profiles of each Mulligan gateway's first round of each scenario there")
 	flag.StringVar(&cfg.Postgres, "postgres", "", "a postgres:// DSN: also measure Mulligan storing there, beside Badger (the scale run stays on Badger)")
 	flag.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "PostgreSQL gateway processes on the one database, the load spread round-robin over them (needs -postgres)")
 	flag.IntVar(&cfg.FloodCalls, "flood-calls", cfg.FloodCalls, "low-urgency calls of the flood scenario's flood")

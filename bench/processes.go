@@ -50,9 +50,9 @@ func mulliganSite(upstream, storage, extra string) string {
 	return fmt.Sprintf("\tmulligan {\n\t\tstorage %s\n\t\tdurability sync\n%s\t}\n\treverse_proxy %s", storage, extra, upstream)
 }
 
-// startGateway writes the Caddyfile of site into dir, runs the binary on it and waits until
-// it listens.
-func startGateway(ctx context.Context, binary, dir, name string, site func(port int) string) (*gateway, error) {
+// startGateway writes the Caddyfile of site into dir, runs the binary on it (env added to its
+// environment) and waits until it listens.
+func startGateway(ctx context.Context, binary, dir, name string, site func(port int) string, env ...string) (*gateway, error) {
 	ports, err := testkit.PickPorts(2)
 	if err != nil {
 		return nil, err
@@ -62,7 +62,7 @@ func startGateway(ctx context.Context, binary, dir, name string, site func(port 
 		return nil, err
 	}
 	cmd := exec.Command(binary, "run", "--config", conf, "--adapter", "caddyfile")
-	cmd.Env = testkit.DataEnv(dir)
+	cmd.Env = append(testkit.DataEnv(dir), env...)
 	g, err := startProcess(ctx, dir, name, ports[0], cmd)
 	if g != nil {
 		g.admin = fmt.Sprintf("http://127.0.0.1:%d", ports[1])

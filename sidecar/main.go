@@ -8,6 +8,8 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime"
+	"strconv"
 
 	"github.com/caddyserver/caddy/v2"
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
@@ -52,7 +54,22 @@ With --print, prints the generated Caddyfile and exits.
 }
 
 func main() {
+	profileRates()
 	caddycmd.Main()
+}
+
+// profileRates turns on the runtime's block and mutex profiles, off by default (they cost
+// time), when MULLIGAN_PROFILE_RATE is set: the block profile samples one blocking event per
+// that many nanoseconds blocked, the mutex profile one contention in that many. They are read
+// from the admin API's /debug/pprof/block and /debug/pprof/mutex (docs/operating.md,
+// Profiling); the benchmark's -profile sets it.
+func profileRates() {
+	n, err := strconv.Atoi(os.Getenv("MULLIGAN_PROFILE_RATE"))
+	if err != nil || n <= 0 {
+		return
+	}
+	runtime.SetBlockProfileRate(n)
+	runtime.SetMutexProfileFraction(n)
 }
 
 // sidecarSource names the configuration's source to Caddy's SIGUSR1 handler and logs.
