@@ -180,6 +180,31 @@ var ErrUnavailable = errors.New("storage unavailable")
 // ErrClosed is returned by calls made on a Store after Close.
 var ErrClosed = fmt.Errorf("%w: store is closed", ErrUnavailable)
 
+// An Answer is an error a backend's transaction returns as the store's answer (ErrNotFound,
+// ErrNotHolder, an update function's own error...), not as a failure of the database: each
+// backend has its own marker type, with this method returning the answer.
+type Answer interface {
+	error
+	StoreAnswer() error
+}
+
+// Unavailable is how both backends return a transaction's error: nil stays nil, an Answer is
+// unwrapped, and any other failure is wrapped in ErrUnavailable (callers answer 503
+// STORAGE_UNAVAILABLE) unless it already is one.
+func Unavailable(err error) error {
+	var a Answer
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &a):
+		return a.StoreAnswer()
+	case errors.Is(err, ErrUnavailable):
+		return err
+	default:
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+}
+
 // Logger receives Badger's own log lines. Its method set is Badger's, so zap's sugared logger
 // and the standard library's adapters fit.
 type Logger interface {

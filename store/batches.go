@@ -221,6 +221,22 @@ func CountLine(b *Batch, op *Operation) {
 	}
 }
 
+// UpdateBatchWith is the decision of Batches.UpdateBatch, which each backend runs under the
+// batch's lock: fn applied to b, then b stamped at and settled. A final batch is left as it is
+// and fn not called; changed reports whether b is to be written. fn's error is returned as it
+// is: it is the caller's answer.
+func UpdateBatchWith(b *Batch, at time.Time, fn func(*Batch) error) (changed bool, err error) {
+	if b.Status.Final() {
+		return false, nil
+	}
+	if err := fn(b); err != nil {
+		return false, err
+	}
+	b.UpdatedAt = at
+	SettleBatch(b, at)
+	return true, nil
+}
+
 // SettleBatch makes b final when every line exists and is final: completed, cancelled or
 // expired as it was going. It reports whether b became final.
 func SettleBatch(b *Batch, at time.Time) bool {

@@ -65,6 +65,20 @@ type Callback struct {
 // event.
 type Announcer func(op *Operation, result *Response) *Event
 
+// PendingEvent is the event the installed announcer a (nil when none is) makes of op's change,
+// pending delivery from when it occurred; nil when there is nothing to announce. Both backends
+// write it in the change's transaction.
+func PendingEvent(a *Announcer, op *Operation, result *Response) *Event {
+	if a == nil || *a == nil {
+		return nil
+	}
+	ev := (*a)(op, result)
+	if ev != nil {
+		ev.State, ev.NextAttempt = EventPending, ev.OccurredAt
+	}
+	return ev
+}
+
 // Due is a pending event in the schedule: enough to decide whether to deliver it now.
 type Due struct {
 	ID       string

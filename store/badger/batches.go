@@ -270,13 +270,7 @@ func (s *Store) CreateBatch(b *store.Batch) error {
 
 // GetBatch returns batch id, or store.ErrNotFound.
 func (s *Store) GetBatch(id string) (*store.Batch, error) {
-	var b *store.Batch
-	err := s.view(func(txn *badger.Txn) error {
-		var err error
-		b, err = getBatch(txn, id)
-		return err
-	})
-	return b, err
+	return read(s, getBatch, id)
 }
 
 func getBatch(txn *badger.Txn, id string) (*store.Batch, error) {
@@ -339,15 +333,10 @@ func (s *Store) UpdateBatch(id string, fn func(*store.Batch) error) (*store.Batc
 			return err
 		}
 		out = b
-		if b.Status.Final() {
-			return nil
+		changed, err := store.UpdateBatchWith(b, s.now(), fn)
+		if err != nil || !changed {
+			return wrapAnswer(err)
 		}
-		if err := fn(b); err != nil {
-			return domainError{err}
-		}
-		at := s.now()
-		b.UpdatedAt = at
-		store.SettleBatch(b, at)
 		return s.putBatch(txn, b)
 	})
 	if err != nil {

@@ -66,12 +66,7 @@ func (s *Store) ReleaseKey(key []byte, token string) error {
 
 // LookupKey returns the record of key, or nil when there is none.
 func (s *Store) LookupKey(key []byte) (*store.Record, error) {
-	var rec *store.Record
-	err := s.view(func(txn *badger.Txn) error {
-		var err error
-		rec, err = getRecord(txn, key)
-		return err
-	})
+	rec, err := read(s, getRecord, key)
 	if !rec.Live(s.now()) {
 		return nil, err
 	}

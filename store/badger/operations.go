@@ -200,13 +200,7 @@ func (s *Store) RequestCancel(id string, at time.Time) (*store.Operation, error)
 
 // GetOperation returns operation id, or ErrNotFound.
 func (s *Store) GetOperation(id string) (*store.Operation, error) {
-	var op *store.Operation
-	err := s.view(func(txn *badger.Txn) error {
-		var err error
-		op, err = getOperation(txn, id)
-		return err
-	})
-	return op, err
+	return read(s, getOperation, id)
 }
 
 // LoadRequest returns the stored request of a queued or running operation.

@@ -18,15 +18,10 @@ type announcerSlot = atomic.Pointer[store.Announcer]
 
 // announce writes op's event, if any, in txn.
 func (s *Store) announce(txn *badger.Txn, op *store.Operation, result *store.Response) error {
-	a := s.sh.announcer.Load()
-	if a == nil || *a == nil {
-		return nil
-	}
-	ev := (*a)(op, result)
+	ev := store.PendingEvent(s.sh.announcer.Load(), op, result)
 	if ev == nil {
 		return nil
 	}
-	ev.State, ev.NextAttempt = store.EventPending, ev.OccurredAt
 	return s.sh.putEvent(txn, ev, nil)
 }
 
@@ -151,13 +146,7 @@ func (sh *shared) deleteDead(txn *badger.Txn, id string) error {
 
 // GetEvent returns event id.
 func (s *Store) GetEvent(id string) (*store.Event, error) {
-	var ev *store.Event
-	err := s.view(func(txn *badger.Txn) error {
-		var err error
-		ev, err = getEvent(txn, id)
-		return err
-	})
-	return ev, err
+	return read(s, getEvent, id)
 }
 
 // DeadLetters returns up to limit dead-lettered events, oldest id first, after `after`.

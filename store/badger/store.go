@@ -175,24 +175,37 @@ func (s *Store) usable() error {
 	}
 }
 
-// domainError marks errors that are answers, not storage failures; wrap leaves them alone.
+// domainError marks errors that are answers, not storage failures (a store.Answer); wrap
+// leaves them alone.
 type domainError struct{ error }
 
 func (e domainError) Unwrap() error { return e.error }
 
-func wrap(err error) error {
-	var d domainError
-	switch {
-	case err == nil:
+// StoreAnswer makes domainError a store.Answer.
+func (e domainError) StoreAnswer() error { return e.error }
+
+// wrapAnswer marks err, when there is one, as an answer.
+func wrapAnswer(err error) error {
+	if err == nil {
 		return nil
-	case errors.As(err, &d):
-		return d.error
-	case errors.Is(err, store.ErrUnavailable):
-		return err
-	default:
-		return fmt.Errorf("%w: %v", store.ErrUnavailable, err)
 	}
+	return domainError{err}
 }
+
+// wrap is store.Unavailable: a storage failure wrapped in store.ErrUnavailable, an answer as
+// it is.
+func wrap(err error) error { return store.Unavailable(err) }
 
 // The Badger Store is a Backend.
 var _ store.Backend = (*Store)(nil)
+
+// read runs one of the layout's getters in a read transaction.
+func read[K, T any](s *Store, get func(*badger.Txn, K) (T, error), key K) (T, error) {
+	var out T
+	err := s.view(func(txn *badger.Txn) error {
+		var err error
+		out, err = get(txn, key)
+		return err
+	})
+	return out, err
+}

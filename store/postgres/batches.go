@@ -295,14 +295,10 @@ func (s *Store) UpdateBatch(id string, fn func(*store.Batch) error) (*store.Batc
 			return err
 		}
 		out = b
-		if b.Status.Final() {
-			return nil
+		changed, err := store.UpdateBatchWith(b, now, fn)
+		if err != nil || !changed {
+			return answer(err)
 		}
-		if err := fn(b); err != nil {
-			return domain{err}
-		}
-		b.UpdatedAt = now
-		store.SettleBatch(b, now)
 		return s.putBatch(ctx, tx, b, false)
 	})
 	if err != nil {

@@ -18,15 +18,10 @@ func (s *Store) SetAnnouncer(a store.Announcer) { s.announcer.Store(&a) }
 
 // announce writes op's event, if any, in tx.
 func (s *Store) announce(ctx context.Context, tx pgx.Tx, op *store.Operation, result *store.Response) error {
-	a := s.announcer.Load()
-	if a == nil || *a == nil {
-		return nil
-	}
-	ev := (*a)(op, result)
+	ev := store.PendingEvent(s.announcer.Load(), op, result)
 	if ev == nil {
 		return nil
 	}
-	ev.State, ev.NextAttempt = store.EventPending, ev.OccurredAt
 	return putEvent(ctx, tx, ev, s.now())
 }
 

@@ -224,26 +224,25 @@ func (s *Store) query(fn func(ctx context.Context, db querier) error) error {
 	return unavailable(retrySafe(func() error { return fn(ctx, s.pool) }))
 }
 
-// domain marks errors that are answers, not failures of the database.
+// domain marks errors that are answers, not failures of the database (a store.Answer).
 type domain struct{ error }
 
 func (d domain) Unwrap() error { return d.error }
 
-// unavailable wraps a failure of the database in store.ErrUnavailable (callers answer 503
-// STORAGE_UNAVAILABLE) and unwraps domain answers.
-func unavailable(err error) error {
-	var d domain
-	switch {
-	case err == nil:
+// StoreAnswer makes domain a store.Answer.
+func (d domain) StoreAnswer() error { return d.error }
+
+// answer marks err, when there is one, as an answer.
+func answer(err error) error {
+	if err == nil {
 		return nil
-	case errors.As(err, &d):
-		return d.error
-	case errors.Is(err, store.ErrUnavailable):
-		return err
-	default:
-		return fmt.Errorf("%w: %v", store.ErrUnavailable, err)
 	}
+	return domain{err}
 }
+
+// unavailable wraps a failure of the database in store.ErrUnavailable (callers answer 503
+// STORAGE_UNAVAILABLE) and unwraps domain answers: store.Unavailable.
+func unavailable(err error) error { return store.Unavailable(err) }
 
 func (s *Store) logf(format string, args ...any) {
 	if s.opts.Logger != nil {
