@@ -137,25 +137,16 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 
 // scenario runs one named scenario.
 func (h *harness) scenario(ctx context.Context, name string) ([]Row, error) {
-	switch name {
-	case ScenarioPassthrough:
-		return h.passthrough(ctx)
-	case ScenarioNewKeys:
-		return h.newKeys(ctx)
-	case ScenarioReplays:
-		return h.replays(ctx)
-	case ScenarioAsync:
-		return h.async(ctx)
-	case ScenarioWebhooks:
-		return h.webhooks(ctx)
-	case ScenarioStreams:
-		return h.streams(ctx)
-	case ScenarioFlood:
-		return nil, h.flood(ctx) // its own table (flood_report.go)
-	case ScenarioBatch:
-		return h.batch(ctx)
+	run, ok := map[string]func(context.Context) ([]Row, error){
+		ScenarioPassthrough: h.passthrough, ScenarioNewKeys: h.newKeys, ScenarioReplays: h.replays,
+		ScenarioAsync: h.async, ScenarioWebhooks: h.webhooks, ScenarioStreams: h.streams,
+		ScenarioBatch: h.batch,
+		ScenarioFlood: func(ctx context.Context) ([]Row, error) { return nil, h.flood(ctx) }, // its own table (flood_report.go)
+	}[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown scenario %q", name)
 	}
-	return nil, fmt.Errorf("unknown scenario")
+	return run(ctx)
 }
 
 // start builds the binary and starts the model server and both gateways.

@@ -99,16 +99,7 @@ func BenchmarkAppendEvents(b *testing.B) {
 }
 
 // BenchmarkClaimNextDeepQueue measures a claim in the capacity order with 10,000 operations
-// queued: in one scope at one urgency (one group head to compare, the cost of the FIFO it
-// replaced), across 100 scopes at one urgency (100 heads), and across 100 scopes and all eight
-// urgencies (800 heads).
+// queued, in the shapes of storetest.BenchClaimNextDeepQueues.
 func BenchmarkClaimNextDeepQueue(b *testing.B) {
-	for _, c := range []struct {
-		name      string
-		scopes, u int
-	}{{"1-scope", 1, store.DefaultUrgency}, {"100-scopes", 100, store.DefaultUrgency}, {"100-scopes-8-urgencies", 100, -1}} {
-		b.Run(c.name, func(b *testing.B) {
-			storetest.BenchClaimNextDeepQueue(b, openTest(b, pgtest.Database(b), Options{MaxConns: 16}), c.scopes, c.u)
-		})
-	}
+	storetest.BenchClaimNextDeepQueues(b, func(b *testing.B) store.Backend { return openTest(b, pgtest.Database(b), Options{MaxConns: 16}) })
 }

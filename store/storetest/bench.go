@@ -52,6 +52,19 @@ func BenchReplay(b *testing.B, st store.Keys) {
 	})
 }
 
+// BenchClaimNextDeepQueues runs BenchClaimNextDeepQueue on a fresh store from open in each
+// shape: 10,000 operations in one scope at one urgency (one group head to compare, the cost of
+// the FIFO it replaced), across 100 scopes at one urgency (100 heads), and across 100 scopes
+// and all eight urgencies (800 heads).
+func BenchClaimNextDeepQueues(b *testing.B, open func(b *testing.B) store.Backend) {
+	for _, c := range []struct {
+		name      string
+		scopes, u int
+	}{{"1-scope", 1, store.DefaultUrgency}, {"100-scopes", 100, store.DefaultUrgency}, {"100-scopes-8-urgencies", 100, -1}} {
+		b.Run(c.name, func(b *testing.B) { BenchClaimNextDeepQueue(b, open(b), c.scopes, c.u) })
+	}
+}
+
 // BenchClaimNextDeepQueue measures one ClaimNext in the capacity order with 10,000 operations
 // queued across scopes scopes, at urgency u (u < 0: each scope's operations spread over all eight
 // urgencies). Each claimed operation is replaced, untimed, so the queue stays 10,000 deep.

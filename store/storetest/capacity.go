@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -197,31 +196,5 @@ func testOrderedClaimsAreExclusive(t *testing.T, e *env) {
 			e.acceptAt(t, handles[0], fmt.Sprintf("s%d", s), s*perScope+i, 1, i%8, time.Time{})
 		}
 	}
-	claims := make(chan string, perScope*scopes)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for range perScope * scopes { // bounded: at most every operation
-				op, err := handles[w%2].ClaimNext(fmt.Sprintf("w%d", w), time.Minute)
-				if err != nil || op == nil {
-					if err != nil {
-						t.Error(err)
-					}
-					return
-				}
-				claims <- op.ID
-			}
-		})
-	}
-	wg.Wait()
-	close(claims)
-	seen := map[string]int{}
-	for id := range claims {
-		seen[id]++
-	}
-	for i := range perScope * scopes {
-		if seen[opID(i)] != 1 {
-			t.Errorf("%s claimed %d times", opID(i), seen[opID(i)])
-		}
-	}
+	drainExclusively(t, handles, workers, perScope*scopes)
 }

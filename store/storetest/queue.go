@@ -46,38 +46,7 @@ func testClaimNextIsExclusive(t *testing.T, e *env) {
 	handles := []store.Backend{e.open(), e.open()}
 	const ops, workers = 40, 8
 	e.accept(t, handles[0], "s", 0, ops)
-	claims := make(chan string, ops*2)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			b := handles[w%2]
-			for range ops { // bounded: at most every operation
-				op, err := b.ClaimNext(fmt.Sprintf("w%d", w), time.Minute)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if op == nil {
-					return
-				}
-				if op.Holder != fmt.Sprintf("w%d", w) {
-					t.Errorf("%s claimed by w%d holds %q", op.ID, w, op.Holder)
-				}
-				claims <- op.ID
-			}
-		})
-	}
-	wg.Wait()
-	close(claims)
-	seen := map[string]int{}
-	for id := range claims {
-		seen[id]++
-	}
-	for i := range ops {
-		if seen[opID(i)] != 1 {
-			t.Errorf("%s claimed %d times", opID(i), seen[opID(i)])
-		}
-	}
+	drainExclusively(t, handles, workers, ops)
 	if queued, running := pair(handles[1].QueueStats())(t); queued != 0 || running != ops {
 		t.Fatalf("queued %d running %d, want 0 and %d", queued, running, ops)
 	}
@@ -199,5 +168,42 @@ func testCounts(t *testing.T, e *env) {
 	must(a.Transition(opID(0), store.Change{To: store.StatusSucceeded, Holder: "w1"}))(t)
 	if n := must(b.ActiveCount("x"))(t); n != 1 {
 		t.Fatalf("active in x after success: %d, want 1", n)
+	}
+}
+
+// drainExclusively has workers on handles (taking turns) claim until the queue is empty, and
+// checks that each of the ops operations opID(0..ops-1) was claimed exactly once, by the worker
+// it names as holder.
+func drainExclusively(t *testing.T, handles []store.Backend, workers, ops int) {
+	claims := make(chan string, ops*2)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for range ops { // bounded: at most every operation
+				op, err := handles[w%len(handles)].ClaimNext(fmt.Sprintf("w%d", w), time.Minute)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if op == nil {
+					return
+				}
+				if op.Holder != fmt.Sprintf("w%d", w) {
+					t.Errorf("%s claimed by w%d holds %q", op.ID, w, op.Holder)
+				}
+				claims <- op.ID
+			}
+		})
+	}
+	wg.Wait()
+	close(claims)
+	seen := map[string]int{}
+	for id := range claims {
+		seen[id]++
+	}
+	for i := range ops {
+		if seen[opID(i)] != 1 {
+			t.Errorf("%s claimed %d times", opID(i), seen[opID(i)])
+		}
 	}
 }
