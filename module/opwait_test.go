@@ -30,13 +30,7 @@ func (r result) events(t *testing.T) []sseEvent {
 // A client that follows a job it just submitted, still queued behind the only runner slot,
 // waits for its answer to begin and gets every event, instead of 409 OPERATION_NOT_FINISHED.
 func TestFollowingAQueuedOperationWaitsForItsStream(t *testing.T) {
-	up := newEventUpstream(20)
-	up.holdHead = true
-	g := startGatewayWith(t, gatewaySetup{upstream: up, mulligan: "async {\n concurrency 1\n}"})
-	t.Cleanup(up.release)
-	g.submit(t, "first")
-	waitFor(t, func() bool { return up.runs.Load() == 1 })
-	_, queued := g.submit(t, "queued")
+	up, g, queued := queuedBehindAHeldOne(t)
 	if op := decodeOp(t, g.get(queued.StatusURL)); op.Status != "queued" {
 		t.Fatalf("the second operation is %s, want queued", op.Status)
 	}
@@ -62,13 +56,7 @@ func TestFollowingARunningOperationBeforeItsAnswerBeginsWaitsForIt(t *testing.T)
 // follower is answered what GET .../result answers for it (404, no upstream response); a
 // result request without Accept: text/event-stream still gets 409 at once.
 func TestFollowerOfAnOperationCanceledBeforeItsStreamGetsTheFinalAnswer(t *testing.T) {
-	up := newEventUpstream(20)
-	up.holdHead = true
-	g := startGatewayWith(t, gatewaySetup{upstream: up, mulligan: "async {\n concurrency 1\n}"})
-	t.Cleanup(up.release)
-	g.submit(t, "first")
-	waitFor(t, func() bool { return up.runs.Load() == 1 })
-	_, queued := g.submit(t, "queued")
+	_, g, queued := queuedBehindAHeldOne(t)
 	expectError(t, g.get("/v1/operations/"+queued.OperationID+"/result"), 409, CodeNotFinished, true)
 	answer := g.followInBackground(queued.OperationID)
 	waitFor(t, func() bool { return resultWaiters.Load() == 1 })
@@ -76,4 +64,18 @@ func TestFollowerOfAnOperationCanceledBeforeItsStreamGetsTheFinalAnswer(t *testi
 		t.Fatalf("cancel: %d %s", c.StatusCode, c.body)
 	}
 	expectError(t, <-answer, 404, CodeOperationNotFound, false)
+}
+
+// queuedBehindAHeldOne starts a gateway with one runner slot in front of an upstream that holds
+// its answer's head until released, and submits two operations: the first holds the slot, the
+// second (returned) waits in the queue behind it.
+func queuedBehindAHeldOne(t *testing.T) (*eventUpstream, *gateway, opBody) {
+	up := newEventUpstream(20)
+	up.holdHead = true
+	g := startGatewayWith(t, gatewaySetup{upstream: up, mulligan: "async {\n concurrency 1\n}"})
+	t.Cleanup(up.release)
+	g.submit(t, "first")
+	waitFor(t, func() bool { return up.runs.Load() == 1 })
+	_, queued := g.submit(t, "queued")
+	return up, g, queued
 }

@@ -266,3 +266,28 @@ func LineRequest(b *Batch, method, url string, body []byte) *Request {
 	return &Request{Method: method, URL: url, Host: t.Host, Proto: t.Proto, RemoteAddr: t.RemoteAddr,
 		Header: t.Header.Clone(), Body: body}
 }
+
+// ChunkReader reads a stored file's chunks in order, each fetched by Chunk when the one before
+// is used up: Chunk returns chunk seq (from 0), or ok false after the last one. Both backends
+// open files with it.
+type ChunkReader struct {
+	Chunk func(seq int) (data []byte, ok bool, err error)
+	seq   int
+	buf   []byte
+}
+
+func (c *ChunkReader) Read(p []byte) (int, error) {
+	if len(c.buf) == 0 {
+		data, ok, err := c.Chunk(c.seq)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			return 0, io.EOF
+		}
+		c.buf, c.seq = data, c.seq+1
+	}
+	n := copy(p, c.buf)
+	c.buf = c.buf[n:]
+	return n, nil
+}

@@ -145,36 +145,22 @@ func (s *Store) OpenFile(id string) (io.ReadCloser, error) {
 	if _, err := s.GetFile(id); err != nil {
 		return nil, err
 	}
-	return io.NopCloser(bufio.NewReaderSize(&chunkReader{s: s, id: id}, 64<<10)), nil
+	return io.NopCloser(bufio.NewReaderSize(&store.ChunkReader{Chunk: func(seq int) ([]byte, bool, error) { return s.chunk(id, seq) }}, 64<<10)), nil
 }
 
-// chunkReader reads a file's chunks in order.
-type chunkReader struct {
-	s   *Store
-	id  string
-	seq uint64
-	buf []byte
-}
-
-func (c *chunkReader) Read(p []byte) (int, error) {
-	if len(c.buf) == 0 {
-		err := c.s.view(func(txn *badger.Txn) error {
-			return getValue(txn, fileChunkKey(c.id, c.seq), func(v []byte) error {
-				c.buf = append(c.buf[:0], v...)
-				return nil
-			})
+// chunk returns chunk seq of file id, or false after its last one (a store.ChunkReader's Chunk).
+func (s *Store) chunk(id string, seq int) ([]byte, bool, error) {
+	var data []byte
+	err := s.view(func(txn *badger.Txn) error {
+		return getValue(txn, fileChunkKey(id, uint64(seq)), func(v []byte) error {
+			data = append([]byte(nil), v...)
+			return nil
 		})
-		if errors.Is(err, store.ErrNotFound) {
-			return 0, io.EOF
-		}
-		if err != nil {
-			return 0, err
-		}
-		c.seq++
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, false, nil
 	}
-	n := copy(p, c.buf)
-	c.buf = c.buf[n:]
-	return n, nil
+	return data, err == nil, err
 }
 
 // DeleteFile removes file id and its content.
@@ -229,14 +215,10 @@ func (s *Store) ListBatches(scope, after string, limit int) ([]*store.Batch, boo
 func (s *Store) listIndex(prefix []byte, after string, limit int, add func(*badger.Txn, string) (bool, error)) (bool, error) {
 	more := false
 	err := s.view(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
+		it := newestFirst(txn, prefix, after)
 		defer it.Close()
-		seek := append(append([]byte(nil), prefix...), 0xff)
-		if after != "" {
-			seek = append(append([]byte(nil), prefix...), after...)
-		}
 		taken := 0
-		for it.Seek(seek); it.Valid(); it.Next() {
+		for ; it.Valid(); it.Next() {
 			id := string(it.Item().Key()[len(prefix):])
 			if id == after {
 				continue

@@ -268,19 +268,27 @@ func (s *Store) ListAllOperations(status store.Status, after string, limit int) 
 	return s.listOperations([]byte(prefixOperation), status, after, limit)
 }
 
+// newestFirst opens a reverse iterator over an index whose keys end in ids, at its newest key,
+// or at id after when set (the caller skips after itself).
+func newestFirst(txn *badger.Txn, prefix []byte, after string) *badger.Iterator {
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
+	seek := append(append([]byte(nil), prefix...), 0xff)
+	if after != "" {
+		seek = append(append([]byte(nil), prefix...), after...)
+	}
+	it.Seek(seek)
+	return it
+}
+
 // listOperations walks an index whose keys end in operation ids, newest first.
 func (s *Store) listOperations(prefix []byte, status store.Status, after string, limit int) ([]*store.Operation, string, error) {
 	var ops []*store.Operation
 	next := ""
 	err := s.view(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
+		it := newestFirst(txn, prefix, after)
 		defer it.Close()
-		seek := append(append([]byte(nil), prefix...), 0xff)
-		if after != "" {
-			seek = append(append([]byte(nil), prefix...), after...)
-		}
 		scanned, last := 0, ""
-		for it.Seek(seek); it.Valid() && len(ops) < limit && scanned < listScanBudget; it.Next() {
+		for ; it.Valid() && len(ops) < limit && scanned < listScanBudget; it.Next() {
 			id := string(it.Item().Key()[len(prefix):])
 			if id == after {
 				continue

@@ -105,38 +105,21 @@ func (s *Store) OpenFile(id string) (io.ReadCloser, error) {
 	if _, err := s.GetFile(id); err != nil {
 		return nil, err
 	}
-	return io.NopCloser(&chunkReader{s: s, id: id}), nil
+	return io.NopCloser(&store.ChunkReader{Chunk: func(seq int) ([]byte, bool, error) { return s.chunk(id, seq) }}), nil
 }
 
-type chunkReader struct {
-	s   *Store
-	id  string
-	seq int
-	buf []byte
-}
-
-func (c *chunkReader) Read(p []byte) (int, error) {
-	if len(c.buf) == 0 {
-		var data []byte
-		found := true
-		err := c.s.do(func(ctx context.Context, tx pgx.Tx) error {
-			err := tx.QueryRow(ctx, `SELECT data FROM file_chunks WHERE file_id = $1 AND seq = $2`, c.id, c.seq).Scan(&data)
-			if errors.Is(err, pgx.ErrNoRows) {
-				found, err = false, nil
-			}
-			return err
-		})
-		if err != nil {
-			return 0, err
+// chunk returns chunk seq of file id, or false after its last one (a store.ChunkReader's Chunk).
+func (s *Store) chunk(id string, seq int) ([]byte, bool, error) {
+	var data []byte
+	found := true
+	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `SELECT data FROM file_chunks WHERE file_id = $1 AND seq = $2`, id, seq).Scan(&data)
+		if errors.Is(err, pgx.ErrNoRows) {
+			found, err = false, nil
 		}
-		if !found {
-			return 0, io.EOF
-		}
-		c.buf, c.seq = data, c.seq+1
-	}
-	n := copy(p, c.buf)
-	c.buf = c.buf[n:]
-	return n, nil
+		return err
+	})
+	return data, found && err == nil, err
 }
 
 // DeleteFile removes file id; its chunks go with it.
