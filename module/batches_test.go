@@ -91,6 +91,18 @@ func (g *gateway) uploadFile(t *testing.T, content, purpose string, headers ...s
 	return g.do(req)
 }
 
+// uploadParts posts a multipart upload built by write and returns the answer.
+func (g *gateway) uploadParts(t *testing.T, write func(mw *multipart.Writer)) result {
+	t.Helper()
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	write(mw)
+	_ = mw.Close()
+	req, _ := http.NewRequest("POST", g.base+"/v1/files", &body)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	return g.do(req)
+}
+
 // batchObject is the part of OpenAI's batch object the tests read.
 type batchObject struct {
 	ID           string  `json:"id"`
@@ -238,6 +250,36 @@ func TestFilesAndBatchesOverTheirLimitsAreRefused(t *testing.T) {
 	expectOpenAIError(t, g.get("/v1/batches/batch_missing"), http.StatusNotFound, CodeBatchNotFound, "batch_missing")
 	if list := g.get("/v1/files"); list.StatusCode != 200 || !strings.Contains(string(list.body), `"object":"list"`) || strings.Count(string(list.body), `"object":"file"`) != 1 {
 		t.Fatalf("files list after one accepted upload: %s", list.body)
+	}
+}
+
+// An upload is bounded around its file: its name, its parts, and what its body holds besides
+// the file; each refusal names what is over, and nothing is stored.
+func TestUploadsAreBoundedAroundTheFile(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, "batches /v1 {\n max_file_size 1KiB\n}\n")
+	file := func(name string) func(mw *multipart.Writer) {
+		return func(mw *multipart.Writer) {
+			fw, _ := mw.CreateFormFile("file", name)
+			_, _ = io.WriteString(fw, batchInput(1, func(int) string { return "x" }))
+			_ = mw.WriteField("purpose", "batch")
+		}
+	}
+	expectOpenAIError(t, g.uploadParts(t, file(strings.Repeat("n", 300)+".jsonl")), http.StatusBadRequest, CodeInvalidRequest, "name is over 255 bytes")
+	expectOpenAIError(t, g.uploadParts(t, func(mw *multipart.Writer) {
+		for i := range 20 {
+			_ = mw.WriteField(fmt.Sprint("extra", i), "x")
+		}
+		file("input.jsonl")(mw)
+	}), http.StatusBadRequest, CodeInvalidRequest, "more than 16 parts")
+	expectOpenAIError(t, g.uploadParts(t, func(mw *multipart.Writer) {
+		_ = mw.WriteField("padding", strings.Repeat("p", 100<<10))
+		file("input.jsonl")(mw)
+	}), http.StatusRequestEntityTooLarge, CodeRequestTooLarge, "max_file_size")
+	if list := g.get("/v1/files"); list.StatusCode != 200 || strings.Contains(string(list.body), `"object":"file"`) {
+		t.Fatalf("files after refused uploads: %s", list.body)
+	}
+	if ok := g.uploadParts(t, file(strings.Repeat("n", 249)+".jsonl")); ok.StatusCode != 200 {
+		t.Fatalf("an upload within every bound: %d %s", ok.StatusCode, ok.body)
 	}
 }
 

@@ -68,8 +68,22 @@ func listOf[T any](data []T, id func(T) string, more bool) listView[T] {
 	return l
 }
 
+// Bounds of an upload beside max_file_size (docs/batches.md, Files): what a client sends around
+// the file is small, so a body that is mostly something else is refused before it is read.
+const (
+	// uploadOverhead is what an upload's body may hold beyond the file's bytes: the part
+	// headers, the purpose field and the boundaries.
+	uploadOverhead = 64 << 10
+	// maxUploadParts bounds the parts of an upload (the SDKs send two: file and purpose).
+	maxUploadParts = 16
+	// maxFilename bounds the file's name, in bytes, as stored and shown.
+	maxFilename = 255
+)
+
 // uploadFile stores a multipart upload's "file" part as it arrives; its "purpose" must be batch.
+// The body is bounded by max_file_size plus uploadOverhead, and its parts by maxUploadParts.
 func (a *batchCall) uploadFile() {
+	a.r.Body = http.MaxBytesReader(a.w, a.r.Body, a.cfg.MaxFileSize+uploadOverhead)
 	mr, err := a.r.MultipartReader()
 	if err != nil {
 		a.invalid("Send the file as multipart/form-data with the fields file and purpose.", "file")
@@ -78,14 +92,17 @@ func (a *batchCall) uploadFile() {
 	now := a.now
 	f := &store.File{ID: newID("file-", now), Scope: a.scope, Purpose: purposeBatch, CreatedAt: now, ExpiresAt: now.Add(a.retention)}
 	purpose, stored := "", false
-	for {
+	for parts := 0; ; parts++ {
 		part, err := mr.NextPart()
 		if errors.Is(err, io.EOF) {
 			break
 		}
+		if err == nil && parts == maxUploadParts {
+			err = errTooManyParts
+		}
 		if err != nil {
 			a.dropUpload(f, stored)
-			a.invalid("The multipart body could not be read.", "file")
+			a.unreadable(err)
 			return
 		}
 		switch part.FormName() {
@@ -97,7 +114,10 @@ func (a *batchCall) uploadFile() {
 				a.dropUpload(f, stored)
 				return
 			}
-			f.Filename = part.FileName()
+			if f.Filename = part.FileName(); len(f.Filename) > maxFilename {
+				a.invalid("The file's name is over "+strconv.Itoa(maxFilename)+" bytes.", "file")
+				return
+			}
 			if !a.storeUpload(f, part) {
 				return
 			}
@@ -105,6 +125,24 @@ func (a *batchCall) uploadFile() {
 		}
 	}
 	a.finishUpload(f, purpose, stored)
+}
+
+// errTooManyParts refuses an upload of more parts than maxUploadParts.
+var errTooManyParts = errors.New("too many parts")
+
+// unreadable answers an upload whose multipart body could not be read: over its size bound,
+// over maxUploadParts, or malformed.
+func (a *batchCall) unreadable(err error) {
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		a.openAIError(apiError{Code: CodeRequestTooLarge, Param: param("file"),
+			Message: "The upload is over max_file_size (" + strconv.FormatInt(a.cfg.MaxFileSize, 10) + " bytes) and its form fields."})
+		return
+	}
+	if errors.Is(err, errTooManyParts) {
+		a.invalid("The upload has more than "+strconv.Itoa(maxUploadParts)+" parts; send the fields file and purpose.", "file")
+		return
+	}
+	a.invalid("The multipart body could not be read.", "file")
 }
 
 // readField reads a small form field.
@@ -123,6 +161,9 @@ func (a *batchCall) storeUpload(f *store.File, part io.Reader) bool {
 		return false
 	case errors.Is(err, store.ErrUnavailable):
 		a.fail(err)
+		return false
+	case errors.As(err, new(*http.MaxBytesError)):
+		a.unreadable(err)
 		return false
 	case err != nil:
 		a.invalid("The file could not be read: "+err.Error(), "file")
