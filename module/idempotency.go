@@ -354,7 +354,7 @@ func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handl
 	}()
 	err := next.ServeHTTP(tee, up)
 	if tee.streaming {
-		return stream.settle(err)
+		return stream.end(err)
 	}
 	if err == nil && tee.status == 0 {
 		tee.WriteHeader(http.StatusOK) // the handler wrote nothing: net/http's implicit 200

@@ -1,9 +1,7 @@
 package module
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"net/http"
 	"sync"
 	"time"
@@ -219,8 +217,8 @@ func (h *Handler) followResult(q *opsRequest, op *store.Operation) bool {
 		if s := q.run.streamOf(op.ID); s != nil {
 			src = s
 			status, header = s.head()
-		} else if f := q.run.followStored(op); f != nil {
-			src, status, header = f, f.status, f.header
+		} else if f, page := q.run.followStored(op); f != nil {
+			src, status, header = f, page.Status, page.Header
 		} else {
 			return false
 		}
@@ -257,69 +255,46 @@ func (h *Handler) followResult(q *opsRequest, op *store.Operation) bool {
 	return true
 }
 
-// streamStore is what an operation's recording needs of storage. Every backend records streams
-// (Badger too); the runner copies an operation's stream only into storage that replicas share,
-// PostgreSQL (docs/streams.md).
-type streamStore interface {
-	store.Keys
-	store.StreamRecorder
-	// GetOperation tells a recording whether its worker still holds the operation.
-	GetOperation(id string) (*store.Operation, error)
-}
-
-// opStreamKey names the recording of an operation's streamed answer: no request's record has
-// such a key (those are SHA-256 digests).
-func opStreamKey(id string) []byte { return append([]byte("mulligan/operation-stream/"), id...) }
-
 // opRecording copies an operation's streamed answer into a store shared by replicas, so that a
-// follower on another replica than the one running the operation reads the stream there. It
-// is a keyed stream's appender (liveStream, group-committed beside the relay) under a key of
-// the operation's own, which each attempt claims afresh: an earlier attempt's recording is
-// replaced, and an attempt that lost its claim cannot write into the next one's. A nil
-// *opRecording records nothing.
+// follower on another replica than the one running the operation reads the stream there. It is
+// a keyed stream's appender (liveStream, group-committed beside the relay) on a stream named by
+// the operation's own id and held by this attempt (store.OperationHolder): the store checks in
+// each write that the operation still runs under this worker, so an attempt whose operation was
+// taken over can neither replace nor write into the running attempt's stream, and followers
+// read a stream whose holder lost the operation as aborted. A nil *opRecording records nothing.
 type opRecording struct {
-	st    streamStore
-	id    string
-	fp    []byte        // opRecordingFP: the attempt's holder, so followers tell its recording from another's
-	owner string        // the worker running the attempt
-	lease time.Duration // how long the attempt may run: the claim lasts that long
-	log   reqLog
-	live  *liveStream
+	st     store.StreamRecorder
+	id     string
+	holder store.StreamHolder
+	keep   time.Duration // how long the store keeps the events: the attempt's whole run, and a minute
+	log    reqLog
+	live   *liveStream
 }
 
 // recordingFor returns what copies the stream of an attempt of operation id to a shared store,
-// or nil when the storage is this process's alone (its followers are all here).
+// or nil when the storage is this process's alone (its followers are all here). Every backend
+// records streams; only storage that replicas share, PostgreSQL, has followers elsewhere.
 func (r *runner) recordingFor(ctx context.Context, id string) *opRecording {
 	if r.shared == nil {
 		return nil
 	}
-	lease := time.Hour
+	keep := time.Hour
 	if dl, ok := ctx.Deadline(); ok {
-		lease = time.Until(dl) + 30*time.Second
+		keep = time.Until(dl) + 30*time.Second
 	}
-	return &opRecording{st: r.shared, id: id, fp: opRecordingFP(id, r.worker), owner: r.worker, lease: lease, log: newReqLog(r.log, zap.String("operation_id", id))}
+	return &opRecording{st: r.shared, id: id, holder: store.OperationHolder(r.worker), keep: keep + time.Minute,
+		log: newReqLog(r.log, zap.String("operation_id", id))}
 }
 
-// opRecordingFP is the fingerprint of the claim on an operation's stream key: the operation
-// and the worker running the attempt. A follower elsewhere follows a recording only when its
-// claim names the operation's current holder: after a takeover, the dead holder's recording
-// (whose claim lasts the attempt's whole timeout) is not the running attempt's.
-func opRecordingFP(id, holder string) []byte { return []byte(id + "\n" + holder) }
-
 // currentRecording reads the live recording of operation op's running attempt, or reports
-// false when there is none (none begun yet, or one left by an earlier holder).
+// false when there is none: none begun yet, or one whose holder no longer holds the operation
+// (taken over, or its lease ran out), which the store reads as aborted.
 func (r *runner) currentRecording(op *store.Operation) (store.StreamPage, bool) {
 	if r == nil || r.shared == nil || op.Status != store.StatusRunning {
 		return store.StreamPage{}, false
 	}
-	key := opStreamKey(op.ID)
-	page, err := r.shared.ReadEvents(key, 0, 0)
+	page, err := r.shared.ReadEvents([]byte(op.ID), 0, 0)
 	if err != nil || page.State != store.StreamLive {
-		return store.StreamPage{}, false
-	}
-	rec, err := r.shared.LookupKey(key)
-	if err != nil || rec == nil || rec.State != store.InFlight || rec.Token != page.Token ||
-		!bytes.Equal(rec.Fingerprint, opRecordingFP(op.ID, op.Holder)) {
 		return store.StreamPage{}, false
 	}
 	return page, true
@@ -329,42 +304,8 @@ func (o *opRecording) begin(status int, header http.Header) {
 	if o == nil {
 		return
 	}
-	key := opStreamKey(o.id)
-	o.live = newLiveStream(o.st, key, "", status, header, o.lease+time.Minute)
-	o.live.claim = func() (string, error) {
-		if err := o.stillHeld(); err != nil {
-			return "", err
-		}
-		for range 2 {
-			c, err := o.st.ClaimKey(key, o.fp, o.lease)
-			if err != nil || c.Outcome == store.Claimed {
-				return c.Token, err
-			}
-			// An earlier attempt's recording: this one replaces it, as the operation's holder
-			// (checked above). A worker that lost the operation (taken over, not yet told) must
-			// not wipe the recording of the attempt now running elsewhere.
-			if _, err := o.st.EvictKey(key); err != nil {
-				return "", err
-			}
-		}
-		return "", errors.New("the key of the operation's stream is held by another attempt")
-	}
+	o.live = newLiveStream(o.st, []byte(o.id), o.holder, status, header, o.keep)
 	go o.live.appendEvents(o.log)
-}
-
-// errRecordingNotHeld refuses to start a recording for an operation this worker no longer holds.
-var errRecordingNotHeld = errors.New("the operation is no longer held by this worker: its stream is not recorded")
-
-// stillHeld reports whether the operation is running under this recording's worker.
-func (o *opRecording) stillHeld() error {
-	op, err := o.st.GetOperation(o.id)
-	if err != nil {
-		return err
-	}
-	if op.Status != store.StatusRunning || op.Holder != o.owner {
-		return errRecordingNotHeld
-	}
-	return nil
 }
 
 func (o *opRecording) add(events []store.StreamEvent) {
@@ -380,59 +321,28 @@ func (o *opRecording) end(whole bool) {
 	if o == nil || o.live == nil {
 		return
 	}
-	key := opStreamKey(o.id)
 	if o.live.drain() && whole {
-		err := o.st.FinishStream(key, o.live.token, time.Now().Add(time.Minute))
+		err := o.st.FinishStream([]byte(o.id), o.holder, time.Now().Add(time.Minute))
 		if err == nil {
 			return
 		}
 		o.log.Warn("finishing the recording of the operation's stream", zap.Error(err))
 	}
-	if o.live.token != "" {
-		if err := o.st.AbortStream(key, o.live.token); err != nil {
-			o.log.Warn("ending the recording of the operation's stream", zap.Error(err))
-		}
+	if err := o.st.AbortStream([]byte(o.id), o.holder); err != nil {
+		o.log.Warn("ending the recording of the operation's stream", zap.Error(err))
 	}
 }
 
-// storedOpStream is a running operation's stream followed through the store, from another
-// replica than the one running it. Besides the stream's own end, it ends as broken off when
-// the operation stops running under the holder it had (a takeover after that replica died),
-// which the followed recording, claimed for the whole attempt, would not show until later.
-type storedOpStream struct {
-	*storedStream
-	ops     store.Operations
-	id      string
-	holder  string
-	checked time.Time
-	status  int
-	header  http.Header
-}
-
-// opCheckEvery is how often a follower through the store asks whether the operation still
-// runs where it did.
-const opCheckEvery = time.Second
-
-// followStored returns operation op's live stream as recorded in a shared store, or nil.
-func (r *runner) followStored(op *store.Operation) *storedOpStream {
+// followStored returns operation op's live stream as recorded in a shared store, from another
+// replica than the one running it, with the page that found it; nil when there is none. It
+// breaks off when the store reads it as aborted: the upstream broke off, or the operation
+// stopped running under the holder that recorded it (a takeover after that replica died).
+func (r *runner) followStored(op *store.Operation) (*storedStream, store.StreamPage) {
 	page, ok := r.currentRecording(op)
 	if !ok {
-		return nil
+		return nil, page
 	}
-	key := opStreamKey(op.ID)
-	return &storedOpStream{storedStream: &storedStream{st: r.shared, key: key, token: page.Token}, ops: r.st, id: op.ID,
-		holder: op.Holder, checked: time.Now(), status: page.Status, header: page.Header}
-}
-
-func (s *storedOpStream) next(cursor uint64) ([]store.StreamEvent, streamEnd, <-chan struct{}, error) {
-	evs, end, wait, err := s.storedStream.next(cursor)
-	if wait != nil && time.Since(s.checked) >= opCheckEvery {
-		s.checked = time.Now()
-		if op, gerr := s.ops.GetOperation(s.id); gerr == nil && (op.Status != store.StatusRunning || op.Holder != s.holder) {
-			return nil, streamBrokeOff, nil, nil
-		}
-	}
-	return evs, end, wait, err
+	return &storedStream{st: r.shared, stream: []byte(op.ID), token: page.Token}, page
 }
 
 // storedProgress is the progress of operation op's stream as recorded in a shared store, or

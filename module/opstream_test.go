@@ -12,55 +12,55 @@ import (
 	"github.com/mulligan-gw/mulligan/store/badger"
 )
 
-// After a takeover (the replica that ran attempt 1 died mid-stream), the operation runs again
-// under another holder whose answer has not begun. Attempt 1's recording is still live in the
-// shared store: its claim on the operation's stream key lasts the attempt's whole timeout. A
-// follower or a progress read on a third replica must not be given the dead attempt's events
-// as the running attempt's.
+// After a takeover (the replica that ran attempt 1 lost the operation mid-stream), the
+// operation runs again under another holder whose answer has not begun. Attempt 1's recording is
+// still in the store, marked live. A follower or a progress read on a third replica must not be
+// given the dead attempt's events as the running attempt's.
 func TestStoredFollowerIgnoresTheRecordingOfADeadAttempt(t *testing.T) {
 	st := storeWithQueuedOperation(t, "op_1")
-	// Attempt 1 (replica H1) recorded 5 events under the operation's stream key, then H1 died.
-	key := opStreamKey("op_1")
-	c, err := st.ClaimKey(key, []byte("op_1\nH1"), 10*time.Minute) // as H1's runner claims it
-	if err != nil || c.Outcome != store.Claimed {
-		t.Fatal(c, err)
+	stream := []byte("op_1")
+	// Attempt 1 (replica H1) recorded 5 events under the operation's stream, then lost it.
+	if running, err := st.ClaimNext("H1", time.Minute); err != nil || running == nil {
+		t.Fatalf("claim by H1: %+v %v", running, err)
 	}
-	_ = st.BeginStream(key, c.Token, 200, http.Header{"Content-Type": {"text/event-stream"}}, 11*time.Minute)
+	h1 := store.OperationHolder("H1")
+	if err := st.BeginStream(stream, h1, 200, http.Header{"Content-Type": {"text/event-stream"}}, 11*time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	var evs []store.StreamEvent
 	for i := 1; i <= 5; i++ {
 		evs = append(evs, store.StreamEvent{ID: fmt.Sprint(i), Data: []byte(fmt.Sprintf("id: %d\ndata: old %d\n\n", i, i))})
 	}
-	if err := st.AppendEvents(key, c.Token, evs); err != nil {
+	if err := st.AppendEvents(stream, h1, evs); err != nil {
 		t.Fatal(err)
 	}
-	// The operation now runs under H2 (taken over); H2's attempt has not answered yet.
+	// The operation now runs under H2; H2's attempt has not answered yet.
+	if _, err := st.Transition("op_1", store.Change{To: store.StatusQueued, Holder: "H1"}); err != nil {
+		t.Fatal(err)
+	}
 	running, err := st.ClaimNext("H2", time.Minute)
 	if err != nil || running == nil || running.Holder != "H2" {
-		t.Fatalf("claim: %+v %v", running, err)
+		t.Fatalf("claim by H2: %+v %v", running, err)
 	}
 	r := &runner{st: st, shared: st}
 	if p := r.storedProgress(running); p != nil {
 		t.Errorf("progress of H2's attempt reads the dead attempt's: %+v", *p)
 	}
-	if f := r.followStored(running); f != nil {
+	if f, _ := r.followStored(running); f != nil {
 		got, _, _, _ := f.next(0)
 		t.Errorf("a follower of H2's attempt is given the dead attempt's %d events", len(got))
 	}
-	// Once H2's answer begins, its recording (which evicts H1's claim) is followed.
-	if _, err := st.EvictKey(key); err != nil {
+	// Once H2's answer begins, its own recording replaces H1's and is followed.
+	h2 := store.OperationHolder("H2")
+	if err := st.BeginStream(stream, h2, 200, http.Header{"Content-Type": {"text/event-stream"}}, 11*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	c2, err := st.ClaimKey(key, []byte("op_1\nH2"), 10*time.Minute)
-	if err != nil || c2.Outcome != store.Claimed {
-		t.Fatal(c2, err)
-	}
-	_ = st.BeginStream(key, c2.Token, 200, http.Header{"Content-Type": {"text/event-stream"}}, 11*time.Minute)
-	_ = st.AppendEvents(key, c2.Token, evs[:2])
+	_ = st.AppendEvents(stream, h2, evs[:2])
 	if p := r.storedProgress(running); p == nil || p.Events != 2 {
 		t.Errorf("progress of H2's own recording: %+v", p)
 	}
-	if f := r.followStored(running); f == nil {
-		t.Error("H2's own recording is not followed")
+	if f, page := r.followStored(running); f == nil || page.Token != h2.Token {
+		t.Errorf("H2's own recording is not followed: %+v", page)
 	}
 }
 
@@ -74,8 +74,7 @@ func TestStaleHolderDoesNotWipeTheCurrentHoldersRecording(t *testing.T) {
 	}
 	header := http.Header{"Content-Type": {"text/event-stream"}}
 	recording := func(worker string) *opRecording {
-		return &opRecording{st: st, id: "op_1", fp: opRecordingFP("op_1", worker), owner: worker, lease: time.Minute,
-			log: newReqLog(zap.NewNop())}
+		return &opRecording{st: st, id: "op_1", holder: store.OperationHolder(worker), keep: time.Minute, log: newReqLog(zap.NewNop())}
 	}
 	event := func(i int, who string) store.StreamEvent {
 		return store.StreamEvent{ID: fmt.Sprint(i), Data: []byte(fmt.Sprintf("id: %d\ndata: %s %d\n\n", i, who, i))}
@@ -93,13 +92,13 @@ func TestStaleHolderDoesNotWipeTheCurrentHoldersRecording(t *testing.T) {
 	if !current.live.drain() {
 		t.Fatal("the current holder's recording was cut")
 	}
-	page, err := st.ReadEvents(opStreamKey("op_1"), 0, 0)
+	page, err := st.ReadEvents([]byte("op_1"), 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if page.Token != current.live.token || page.State != store.StreamLive || page.Events != 4 {
+	if page.Token != current.holder.Token || page.State != store.StreamLive || page.Events != 4 {
 		t.Fatalf("the recording is %v with %d events under token %q; want the current holder's 4 under %q",
-			page.State, page.Events, page.Token, current.live.token)
+			page.State, page.Events, page.Token, current.holder.Token)
 	}
 }
 

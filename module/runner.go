@@ -34,9 +34,9 @@ type runner struct {
 	cfg     runnerConfig
 	held    []heldConfig // the configs holding this runner, oldest first; cfg is the newest's
 	running map[string]*execution
-	pooled  int         // running executions claimed from the queue (converted calls run outside it)
-	streams opStreams   // the streamed answers of running attempts, for followers
-	shared  streamStore // the storage, when replicas share it: streams are copied there
+	pooled  int                  // running executions claimed from the queue (converted calls run outside it)
+	streams opStreams            // the streamed answers of running attempts, for followers
+	shared  store.StreamRecorder // the storage, when replicas share it: streams are copied there
 
 	replicated bool // other processes may work the storage (PostgreSQL): see takeoverGrace
 

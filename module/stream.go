@@ -28,12 +28,13 @@ const (
 	readPage = 64
 )
 
-// liveStream is a keyed event stream being relayed by this process: the in-memory broadcast its
-// joiners follow, and the queue of events on their way to the store. Events up to committed
-// are in the store; the ones after it, up to total, are pending here.
+// liveStream is an event stream being recorded by this process (a keyed request's, or an
+// operation's: opRecording): the in-memory broadcast a keyed stream's joiners follow, and the
+// queue of events on their way to the store. Events up to committed are in the store; the ones
+// after it, up to total, are pending here.
 type liveStream struct {
-	key    []byte
-	token  string
+	stream []byte             // the stream's id: the record key, or the operation's id
+	holder store.StreamHolder // the attempt recorded, and its fence
 	status int
 	header http.Header
 	keep   time.Duration // how long the store keeps the events
@@ -49,15 +50,10 @@ type liveStream struct {
 	closing      bool // no more events: the appender drains and stops
 	end          streamEnd
 	appenderDone chan struct{}
-
-	// claim, when set, is run by the appender before it begins the stream, and gives the
-	// token the stream is recorded under (an operation's stream claims its own key: see
-	// opRecording).
-	claim func() (string, error)
 }
 
-func newLiveStream(st store.StreamRecorder, key []byte, token string, status int, header http.Header, keep time.Duration) *liveStream {
-	return &liveStream{key: key, token: token, status: status, header: header, keep: keep, st: st,
+func newLiveStream(st store.StreamRecorder, stream []byte, holder store.StreamHolder, status int, header http.Header, keep time.Duration) *liveStream {
+	return &liveStream{stream: stream, holder: holder, status: status, header: header, keep: keep, st: st,
 		changed: make(chan struct{}), recording: true, appenderDone: make(chan struct{})}
 }
 
@@ -112,19 +108,13 @@ func (l *liveStream) appendEvents(log reqLog) {
 		stopped := !l.recording
 		l.mu.Unlock()
 		if begun && stopped {
-			if err := l.st.DropStream(l.key, l.token); err != nil {
+			if err := l.st.DropStream(l.stream, l.holder); err != nil {
 				log.Warn("dropping the recording of a stream no longer recorded", zap.Error(err))
 			}
 		}
 		close(l.appenderDone)
 	}()
-	var err error
-	if l.claim != nil {
-		l.token, err = l.claim()
-	}
-	if err == nil {
-		err = l.st.BeginStream(l.key, l.token, l.status, l.header, l.keep)
-	}
+	err := l.st.BeginStream(l.stream, l.holder, l.status, l.header, l.keep)
 	begun = err == nil
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -147,7 +137,7 @@ func (l *liveStream) appendEvents(log reqLog) {
 		}
 		batch := l.pending
 		l.mu.Unlock()
-		err := l.st.AppendEvents(l.key, l.token, batch)
+		err := l.st.AppendEvents(l.stream, l.holder, batch)
 		l.mu.Lock()
 		if err != nil {
 			log.Warn("recording stream events; the stream will not replay", zap.Error(err))
@@ -209,7 +199,7 @@ func (l *liveStream) next(cursor uint64) ([]store.StreamEvent, streamEnd, <-chan
 	case cursor < l.committed:
 		limit := int(min(l.committed-cursor, readPage))
 		l.mu.Unlock()
-		page, err := l.st.ReadEvents(l.key, cursor, limit)
+		page, err := l.st.ReadEvents(l.stream, cursor, limit)
 		if err == nil && len(page.List) == 0 {
 			return nil, streamBrokeOff, nil, nil // deleted meanwhile: the stream was aborted
 		}
@@ -236,11 +226,11 @@ func (l *liveStream) find(id string) (uint64, bool) {
 		}
 	}
 	l.mu.Unlock() // checked before the store: an event leaves pending only once it is stored
-	seq, ok, err := l.st.FindEvent(l.key, id)
+	seq, ok, err := l.st.FindEvent(l.stream, id)
 	return seq, ok && err == nil
 }
 
-// liveStreams are the streams this process relays, by record key, for joiners to find.
+// liveStreams are the keyed streams this process relays, by record key, for joiners to find.
 type liveStreams struct {
 	mu sync.Mutex
 	m  map[string]*liveStream
@@ -250,14 +240,14 @@ func newLiveStreams() *liveStreams { return &liveStreams{m: map[string]*liveStre
 
 func (s *liveStreams) add(l *liveStream) {
 	s.mu.Lock()
-	s.m[string(l.key)] = l
+	s.m[string(l.stream)] = l
 	s.mu.Unlock()
 }
 
 func (s *liveStreams) remove(l *liveStream) {
 	s.mu.Lock()
-	if s.m[string(l.key)] == l {
-		delete(s.m, string(l.key))
+	if s.m[string(l.stream)] == l {
+		delete(s.m, string(l.stream))
 	}
 	s.mu.Unlock()
 }
@@ -272,16 +262,16 @@ func (s *liveStreams) get(key []byte) *liveStream {
 // with Server-Sent Events, gives every event an id, relays it to the client at once, and hands
 // it to the liveStream; at the end it finishes or aborts the recording.
 type streamRecording struct {
-	g       *gate
-	kr      *keyedRequest
-	st      store.StreamRecorder
-	token   string
-	tee     *teeWriter
-	live    *liveStream
-	split   sse.Splitter
-	seq     uint64
-	bytes   int64
-	settled bool
+	g     *gate
+	kr    *keyedRequest
+	st    store.StreamRecorder
+	token string
+	tee   *teeWriter
+	live  *liveStream
+	split sse.Splitter
+	seq   uint64
+	bytes int64
+	ended bool // end or abandon ran: the recording is finished or aborted
 }
 
 // newStreamRecording prepares tee to record an event-stream answer event by event (every
@@ -302,7 +292,7 @@ func (r *streamRecording) open(status int, header http.Header) bool {
 	header.Del("Content-Length") // ids are added: the length changes
 	r.tee.client.Header().Del("Content-Length")
 	keep := r.g.lease + r.g.ttl + time.Minute // the record replays for ttl after the stream ends
-	r.live = newLiveStream(r.st, r.kr.recordKey, r.token, status, header, keep)
+	r.live = newLiveStream(r.st, r.kr.recordKey, store.KeyHolder(r.token), status, header, keep)
 	r.g.streams.add(r.live)
 	r.g.flights.began(string(r.kr.recordKey), r.token) // duplicates waiting here join it now
 	go r.live.appendEvents(r.kr.log)
@@ -341,10 +331,10 @@ func (r *streamRecording) write(p []byte) {
 	r.tee.flushClient()
 }
 
-// settle ends the stream: recorded whole and finished when the upstream ended it (err nil),
-// else aborted, which releases the key at once.
-func (r *streamRecording) settle(err error) error {
-	r.settled = true
+// end ends the stream: recorded whole and finished when the upstream ended it (err nil), else
+// aborted, which releases the key at once.
+func (r *streamRecording) end(err error) error {
+	r.ended = true
 	if rest := r.split.Rest(); len(rest) > 0 {
 		r.tee.toClient(rest) // an unterminated last event is relayed, not recorded as one
 		r.tee.flushClient()
@@ -354,7 +344,7 @@ func (r *streamRecording) settle(err error) error {
 		return err
 	}
 	expires := r.g.expiry()
-	if ferr := r.st.FinishStream(r.kr.recordKey, r.token, expires); ferr != nil {
+	if ferr := r.st.FinishStream(r.kr.recordKey, r.live.holder, expires); ferr != nil {
 		r.kr.log.Error("finishing a stream recording", zap.Error(ferr))
 		r.abort()
 		return err
@@ -373,8 +363,8 @@ func (r *streamRecording) abandon() bool {
 	if r.live == nil {
 		return false
 	}
-	if !r.settled {
-		r.settled = true
+	if !r.ended {
+		r.ended = true
 		r.live.drain()
 		r.abort()
 	}
@@ -384,7 +374,7 @@ func (r *streamRecording) abandon() bool {
 // abort releases the key first, so that a joiner retrying as soon as it sees the end runs
 // the request afresh instead of finding the broken stream.
 func (r *streamRecording) abort() {
-	if err := r.st.AbortStream(r.kr.recordKey, r.token); err != nil {
+	if err := r.st.AbortStream(r.kr.recordKey, r.live.holder); err != nil {
 		r.kr.log.Warn("releasing the key of a broken stream", zap.Error(err))
 	}
 	r.g.streams.remove(r.live)

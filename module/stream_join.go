@@ -22,10 +22,10 @@ type eventSource interface {
 
 // storedStream follows a stream through the store alone, by short polling.
 type storedStream struct {
-	st    store.StreamRecorder
-	key   []byte
-	token string        // the attempt followed: another attempt's stream is not this one
-	wait  time.Duration // before the next poll: pollInterval after events, doubling while quiet
+	st     store.StreamRecorder
+	stream []byte        // the stream's id
+	token  string        // the attempt followed: another attempt's stream is not this one
+	wait   time.Duration // before the next poll: pollInterval after events, doubling while quiet
 }
 
 // maxPollInterval caps the backoff of a follower polling a quiet stream: a stalled stream with
@@ -33,7 +33,7 @@ type storedStream struct {
 const maxPollInterval = 500 * time.Millisecond
 
 func (s *storedStream) next(cursor uint64) ([]store.StreamEvent, streamEnd, <-chan struct{}, error) {
-	page, err := s.st.ReadEvents(s.key, cursor, readPage)
+	page, err := s.st.ReadEvents(s.stream, cursor, readPage)
 	switch {
 	case err != nil:
 		return nil, streamOpen, nil, err
@@ -59,7 +59,7 @@ func pollTick(d time.Duration) <-chan struct{} {
 }
 
 func (s *storedStream) find(id string) (uint64, bool) {
-	seq, ok, err := s.st.FindEvent(s.key, id)
+	seq, ok, err := s.st.FindEvent(s.stream, id)
 	return seq, ok && err == nil
 }
 
@@ -117,17 +117,17 @@ func (g *gate) streamToJoin(kr *keyedRequest, st store.StreamRecorder, claim sto
 		if err != nil || page.State != store.StreamFinished {
 			return joinedStream{}, false
 		}
-		src := &storedStream{st: st, key: kr.recordKey, token: page.Token}
+		src := &storedStream{st: st, stream: kr.recordKey, token: page.Token}
 		return joinedStream{src: src, status: rec.Response.Status, header: rec.Response.Header, expires: rec.ExpiresAt}, true
 	case store.InProgress:
-		if l := g.streams.get(kr.recordKey); l != nil && l.token == claim.Record.Token {
+		if l := g.streams.get(kr.recordKey); l != nil && l.holder.Token == claim.Record.Token {
 			return joinedStream{src: l, status: l.status, header: l.header}, l.joinable()
 		}
 		page, err := st.ReadEvents(kr.recordKey, 0, 0)
 		if err != nil || page.Token != claim.Record.Token || (page.State != store.StreamLive && page.State != store.StreamFinished) {
 			return joinedStream{}, false
 		}
-		return joinedStream{src: &storedStream{st: st, key: kr.recordKey, token: page.Token}, status: page.Status, header: page.Header}, true
+		return joinedStream{src: &storedStream{st: st, stream: kr.recordKey, token: page.Token}, status: page.Status, header: page.Header}, true
 	}
 	return joinedStream{}, false
 }

@@ -22,10 +22,10 @@ func TestStoredFollowerBacksOffWhileTheStreamIsQuiet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.BeginStream(key, c.Token, 200, nil, time.Hour); err != nil {
+	if err := st.BeginStream(key, store.KeyHolder(c.Token), 200, nil, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	f := &storedStream{st: st, key: key, token: c.Token}
+	f := &storedStream{st: st, stream: key, token: c.Token}
 	var waits []time.Duration
 	for range 6 {
 		if evs, _, ready, err := f.next(0); err != nil || len(evs) != 0 || ready == nil {
@@ -39,7 +39,7 @@ func TestStoredFollowerBacksOffWhileTheStreamIsQuiet(t *testing.T) {
 			t.Fatalf("waits between polls of a quiet stream: %v, want %v", waits, want)
 		}
 	}
-	if err := st.AppendEvents(key, c.Token, []store.StreamEvent{{ID: "1", Data: []byte("data: a\n\n")}}); err != nil {
+	if err := st.AppendEvents(key, store.KeyHolder(c.Token), []store.StreamEvent{{ID: "1", Data: []byte("data: a\n\n")}}); err != nil {
 		t.Fatal(err)
 	}
 	if evs, _, _, _ := f.next(0); len(evs) != 1 {

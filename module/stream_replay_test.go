@@ -52,11 +52,11 @@ func TestStreamedReplayIsNeverEmptyWhenItsEventsCannotBeRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.BeginStream(key, c.Token, 200, http.Header{"Content-Type": {"text/event-stream"}}, time.Hour); err != nil {
+	if err := st.BeginStream(key, store.KeyHolder(c.Token), 200, http.Header{"Content-Type": {"text/event-stream"}}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	_ = st.AppendEvents(key, c.Token, []store.StreamEvent{{ID: "1", Data: []byte("id: 1\ndata: hello\n\n")}})
-	if err := st.FinishStream(key, c.Token, time.Now().Add(time.Hour)); err != nil {
+	_ = st.AppendEvents(key, store.KeyHolder(c.Token), []store.StreamEvent{{ID: "1", Data: []byte("id: 1\ndata: hello\n\n")}})
+	if err := st.FinishStream(key, store.KeyHolder(c.Token), time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	g := bareGate(t)

@@ -92,6 +92,7 @@ func (rec *Record) Live(now time.Time) bool {
 	return rec != nil && (rec.State != Completed || rec.ExpiresAt.IsZero() || now.Before(rec.ExpiresAt))
 }
 
+// NewToken returns a fresh random token: 128 bits, hex.
 func NewToken() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])

@@ -21,9 +21,9 @@ const (
 	prefixPending     = "p/" // p/<due, 8 bytes>/<event id>   -> (empty) pending, by due time
 	prefixDead        = "d/" // d/<event id>                  -> (empty) dead letter
 	prefixEndpoint    = "n/" // n/<endpoint name>             -> endpoint state
-	prefixStreamHead  = "t/" // t/<record key>                -> a recorded stream's state
-	prefixStreamEvent = "v/" // v/<record key><token>/<seq, 8 bytes> -> events from seq on (a segment)
-	prefixStreamID    = "y/" // y/<record key><token>/<event id>     -> its seq (upstream ids only)
+	prefixStreamHead  = "t/" // t/<stream id>                 -> a recorded stream's state
+	prefixStreamEvent = "v/" // v/<stream id><token>/<seq, 8 bytes> -> events from seq on (a segment)
+	prefixStreamID    = "y/" // y/<stream id><token>/<event id>     -> its seq (upstream ids only)
 	keyPing           = "m/ping"
 )
 
@@ -34,8 +34,9 @@ func resultKey(id string) []byte     { return []byte(prefixResult + id) }
 
 func streamHeadKey(k []byte) []byte { return append([]byte(prefixStreamHead), k...) }
 
-// The record key has a fixed length (a SHA-256) and so has the token, so one stream's prefix is
-// never a prefix of another's.
+// A stream's id is a record key (a SHA-256: 32 bytes) or an operation's id (never a '/' in it),
+// and the token is 32 hex digits, so the '/' ending one stream's prefix falls where the other's
+// ends too: one stream's prefix is never a prefix of another's.
 func streamEventPrefix(k []byte, token string) []byte {
 	return append(append(append([]byte(prefixStreamEvent), k...), token...), '/')
 }

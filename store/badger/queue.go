@@ -181,6 +181,14 @@ func (q *queueState) expiredLocked(r *runLease, now time.Time) bool {
 	return !now.Before(q.workers[r.holder])
 }
 
+// holds reports whether worker holds running operation id by a lease that has not run out.
+func (q *queueState) holds(id, worker string, now time.Time) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	r := q.running[id]
+	return r != nil && r.holder == worker && !q.expiredLocked(r, now)
+}
+
 // revokeIfExpired checks, for a takeover, that id's lease by holder has run out, and revokes it so
 // that a renewal racing the takeover finds it lost.
 func (q *queueState) revokeIfExpired(id, holder string, now time.Time) bool {

@@ -92,9 +92,9 @@ func TestSweepRemovesWhatIsPastRetentionOnOneReplicaAtATime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = st.BeginStream([]byte("s"), sc.Token, 200, nil, 2*time.Hour)
-	_ = st.AppendEvents([]byte("s"), sc.Token, []store.StreamEvent{{ID: "evt-1", Data: []byte("a")}, {ID: "2", Data: []byte("b")}, {ID: "3", Data: []byte("c")}})
-	if err := st.FinishStream([]byte("s"), sc.Token, clock.Now().Add(time.Hour)); err != nil {
+	_ = st.BeginStream([]byte("s"), store.KeyHolder(sc.Token), 200, nil, 2*time.Hour)
+	_ = st.AppendEvents([]byte("s"), store.KeyHolder(sc.Token), []store.StreamEvent{{ID: "evt-1", Data: []byte("a")}, {ID: "2", Data: []byte("b")}, {ID: "3", Data: []byte("c")}})
+	if err := st.FinishStream([]byte("s"), store.KeyHolder(sc.Token), clock.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"op_1", "op_2"} {

@@ -83,7 +83,7 @@ func BenchmarkAppendEvents(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := st.BeginStream(key, c.Token, 200, nil, 2*time.Hour); err != nil {
+	if err := st.BeginStream(key, store.KeyHolder(c.Token), 200, nil, 2*time.Hour); err != nil {
 		b.Fatal(err)
 	}
 	batch := make([]store.StreamEvent, 10)
@@ -92,7 +92,7 @@ func BenchmarkAppendEvents(b *testing.B) {
 	}
 	b.SetBytes(int64(len(batch) * 400))
 	for b.Loop() {
-		if err := st.AppendEvents(key, c.Token, batch); err != nil {
+		if err := st.AppendEvents(key, store.KeyHolder(c.Token), batch); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"strconv"
@@ -12,7 +13,7 @@ import (
 )
 
 // The Store records event streams, so a duplicate on any replica joins, resumes or replays a
-// keyed stream (docs/streams.md). A batch of events is one row of stream_segments (as on
+// keyed stream, and a follower on any replica follows an operation's (docs/streams.md). A batch of events is one row of stream_segments (as on
 // Badger, one write per batch), with the upstream's own event ids in stream_ids.
 var _ store.StreamRecorder = (*Store)(nil)
 
@@ -37,41 +38,99 @@ func dropAttempts(ctx context.Context, tx pgx.Tx, key []byte, op, token string) 
 }
 
 // BeginStream implements store.StreamRecorder. The stream of a previous attempt under the same
-// key is replaced and its events deleted. The claim's row is locked while the head is written,
-// so an attempt whose claim is being taken over cannot start a stream over the new one's.
-func (s *Store) BeginStream(key []byte, token string, status int, header http.Header, keep time.Duration) error {
-	h, err := store.EncodeHeader(header)
+// id is replaced and its events deleted. What the holder holds by (the key's claim, or the
+// operation) is locked while the head is written, so an attempt whose hold is being taken over
+// cannot start a stream over the new one's.
+func (s *Store) BeginStream(stream []byte, h store.StreamHolder, status int, header http.Header, keep time.Duration) error {
+	hdr, err := store.EncodeHeader(header)
 	if err != nil {
 		return err
 	}
+	worker, opID := fenceColumns(stream, h)
 	return s.do(func(ctx context.Context, tx pgx.Tx) error {
 		if err := relaxed(ctx, tx); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `WITH held AS (
-				SELECT 1 FROM idempotency_keys WHERE key = $1 AND state = 1 AND token = $2 FOR SHARE)
-			INSERT INTO stream_heads (key, token, state, status, header, keep_until)
-			SELECT $1, $2, 1, $3, $4, $5 FROM held
+		if held, err := lockHolder(ctx, tx, stream, h); err != nil || !held {
+			return cmp.Or(err, error(domain{store.ErrNotHolder}))
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO stream_heads (key, token, state, status, header, keep_until, holder, operation_id)
+			VALUES ($1, $2, 1, $3, $4, $5, $6, $7)
 			ON CONFLICT (key) DO UPDATE SET token = EXCLUDED.token, state = 1, status = EXCLUDED.status,
-				header = EXCLUDED.header, events = 0, bytes = 0, keep_until = EXCLUDED.keep_until`,
-			key, token, status, h, s.now().Add(keep))
+				header = EXCLUDED.header, events = 0, bytes = 0, keep_until = EXCLUDED.keep_until,
+				holder = EXCLUDED.holder, operation_id = EXCLUDED.operation_id`,
+			stream, h.Token, status, hdr, s.now().Add(keep), worker, opID)
 		if err != nil {
 			return err
 		}
-		if tag.RowsAffected() == 0 {
-			return domain{store.ErrNotHolder}
-		}
-		return dropAttempts(ctx, tx, key, "<>", token)
+		return dropAttempts(ctx, tx, stream, "<>", h.Token)
 	})
 }
 
+// fenceColumns are what an operation's stream head keeps of its fence (migration 0008): the
+// worker and the operation; both NULL for a keyed stream, fenced by its key's claim.
+func fenceColumns(stream []byte, h store.StreamHolder) (worker, opID *string) {
+	if h.Worker == "" {
+		return nil, nil
+	}
+	id := string(stream)
+	return &h.Worker, &id
+}
+
+// lockHolder reports whether h holds stream, and locks what it holds by (the key's row, or the
+// operation's) until tx ends: no takeover commits between the check and tx's writes.
+func lockHolder(ctx context.Context, tx pgx.Tx, stream []byte, h store.StreamHolder) (bool, error) {
+	var err error
+	if h.Worker == "" {
+		err = tx.QueryRow(ctx, `SELECT 1 FROM idempotency_keys WHERE key = $1 AND state = 1 AND token = $2 FOR SHARE`,
+			stream, h.Token).Scan(new(int))
+	} else {
+		err = tx.QueryRow(ctx, `SELECT 1 FROM operations WHERE id = $1 AND status = 'running' AND holder = $2 FOR SHARE`,
+			string(stream), h.Worker).Scan(new(int))
+	}
+	if err == pgx.ErrNoRows {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// streamFence locks what h holds by (lockHolder), or answers why h may not write stream (refusal).
+func streamFence(ctx context.Context, tx pgx.Tx, stream []byte, h store.StreamHolder) error {
+	held, err := lockHolder(ctx, tx, stream, h)
+	if err != nil || held {
+		return err
+	}
+	return refusal(ctx, tx, stream, h)
+}
+
+// refusal says why h may not write stream: ErrStreamNotLive when the stream is not live under
+// h's attempt (finished, aborted, replaced), else ErrNotHolder (h lost what it held).
+func refusal(ctx context.Context, db querier, stream []byte, h store.StreamHolder) error {
+	var live bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM stream_heads WHERE key = $1 AND token = $2 AND state = 1)`,
+		stream, h.Token).Scan(&live)
+	switch {
+	case err != nil:
+		return err
+	case live:
+		return domain{store.ErrNotHolder}
+	}
+	return domain{store.ErrStreamNotLive}
+}
+
+// headHeldSQL is whether the holder of stream head h still holds: a keyed stream's key is in
+// flight under the head's token; an operation's stream's operation runs under the head's holder.
+const headHeldSQL = `CASE WHEN h.operation_id IS NULL
+		THEN EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.key = h.key AND k.state = 1 AND k.token = h.token)
+		ELSE EXISTS (SELECT 1 FROM operations o WHERE o.id = h.operation_id AND o.status = 'running' AND o.holder = h.holder) END`
+
 // AppendEvents implements store.StreamRecorder in one statement, so one round trip: the head is
-// advanced (fenced on the claim's token and a live stream), the batch stored as one segment and
+// advanced (fenced on the attempt's token, a live stream and a holder that still holds), the batch stored as one segment and
 // the upstream's own ids indexed, in the statement's own transaction, which does not wait for
 // the WAL flush (set_config, local to that transaction: see relaxed). An id the stream repeats,
 // in this batch or an earlier one, is ambiguous and indexed at position 0, which FindEvent
 // never finds (docs/streams.md).
-func (s *Store) AppendEvents(key []byte, token string, events []store.StreamEvent) error {
+func (s *Store) AppendEvents(stream []byte, h store.StreamHolder, events []store.StreamEvent) error {
 	if len(events) == 0 {
 		return nil
 	}
@@ -88,8 +147,8 @@ func (s *Store) AppendEvents(key []byte, token string, events []store.StreamEven
 	return s.query(func(ctx context.Context, db querier) error {
 		var appended int
 		err := db.QueryRow(ctx, `WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true)),
-			head AS (UPDATE stream_heads SET events = events + $3, bytes = bytes + $4
-				WHERE key = $1 AND token = $2 AND state = 1 RETURNING events - $3 AS last),
+			head AS (UPDATE stream_heads h SET events = h.events + $3, bytes = h.bytes + $4
+				WHERE h.key = $1 AND h.token = $2 AND h.state = 1 AND `+headHeldSQL+` RETURNING h.events - $3 AS last),
 			seg AS (INSERT INTO stream_segments (key, token, first_seq, last_seq, data)
 				SELECT $1, $2, head.last + 1, head.last + $3, $5 FROM relaxed, head RETURNING first_seq),
 			ids AS (INSERT INTO stream_ids (key, token, id, seq)
@@ -99,25 +158,27 @@ func (s *Store) AppendEvents(key []byte, token string, events []store.StreamEven
 				GROUP BY i.id
 				ON CONFLICT (key, token, id) DO UPDATE SET seq = 0)
 			SELECT count(*) FROM seg`,
-			key, token, len(events), size, segment, ids, at).Scan(&appended)
+			stream, h.Token, len(events), size, segment, ids, at).Scan(&appended)
 		if err != nil {
 			return err
 		}
 		if appended == 0 {
-			return domain{store.ErrStreamNotLive}
+			return refusal(ctx, db, stream, h)
 		}
 		return nil
 	})
 }
 
-// readEventsSQL reads a stream's head, whether its claim is still held, and the segments holding
+// readEventsSQL reads a stream's head, whether its holder still holds (lease included), and the segments holding
 // the events after $3, up to $4 of them. The first of those segments is found by the primary
 // key, as the last one starting at or before event $3+1 (segments are contiguous), so a page
 // deep in a long stream reads its own segments and not every one before it.
 const readEventsSQL = `SELECT h.token, h.state, h.status, h.header, h.events, h.bytes,
-		coalesce(k.state = 1 AND k.token = h.token AND k.lease_until > $2, false), g.first_seq, g.data
+		coalesce(CASE WHEN h.operation_id IS NULL THEN k.state = 1 AND k.token = h.token AND k.lease_until > $2
+			ELSE o.status = 'running' AND o.holder = h.holder AND o.lease_until > $2 END, false), g.first_seq, g.data
 	FROM stream_heads h
 	LEFT JOIN idempotency_keys k ON k.key = h.key
+	LEFT JOIN operations o ON o.id = h.operation_id
 	LEFT JOIN LATERAL (SELECT first_seq, data FROM stream_segments
 		WHERE key = h.key AND token = h.token AND $4 > 0 AND last_seq > $3 AND first_seq <= $3 + $4
 			AND first_seq >= coalesce((SELECT max(first_seq) FROM stream_segments
@@ -127,15 +188,15 @@ const readEventsSQL = `SELECT h.token, h.state, h.status, h.header, h.events, h.
 	ORDER BY g.first_seq`
 
 // ReadEvents implements store.StreamRecorder, in one statement (one snapshot): the head, whether
-// its claim is still held, and the segments holding the events after..after+limit. A live
-// stream whose claim is gone or ran out of lease (its gateway died) reads as aborted.
-func (s *Store) ReadEvents(key []byte, after uint64, limit int) (store.StreamPage, error) {
+// its holder still holds, and the segments holding the events after..after+limit. A live stream
+// whose holder lost its hold or ran out of lease (its gateway died) reads as aborted.
+func (s *Store) ReadEvents(stream []byte, after uint64, limit int) (store.StreamPage, error) {
 	var page store.StreamPage
 	limit = max(limit, 0)
 	err := s.query(func(ctx context.Context, db querier) error {
 		now := s.now()
 		from := int64(min(after, 1<<62))
-		rows, err := db.Query(ctx, readEventsSQL, key, now, from, limit)
+		rows, err := db.Query(ctx, readEventsSQL, stream, now, from, limit)
 		if err != nil {
 			return err
 		}
@@ -175,14 +236,14 @@ func (s *Store) ReadEvents(key []byte, after uint64, limit int) (store.StreamPag
 
 // FindEvent implements store.StreamRecorder: an upstream's own id is found in stream_ids; a
 // gateway-assigned id is the event's position.
-func (s *Store) FindEvent(key []byte, id string) (uint64, bool, error) {
+func (s *Store) FindEvent(stream []byte, id string) (uint64, bool, error) {
 	var seq int64
 	var found bool
 	err := s.query(func(ctx context.Context, db querier) error {
 		var events int64
 		err := db.QueryRow(ctx, `SELECT h.events, coalesce((SELECT i.seq FROM stream_ids i
 				WHERE i.key = h.key AND i.token = h.token AND i.id = $3), -1)
-			FROM stream_heads h WHERE h.key = $1 AND h.keep_until > $2`, key, s.now(), []byte(id)).Scan(&events, &seq)
+			FROM stream_heads h WHERE h.key = $1 AND h.keep_until > $2`, stream, s.now(), []byte(id)).Scan(&events, &seq)
 		switch {
 		case err == pgx.ErrNoRows:
 			return nil
@@ -201,21 +262,26 @@ func (s *Store) FindEvent(key []byte, id string) (uint64, bool, error) {
 	return uint64(seq), found, err
 }
 
-// FinishStream implements store.StreamRecorder: the stream is marked whole and the key
-// completed with its status and headers in one transaction, which waits for the WAL flush.
-func (s *Store) FinishStream(key []byte, token string, expires time.Time) error {
+// FinishStream implements store.StreamRecorder: the stream is marked whole and, for a keyed
+// stream, the key completed with its status and headers, in one transaction, which waits for
+// the WAL flush. An operation's stream is kept until expires at most.
+func (s *Store) FinishStream(stream []byte, h store.StreamHolder, expires time.Time) error {
 	return s.do(func(ctx context.Context, tx pgx.Tx) error {
+		if err := streamFence(ctx, tx, stream, h); err != nil {
+			return err
+		}
 		var (
 			status int32
 			header []byte
 			keep   time.Time
 		)
-		err := tx.QueryRow(ctx, `UPDATE stream_heads SET state = 2 WHERE key = $1 AND token = $2 AND state = 1
-			RETURNING status, header, keep_until`, key, token).Scan(&status, &header, &keep)
+		err := tx.QueryRow(ctx, `UPDATE stream_heads SET state = 2,
+				keep_until = CASE WHEN operation_id IS NULL THEN keep_until ELSE least(keep_until, $3) END
+			WHERE key = $1 AND token = $2 AND state = 1 RETURNING status, header, keep_until`, stream, h.Token, expires).Scan(&status, &header, &keep)
 		if err == pgx.ErrNoRows {
 			return domain{store.ErrStreamNotLive}
 		}
-		if err != nil {
+		if err != nil || h.Worker != "" {
 			return err
 		}
 		if expires.After(keep) {
@@ -223,7 +289,7 @@ func (s *Store) FinishStream(key []byte, token string, expires time.Time) error 
 		}
 		tag, err := tx.Exec(ctx, `UPDATE idempotency_keys SET rev = rev + 1, state = 2, token = '', lease_until = NULL,
 			expires_at = $3, purge_at = $3, operation_id = NULL, response_status = $4, response_header = $5,
-			response_body = '', streamed_rev = rev + 1 WHERE key = $1 AND state = 1 AND token = $2`, key, token, expires, status, header)
+			response_body = '', streamed_rev = rev + 1 WHERE key = $1 AND state = 1 AND token = $2`, stream, h.Token, expires, status, header)
 		if err != nil {
 			return err
 		}
@@ -235,33 +301,40 @@ func (s *Store) FinishStream(key []byte, token string, expires time.Time) error 
 }
 
 // DropStream implements store.StreamRecorder: the stream is marked aborted and its events
-// deleted, in one transaction; the claim stays.
-func (s *Store) DropStream(key []byte, token string) error {
+// deleted, in one transaction; a key stays claimed.
+func (s *Store) DropStream(stream []byte, h store.StreamHolder) error {
 	return s.do(func(ctx context.Context, tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE stream_heads SET state = 3 WHERE key = $1 AND token = $2 AND state = 1`, key, token)
+		if err := streamFence(ctx, tx, stream, h); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE stream_heads SET state = 3 WHERE key = $1 AND token = $2 AND state = 1`, stream, h.Token)
 		if err != nil {
 			return err
 		}
 		if tag.RowsAffected() == 0 {
 			return domain{store.ErrStreamNotLive}
 		}
-		return dropAttempts(ctx, tx, key, "=", token)
+		return dropAttempts(ctx, tx, stream, "=", h.Token)
 	})
 }
 
-// AbortStream implements store.StreamRecorder: while the key is still in flight under token,
-// the key is released, the stream marked aborted and its events deleted, in one transaction. A
-// key no longer held under token is left alone: a FinishStream whose commit landed although its
-// caller saw an error must go on replaying, not be aborted afterwards.
-func (s *Store) AbortStream(key []byte, token string) error {
+// AbortStream implements store.StreamRecorder: while h still holds, the stream is marked aborted,
+// its events deleted and, for a keyed stream, the key released, in one transaction. A holder
+// that no longer holds is left alone: a FinishStream whose commit landed although its caller saw
+// an error must go on replaying, not be aborted afterwards.
+func (s *Store) AbortStream(stream []byte, h store.StreamHolder) error {
 	return s.do(func(ctx context.Context, tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `DELETE FROM idempotency_keys WHERE key = $1 AND state = 1 AND token = $2`, key, token)
-		if err != nil || tag.RowsAffected() == 0 {
-			return err // the claim is already gone (finished, released, taken over): nothing to do
+		if held, err := lockHolder(ctx, tx, stream, h); err != nil || !held {
+			return err // the claim or the operation is already gone: nothing to do
 		}
-		if _, err := tx.Exec(ctx, `UPDATE stream_heads SET state = 3 WHERE key = $1 AND token = $2`, key, token); err != nil {
+		if h.Worker == "" {
+			if _, err := tx.Exec(ctx, `DELETE FROM idempotency_keys WHERE key = $1 AND state = 1 AND token = $2`, stream, h.Token); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(ctx, `UPDATE stream_heads SET state = 3 WHERE key = $1 AND token = $2`, stream, h.Token); err != nil {
 			return err
 		}
-		return dropAttempts(ctx, tx, key, "=", token)
+		return dropAttempts(ctx, tx, stream, "=", h.Token)
 	})
 }

@@ -19,7 +19,7 @@ func TestDeepPageOfALongStreamReadsOnlyItsSegments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.BeginStream(key, c.Token, 200, nil, time.Hour); err != nil {
+	if err := st.BeginStream(key, store.KeyHolder(c.Token), 200, nil, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	const segments = 20000

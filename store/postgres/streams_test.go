@@ -20,9 +20,9 @@ func TestStreamedRecordIsUnboundByAnyLaterWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = st.BeginStream(key, c.Token, 200, nil, time.Hour)
-	_ = st.AppendEvents(key, c.Token, []store.StreamEvent{{ID: "1", Data: []byte("data: a\n\n")}})
-	if err := st.FinishStream(key, c.Token, time.Now().Add(time.Hour)); err != nil {
+	_ = st.BeginStream(key, store.KeyHolder(c.Token), 200, nil, time.Hour)
+	_ = st.AppendEvents(key, store.KeyHolder(c.Token), []store.StreamEvent{{ID: "1", Data: []byte("data: a\n\n")}})
+	if err := st.FinishStream(key, store.KeyHolder(c.Token), time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if rec, err := st.LookupKey(key); err != nil || rec == nil || !rec.Streamed {

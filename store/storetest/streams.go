@@ -36,7 +36,7 @@ func (e *env) liveStream(t *testing.T) (store.Backend, store.StreamRecorder, sto
 	t.Helper()
 	b, sr := e.recorder(t)
 	c := must(b.ClaimKey(keyA, fpA, time.Minute))(t)
-	if err := sr.BeginStream(keyA, c.Token, 200, sseHeader, time.Hour); err != nil {
+	if err := sr.BeginStream(keyA, store.KeyHolder(c.Token), 200, sseHeader, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	return b, sr, c
@@ -56,14 +56,14 @@ func events(from, to int) []store.StreamEvent {
 func testFinishedStreamReplaysWholeInPages(t *testing.T, e *env) {
 	b, sr, c := e.liveStream(t)
 	for _, batch := range [][]store.StreamEvent{events(1, 3), events(4, 4), events(5, 20)} {
-		if err := sr.AppendEvents(keyA, c.Token, batch); err != nil {
+		if err := sr.AppendEvents(keyA, store.KeyHolder(c.Token), batch); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if p := must(sr.ReadEvents(keyA, 0, 0))(t); p.State != store.StreamLive || p.Events != 20 {
 		t.Fatalf("live head: %+v", p)
 	}
-	if err := sr.FinishStream(keyA, c.Token, e.clock.Now().Add(time.Hour)); err != nil {
+	if err := sr.FinishStream(keyA, store.KeyHolder(c.Token), e.clock.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	again := must(b.ClaimKey(keyA, fpA, time.Minute))(t)
@@ -95,7 +95,7 @@ func testFinishedStreamReplaysWholeInPages(t *testing.T, e *env) {
 // The upstream's own event ids are found by id; gateway ids are positions.
 func testUpstreamEventIDsAreIndexed(t *testing.T, e *env) {
 	_, sr, c := e.liveStream(t)
-	_ = sr.AppendEvents(keyA, c.Token, []store.StreamEvent{{ID: "chatcmpl-a", Data: []byte("x")}, {ID: "2", Data: []byte("y")}, {ID: "chatcmpl-c", Data: []byte("z")}})
+	_ = sr.AppendEvents(keyA, store.KeyHolder(c.Token), []store.StreamEvent{{ID: "chatcmpl-a", Data: []byte("x")}, {ID: "2", Data: []byte("y")}, {ID: "chatcmpl-c", Data: []byte("z")}})
 	for id, want := range map[string]uint64{"chatcmpl-a": 1, "2": 2, "chatcmpl-c": 3} {
 		if seq, ok, err := sr.FindEvent(keyA, id); !ok || seq != want || err != nil {
 			t.Errorf("FindEvent(%q) = %d %v %v, want %d", id, seq, ok, err, want)
@@ -109,8 +109,8 @@ func testUpstreamEventIDsAreIndexed(t *testing.T, e *env) {
 // An aborted stream releases its key at once and is never replayed, nor finished later.
 func testAbortedStreamReleasesTheKey(t *testing.T, e *env) {
 	b, sr, c := e.liveStream(t)
-	_ = sr.AppendEvents(keyA, c.Token, events(1, 10))
-	if err := sr.AbortStream(keyA, c.Token); err != nil {
+	_ = sr.AppendEvents(keyA, store.KeyHolder(c.Token), events(1, 10))
+	if err := sr.AbortStream(keyA, store.KeyHolder(c.Token)); err != nil {
 		t.Fatal(err)
 	}
 	if p := must(sr.ReadEvents(keyA, 0, 100))(t); p.State != store.StreamAborted || len(p.List) != 0 {
@@ -119,7 +119,7 @@ func testAbortedStreamReleasesTheKey(t *testing.T, e *env) {
 	if again := must(b.ClaimKey(keyA, fpA, time.Minute))(t); again.Outcome != store.Claimed {
 		t.Fatalf("after abort the key is %v, want claimable", again.Outcome)
 	}
-	if err := sr.FinishStream(keyA, c.Token, e.clock.Now().Add(time.Hour)); err == nil {
+	if err := sr.FinishStream(keyA, store.KeyHolder(c.Token), e.clock.Now().Add(time.Hour)); err == nil {
 		t.Fatal("an aborted stream was finished")
 	}
 }
@@ -128,7 +128,7 @@ func testAbortedStreamReleasesTheKey(t *testing.T, e *env) {
 // does not inherit it.
 func testStreamOfACrashedGatewayReadsAsAborted(t *testing.T, e *env) {
 	b, sr, c := e.liveStream(t)
-	_ = sr.AppendEvents(keyA, c.Token, events(1, 10))
+	_ = sr.AppendEvents(keyA, store.KeyHolder(c.Token), events(1, 10))
 	e.clock.Advance(2 * time.Minute)
 	if p := must(sr.ReadEvents(keyA, 0, 100))(t); p.State != store.StreamAborted {
 		t.Fatalf("a stream whose claim expired reads as %v", p.State)
@@ -153,8 +153,8 @@ func testLiveStreamIsFollowedThroughAnotherHandle(t *testing.T, e *env) {
 		t.Fatalf("a duplicate on the other handle: %v", dup.Outcome)
 	}
 	hdr := http.Header{"Content-Type": {"text/event-stream"}, "X-Model": {"m1"}}
-	_ = sr.BeginStream(keyA, c.Token, 200, hdr, time.Hour)
-	_ = sr.AppendEvents(keyA, c.Token, events(1, 5))
+	_ = sr.BeginStream(keyA, store.KeyHolder(c.Token), 200, hdr, time.Hour)
+	_ = sr.AppendEvents(keyA, store.KeyHolder(c.Token), events(1, 5))
 	p := must(osr.ReadEvents(keyA, 0, 100))(t)
 	if p.State != store.StreamLive || p.Token != c.Token || p.Events != 5 || len(p.List) != 5 || p.Header.Get("X-Model") != "m1" {
 		t.Fatalf("the other handle reads %v, %d of %d events, header %v", p.State, len(p.List), p.Events, p.Header)
@@ -162,8 +162,8 @@ func testLiveStreamIsFollowedThroughAnotherHandle(t *testing.T, e *env) {
 	if seq, ok, _ := osr.FindEvent(keyA, "4"); !ok || seq != 4 {
 		t.Fatalf("the other handle finds event 4 at %d %v", seq, ok)
 	}
-	_ = sr.AppendEvents(keyA, c.Token, events(6, 8))
-	if err := sr.FinishStream(keyA, c.Token, e.clock.Now().Add(time.Hour)); err != nil {
+	_ = sr.AppendEvents(keyA, store.KeyHolder(c.Token), events(6, 8))
+	if err := sr.FinishStream(keyA, store.KeyHolder(c.Token), e.clock.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	p = must(osr.ReadEvents(keyA, 5, 100))(t)
@@ -181,24 +181,24 @@ func testLiveStreamIsFollowedThroughAnotherHandle(t *testing.T, e *env) {
 func testNextAttemptReplacesTheStream(t *testing.T, e *env) {
 	b, sr := e.recorder(t)
 	old := must(b.ClaimKey(keyA, fpA, time.Minute))(t)
-	_ = sr.BeginStream(keyA, old.Token, 200, sseHeader, time.Hour)
-	_ = sr.AppendEvents(keyA, old.Token, events(1, 6))
+	_ = sr.BeginStream(keyA, store.KeyHolder(old.Token), 200, sseHeader, time.Hour)
+	_ = sr.AppendEvents(keyA, store.KeyHolder(old.Token), events(1, 6))
 	e.clock.Advance(2 * time.Minute)
 	next := must(b.ClaimKey(keyA, fpA, time.Minute))(t)
 	if next.Outcome != store.Claimed {
 		t.Fatalf("takeover: %v", next.Outcome)
 	}
-	if err := sr.BeginStream(keyA, old.Token, 200, sseHeader, time.Hour); err == nil {
+	if err := sr.BeginStream(keyA, store.KeyHolder(old.Token), 200, sseHeader, time.Hour); err == nil {
 		t.Fatal("the old attempt began a stream after losing its claim")
 	}
-	if err := sr.BeginStream(keyA, next.Token, 201, sseHeader, time.Hour); err != nil {
+	if err := sr.BeginStream(keyA, store.KeyHolder(next.Token), 201, sseHeader, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if err := sr.AppendEvents(keyA, old.Token, events(7, 7)); err == nil {
+	if err := sr.AppendEvents(keyA, store.KeyHolder(old.Token), events(7, 7)); err == nil {
 		t.Fatal("the old attempt appended to the new attempt's stream")
 	}
-	_ = sr.AppendEvents(keyA, next.Token, events(1, 2))
-	if err := sr.FinishStream(keyA, old.Token, e.clock.Now().Add(time.Hour)); err == nil {
+	_ = sr.AppendEvents(keyA, store.KeyHolder(next.Token), events(1, 2))
+	if err := sr.FinishStream(keyA, store.KeyHolder(old.Token), e.clock.Now().Add(time.Hour)); err == nil {
 		t.Fatal("the old attempt finished the new attempt's stream")
 	}
 	p := must(sr.ReadEvents(keyA, 0, 100))(t)
@@ -219,7 +219,7 @@ func testEventIDsAndDataKeepTheirBytes(t *testing.T, e *env) {
 		{ID: "", Data: []byte{}},
 		{ID: "3", Data: []byte("data: ok\n\n")},
 	}
-	if err := sr.AppendEvents(keyA, c.Token, odd); err != nil {
+	if err := sr.AppendEvents(keyA, store.KeyHolder(c.Token), odd); err != nil {
 		t.Fatal(err)
 	}
 	if seq, ok, err := sr.FindEvent(keyA, odd[0].ID); !ok || seq != 1 || err != nil {
@@ -242,8 +242,8 @@ func testEventIDsAndDataKeepTheirBytes(t *testing.T, e *env) {
 func testDroppedStreamKeepsItsClaim(t *testing.T, e *env) {
 	b, sr, c := e.liveStream(t)
 	other := e.open()
-	_ = sr.AppendEvents(keyA, c.Token, events(1, 4))
-	if err := sr.DropStream(keyA, c.Token); err != nil {
+	_ = sr.AppendEvents(keyA, store.KeyHolder(c.Token), events(1, 4))
+	if err := sr.DropStream(keyA, store.KeyHolder(c.Token)); err != nil {
 		t.Fatal(err)
 	}
 	if p := must(other.ReadEvents(keyA, 0, 100))(t); p.State != store.StreamAborted || len(p.List) != 0 {
@@ -252,13 +252,13 @@ func testDroppedStreamKeepsItsClaim(t *testing.T, e *env) {
 	if dup := must(other.ClaimKey(keyA, fpA, time.Minute))(t); dup.Outcome != store.InProgress {
 		t.Fatalf("a dropped stream's key is %v, want still in progress", dup.Outcome)
 	}
-	if err := sr.AppendEvents(keyA, c.Token, events(5, 5)); err == nil {
+	if err := sr.AppendEvents(keyA, store.KeyHolder(c.Token), events(5, 5)); err == nil {
 		t.Fatal("appended to a dropped stream")
 	}
-	if err := sr.FinishStream(keyA, c.Token, e.clock.Now().Add(time.Hour)); err == nil {
+	if err := sr.FinishStream(keyA, store.KeyHolder(c.Token), e.clock.Now().Add(time.Hour)); err == nil {
 		t.Fatal("finished a dropped stream")
 	}
-	if err := sr.AbortStream(keyA, c.Token); err != nil {
+	if err := sr.AbortStream(keyA, store.KeyHolder(c.Token)); err != nil {
 		t.Fatal(err)
 	}
 	if again := must(b.ClaimKey(keyA, fpA, time.Minute))(t); again.Outcome != store.Claimed {

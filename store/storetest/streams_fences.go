@@ -20,9 +20,9 @@ var streamFenceTests = []test{
 // changes nothing, so the key goes on replaying the whole stream.
 func testAbortAfterFinishLeavesTheStreamReplaying(t *testing.T, e *env) {
 	b, sr, c := e.liveStream(t)
-	ok(t, sr.AppendEvents(keyA, c.Token, events(1, 5)))
-	ok(t, sr.FinishStream(keyA, c.Token, e.clock.Now().Add(time.Hour)))
-	if err := sr.AbortStream(keyA, c.Token); err != nil {
+	ok(t, sr.AppendEvents(keyA, store.KeyHolder(c.Token), events(1, 5)))
+	ok(t, sr.FinishStream(keyA, store.KeyHolder(c.Token), e.clock.Now().Add(time.Hour)))
+	if err := sr.AbortStream(keyA, store.KeyHolder(c.Token)); err != nil {
 		t.Fatalf("a late abort: %v", err)
 	}
 	if p := must(sr.ReadEvents(keyA, 0, 100))(t); p.State != store.StreamFinished || len(p.List) != 5 {
@@ -42,11 +42,11 @@ func testRepeatedUpstreamIDIsNotIndexed(t *testing.T, e *env) {
 	ev := func(id string) store.StreamEvent {
 		return store.StreamEvent{ID: id, Data: []byte("id: " + id + "\n\n")}
 	}
-	ok(t, sr.AppendEvents(keyA, c.Token, []store.StreamEvent{ev("a"), ev("b"), ev("b")}))
+	ok(t, sr.AppendEvents(keyA, store.KeyHolder(c.Token), []store.StreamEvent{ev("a"), ev("b"), ev("b")}))
 	if seq, found, _ := sr.FindEvent(keyA, "a"); !found || seq != 1 {
 		t.Fatalf(`FindEvent("a") = %d %v, want 1`, seq, found)
 	}
-	ok(t, sr.AppendEvents(keyA, c.Token, []store.StreamEvent{ev("c"), ev("a")}))
+	ok(t, sr.AppendEvents(keyA, store.KeyHolder(c.Token), []store.StreamEvent{ev("c"), ev("a")}))
 	for _, id := range []string{"a", "b"} {
 		if seq, found, err := sr.FindEvent(keyA, id); found || err != nil {
 			t.Errorf("FindEvent(%q) = %d %v %v: a repeated id was found", id, seq, found, err)
@@ -55,7 +55,7 @@ func testRepeatedUpstreamIDIsNotIndexed(t *testing.T, e *env) {
 	if seq, found, _ := sr.FindEvent(keyA, "c"); !found || seq != 4 {
 		t.Fatalf(`FindEvent("c") = %d %v, want 4`, seq, found)
 	}
-	ok(t, sr.AppendEvents(keyA, c.Token, []store.StreamEvent{ev("a")}))
+	ok(t, sr.AppendEvents(keyA, store.KeyHolder(c.Token), []store.StreamEvent{ev("a")}))
 	if _, found, _ := sr.FindEvent(keyA, "a"); found {
 		t.Error(`"a", seen a third time, was found again`)
 	}
@@ -65,7 +65,7 @@ func testRepeatedUpstreamIDIsNotIndexed(t *testing.T, e *env) {
 func testDeepPageOfALongStream(t *testing.T, e *env) {
 	_, sr, c := e.liveStream(t)
 	for i := 1; i <= 300; i += 2 {
-		ok(t, sr.AppendEvents(keyA, c.Token, events(i, i+1)))
+		ok(t, sr.AppendEvents(keyA, store.KeyHolder(c.Token), events(i, i+1)))
 	}
 	p := must(sr.ReadEvents(keyA, 250, 5))(t)
 	if len(p.List) != 5 || p.List[0].Seq != 251 || p.List[4].Seq != 255 || p.List[0].ID != "251" {

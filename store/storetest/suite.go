@@ -20,7 +20,7 @@ type Storage func(now func() time.Time) store.Backend
 
 // Run runs the suite; fresh returns a new, empty storage for each test.
 func Run(t *testing.T, fresh func(t *testing.T) Storage) {
-	for _, tc := range slices.Concat(keyTests, operationTests, queueTests, capacityTests, outboxTests, inputTests, streamTests, streamFenceTests, admissionTests, batchTests) {
+	for _, tc := range slices.Concat(keyTests, operationTests, queueTests, capacityTests, outboxTests, inputTests, streamTests, streamFenceTests, operationStreamTests, admissionTests, batchTests) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.fn(t, &env{storage: fresh(t), clock: NewClock()})
