@@ -224,33 +224,6 @@ func (a *AdminAPI) evict(w http.ResponseWriter, r *http.Request, run *runner) er
 	return adminJSON(w, map[string]any{"evicted": found})
 }
 
-// stats is a snapshot of the runner and its outbox.
-func (r *runner) stats() map[string]any {
-	r.mu.Lock()
-	running, pooled, cfg := len(r.running), r.pooled, r.cfg
-	r.mu.Unlock()
-	pending, dead, _ := r.st.CountEvents()
-	out := map[string]any{
-		"storage": r.name, "worker": r.worker, "queued": r.queued.Load(), "running": running,
-		"running_from_queue": pooled, "concurrency": cfg.concurrency, "takeover": cfg.takeover.String(),
-		"webhooks": map[string]any{"pending": pending, "dead_letters": dead, "endpoints": r.courier.endpointStates()},
-	}
-	if c := r.capacityStats(); c != nil {
-		out["capacity"] = c
-	}
-	return out
-}
-
-// endpointStates reports each configured endpoint's breaker and whether a 410 disabled it.
-func (c *courier) endpointStates() map[string]any {
-	out := map[string]any{}
-	for name, breaker := range c.breakerStates() {
-		st, _ := c.st.GetEndpointState(name)
-		out[name] = map[string]any{"breaker": breaker, "disabled": st.Disabled}
-	}
-	return out
-}
-
 // Interface guards
 var (
 	_ caddy.Module      = (*AdminAPI)(nil)

@@ -47,7 +47,7 @@ func TestDeliveryUnderWayWhenAReloadDropsTheWebhooksWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c := newCourier(st, "worker-1", zap.NewNop())
+	c := newCourier(st, "worker-1", realClock, zap.NewNop())
 	defer c.stop()
 	c.configure(nil) // the reload's config has no webhooks
 	c.sends.Add(1)
