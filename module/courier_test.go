@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/badger"
 	"github.com/mulligan-gw/mulligan/webhook"
@@ -172,4 +174,83 @@ func TestStandardWebhooksDeliveryCarriesTheEventType(t *testing.T) {
 	if strings.Join(types, " ") != "operation.running operation.succeeded" {
 		t.Fatalf("X-Event-Type of the deliveries: %q", types)
 	}
+}
+
+// delivery is one webhook attempt a receiver saw: when, on the test's clock, and the event.
+type delivery struct {
+	at      time.Time
+	eventID string
+}
+
+// TestDefaultScheduleSpacesEightAttemptsThenDeadLetters: an event whose receiver keeps
+// answering 503 is tried 8 times, each retry due its default-schedule wait after the failure
+// (5s, 5m, 30m, 2h, 5h, 10h, 10h, each lengthened by at most 20%) and delivered when due on the
+// courier's clock; then it is dead-lettered. The breaker is set past 8 failures: it keeps
+// time on gobreaker's wall clock, which the test's clock does not move.
+func TestDefaultScheduleSpacesEightAttemptsThenDeadLetters(t *testing.T) {
+	clock := newFakeClock()
+	deliveries := make(chan delivery, 16)
+	rc := newReceiver(t, secretA, func(r *http.Request) int {
+		deliveries <- delivery{at: clock.Now(), eventID: r.Header.Get("webhook-id")}
+		return http.StatusServiceUnavailable
+	})
+	url := rc.srv.URL + "/hook"
+	cfg := WebhooksConfig{Endpoints: []EndpointConfig{{Name: "hooks", URL: url, Secrets: []string{secretA}}},
+		Default: "hooks", AllowPrivate: true, BreakerFailures: 100}
+	cfg.setDefaults()
+	h, err := newWebhookSetup(&cfg, caddy.NewReplacer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"ok":true}`)) })
+	lr := newLoopRunner(t, clock, answer, runnerConfig{endpoints: map[string]*webhookSetup{"hooks": h}})
+	lr.accept(t, "op_1", testExecution(time.Minute, 3), &store.Callback{Endpoint: "hooks", URL: url}, chat("announced"))
+	lr.claimNext()
+	d := awaitDelivery(t, clock, deliveries, "the first attempt")
+	start := d.at
+	for retry, wait := range webhook.DefaultSchedule {
+		ev := awaitEvent(t, lr.st, d.eventID, "attempt recorded", func(ev *store.Event) bool { return ev.Attempts == retry+1 })
+		if gap := ev.NextAttempt.Sub(d.at); ev.State != store.EventPending || gap < wait || gap > wait+wait/5 {
+			t.Fatalf("after attempt %d: %s, due %v later; want pending, due in [%v, %v]", retry+1, ev.State, gap, wait, wait+wait/5)
+		}
+		clock.Advance(clock.Until(ev.NextAttempt))
+		d = awaitDelivery(t, clock, deliveries, fmt.Sprintf("attempt %d when due", retry+2))
+		if late := d.at.Sub(ev.NextAttempt); late < 0 || late > time.Second {
+			t.Fatalf("attempt %d came %v after it was due, want within [0, 1s]", retry+2, late)
+		}
+	}
+	ev := awaitEvent(t, lr.st, d.eventID, "dead-lettered", func(ev *store.Event) bool { return ev.State == store.EventDead })
+	if ev.Attempts != 8 || ev.DeadReason != "max_attempts reached" {
+		t.Fatalf("dead letter after %d attempts, %q; want 8, max_attempts reached", ev.Attempts, ev.DeadReason)
+	}
+	t.Logf("8 attempts over %v on the clock", d.at.Sub(start))
+}
+
+// awaitDelivery waits for the next attempt, moving the clock on a little while it waits: the
+// courier's pass may have read the time just before the test advanced it.
+func awaitDelivery(t *testing.T, clock *clockwork.FakeClock, deliveries <-chan delivery, what string) delivery {
+	t.Helper()
+	var d delivery
+	testkit.WaitFor(t, 10*time.Second, what, func() bool {
+		select {
+		case d = <-deliveries:
+			return true
+		default:
+			clock.Advance(10 * time.Millisecond)
+			return false
+		}
+	})
+	return d
+}
+
+// awaitEvent waits until the outbox's copy of event id satisfies cond, and returns it.
+func awaitEvent(t *testing.T, st store.Backend, id, what string, cond func(*store.Event) bool) *store.Event {
+	t.Helper()
+	var ev *store.Event
+	testkit.WaitFor(t, 10*time.Second, what, func() bool {
+		got, err := st.GetEvent(id)
+		ev = got
+		return err == nil && cond(got)
+	})
+	return ev
 }

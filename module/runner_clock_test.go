@@ -57,12 +57,28 @@ func (lr *loopRunner) stop() {
 	lr.courier.stop()
 }
 
-// accept queues an operation that runs with ex, posting body to the chat path.
+// accept queues an operation that runs with ex, posting body to the chat path; events about it
+// go to callback, if any.
 func (lr *loopRunner) accept(t *testing.T, id string, ex store.Execution, callback *store.Callback, body string) {
 	t.Helper()
-	op := &store.Operation{ID: id, Scope: "s", Status: store.StatusQueued, Version: 1, Method: "POST", Path: chatPath,
-		SubmittedAt: lr.clock.Now(), Retention: time.Hour, Urgency: store.DefaultUrgency, Exec: &ex, Callback: callback}
-	req := &store.Request{Method: "POST", URL: chatPath, Host: "gateway.test", Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(body)}
+	lr.queue(t, &store.Operation{ID: id, Exec: &ex, Callback: callback}, nil, body)
+}
+
+// acceptWith queues an operation as accept does, its request carrying header.
+func (lr *loopRunner) acceptWith(t *testing.T, id string, ex store.Execution, header http.Header, body string) {
+	t.Helper()
+	lr.queue(t, &store.Operation{ID: id, Exec: &ex}, header, body)
+}
+
+func (lr *loopRunner) queue(t *testing.T, op *store.Operation, header http.Header, body string) {
+	t.Helper()
+	op.Scope, op.Status, op.Version, op.Method, op.Path = "s", store.StatusQueued, 1, "POST", chatPath
+	op.SubmittedAt, op.Retention, op.Urgency = lr.clock.Now(), time.Hour, store.DefaultUrgency
+	req := &store.Request{Method: "POST", URL: chatPath, Host: "gateway.test", Header: header.Clone(), Body: []byte(body)}
+	if req.Header == nil {
+		req.Header = http.Header{}
+	}
+	req.Header.Set("Content-Type", "application/json")
 	if _, err := lr.st.AcceptOperation(op, req, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -85,6 +101,12 @@ func (lr *loopRunner) await(t *testing.T, id string) *store.Operation {
 func testExecution(timeout time.Duration, retries int) store.Execution {
 	return store.Execution{Timeout: timeout, Retries: retries, MaxResult: defaultMaxResult, OnCrash: CrashRequeue,
 		Events: []string{EventSucceeded, EventFailed, EventCanceled}, Prefix: defaultOperationsPath}
+}
+
+// newFakeClock is a fake clock at the present to the millisecond, as both backends store times
+// (storetest.NewClock's start): events announced on the wall clock fall due on it at once.
+func newFakeClock() *clockwork.FakeClock {
+	return clockwork.NewFakeClockAt(time.Now().UTC().Truncate(time.Millisecond))
 }
 
 // timersAtLeast reports whether at least n timers wait on clock right now. A timer that fires leaves
@@ -157,7 +179,7 @@ const (
 // room, and ends the operation at once, the clock unmoved, when it does not.
 func TestUpstreamRetryAfterIsHonouredUpToTheTimeout(t *testing.T) {
 	t.Run("timeout 30s", func(t *testing.T) {
-		clock := clockwork.NewFakeClock()
+		clock := newFakeClock()
 		up, calls, _ := gatedUpstream(clock, "11")
 		lr := newLoopRunner(t, clock, up, runnerConfig{})
 		lr.accept(t, "op_1", testExecution(30*time.Second, 3), nil, chat("retry-after"))
@@ -180,7 +202,7 @@ func TestUpstreamRetryAfterIsHonouredUpToTheTimeout(t *testing.T) {
 		}
 	})
 	t.Run("timeout 5s", func(t *testing.T) {
-		clock := clockwork.NewFakeClock()
+		clock := newFakeClock()
 		up, calls, _ := gatedUpstream(clock, "11")
 		lr := newLoopRunner(t, clock, up, runnerConfig{})
 		lr.accept(t, "op_1", testExecution(5*time.Second, 3), nil, chat("retry-after"))
@@ -201,7 +223,7 @@ func TestUpstreamRetryAfterIsHonouredUpToTheTimeout(t *testing.T) {
 // backoff (250 ms doubling, full jitter: at most 500 ms, then 1 s), and after the retries the
 // operation fails UPSTREAM_UNAVAILABLE with every attempt counted.
 func TestRetryableFailuresAreRetriedWithinTheBackoffThenFail(t *testing.T) {
-	clock := clockwork.NewFakeClock()
+	clock := newFakeClock()
 	up, calls, _ := gatedUpstream(clock, "")
 	lr := newLoopRunner(t, clock, up, runnerConfig{})
 	lr.accept(t, "op_1", testExecution(time.Minute, 2), nil, chat("flaky"))
@@ -233,7 +255,7 @@ func TestRetryableFailuresAreRetriedWithinTheBackoffThenFail(t *testing.T) {
 // for the storage; the operation is left running for a takeover (docs/backends.md).
 func TestExecutionStopsOnItsOwnClockBeforeItsLeaseEnds(t *testing.T) {
 	const takeover = 2 * time.Second
-	clock := clockwork.NewFakeClock()
+	clock := newFakeClock()
 	up, calls, stopped := gatedUpstream(clock, "")
 	lr := newLoopRunner(t, clock, up, runnerConfig{takeover: takeover}) // not begun: no heartbeat renews
 	lr.accept(t, "op_1", testExecution(time.Minute, 3), nil, chat("held"))
@@ -266,7 +288,7 @@ func TestExecutionStopsOnItsOwnClockBeforeItsLeaseEnds(t *testing.T) {
 // fell silent on is taken over and run here, never before its lease ended on the clock.
 func TestSilentWorkersOperationIsTakenOverOnlyAfterItsLease(t *testing.T) {
 	const takeover = 3 * time.Second
-	clock := clockwork.NewFakeClock()
+	clock := newFakeClock()
 	up, calls, _ := gatedUpstream(clock, "")
 	lr := newLoopRunner(t, clock, up, runnerConfig{concurrency: 1, takeover: takeover})
 	lr.accept(t, "op_1", testExecution(time.Minute, 3), nil, chat("orphan"))
