@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -195,15 +196,7 @@ func TestDefaultScheduleSpacesEightAttemptsThenDeadLetters(t *testing.T) {
 		return http.StatusServiceUnavailable
 	})
 	url := rc.srv.URL + "/hook"
-	cfg := WebhooksConfig{Endpoints: []EndpointConfig{{Name: "hooks", URL: url, Secrets: []string{secretA}}},
-		Default: "hooks", AllowPrivate: true, BreakerFailures: 100}
-	cfg.setDefaults()
-	h, err := newWebhookSetup(&cfg, caddy.NewReplacer())
-	if err != nil {
-		t.Fatal(err)
-	}
-	answer := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"ok":true}`)) })
-	lr := newLoopRunner(t, clock, answer, runnerConfig{endpoints: map[string]*webhookSetup{"hooks": h}})
+	lr := newLoopRunner(t, clock, answerOK, runnerConfig{endpoints: testEndpoint(t, "hooks", url)})
 	lr.accept(t, "op_1", testExecution(time.Minute, 3), &store.Callback{Endpoint: "hooks", URL: url}, chat("announced"))
 	lr.claimNext()
 	d := awaitDelivery(t, clock, deliveries, "the first attempt")
@@ -253,4 +246,74 @@ func awaitEvent(t *testing.T, st store.Backend, id, what string, cond func(*stor
 		return err == nil && cond(got)
 	})
 	return ev
+}
+
+// answerOK is an upstream that answers every attempt 200.
+var answerOK = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"ok":true}`)) })
+
+// testEndpoint is a block's webhooks declaring one endpoint, name, at url, signed with secretA,
+// on the default schedule. Its breaker opens only past 100 failures: it keeps time on
+// gobreaker's wall clock, which a test's fake clock does not move.
+func testEndpoint(t *testing.T, name, url string) map[string]*webhookSetup {
+	t.Helper()
+	cfg := WebhooksConfig{Endpoints: []EndpointConfig{{Name: name, URL: url, Secrets: []string{secretA}}},
+		Default: name, AllowPrivate: true, BreakerFailures: 100}
+	cfg.setDefaults()
+	h, err := newWebhookSetup(&cfg, caddy.NewReplacer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]*webhookSetup{name: h}
+}
+
+// endpoints hands the runner's courier other endpoints, as a reload does.
+func (lr *loopRunner) endpoints(e map[string]*webhookSetup) {
+	cfg := lr.config()
+	cfg.endpoints = e
+	lr.configure(testConfigOwner, cfg)
+}
+
+// TestEventOfAnEndpointMissingFromTheConfigWaitsForIt: in a rolling deploy a replica may not yet
+// (or no longer) declare an endpoint that others do; it must leave that endpoint's events to
+// them, uncharged, not dead-letter them. Each courier pass over the due event puts it off a
+// minute: five such passes, an hour apart on the clock, leave it pending with its one attempt,
+// unsent; a config declaring the endpoint again gets it delivered at once.
+func TestEventOfAnEndpointMissingFromTheConfigWaitsForIt(t *testing.T) {
+	clock := newFakeClock()
+	var failing atomic.Bool
+	failing.Store(true)
+	deliveries := make(chan delivery, 16)
+	rc := newReceiver(t, secretA, func(r *http.Request) int {
+		deliveries <- delivery{at: clock.Now(), eventID: r.Header.Get("webhook-id")}
+		if failing.Load() {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+	url := rc.srv.URL + "/hook"
+	hooks := testEndpoint(t, "hooks", url)
+	lr := newLoopRunner(t, clock, answerOK, runnerConfig{endpoints: hooks})
+	lr.accept(t, "op_1", testExecution(time.Minute, 3), &store.Callback{Endpoint: "hooks", URL: url}, chat("rolling"))
+	lr.claimNext()
+	d := awaitDelivery(t, clock, deliveries, "the first attempt")
+	ev := awaitEvent(t, lr.st, d.eventID, "the 503 recorded", func(ev *store.Event) bool { return ev.Attempts == 1 })
+	lr.endpoints(testEndpoint(t, "other", rc.srv.URL+"/other"))
+	for pass := range 5 {
+		clock.Advance(clock.Until(ev.NextAttempt) + time.Hour)
+		due := ev.NextAttempt
+		ev = awaitEvent(t, lr.st, d.eventID, fmt.Sprintf("courier pass %d over the due event", pass+1),
+			func(ev *store.Event) bool { return ev.NextAttempt.After(due) || ev.State != store.EventPending })
+		if ev.State != store.EventPending || ev.Attempts != 1 {
+			t.Fatalf("pass %d with the endpoint missing: %s after %d attempts, want pending after 1", pass+1, ev.State, ev.Attempts)
+		}
+	}
+	select {
+	case d := <-deliveries:
+		t.Fatalf("sent at %v while its endpoint was missing from the config", d.at)
+	default:
+	}
+	failing.Store(false)
+	lr.endpoints(hooks)
+	awaitDelivery(t, clock, deliveries, "the delivery once the endpoint is declared again")
+	awaitEvent(t, lr.st, d.eventID, "delivered", func(ev *store.Event) bool { return ev.State == store.EventDelivered })
 }

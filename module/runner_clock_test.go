@@ -34,7 +34,7 @@ func newLoopRunner(t *testing.T, clock clockwork.Clock, handler http.Handler, cf
 	st.SetAnnouncer(announce)
 	r := newRunner(st, storageSpec{concurrency: cfg.concurrency, takeover: cfg.takeover}, clock, zap.NewNop())
 	cfg.dispatch = func(*store.Operation) http.Handler { return handler }
-	r.configure(t, cfg)
+	r.configure(testConfigOwner, cfg)
 	if cfg.endpoints == nil {
 		r.courier.stop() // nothing to deliver: the runner's timers alone are on the clock
 	}
@@ -45,6 +45,9 @@ func newLoopRunner(t *testing.T, clock clockwork.Clock, handler http.Handler, cf
 	})
 	return lr
 }
+
+// testConfigOwner stands for the config that configures a loopRunner.
+const testConfigOwner = "test config"
 
 // stop ends the loops and the executions at once: shutdown would wait its grace period on the
 // test's clock, which does not move by itself.

@@ -296,24 +296,3 @@ func TestRunningEventsAreDeliveredWhenAskedFor(t *testing.T) {
 		t.Fatalf("events and versions: %v", versions)
 	}
 }
-
-// TestEventOfAnEndpointMissingFromTheConfigWaitsForIt: in a rolling deploy a replica may not yet
-// (or no longer) declare an endpoint that others do; it must leave that endpoint's events to
-// them, not dead-letter them.
-func TestEventOfAnEndpointMissingFromTheConfigWaitsForIt(t *testing.T) {
-	rc, down := newFailingReceiver(t, http.StatusServiceUnavailable)
-	block := webhooksBlock(rc.srv.URL+"/hook", "backoff 100ms 200ms", secretA)
-	g := startGateway(t, modelserver.Config{}, block)
-	_, op := g.submit(t, "")
-	g.await(t, op.OperationID)
-	waitFor(t, func() bool { return rc.attempts.Load() >= 1 })
-	other := fmt.Sprintf("webhooks {\n endpoint other %s {\n secret %s\n }\n allow_private\n}", rc.srv.URL+"/other", secretA)
-	g.reload(other)
-	time.Sleep(time.Second) // several courier passes over the pending event
-	if ids := g.deadLetterIDs(t); len(ids) != 0 {
-		t.Fatalf("the event was dead-lettered while its endpoint was missing from the config: %v", ids)
-	}
-	down.Store(false)
-	g.reload(block)
-	waitFor(t, func() bool { return rc.delivered() == 1 })
-}
