@@ -16,6 +16,7 @@ import (
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
 	"github.com/mulligan-gw/mulligan/internal/sse"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 // eventUpstream is a model server's streaming endpoint in miniature: every request is one
@@ -282,7 +283,7 @@ func TestDuplicateBeforeTheStreamBeginsWaitsAndJoinsIt(t *testing.T) {
 	go send()
 	waitFor(t, func() bool { return up.runs.Load() == 1 })
 	go send()
-	time.Sleep(500 * time.Millisecond) // the duplicate finds the key in flight, with no answer begun
+	testkit.WaitFor(t, 10*time.Second, "the duplicate waiting for the stream to begin", func() bool { return streamWaiting.Load() == 1 })
 	up.release()
 	for range 2 {
 		a := <-answers
@@ -318,11 +319,9 @@ func TestWaitingStreamDuplicatesAreBounded(t *testing.T) {
 	for range maxStreamWaiters + 6 {
 		go send()
 	}
-	waitFor(t, func() bool { return len(statuses) == 6 }) // the ones past the bound, at once
-	time.Sleep(200 * time.Millisecond)                    // and no more while the head is held
-	if n := len(statuses); n != 6 {
-		t.Fatalf("%d duplicates answered while the stream had not begun, want 6", n)
-	}
+	// The ones past the bound are answered at once; the others are counted waiting. Any of them
+	// answered before the release would show in the counts below.
+	waitFor(t, func() bool { return len(statuses) == 6 && streamWaiting.Load() == maxStreamWaiters })
 	up.release()
 	count := map[int]int{}
 	for range maxStreamWaiters + 7 {
