@@ -135,7 +135,7 @@ func TestXWebhookEndpointIsSignedInTheSeedsStyle(t *testing.T) {
 		"webhooks {\n endpoint seed %s/hook {\n secret new-seed-secret old-seed-secret\n signature x-webhook\n }\n default seed\n allow_private\n}", rc.srv.URL))
 	_, op := g.submit(t, "x-style")
 	g.await(t, op.OperationID)
-	waitFor(t, func() bool { return rc.delivered() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "rc.delivered() == 1", func() bool { return rc.delivered() == 1 })
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	h, ev := rc.got[0], rc.events[0]
@@ -168,7 +168,7 @@ func TestStandardWebhooksDeliveryCarriesTheEventType(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, webhooksBlock(rc.srv.URL+"/hook", "events operation.running operation.succeeded", secretA))
 	_, op := g.submit(t, "")
 	g.await(t, op.OperationID)
-	waitFor(t, func() bool { return rc.delivered() == 2 })
+	testkit.WaitFor(t, 5*time.Second, "rc.delivered() == 2", func() bool { return rc.delivered() == 2 })
 	mu.Lock()
 	defer mu.Unlock()
 	slices.Sort(types) // the two events may arrive in either order

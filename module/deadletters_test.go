@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 // deadLetterIDs lists the event ids in the dead-letter list.
@@ -38,12 +39,12 @@ func TestRedeliveredDeadLetterPastMaxAgeIsDelivered(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, webhooksBlock(rc.srv.URL+"/hook", "max_age 300ms", secretA))
 	_, op := g.submit(t, "")
 	g.await(t, op.OperationID)
-	waitFor(t, func() bool { return len(g.deadLetterIDs(t)) == 1 })
+	testkit.WaitFor(t, 5*time.Second, "len(g.deadLetterIDs(t)) == 1", func() bool { return len(g.deadLetterIDs(t)) == 1 })
 	time.Sleep(maxAge) // the event is now older than max_age: only the wall clock gets it there
 	refuse.Store(false)
 	id := g.deadLetterIDs(t)[0]
 	g.adminCall("POST", "/mulligan/dead-letters/"+id+"/redeliver")
-	waitFor(t, func() bool { return rc.delivered() == 1 || len(g.deadLetterIDs(t)) == 1 })
+	testkit.WaitFor(t, 5*time.Second, "rc.delivered() == 1 || len(g.deadLetterIDs(t)) == 1", func() bool { return rc.delivered() == 1 || len(g.deadLetterIDs(t)) == 1 })
 	if rc.delivered() != 1 {
 		t.Fatalf("the redelivered event was dead-lettered again: %s", g.adminCall("GET", "/mulligan/dead-letters"))
 	}
@@ -63,7 +64,7 @@ func TestRedeliverAllEndsWhileEventsDieAgain(t *testing.T) {
 		_, op := g.submit(t, fmt.Sprintf("dies-%d", i))
 		g.await(t, op.OperationID)
 	}
-	waitFor(t, func() bool { return len(g.deadLetterIDs(t)) == n })
+	testkit.WaitFor(t, 5*time.Second, "len(g.deadLetterIDs(t)) == n", func() bool { return len(g.deadLetterIDs(t)) == n })
 
 	for round := 1; round <= 2; round++ {
 		done := make(chan string, 1)
@@ -76,6 +77,6 @@ func TestRedeliverAllEndsWhileEventsDieAgain(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatalf("round %d: redeliver all has not answered in 20s", round)
 		}
-		waitFor(t, func() bool { return len(g.deadLetterIDs(t)) == n && rc.attempts.Load() == int64(n*(round+1)) })
+		testkit.WaitFor(t, 5*time.Second, "len(g.deadLetterIDs(t)) == n && rc.attempts.Load() == int64(n*(round+1))", func() bool { return len(g.deadLetterIDs(t)) == n && rc.attempts.Load() == int64(n*(round+1)) })
 	}
 }

@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"testing"
+	"time"
+
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 // followInBackground asks for operation id's result as Server-Sent Events and sends the answer
@@ -35,13 +38,13 @@ func TestFollowingAQueuedOperationWaitsForItsStream(t *testing.T) {
 	g := startGatewayWith(t, gatewaySetup{upstream: up, mulligan: "async {\n concurrency 1\n}"})
 	t.Cleanup(up.release)
 	g.submit(t, "first")
-	waitFor(t, func() bool { return up.runs.Load() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "up.runs.Load() == 1", func() bool { return up.runs.Load() == 1 })
 	_, queued := g.submit(t, "queued")
 	if op := decodeOp(t, g.get(queued.StatusURL)); op.Status != "queued" {
 		t.Fatalf("the second operation is %s, want queued", op.Status)
 	}
 	answer := g.followInBackground(queued.OperationID)
-	waitFor(t, func() bool { return resultWaiters.Load() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "resultWaiters.Load() == 1", func() bool { return resultWaiters.Load() == 1 })
 	up.release()
 	checkEvents(t, (<-answer).events(t), 1, 20, 2, false)
 }
@@ -51,9 +54,9 @@ func TestFollowingAQueuedOperationWaitsForItsStream(t *testing.T) {
 func TestFollowingARunningOperationBeforeItsAnswerBeginsWaitsForIt(t *testing.T) {
 	up, g := heldHeadGateway(t, 20)
 	_, op := g.submit(t, "")
-	waitFor(t, func() bool { return up.runs.Load() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "up.runs.Load() == 1", func() bool { return up.runs.Load() == 1 })
 	answer := g.followInBackground(op.OperationID)
-	waitFor(t, func() bool { return resultWaiters.Load() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "resultWaiters.Load() == 1", func() bool { return resultWaiters.Load() == 1 })
 	up.release()
 	checkEvents(t, (<-answer).events(t), 1, 20, 1, false)
 }
@@ -67,11 +70,11 @@ func TestFollowerOfAnOperationCanceledBeforeItsStreamGetsTheFinalAnswer(t *testi
 	g := startGatewayWith(t, gatewaySetup{upstream: up, mulligan: "async {\n concurrency 1\n}"})
 	t.Cleanup(up.release)
 	g.submit(t, "first")
-	waitFor(t, func() bool { return up.runs.Load() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "up.runs.Load() == 1", func() bool { return up.runs.Load() == 1 })
 	_, queued := g.submit(t, "queued")
 	expectError(t, g.get("/v1/operations/"+queued.OperationID+"/result"), 409, CodeNotFinished, true)
 	answer := g.followInBackground(queued.OperationID)
-	waitFor(t, func() bool { return resultWaiters.Load() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "resultWaiters.Load() == 1", func() bool { return resultWaiters.Load() == 1 })
 	if c := g.post(queued.Links.Cancel, "", ""); c.StatusCode != 200 {
 		t.Fatalf("cancel: %d %s", c.StatusCode, c.body)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 func init() {
@@ -60,7 +61,7 @@ func TestCancelRacingCompletionNeverAnswersASuccess(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			_, op := g.submit(t, fmt.Sprintf("race-%d", i))
-			waitFor(t, func() bool { return decodeOp(t, g.get("/v1/operations/"+op.OperationID)).Status != "queued" })
+			testkit.WaitFor(t, 5*time.Second, `decodeOp(t, g.get("/v1/operations/"+op.OperationID)).Status != "queued"`, func() bool { return decodeOp(t, g.get("/v1/operations/"+op.OperationID)).Status != "queued" })
 			time.Sleep(time.Duration(100+3*i) * time.Millisecond) // around the 150 ms the call takes
 			r := g.post(op.Links.Cancel, "", "")
 			outcome := fmt.Sprintf("%d %s", r.StatusCode, r.errorCode())
@@ -93,7 +94,7 @@ func TestCallConvertedAfterItsWindowAnnouncesRunning(t *testing.T) {
 	}
 	op := decodeOp(t, r)
 	g.await(t, op.OperationID)
-	waitFor(t, func() bool { return rc.delivered() == 2 })
+	testkit.WaitFor(t, 5*time.Second, "rc.delivered() == 2", func() bool { return rc.delivered() == 2 })
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	// Events of one operation may arrive out of order (docs/webhooks.md); their versions order them.

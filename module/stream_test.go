@@ -281,7 +281,7 @@ func TestDuplicateBeforeTheStreamBeginsWaitsAndJoinsIt(t *testing.T) {
 		answers <- answer{status: resp.StatusCode, events: evs, err: err}
 	}
 	go send()
-	waitFor(t, func() bool { return up.runs.Load() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "up.runs.Load() == 1", func() bool { return up.runs.Load() == 1 })
 	go send()
 	testkit.WaitFor(t, 10*time.Second, "the duplicate waiting for the stream to begin", func() bool { return streamWaiting.Load() == 1 })
 	up.release()
@@ -315,13 +315,13 @@ func TestWaitingStreamDuplicatesAreBounded(t *testing.T) {
 		statuses <- r.StatusCode
 	}
 	go send()
-	waitFor(t, func() bool { return up.runs.Load() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "up.runs.Load() == 1", func() bool { return up.runs.Load() == 1 })
 	for range maxStreamWaiters + 6 {
 		go send()
 	}
 	// The ones past the bound are answered at once; the others are counted waiting. Any of them
 	// answered before the release would show in the counts below.
-	waitFor(t, func() bool { return len(statuses) == 6 && streamWaiting.Load() == maxStreamWaiters })
+	testkit.WaitFor(t, 5*time.Second, "len(statuses) == 6 && streamWaiting.Load() == maxStreamWaiters", func() bool { return len(statuses) == 6 && streamWaiting.Load() == maxStreamWaiters })
 	up.release()
 	count := map[int]int{}
 	for range maxStreamWaiters + 7 {
@@ -487,7 +487,7 @@ func TestAsyncStreamIsFollowedWhileItRunsAndResumedAfterIt(t *testing.T) {
 			Bytes  int64 `json:"bytes"`
 		} `json:"progress"`
 	}
-	waitFor(t, func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the progress of 5 events", func() bool {
 		r := g.get("/v1/operations/" + op.OperationID)
 		return json.Unmarshal(r.body, &progress) == nil && progress.Progress != nil && progress.Progress.Events == 5
 	})

@@ -201,14 +201,3 @@ func startModelServer(t *testing.T, cfg modelserver.Config) (*modelserver.Server
 	t.Cleanup(s.Close)
 	return m, s.URL
 }
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within 15s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}

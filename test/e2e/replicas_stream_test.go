@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
 )
 
@@ -140,7 +141,7 @@ func TestAsyncStreamIsFollowedThroughEveryReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, r := range rs {
-		waitFor(t, fmt.Sprintf("progress on replica %d", i), func() bool {
+		testkit.WaitFor(t, 15*time.Second, fmt.Sprintf("progress on replica %d", i), func() bool {
 			_, b, err := r.send("GET", "/v1/operations/"+op.OperationID, "", "")
 			var v struct {
 				Progress *struct {
