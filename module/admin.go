@@ -138,7 +138,7 @@ func (a *AdminAPI) deadLetters(w http.ResponseWriter, r *http.Request, run *runn
 
 // redeliver puts a dead letter back in the outbox, due now, with a fresh attempt budget.
 func (a *AdminAPI) redeliver(w http.ResponseWriter, run *runner, id string) error {
-	ev, err := run.st.Redeliver(id, time.Now())
+	ev, err := run.st.Redeliver(id, run.clock.Now())
 	if err != nil {
 		return storeFailure(err)
 	}
@@ -150,7 +150,7 @@ func (a *AdminAPI) redeliver(w http.ResponseWriter, run *runner, id string) erro
 // letters in id order: one that dies again meanwhile sits behind the cursor, one dead-lettered
 // after the call is left alone, so the walk ends however fast events die.
 func (a *AdminAPI) redeliverAll(w http.ResponseWriter, run *runner) error {
-	called := time.Now()
+	called := run.clock.Now()
 	n, after := 0, ""
 	for {
 		events, err := run.st.DeadLetters(after, 500)
@@ -180,7 +180,7 @@ func (a *AdminAPI) enable(w http.ResponseWriter, run *runner, name string) error
 	if err := run.st.SetEndpointState(name, store.EndpointState{}); err != nil {
 		return storeFailure(err)
 	}
-	n, err := run.st.RescheduleEndpoint(name, time.Now())
+	n, err := run.st.RescheduleEndpoint(name, run.clock.Now())
 	if err != nil {
 		return storeFailure(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -39,6 +40,8 @@ type courier struct {
 	recent      []attemptLog
 	scanFrom    time.Time // no pending event is due before this (see advanceScan)
 	fullScanAt  time.Time
+
+	passes atomic.Int64 // looks at the outbox so far: operators and tests see the courier at work
 
 	wake   chan struct{}
 	ctx    context.Context
@@ -178,6 +181,7 @@ func (c *courier) loop() {
 // dispatchDue starts deliveries of due events while slots are free, and says how long to wait
 // before looking again.
 func (c *courier) dispatchDue() time.Duration {
+	defer c.passes.Add(1)
 	if !c.active() {
 		return time.Second
 	}
@@ -436,6 +440,13 @@ func (c *courier) breakerStates() map[string]string {
 		out[name] = c.deliverers[breakerKey(h)].BreakerState(name)
 	}
 	return out
+}
+
+// delivering counts the deliveries under way.
+func (c *courier) delivering() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.inflight)
 }
 
 // endpointStates reports each configured endpoint's breaker and whether a 410 disabled it.

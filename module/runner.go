@@ -410,7 +410,8 @@ func (r *runner) stats() map[string]any {
 	out := map[string]any{
 		"storage": r.name, "worker": r.worker, "queued": r.queued.Load(), "running": running,
 		"running_from_queue": pooled, "concurrency": cfg.concurrency, "takeover": cfg.takeover.String(),
-		"webhooks": map[string]any{"pending": pending, "dead_letters": dead, "endpoints": r.courier.endpointStates()},
+		"webhooks": map[string]any{"pending": pending, "dead_letters": dead, "endpoints": r.courier.endpointStates(),
+			"delivering": r.courier.delivering(), "passes": r.courier.passes.Load()},
 	}
 	if c := r.capacityStats(); c != nil {
 		out["capacity"] = c

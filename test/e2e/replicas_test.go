@@ -246,6 +246,14 @@ func (r *replica) stats(t *testing.T) map[string]any {
 	return out
 }
 
+// courierPasses is how many times the replica's courier has looked at the outbox.
+func courierPasses(t *testing.T, r *replica) float64 {
+	t.Helper()
+	webhooks, _ := r.stats(t)["webhooks"].(map[string]any)
+	passes, _ := webhooks["passes"].(float64)
+	return passes
+}
+
 func TestEventsAcrossReplicasAreDeliveredOnce(t *testing.T) {
 	dsn := pgtest.Database(t)
 	var mu sync.Mutex
@@ -274,7 +282,15 @@ func TestEventsAcrossReplicasAreDeliveredOnce(t *testing.T) {
 		defer mu.Unlock()
 		return len(deliveries) >= n
 	})
-	time.Sleep(2 * time.Second) // a second delivery of any of them would arrive now
+	// A second delivery of any of them would be under way now, or sent by a look at the outbox
+	// from now on: each replica's courier looks twice more, and has nothing under way.
+	for i, r := range rs {
+		from := courierPasses(t, r)
+		testkit.WaitFor(t, 15*time.Second, fmt.Sprintf("replica %d's courier idle after two more passes", i), func() bool {
+			webhooks, _ := r.stats(t)["webhooks"].(map[string]any)
+			return courierPasses(t, r) >= from+2 && webhooks["delivering"] == float64(0)
+		})
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	total := 0
@@ -330,7 +346,7 @@ func TestReplicasRideOutAPostgresRestart(t *testing.T) {
 			t.Fatalf("replica %d readiness with the database down: %v %v %s", i, err, resp, body)
 		}
 	}
-	time.Sleep(time.Second) // the running calls finish while the database is down
+	testkit.WaitFor(t, 15*time.Second, "the running calls finished while the database is down", func() bool { return model.Stats().InFlight == 0 })
 	cluster.Start()
 	upAt := time.Now()
 
