@@ -112,8 +112,8 @@ func newFakeClock() *clockwork.FakeClock {
 	return clockwork.NewFakeClockAt(time.Now().UTC().Truncate(time.Millisecond))
 }
 
-// timersAtLeast reports whether at least n timers wait on clock right now. A timer that fires leaves
-// the count inside Advance, so asked right after an Advance it tells whether that timer fired.
+// timersAtLeast reports whether at least n timers wait on clock right now. A timer that fires
+// leaves the count inside Advance, so asked right after an Advance it tells whether it fired.
 func timersAtLeast(clock *clockwork.FakeClock, n int) bool {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

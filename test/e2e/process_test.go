@@ -102,17 +102,20 @@ func (p *gatewayProcess) start() {
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", p.port)); err == nil {
+	listening := false
+	defer func() { // also when WaitFor fails the test: its log says why the gateway did not start
+		if !listening {
+			p.t.Logf("the gateway's log:\n%s", p.logText())
+		}
+	}()
+	testkit.WaitFor(p.t, 20*time.Second, "the gateway listening", func() bool {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", p.port))
+		if err == nil {
 			c.Close()
-			return
 		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("the gateway did not start; its log:\n%s", p.logText())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		listening = err == nil
+		return listening
+	})
 }
 
 // terminate sends SIGTERM, as the kubelet does, and returns the exit code and how long the exit
