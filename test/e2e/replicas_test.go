@@ -284,11 +284,14 @@ func TestEventsAcrossReplicasAreDeliveredOnce(t *testing.T) {
 	})
 	// A second delivery of any of them would be under way now, or sent by a look at the outbox
 	// from now on: each replica's courier looks twice more, and has nothing under way.
+	from := make([]float64, len(rs))
 	for i, r := range rs {
-		from := courierPasses(t, r)
+		from[i] = courierPasses(t, r)
+	}
+	for i, r := range rs {
 		testkit.WaitFor(t, 15*time.Second, fmt.Sprintf("replica %d's courier idle after two more passes", i), func() bool {
 			webhooks, _ := r.stats(t)["webhooks"].(map[string]any)
-			return courierPasses(t, r) >= from+2 && webhooks["delivering"] == float64(0)
+			return courierPasses(t, r) >= from[i]+2 && webhooks["delivering"] == float64(0)
 		})
 	}
 	mu.Lock()
