@@ -138,7 +138,7 @@ func (a *AdminAPI) deadLetters(w http.ResponseWriter, r *http.Request, run *runn
 
 // redeliver puts a dead letter back in the outbox, due now, with a fresh attempt budget.
 func (a *AdminAPI) redeliver(w http.ResponseWriter, run *runner, id string) error {
-	ev, err := run.st.Redeliver(id, time.Now())
+	ev, err := run.st.Redeliver(id, run.clock.Now())
 	if err != nil {
 		return storeFailure(err)
 	}
@@ -150,7 +150,7 @@ func (a *AdminAPI) redeliver(w http.ResponseWriter, run *runner, id string) erro
 // letters in id order: one that dies again meanwhile sits behind the cursor, one dead-lettered
 // after the call is left alone, so the walk ends however fast events die.
 func (a *AdminAPI) redeliverAll(w http.ResponseWriter, run *runner) error {
-	called := time.Now()
+	called := run.clock.Now()
 	n, after := 0, ""
 	for {
 		events, err := run.st.DeadLetters(after, 500)
@@ -180,7 +180,7 @@ func (a *AdminAPI) enable(w http.ResponseWriter, run *runner, name string) error
 	if err := run.st.SetEndpointState(name, store.EndpointState{}); err != nil {
 		return storeFailure(err)
 	}
-	n, err := run.st.RescheduleEndpoint(name, time.Now())
+	n, err := run.st.RescheduleEndpoint(name, run.clock.Now())
 	if err != nil {
 		return storeFailure(err)
 	}
@@ -222,33 +222,6 @@ func (a *AdminAPI) evict(w http.ResponseWriter, r *http.Request, run *runner) er
 		return storeFailure(err)
 	}
 	return adminJSON(w, map[string]any{"evicted": found})
-}
-
-// stats is a snapshot of the runner and its outbox.
-func (r *runner) stats() map[string]any {
-	r.mu.Lock()
-	running, pooled, cfg := len(r.running), r.pooled, r.cfg
-	r.mu.Unlock()
-	pending, dead, _ := r.st.CountEvents()
-	out := map[string]any{
-		"storage": r.name, "worker": r.worker, "queued": r.queued.Load(), "running": running,
-		"running_from_queue": pooled, "concurrency": cfg.concurrency, "takeover": cfg.takeover.String(),
-		"webhooks": map[string]any{"pending": pending, "dead_letters": dead, "endpoints": r.courier.endpointStates()},
-	}
-	if c := r.capacityStats(); c != nil {
-		out["capacity"] = c
-	}
-	return out
-}
-
-// endpointStates reports each configured endpoint's breaker and whether a 410 disabled it.
-func (c *courier) endpointStates() map[string]any {
-	out := map[string]any{}
-	for name, breaker := range c.breakerStates() {
-		st, _ := c.st.GetEndpointState(name)
-		out[name] = map[string]any{"breaker": breaker, "disabled": st.Disabled}
-	}
-	return out
 }
 
 // Interface guards

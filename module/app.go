@@ -92,7 +92,7 @@ func (a *App) Start() error {
 		u.open = v.(*storage)
 		v.(*storage).run.configure(a, runnerConfig{
 			concurrency: u.set.concurrency, takeover: u.set.takeover, grace: grace,
-			servers: servers, endpoints: u.endpoints,
+			dispatch: serverDispatch(servers), endpoints: u.endpoints,
 		})
 		u.key = key
 		close(u.ready)

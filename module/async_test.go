@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 // opBody is the parts of an operation the tests read.
@@ -72,17 +73,12 @@ func (g *gateway) get(path string, headers ...string) result {
 // await polls the operation until it is final.
 func (g *gateway) await(t *testing.T, id string, headers ...string) opBody {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		op := decodeOp(t, g.get("/v1/operations/"+id, headers...))
-		if op.Done {
-			return op
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("operation %s still %s after 20s", id, op.Status)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var op opBody
+	testkit.WaitFor(t, 20*time.Second, "operation "+id+" final", func() bool {
+		op = decodeOp(t, g.get("/v1/operations/"+id, headers...))
+		return op.Done
+	})
+	return op
 }
 
 func TestPreferRespondAsyncAnswers202ThenPollThenResult(t *testing.T) {
@@ -145,7 +141,7 @@ func TestKeyedAsyncRetryGetsTheSame202(t *testing.T) {
 func TestCancelQueuedRunningAndFinalOperations(t *testing.T) {
 	g := startGateway(t, modelserver.Config{Latency: 10 * time.Second}, "async {\n concurrency 1\n}")
 	_, running := g.submit(t, "running")
-	waitFor(t, func() bool { return g.model.Stats().InFlight == 1 })
+	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	_, queued := g.submit(t, "queued")
 
 	c := g.post(queued.Links.Cancel, "", "")
@@ -157,7 +153,7 @@ func TestCancelQueuedRunningAndFinalOperations(t *testing.T) {
 	if op := decodeOp(t, c); c.StatusCode != 200 || op.Status != "canceled" || op.CancelRequestedAt == "" {
 		t.Fatalf("cancel running: %d %s", c.StatusCode, c.body)
 	}
-	waitFor(t, func() bool { return g.model.Stats().Abandoned == 1 })
+	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().Abandoned == 1", func() bool { return g.model.Stats().Abandoned == 1 })
 	expectError(t, g.post(running.Links.Cancel, "", ""), 409, CodeAlreadyFinal, false)
 	if n := g.model.Stats().ByKey["queued"]; n != 0 {
 		t.Fatalf("a canceled queued operation reached the upstream %d times", n)
@@ -207,7 +203,7 @@ func TestAfterModeAnswersFastCallsDirectlyAndConvertsSlowOnes(t *testing.T) {
 func TestFullQueueAnswers503(t *testing.T) {
 	g := startGateway(t, modelserver.Config{Latency: 10 * time.Second}, "async {\n concurrency 1\n queue 1\n}")
 	g.submit(t, "a")
-	waitFor(t, func() bool { return g.model.Stats().InFlight == 1 })
+	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	g.submit(t, "b")
 	r := g.post(chatPath, "c", chat("c"), "Prefer", "respond-async")
 	expectError(t, r, 503, CodeQueueFull, true)
@@ -222,7 +218,7 @@ func TestFullQueueAnswers503(t *testing.T) {
 func TestKeyedRetryOfAnAcceptedRequestIsReplayedWhenTheQueueIsFull(t *testing.T) {
 	g := startGateway(t, modelserver.Config{Latency: 10 * time.Second}, "async {\n concurrency 1\n queue 1\n}")
 	g.submit(t, "a")
-	waitFor(t, func() bool { return g.model.Stats().InFlight == 1 })
+	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	first, op := g.submit(t, "b")
 	expectError(t, g.post(chatPath, "c", chat("async c"), "Prefer", "respond-async"), 503, CodeQueueFull, true)
 	again := g.post(chatPath, "b", chat("async b"), "Prefer", "respond-async")
@@ -324,14 +320,14 @@ func TestCancelOfARunningOperationLogsNoError(t *testing.T) {
 	g := startGatewayWith(t, gatewaySetup{model: modelserver.Config{Latency: 10 * time.Second},
 		globals: "log {\n output file " + logFile + "\n format json\n level INFO\n }"})
 	_, op := g.submit(t, "to-cancel")
-	waitFor(t, func() bool { return g.model.Stats().InFlight == 1 })
+	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	if c := g.post(op.Links.Cancel, "", ""); c.StatusCode != 200 {
 		t.Fatalf("cancel: %d %s", c.StatusCode, c.body)
 	}
-	waitFor(t, func() bool { return g.model.Stats().Abandoned == 1 })
+	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().Abandoned == 1", func() bool { return g.model.Stats().Abandoned == 1 })
 	// The transition's line is logged after the upstream call has returned, so any line the
 	// call's end logs is in the file by then.
-	waitFor(t, func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the cancel's transition logged", func() bool {
 		for _, line := range logLines(t, logFile, "operation_id", op.OperationID) {
 			if line["new_status"] == "canceled" && line["level"] == "info" {
 				return true

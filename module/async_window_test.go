@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 func TestAnswersWithinTheWindowThatAreNotWholeFailInTheErrorSchema(t *testing.T) {
@@ -74,7 +75,7 @@ func TestAfterModeKeyStaysClaimedForTheWholeCall(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "idempotency {\n lease 1s\n}\nasync {\n mode after 2500ms\n timeout 30s\n}")
 	first := make(chan result, 1)
 	go func() { first <- g.post(chatPath, "k", chat("x"), "X-Mock-Latency", "4s") }()
-	waitFor(t, func() bool { return g.model.Stats().InFlight == 1 })
+	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	time.Sleep(1500 * time.Millisecond) // past the lease: what is being tested is a clock
 	expectError(t, g.post(chatPath, "k", chat("x"), "X-Mock-Latency", "4s"), 409, CodeInProgress, true)
 	if r := <-first; r.StatusCode != http.StatusAccepted {

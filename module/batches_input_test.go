@@ -6,7 +6,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store/badger"
 )
 
@@ -24,7 +26,7 @@ func TestBatchWhoseInputFileWentAwayStillEndsWhenCancelled(t *testing.T) {
 		t.Fatalf("upload: %s", up.body)
 	}
 	b := decodeBatch(t, g.post("/v1/batches", "", fmt.Sprintf(`{"input_file_id":%q,"endpoint":"/v1/chat/completions","completion_window":"24h"}`, f.ID)))
-	waitFor(t, func() bool { return up.count("slow 1") == 1 })
+	testkit.WaitFor(t, 5*time.Second, `up.count("slow 1") == 1`, func() bool { return up.count("slow 1") == 1 })
 
 	del, _ := http.NewRequest("DELETE", g.base+"/v1/files/"+f.ID, nil)
 	expectOpenAIError(t, g.do(del), http.StatusBadRequest, CodeInvalidRequest, "is the input of batch "+b.ID)
@@ -33,7 +35,7 @@ func TestBatchWhoseInputFileWentAwayStillEndsWhenCancelled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	waitFor(t, func() bool { sb, err := st.GetBatch(b.ID); return err == nil && sb.Created == lineWindow })
+	testkit.WaitFor(t, 5*time.Second, "err == nil && sb.Created == lineWindow", func() bool { sb, err := st.GetBatch(b.ID); return err == nil && sb.Created == lineWindow })
 	if err := st.DeleteFile(f.ID); err != nil { // as its expiry would
 		t.Fatal(err)
 	}

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
+
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 // TestBatchLinesLeaveTheAsyncQueueLimitAndReadinessAlone: a batch's lines waiting for seats are
@@ -18,10 +21,10 @@ func TestBatchLinesLeaveTheAsyncQueueLimitAndReadinessAlone(t *testing.T) {
 	g := startGatewayWith(t, gatewaySetup{wrap: up.wrap, mulligan: block})
 	alice := []string{"Authorization", "Bearer alice"}
 	b := g.createBatch(t, batchInput(30, func(i int) string { return fmt.Sprint("slow ", i) }), "24h", alice...)
-	waitFor(t, func() bool { return up.count("slow 1") == 1 }) // every line created, 29 waiting
-	g.submit(t, "bob-1", "Authorization", "Bearer bob")        // waits: the one seat is line 1's
+	testkit.WaitFor(t, 5*time.Second, `up.count("slow 1") == 1`, func() bool { return up.count("slow 1") == 1 }) // every line created, 29 waiting
+	g.submit(t, "bob-1", "Authorization", "Bearer bob")                                                          // waits: the one seat is line 1's
 	// The recount sees bob's call alone (before, the 29 lines as well, past the queue of 10).
-	waitFor(t, func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the queued count recounted to bob's call alone", func() bool {
 		var stats struct{ Queued int }
 		return json.Unmarshal([]byte(g.adminCall("GET", "/mulligan/stats")), &stats) == nil && stats.Queued == 1
 	})

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 // batchUpstream wraps the model server: a line whose prompt contains "reject" is refused 400,
@@ -144,18 +145,16 @@ func (g *gateway) createBatch(t *testing.T, input, window string, headers ...str
 // awaitBatch polls batch id until it is final.
 func (g *gateway) awaitBatch(t *testing.T, id string, headers ...string) batchObject {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		b := decodeBatch(t, g.get("/v1/batches/"+id, headers...))
+	var b batchObject
+	testkit.WaitFor(t, 60*time.Second, "batch "+id+" ended", func() bool {
+		b = decodeBatch(t, g.get("/v1/batches/"+id, headers...))
 		switch b.Status {
 		case "completed", "failed", "expired", "cancelled":
-			return b
+			return true
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("batch %s still %s: %+v", id, b.Status, b.RequestCounts)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	})
+	return b
 }
 
 // outputLines reads a batch file's lines by custom_id.
@@ -293,7 +292,7 @@ func TestBatchWebhookIsSignedAndLinesSendNoOperationEvents(t *testing.T) {
 		"Callback-Url", "https://elsewhere.example.com/hook")
 	expectError(t, refused, http.StatusUnprocessableEntity, CodeCallbackNotAllow, false)
 	b = g.awaitBatch(t, b.ID)
-	waitFor(t, func() bool { return rc.delivered() >= 1 })
+	testkit.WaitFor(t, 5*time.Second, "rc.delivered() >= 1", func() bool { return rc.delivered() >= 1 })
 	if ops := g.get("/v1/operations"); strings.Contains(string(ops.body), "op_batch_") {
 		t.Fatalf("line operations listed among the caller's operations: %s", ops.body)
 	}
@@ -316,8 +315,8 @@ func TestBatchPastItsCompletionWindowExpiresTheLinesNotStarted(t *testing.T) {
 	const n = 6
 	b := g.createBatch(t, batchInput(n, func(i int) string { return fmt.Sprint("slow ", i) }), "1s")
 	// Line 1 holds the only seat until released; the window passes meanwhile.
-	waitFor(t, func() bool { return up.count("slow 1") == 1 })
-	waitFor(t, func() bool {
+	testkit.WaitFor(t, 5*time.Second, `up.count("slow 1") == 1`, func() bool { return up.count("slow 1") == 1 })
+	testkit.WaitFor(t, 5*time.Second, "every line but the first failed", func() bool {
 		return decodeBatch(t, g.get("/v1/batches/"+b.ID)).RequestCounts.Failed == n-1
 	})
 	close(up.block)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 // rawRequest sends text over a new connection and reads one response.
@@ -50,7 +51,7 @@ func TestBodiesOverMaxBufferedGet503(t *testing.T) {
 	// A request whose upstream call is under way holds its body's share of the budget.
 	held := make(chan result, 1)
 	go func() { held <- g.post(chatPath, "held", body, "X-Mock-Latency", "3s") }()
-	waitFor(t, func() bool { return g.model.Stats().InFlight == 1 })
+	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	busy := g.post(chatPath, "busy", body)
 	expectError(t, busy, 503, CodeBusy, true)
 	if r := <-held; r.err != nil || r.StatusCode != 200 {

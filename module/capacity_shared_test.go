@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/postgres"
 	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
@@ -92,7 +93,7 @@ func TestCapacitySharedSeatStorageFailureRequeuesTheOperationWithoutAnAttempt(t 
 	shareThrough(pool, down)
 	_, op := g.submit(t, "")
 	// Retries 3 allow four attempts: a sixth look for a seat shows the failures spent none.
-	waitFor(t, func() bool { return down.takes.Load() >= 6 })
+	testkit.WaitFor(t, 5*time.Second, "down.takes.Load() >= 6", func() bool { return down.takes.Load() >= 6 })
 	shareThrough(pool, nil)
 	done := g.await(t, op.OperationID)
 	// Each requeue is a claim (counted in attempts), but only one call reached the upstream.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
 	"github.com/mulligan-gw/mulligan/internal/idemkey"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 // arrivals records the order in which keyed calls reach the model server.
@@ -86,7 +87,7 @@ func TestCapacityUrgentOperationOvertakesTenLowUrgencyOnes(t *testing.T) {
 	// next is claimed at once and waits for the seat as the queue's head.
 	_, first := g.submit(t, "low-0", "Priority", "u=6", "X-Mock-Latency", "1s")
 	ids := []string{first.OperationID}
-	waitFor(t, func() bool { return g.model.Stats().InFlight == 1 })
+	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	for i := 1; i < 10; i++ {
 		_, op := g.submit(t, "low-"+itoa(i), "Priority", "u=6")
 		ids = append(ids, op.OperationID)
@@ -114,7 +115,7 @@ func TestCapacityTenantsTakeTurns(t *testing.T) {
 	// Tenant A's first call holds the only seat while the rest of the work is submitted.
 	_, first := g.submit(t, "a-0", "Authorization", "Bearer tenant-a", "X-Mock-Latency", "2s")
 	ids := []string{first.OperationID}
-	waitFor(t, func() bool { return g.model.Stats().InFlight == 1 })
+	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	for i := 1; i < 20; i++ {
 		_, op := g.submit(t, "a-"+itoa(i), "Authorization", "Bearer tenant-a")
 		ids = append(ids, op.OperationID)
@@ -143,7 +144,7 @@ func TestCapacityStaleOperationFailsQueueTimeoutWithoutReachingTheUpstream(t *te
 	rc := newReceiver(t, secretA, nil)
 	g, a := startSlotted(t, 1, 0, "capacity {\n limit 1\n max_queue_wait 1h\n}\n"+webhooksBlock(rc.srv.URL+"/hook", "events operation.failed", secretA))
 	_, long := g.submit(t, "long", "X-Mock-Latency", "3s")
-	waitFor(t, func() bool { return g.model.Stats().InFlight == 1 })
+	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	// The head of the queue waits for the seat in memory; the stale ones behind it in storage.
 	began := time.Now()
 	_, head := g.submit(t, "head", "Max-Queue-Wait", "1")
@@ -164,7 +165,7 @@ func TestCapacityStaleOperationFailsQueueTimeoutWithoutReachingTheUpstream(t *te
 		t.Fatalf("the stale operation reached the model server: %v", order)
 	}
 	// Its failure is announced like any other.
-	waitFor(t, func() bool { return rc.delivered() == 2 })
+	testkit.WaitFor(t, 5*time.Second, "rc.delivered() == 2", func() bool { return rc.delivered() == 2 })
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	for _, ev := range rc.events {
@@ -187,7 +188,7 @@ func holdSeat(t *testing.T, g *gateway) *sync.WaitGroup {
 			t.Errorf("the seat holder: %v %s", r.err, r.body)
 		}
 	}()
-	waitFor(t, func() bool { return g.model.Stats().InFlight == 1 })
+	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	return &wg
 }
 
@@ -340,7 +341,7 @@ func TestCapacityPassthroughCallWaitsUnderItsHashedScope(t *testing.T) {
 	waiter := make(chan result, 1)
 	go func() { waiter <- g.post(chatPath, "", chat("waits"), "Authorization", "Bearer s3cret") }()
 	var scope string
-	waitFor(t, func() bool {
+	testkit.WaitFor(t, 5*time.Second, "a call waiting for a seat", func() bool {
 		pool.mu.Lock()
 		defer pool.mu.Unlock()
 		if len(pool.waiting) == 1 {

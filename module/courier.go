@@ -2,12 +2,14 @@ package module
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/webhook"
@@ -28,7 +30,7 @@ type courier struct {
 	st     store.Outbox
 	worker string
 	log    *zap.Logger
-	now    func() time.Time
+	clock  clockwork.Clock // the runner's
 
 	mu          sync.Mutex
 	endpoints   map[string]*webhookSetup // each endpoint's declaring block, across the storage's blocks
@@ -38,6 +40,8 @@ type courier struct {
 	recent      []attemptLog
 	scanFrom    time.Time // no pending event is due before this (see advanceScan)
 	fullScanAt  time.Time
+
+	passes atomic.Int64 // looks at the outbox so far: operators and tests see the courier at work
 
 	wake   chan struct{}
 	ctx    context.Context
@@ -57,10 +61,10 @@ type attemptLog struct {
 	Error     string    `json:"error,omitempty"`
 }
 
-func newCourier(st store.Outbox, worker string, log *zap.Logger) *courier {
+func newCourier(st store.Outbox, worker string, clock clockwork.Clock, log *zap.Logger) *courier {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &courier{
-		st: st, worker: worker, log: log.Named("webhooks"), now: time.Now, deliverers: map[[2]int64]*webhook.Deliverer{},
+		st: st, worker: worker, log: log.Named("webhooks"), clock: clock, deliverers: map[[2]int64]*webhook.Deliverer{},
 		inflight: map[string]bool{}, perEndpoint: map[string]int{},
 		wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{}),
 	}
@@ -103,7 +107,7 @@ const unknownEndpointMaxAge = 72 * time.Hour
 // wakeEndpoint makes the events waiting for an endpoint this config now declares due at once.
 func (c *courier) wakeEndpoint(name string) {
 	go func() {
-		if _, err := c.st.RescheduleEndpoint(name, c.now()); err != nil && !errors.Is(err, store.ErrClosed) {
+		if _, err := c.st.RescheduleEndpoint(name, c.clock.Now()); err != nil && !errors.Is(err, store.ErrClosed) {
 			c.log.Warn("making a newly configured endpoint's events due", zap.String("endpoint", name), zap.Error(err))
 		}
 		c.kick()
@@ -141,13 +145,13 @@ func (c *courier) kickLocked() {
 
 // flush keeps delivering until no event is due or the deadline passes.
 func (c *courier) flush(deadline time.Time) {
-	for time.Now().Before(deadline) {
-		due, err := c.st.DueEvents(time.Time{}, c.now(), 1)
+	for c.clock.Now().Before(deadline) {
+		due, err := c.st.DueEvents(time.Time{}, c.clock.Now(), 1)
 		if err != nil || len(due) == 0 {
 			return
 		}
 		c.kick()
-		time.Sleep(20 * time.Millisecond)
+		c.clock.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -162,13 +166,13 @@ func (c *courier) loop() {
 	defer close(c.done)
 	for {
 		wait := c.dispatchDue()
-		t := time.NewTimer(wait)
+		t := c.clock.NewTimer(wait)
 		select {
 		case <-c.ctx.Done():
 			t.Stop()
 			return
 		case <-c.wake:
-		case <-t.C:
+		case <-t.Chan():
 		}
 		t.Stop()
 	}
@@ -177,11 +181,12 @@ func (c *courier) loop() {
 // dispatchDue starts deliveries of due events while slots are free, and says how long to wait
 // before looking again.
 func (c *courier) dispatchDue() time.Duration {
+	defer c.passes.Add(1)
 	if !c.active() {
 		return time.Second
 	}
 	from := c.advanceScan()
-	due, err := c.st.DueEvents(from, c.now(), 4*maxDeliveries)
+	due, err := c.st.DueEvents(from, c.clock.Now(), 4*maxDeliveries)
 	if err != nil {
 		c.log.Error("reading the outbox", zap.Error(err))
 		return time.Second
@@ -260,7 +265,7 @@ const scanMargin = 5 * time.Second
 // so that the tombstones of delivered events are not walked again and again. Once a minute it
 // starts from the beginning, in case anything was missed.
 func (c *courier) advanceScan() time.Time {
-	now := c.now()
+	now := c.clock.Now()
 	if now.After(c.fullScanAt) {
 		c.scanFrom, c.fullScanAt = time.Time{}, now.Add(time.Minute)
 	}
@@ -282,7 +287,7 @@ func (c *courier) untilNextDue() time.Duration {
 	if err != nil || next.IsZero() {
 		return time.Second
 	}
-	return min(max(time.Until(next), time.Millisecond), time.Second)
+	return min(max(c.clock.Until(next), time.Millisecond), time.Second)
 }
 
 // deliver makes one attempt at ev and records what came of it.
@@ -303,7 +308,7 @@ func (c *courier) deliver(claimed store.Due) {
 	if h != nil {
 		ep = h.endpoints[ev.Endpoint]
 	}
-	now := c.now()
+	now := c.clock.Now()
 	switch {
 	case ep == nil && now.Sub(ev.AgeStart()) > unknownEndpointMaxAge:
 		c.deadLetter(ev, "the endpoint was not configured for "+unknownEndpointMaxAge.String())
@@ -344,13 +349,13 @@ func (c *courier) record(ev *store.Event, out webhook.Outcome, h *webhookSetup) 
 	attempts := ev.Attempts + max(out.Attempts, 1)
 	switch out.Result {
 	case webhook.Delivered:
-		c.settled(ev, c.st.MarkDelivered(ev.ID, attemptOf(attempts, c.now(), &out)))
+		c.logUnrecorded(ev, c.st.MarkDelivered(ev.ID, attemptOf(attempts, c.clock.Now(), &out)))
 	case webhook.Disabled:
 		c.log.Warn("endpoint answered 410 Gone: disabled until re-enabled", zap.String("endpoint", ev.Endpoint))
 		// The event waits first, then the endpoint is marked: an operator who re-enables it as
 		// soon as it shows disabled makes the event due, and no later write of ours delays it.
-		c.reschedule(ev, c.now().Add(time.Minute), attempts, &out)
-		_ = c.st.SetEndpointState(ev.Endpoint, store.EndpointState{Disabled: true, DisabledAt: c.now(), Reason: "410 Gone"})
+		c.reschedule(ev, c.clock.Now().Add(time.Minute), attempts, &out)
+		_ = c.st.SetEndpointState(ev.Endpoint, store.EndpointState{Disabled: true, DisabledAt: c.clock.Now(), Reason: "410 Gone"})
 	case webhook.DeadLetter:
 		reason := "the receiver refused the event"
 		if errors.Is(out.Err, webhook.ErrBlockedAddress) {
@@ -362,12 +367,12 @@ func (c *courier) record(ev *store.Event, out webhook.Outcome, h *webhookSetup) 
 			c.deadLetterAfter(ev, attempts, &out, "max_attempts reached")
 			return
 		}
-		c.reschedule(ev, c.now().Add(h.retryWait(attempts-1, out.RetryAfter)), attempts, &out)
+		c.reschedule(ev, c.clock.Now().Add(h.retryWait(attempts-1, out.RetryAfter)), attempts, &out)
 	}
 }
 
 func (c *courier) reschedule(ev *store.Event, at time.Time, attempts int, out *webhook.Outcome) {
-	c.settled(ev, c.st.Reschedule(ev.ID, at, attemptOf(attempts, c.now(), out)))
+	c.logUnrecorded(ev, c.st.Reschedule(ev.ID, at, attemptOf(attempts, c.clock.Now(), out)))
 }
 
 func (c *courier) deadLetter(ev *store.Event, reason string) {
@@ -379,7 +384,7 @@ func (c *courier) deadLetterAfter(ev *store.Event, attempts int, out *webhook.Ou
 	c.log.Warn("event dead-lettered", append([]zap.Field{zap.String("event_id", ev.ID), zap.String("operation_id", ev.OperationID),
 		zap.String("endpoint", ev.Endpoint), zap.Int("attempts", attempts), zap.String("reason", reason)},
 		traceContext{parent: ev.Traceparent, state: ev.Tracestate}.fields()...)...)
-	c.settled(ev, c.st.DeadLetter(ev.ID, reason, attemptOf(attempts, c.now(), out)))
+	c.logUnrecorded(ev, c.st.DeadLetter(ev.ID, reason, attemptOf(attempts, c.clock.Now(), out)))
 }
 
 // attemptOf is an attempt's outcome as the outbox keeps it; a zero attempts keeps the count.
@@ -404,9 +409,9 @@ func claimLease(h *webhookSetup) time.Duration {
 	return 2*timeout + 10*time.Second
 }
 
-// settled logs a delivery outcome the outbox could not record (it is tried again after the
-// claim lapses).
-func (c *courier) settled(ev *store.Event, err error) {
+// logUnrecorded logs a delivery outcome the outbox could not record (the event is tried again
+// after the claim lapses).
+func (c *courier) logUnrecorded(ev *store.Event, err error) {
 	if err != nil && !errors.Is(err, store.ErrClosed) {
 		c.log.Error("recording a delivery", zap.String("event_id", ev.ID), zap.Error(err))
 	}
@@ -414,7 +419,7 @@ func (c *courier) settled(ev *store.Event, err error) {
 
 // remember keeps the attempt for the admin API's recent attempts.
 func (c *courier) remember(ev *store.Event, out webhook.Outcome) {
-	a := attemptLog{At: c.now(), EventID: ev.ID, Endpoint: ev.Endpoint, Result: out.Result.String(), Status: out.StatusCode, LatencyMS: out.Latency.Milliseconds()}
+	a := attemptLog{At: c.clock.Now(), EventID: ev.ID, Endpoint: ev.Endpoint, Result: out.Result.String(), Status: out.StatusCode, LatencyMS: out.Latency.Milliseconds()}
 	if out.Err != nil {
 		a.Error = out.Err.Error()
 	}
@@ -437,30 +442,26 @@ func (c *courier) breakerStates() map[string]string {
 	return out
 }
 
+// delivering counts the deliveries under way.
+func (c *courier) delivering() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.inflight)
+}
+
+// endpointStates reports each configured endpoint's breaker and whether a 410 disabled it.
+func (c *courier) endpointStates() map[string]any {
+	out := map[string]any{}
+	for name, breaker := range c.breakerStates() {
+		st, _ := c.st.GetEndpointState(name)
+		out[name] = map[string]any{"breaker": breaker, "disabled": st.Disabled}
+	}
+	return out
+}
+
 // recentAttempts returns the latest attempts, oldest first.
 func (c *courier) recentAttempts() []attemptLog {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]attemptLog{}, c.recent...) // [] in JSON when there is none, never null
-}
-
-// eventEnvelope is the body of a delivery (docs/webhooks.md, Events).
-type eventEnvelope struct {
-	EventID         string          `json:"event_id"`
-	EventType       string          `json:"event_type"`
-	EventVersion    string          `json:"event_version"`
-	OccurredAt      time.Time       `json:"occurred_at"`
-	DeliveryAttempt int             `json:"delivery_attempt"`
-	Operation       json.RawMessage `json:"operation,omitempty"`
-	// Batch is a batch.* event's subject (docs/batches.md), kept in the event's Operation.
-	Batch json.RawMessage `json:"batch,omitempty"`
-}
-
-func renderEvent(ev *store.Event, attempt int) ([]byte, error) {
-	env := eventEnvelope{EventID: ev.ID, EventType: ev.Type, EventVersion: "1.0",
-		OccurredAt: ev.OccurredAt.UTC(), DeliveryAttempt: attempt, Operation: ev.Operation}
-	if isBatchEvent(ev.Type) {
-		env.Operation, env.Batch = nil, ev.Operation
-	}
-	return json.Marshal(env)
 }

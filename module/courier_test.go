@@ -9,13 +9,16 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/badger"
 	"github.com/mulligan-gw/mulligan/webhook"
@@ -47,7 +50,7 @@ func TestDeliveryUnderWayWhenAReloadDropsTheWebhooksWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c := newCourier(st, "worker-1", zap.NewNop())
+	c := newCourier(st, "worker-1", realClock, zap.NewNop())
 	defer c.stop()
 	c.configure(nil) // the reload's config has no webhooks
 	c.sends.Add(1)
@@ -132,7 +135,7 @@ func TestXWebhookEndpointIsSignedInTheSeedsStyle(t *testing.T) {
 		"webhooks {\n endpoint seed %s/hook {\n secret new-seed-secret old-seed-secret\n signature x-webhook\n }\n default seed\n allow_private\n}", rc.srv.URL))
 	_, op := g.submit(t, "x-style")
 	g.await(t, op.OperationID)
-	waitFor(t, func() bool { return rc.delivered() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "rc.delivered() == 1", func() bool { return rc.delivered() == 1 })
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	h, ev := rc.got[0], rc.events[0]
@@ -165,11 +168,152 @@ func TestStandardWebhooksDeliveryCarriesTheEventType(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, webhooksBlock(rc.srv.URL+"/hook", "events operation.running operation.succeeded", secretA))
 	_, op := g.submit(t, "")
 	g.await(t, op.OperationID)
-	waitFor(t, func() bool { return rc.delivered() == 2 })
+	testkit.WaitFor(t, 5*time.Second, "rc.delivered() == 2", func() bool { return rc.delivered() == 2 })
 	mu.Lock()
 	defer mu.Unlock()
 	slices.Sort(types) // the two events may arrive in either order
 	if strings.Join(types, " ") != "operation.running operation.succeeded" {
 		t.Fatalf("X-Event-Type of the deliveries: %q", types)
 	}
+}
+
+// delivery is one webhook attempt a receiver saw: when, on the test's clock, and the event.
+type delivery struct {
+	at      time.Time
+	eventID string
+}
+
+// TestDefaultScheduleSpacesEightAttemptsThenDeadLetters: an event whose receiver keeps
+// answering 503 is tried 8 times, each retry due its default-schedule wait after the failure
+// (5s, 5m, 30m, 2h, 5h, 10h, 10h, each lengthened by at most 20%) and delivered when due on the
+// courier's clock; then it is dead-lettered. The breaker is set past 8 failures: it keeps
+// time on gobreaker's wall clock, which the test's clock does not move.
+func TestDefaultScheduleSpacesEightAttemptsThenDeadLetters(t *testing.T) {
+	clock := newFakeClock()
+	deliveries := make(chan delivery, 16)
+	rc := newReceiver(t, secretA, func(r *http.Request) int {
+		deliveries <- delivery{at: clock.Now(), eventID: r.Header.Get("webhook-id")}
+		return http.StatusServiceUnavailable
+	})
+	url := rc.srv.URL + "/hook"
+	lr := newLoopRunner(t, clock, answerOK, runnerConfig{endpoints: testEndpoint(t, "hooks", url)})
+	lr.accept(t, "op_1", testExecution(time.Minute, 3), &store.Callback{Endpoint: "hooks", URL: url}, chat("announced"))
+	lr.claimNext()
+	d := awaitDelivery(t, clock, deliveries, "the first attempt")
+	start := d.at
+	for retry, wait := range webhook.DefaultSchedule {
+		ev := awaitEvent(t, lr.st, d.eventID, "attempt recorded", func(ev *store.Event) bool { return ev.Attempts == retry+1 })
+		if gap := ev.NextAttempt.Sub(d.at); ev.State != store.EventPending || gap < wait || gap > wait+wait/5 {
+			t.Fatalf("after attempt %d: %s, due %v later; want pending, due in [%v, %v]", retry+1, ev.State, gap, wait, wait+wait/5)
+		}
+		clock.Advance(clock.Until(ev.NextAttempt))
+		d = awaitDelivery(t, clock, deliveries, fmt.Sprintf("attempt %d when due", retry+2))
+		if late := d.at.Sub(ev.NextAttempt); late < 0 || late > time.Second {
+			t.Fatalf("attempt %d came %v after it was due, want within [0, 1s]", retry+2, late)
+		}
+	}
+	ev := awaitEvent(t, lr.st, d.eventID, "dead-lettered", func(ev *store.Event) bool { return ev.State == store.EventDead })
+	if ev.Attempts != 8 || ev.DeadReason != "max_attempts reached" {
+		t.Fatalf("dead letter after %d attempts, %q; want 8, max_attempts reached", ev.Attempts, ev.DeadReason)
+	}
+	t.Logf("8 attempts over %v on the clock", d.at.Sub(start))
+}
+
+// awaitDelivery waits for the next attempt, moving the clock on a little while it waits: the
+// courier's pass may have read the time just before the test advanced it.
+func awaitDelivery(t *testing.T, clock *clockwork.FakeClock, deliveries <-chan delivery, what string) delivery {
+	t.Helper()
+	var d delivery
+	testkit.WaitFor(t, 10*time.Second, what, func() bool {
+		select {
+		case d = <-deliveries:
+			return true
+		default:
+			clock.Advance(10 * time.Millisecond)
+			return false
+		}
+	})
+	return d
+}
+
+// awaitEvent waits until the outbox's copy of event id satisfies cond, and returns it.
+func awaitEvent(t *testing.T, st store.Backend, id, what string, cond func(*store.Event) bool) *store.Event {
+	t.Helper()
+	var ev *store.Event
+	testkit.WaitFor(t, 10*time.Second, what, func() bool {
+		got, err := st.GetEvent(id)
+		ev = got
+		return err == nil && cond(got)
+	})
+	return ev
+}
+
+// answerOK is an upstream that answers every attempt 200.
+var answerOK = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"ok":true}`)) })
+
+// testEndpoint is a block's webhooks declaring one endpoint, name, at url, signed with secretA,
+// on the default schedule. Its breaker opens only past 100 failures: it keeps time on
+// gobreaker's wall clock, which a test's fake clock does not move.
+func testEndpoint(t *testing.T, name, url string) map[string]*webhookSetup {
+	t.Helper()
+	cfg := WebhooksConfig{Endpoints: []EndpointConfig{{Name: name, URL: url, Secrets: []string{secretA}}},
+		Default: name, AllowPrivate: true, BreakerFailures: 100}
+	cfg.setDefaults()
+	h, err := newWebhookSetup(&cfg, caddy.NewReplacer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]*webhookSetup{name: h}
+}
+
+// endpoints hands the runner's courier other endpoints, as a reload does.
+func (lr *loopRunner) endpoints(e map[string]*webhookSetup) {
+	cfg := lr.config()
+	cfg.endpoints = e
+	lr.configure(testConfigOwner, cfg)
+}
+
+// TestEventOfAnEndpointMissingFromTheConfigWaitsForIt: in a rolling deploy a replica may not yet
+// (or no longer) declare an endpoint that others do; it must leave that endpoint's events to
+// them, uncharged, not dead-letter them. Each courier pass over the due event puts it off a
+// minute: five such passes, an hour apart on the clock, leave it pending with its one attempt,
+// unsent; a config declaring the endpoint again gets it delivered at once.
+func TestEventOfAnEndpointMissingFromTheConfigWaitsForIt(t *testing.T) {
+	clock := newFakeClock()
+	var failing atomic.Bool
+	failing.Store(true)
+	deliveries := make(chan delivery, 16)
+	rc := newReceiver(t, secretA, func(r *http.Request) int {
+		deliveries <- delivery{at: clock.Now(), eventID: r.Header.Get("webhook-id")}
+		if failing.Load() {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+	url := rc.srv.URL + "/hook"
+	hooks := testEndpoint(t, "hooks", url)
+	lr := newLoopRunner(t, clock, answerOK, runnerConfig{endpoints: hooks})
+	lr.accept(t, "op_1", testExecution(time.Minute, 3), &store.Callback{Endpoint: "hooks", URL: url}, chat("rolling"))
+	lr.claimNext()
+	d := awaitDelivery(t, clock, deliveries, "the first attempt")
+	ev := awaitEvent(t, lr.st, d.eventID, "the 503 recorded", func(ev *store.Event) bool { return ev.Attempts == 1 })
+	lr.endpoints(testEndpoint(t, "other", rc.srv.URL+"/other"))
+	for pass := range 5 {
+		clock.Advance(clock.Until(ev.NextAttempt) + time.Hour)
+		due := ev.NextAttempt
+		ev = awaitEvent(t, lr.st, d.eventID, fmt.Sprintf("courier pass %d over the due event", pass+1),
+			func(ev *store.Event) bool { return ev.NextAttempt.After(due) || ev.State != store.EventPending })
+		if ev.State != store.EventPending || ev.Attempts != 1 {
+			t.Fatalf("pass %d with the endpoint missing: %s after %d attempts, want pending after 1", pass+1, ev.State, ev.Attempts)
+		}
+	}
+	select {
+	case d := <-deliveries:
+		t.Fatalf("sent at %v while its endpoint was missing from the config", d.at)
+	default:
+	}
+	failing.Store(false)
+	lr.endpoints(hooks)
+	awaitDelivery(t, clock, deliveries, "the delivery once the endpoint is declared again")
+	awaitEvent(t, lr.st, d.eventID, "delivered", func(ev *store.Event) bool { return ev.State == store.EventDelivered })
 }

@@ -4,11 +4,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
+	"github.com/mulligan-gw/mulligan/store"
 )
 
 // deadLetterIDs lists the event ids in the dead-letter list.
@@ -31,21 +37,36 @@ func (g *gateway) deadLetterIDs(t *testing.T) []string {
 
 // TestRedeliveredDeadLetterPastMaxAgeIsDelivered: an event dead-lettered and redelivered after
 // its max_age gets a fresh max_age from the redelivery, and reaches the receiver (before, the
-// courier dead-lettered it again at once, unsent).
+// courier dead-lettered it again at once, unsent). The clock moves it past max_age.
 func TestRedeliveredDeadLetterPastMaxAgeIsDelivered(t *testing.T) {
-	rc, refuse := newFailingReceiver(t, http.StatusBadRequest)
-	const maxAge = 300 * time.Millisecond
-	g := startGateway(t, modelserver.Config{}, webhooksBlock(rc.srv.URL+"/hook", "max_age 300ms", secretA))
-	_, op := g.submit(t, "")
-	g.await(t, op.OperationID)
-	waitFor(t, func() bool { return len(g.deadLetterIDs(t)) == 1 })
-	time.Sleep(maxAge) // the event is now older than max_age: only the wall clock gets it there
+	clock := newFakeClock()
+	var refuse atomic.Bool
+	refuse.Store(true)
+	deliveries := make(chan delivery, 4)
+	rc := newReceiver(t, secretA, func(r *http.Request) int {
+		deliveries <- delivery{at: clock.Now(), eventID: r.Header.Get("webhook-id")}
+		if refuse.Load() {
+			return http.StatusBadRequest
+		}
+		return http.StatusOK
+	})
+	url := rc.srv.URL + "/hook"
+	hooks := testEndpoint(t, "hooks", url)
+	hooks["hooks"].cfg.MaxAge = caddy.Duration(time.Hour)
+	lr := newLoopRunner(t, clock, answerOK, runnerConfig{endpoints: hooks})
+	lr.accept(t, "op_1", testExecution(time.Minute, 3), &store.Callback{Endpoint: "hooks", URL: url}, chat("refused"))
+	lr.claimNext()
+	d := awaitDelivery(t, clock, deliveries, "the refused attempt")
+	awaitEvent(t, lr.st, d.eventID, "dead-lettered", func(ev *store.Event) bool { return ev.State == store.EventDead })
+	clock.Advance(2 * time.Hour) // the event is now older than max_age
 	refuse.Store(false)
-	id := g.deadLetterIDs(t)[0]
-	g.adminCall("POST", "/mulligan/dead-letters/"+id+"/redeliver")
-	waitFor(t, func() bool { return rc.delivered() == 1 || len(g.deadLetterIDs(t)) == 1 })
-	if rc.delivered() != 1 {
-		t.Fatalf("the redelivered event was dead-lettered again: %s", g.adminCall("GET", "/mulligan/dead-letters"))
+	if err := (&AdminAPI{}).redeliver(httptest.NewRecorder(), lr.runner, d.eventID); err != nil {
+		t.Fatal(err)
+	}
+	awaitDelivery(t, clock, deliveries, "the redelivery")
+	ev := awaitEvent(t, lr.st, d.eventID, "delivered or dead again", func(ev *store.Event) bool { return ev.State != store.EventPending })
+	if ev.State != store.EventDelivered || rc.delivered() != 1 {
+		t.Fatalf("the redelivered event is %s (%s), receiver accepted %d", ev.State, ev.DeadReason, rc.delivered())
 	}
 	if got := rc.attempts.Load(); got != 2 {
 		t.Fatalf("the receiver saw %d attempts, want 2 (the refused one and the redelivery)", got)
@@ -63,7 +84,7 @@ func TestRedeliverAllEndsWhileEventsDieAgain(t *testing.T) {
 		_, op := g.submit(t, fmt.Sprintf("dies-%d", i))
 		g.await(t, op.OperationID)
 	}
-	waitFor(t, func() bool { return len(g.deadLetterIDs(t)) == n })
+	testkit.WaitFor(t, 5*time.Second, "len(g.deadLetterIDs(t)) == n", func() bool { return len(g.deadLetterIDs(t)) == n })
 
 	for round := 1; round <= 2; round++ {
 		done := make(chan string, 1)
@@ -76,6 +97,6 @@ func TestRedeliverAllEndsWhileEventsDieAgain(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatalf("round %d: redeliver all has not answered in 20s", round)
 		}
-		waitFor(t, func() bool { return len(g.deadLetterIDs(t)) == n && rc.attempts.Load() == int64(n*(round+1)) })
+		testkit.WaitFor(t, 5*time.Second, "len(g.deadLetterIDs(t)) == n && rc.attempts.Load() == int64(n*(round+1))", func() bool { return len(g.deadLetterIDs(t)) == n && rc.attempts.Load() == int64(n*(round+1)) })
 	}
 }

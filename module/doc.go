@@ -13,8 +13,10 @@
 //	async conversion    async.go (accept, after-mode window), prefer.go, metadata.go, admission.go
 //	operations API      operations.go, operation_json.go, lookup.go, opwait.go, opstream.go
 //	runner              runner.go (claim, start, stop), execute.go (an attempt and its result),
-//	                    lease.go, takeover.go, capacity_runner.go
-//	webhooks            webhooks_config.go (endpoints), courier.go (the outbox's deliveries)
+//	                    lease.go (renewals, expiry), takeover.go, dispatch.go (what attempts go
+//	                    through: the config's Caddy servers), clock.go, capacity_runner.go
+//	webhooks            webhooks_config.go (endpoints), event.go (an event built and rendered),
+//	                    courier.go (the outbox's deliveries)
 //	capacity            capacity.go, capacity_serve.go, seats.go, seats_shared.go, adaptive.go,
 //	                    priority.go, capacity_metrics.go
 //	batches and files   batches*.go, batch_*.go, files.go

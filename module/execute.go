@@ -42,7 +42,7 @@ const (
 // the outcome table says, with the settings stored with op by the block that accepted it.
 func (r *runner) execute(parent context.Context, op *store.Operation, first <-chan attemptResult) {
 	ex := execOf(op)
-	ctx, cancel := context.WithTimeout(parent, ex.Timeout)
+	ctx, cancel := withTimeout(parent, r.clock, ex.Timeout)
 	defer cancel()
 	log := r.log.With(operationFields(op)...)
 	retryOn := retrySet(ex.RetryOn)
@@ -120,19 +120,19 @@ func (r *runner) execute(parent context.Context, op *store.Operation, first <-ch
 func (r *runner) backoff(ctx context.Context, attempt int, res attemptResult) bool {
 	var retryAfter time.Duration
 	if res.header != nil {
-		retryAfter = webhook.ParseRetryAfter(res.header.Get("Retry-After"), time.Now())
+		retryAfter = webhook.ParseRetryAfter(res.header.Get("Retry-After"), r.clock.Now())
 	}
 	wait := max(webhook.Backoff(retryBase, retryCap, attempt, 0), retryAfter)
-	if dl, ok := ctx.Deadline(); ok && time.Now().Add(wait).After(dl) {
+	if dl, ok := ctx.Deadline(); ok && r.clock.Now().Add(wait).After(dl) {
 		if retryAfter > 0 {
 			return false
 		}
-		wait = time.Until(dl)
+		wait = r.clock.Until(dl)
 	}
-	t := time.NewTimer(wait)
+	t := r.clock.NewTimer(wait)
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.Chan():
 		return true
 	case <-ctx.Done():
 		return false
@@ -164,7 +164,7 @@ func outcome(ctx, parent context.Context, res attemptResult, retryOn map[int]boo
 		return failed(CodeUpstreamError, "A handler of the route failed while serving the operation."), false
 	case res.over:
 		return failed(CodeResultTooLarge, "The upstream response was larger than max_result."), false
-	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+	case errors.Is(context.Cause(ctx), context.DeadlineExceeded):
 		return failed(CodeOperationTimeout, "The upstream call did not finish within the operation timeout."), false
 	case res.status == 0:
 		return failed(CodeUpstreamUnavailable, "The upstream could not be reached."), true
@@ -203,7 +203,7 @@ func (r *runner) finish(parent context.Context, id string, change store.Change, 
 			change.To = store.StatusCanceled
 		}
 	}
-	giveUp := time.Now().Add(finishRetryFor)
+	giveUp := r.clock.Now().Add(finishRetryFor)
 	for wait := finishRetryBase; ; wait = min(wait*2, finishRetryMax) {
 		op, err := r.st.Transition(id, change)
 		switch {
@@ -213,14 +213,14 @@ func (r *runner) finish(parent context.Context, id string, change store.Change, 
 		case errors.Is(err, store.ErrNotHolder), errors.Is(err, store.ErrIllegalTransition), errors.Is(err, store.ErrNotFound):
 			log.Warn("operation settled elsewhere; its outcome here is dropped", zap.String("new_status", string(change.To)), zap.Error(err))
 			return
-		case errors.Is(context.Cause(parent), errLeaseLost) || errors.Is(context.Cause(parent), errRunnerStopping) || time.Now().After(giveUp):
+		case errors.Is(context.Cause(parent), errLeaseLost) || errors.Is(context.Cause(parent), errRunnerStopping) || r.clock.Now().After(giveUp):
 			// A stopping gateway past its grace period leaves the rest to a takeover, as a
 			// crash would, rather than hold the stop (docs/operating.md).
 			log.Error("recording the operation's outcome failed; leaving it to a takeover", zap.String("new_status", string(change.To)), zap.Error(err))
 			return
 		}
 		log.Warn("recording the operation's outcome; retrying", zap.String("new_status", string(change.To)), zap.Duration("retry_in", wait), zap.Error(err))
-		time.Sleep(wait)
+		r.clock.Sleep(wait)
 	}
 }
 
@@ -241,10 +241,10 @@ func (r *runner) finished(op *store.Operation, log *zap.Logger) {
 	log.Info("operation transition", fields...)
 }
 
-// attempt sends the stored request once through the current config's server that accepted
-// it, and records the answer.
+// attempt sends the stored request once through the current config's dispatch (the server
+// that accepted it), and records the answer.
 func (r *runner) attempt(ctx context.Context, op *store.Operation, req *store.Request, limit int64) attemptResult {
-	srv := r.server(op.Server)
+	srv := r.handlerFor(op)
 	if srv == nil {
 		return attemptResult{}
 	}

@@ -1,6 +1,9 @@
 package module
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // flights lets duplicates of an in-flight keyed request wait for its end (wait_inflight), or
 // for its answer to begin as a stream they can join, instead of polling storage. It only knows
@@ -22,6 +25,10 @@ type flight struct {
 // maxStreamWaiters bounds the duplicates of one key that wait in this process for its stream
 // to begin: each holds a connection and its request body. The others are answered at once.
 const maxStreamWaiters = 64
+
+// streamWaiting counts the duplicates waiting in this process, across keys and configs, for a
+// stream to begin: a test sees a duplicate has reached its wait without sleeping for it.
+var streamWaiting atomic.Int64
 
 func newFlights() *flights { return &flights{m: map[string]*flight{}, waiters: map[string]int{}} }
 
@@ -72,12 +79,14 @@ func (f *flights) enterWait(key string) bool {
 		return false
 	}
 	f.waiters[key]++
+	streamWaiting.Add(1)
 	return true
 }
 
 func (f *flights) leaveWait(key string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	streamWaiting.Add(-1)
 	if f.waiters[key]--; f.waiters[key] <= 0 {
 		delete(f.waiters, key)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 func TestRetriedRequestReplaysTheFirstResponseByteForByte(t *testing.T) {
@@ -123,7 +124,7 @@ func TestInFlightDuplicateGets409WithRetryAfter(t *testing.T) {
 	g := startGateway(t, modelserver.Config{Latency: time.Second}, "")
 	done := make(chan result)
 	go func() { done <- g.post(chatPath, "k", chat("slow")) }()
-	waitFor(t, func() bool { return g.model.Stats().InFlight == 1 })
+	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	r := g.post(chatPath, "k", chat("slow"))
 	expectError(t, r, 409, CodeInProgress, true)
 	if r.Header.Get("Retry-After") == "" {
@@ -138,7 +139,7 @@ func TestWaitInflightDuplicateGetsTheReplay(t *testing.T) {
 	g := startGateway(t, modelserver.Config{Latency: 300 * time.Millisecond}, "idempotency {\n wait_inflight 5s\n}")
 	done := make(chan result)
 	go func() { done <- g.post(chatPath, "k", chat("slow")) }()
-	waitFor(t, func() bool { return g.model.Stats().InFlight == 1 })
+	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	r := g.post(chatPath, "k", chat("slow"))
 	first := <-done
 	if r.StatusCode != 200 || r.Header.Get(headerReplayed) != "true" || !bytes.Equal(r.body, first.body) {
@@ -264,17 +265,6 @@ func TestStorageFailureAnswers503(t *testing.T) {
 	g.post(chatPath, "k", chat("x"))
 	closeStorages() // the database goes away under the running config
 	expectError(t, g.post(chatPath, "k", chat("x")), 503, CodeStorage, true)
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 5s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

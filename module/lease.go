@@ -33,13 +33,85 @@ func (r *runner) takeoverGrace() time.Duration {
 
 // armExpiry (re)sets ex's timer to stop it leaseMargin before ex.leaseUntil; r.mu is held.
 func (r *runner) armExpiry(id string, ex *execution, takeover time.Duration) {
-	wait := time.Until(ex.leaseUntil.Add(-leaseMargin(takeover)))
+	wait := r.clock.Until(ex.leaseUntil.Add(-leaseMargin(takeover)))
 	if ex.expiry != nil {
 		ex.expiry.Reset(wait)
 		return
 	}
-	ex.expiry = time.AfterFunc(wait, func() {
+	ex.expiry = r.clock.AfterFunc(wait, func() {
 		r.log.Warn("stopping an operation whose lease could not be renewed", zap.String("operation_id", id))
 		ex.cancel(errLeaseLost)
 	})
+}
+
+// renewEvery paces the heartbeat: well under takeover, and at most a second apart so a
+// cancel asked through another replica stops the call within 2 s (docs/api.md).
+func renewEvery(takeover time.Duration) time.Duration {
+	return max(min(time.Second, takeover/3), 50*time.Millisecond)
+}
+
+// heartbeat renews the leases of what this runner executes and stops what was canceled or
+// lost. Takeovers run in their own goroutine (takeOverLoop): however slow they are, renewals
+// keep their pace.
+func (r *runner) heartbeat() {
+	defer r.beats.Done()
+	var lastStale time.Time
+	for {
+		takeover := r.config().takeover
+		t := r.clock.NewTimer(renewEvery(takeover))
+		select {
+		case <-r.stopped:
+			t.Stop()
+			return
+		case <-t.Chan():
+		case <-r.renewNow:
+			t.Stop()
+		}
+		r.renew(takeover)
+		if r.clock.Since(lastStale) >= staleEvery && r.alive() {
+			lastStale = r.clock.Now()
+			r.dropStale()
+		}
+	}
+}
+
+// renew extends the leases of every execution here. When storage cannot be reached for
+// longer than a lease lasts, the executions are stopped: another worker may take them over
+// once storage is back, and two must never run one operation.
+func (r *runner) renew(takeover time.Duration) {
+	r.mu.Lock()
+	ids := make([]string, 0, len(r.running))
+	for id := range r.running {
+		ids = append(ids, id)
+	}
+	r.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	asked := r.clock.Now()
+	ren, err := r.st.RenewLeases(r.worker, ids, takeover)
+	if err != nil {
+		// Each execution's expiry timer stops it before its lease ends, whether or not this
+		// call ever returns.
+		r.log.Warn("renewing leases", zap.Int("operations", len(ids)), zap.Error(err))
+		return
+	}
+	lost := map[string]bool{}
+	for _, id := range ren.Lost {
+		lost[id] = true
+		if r.stopExecution(id, errLeaseLost) != nil {
+			r.log.Warn("operation no longer held by this worker", zap.String("operation_id", id))
+		}
+	}
+	for _, id := range ren.CancelRequested {
+		r.stopExecution(id, errCanceledByUser)
+	}
+	r.mu.Lock()
+	for _, id := range ids {
+		if ex := r.running[id]; ex != nil && !lost[id] {
+			ex.leaseUntil = asked.Add(takeover)
+			r.armExpiry(id, ex, takeover)
+		}
+	}
+	r.mu.Unlock()
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 // resource is an operation's JSON form, read loosely: the tests check which fields are there.
@@ -79,7 +80,7 @@ func TestOperationCarriesTypeMetadataAndTheTimesOfItsChanges(t *testing.T) {
 	}
 
 	// Every event carries the type and the metadata of its operation.
-	waitFor(t, func() bool { return rc.delivered() == 2 })
+	testkit.WaitFor(t, 5*time.Second, "rc.delivered() == 2", func() bool { return rc.delivered() == 2 })
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	for _, ev := range rc.events {
@@ -143,11 +144,11 @@ func TestMetadataOtherThanASmallObjectIsNotKept(t *testing.T) {
 func TestRetryableErrorsCarryRetryAfterSecondsInDetails(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "async {\n concurrency 1\n queue 1\n}")
 	_, running := g.submit(t, "a", "X-Mock-Latency", "30s")
-	waitFor(t, func() bool { return g.model.Stats().InFlight == 1 })
+	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	_, queued := g.submit(t, "b")
 	syncDone := make(chan result, 1)
 	go func() { syncDone <- g.post(chatPath, "sync", chat("sync"), "X-Mock-Latency", "2s") }()
-	waitFor(t, func() bool { return g.model.Stats().InFlight == 2 })
+	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 2", func() bool { return g.model.Stats().InFlight == 2 })
 
 	for _, tc := range []struct {
 		name        string
@@ -225,7 +226,7 @@ func TestCallbackUrlFromTheBodyIsUsedUnderTheSameAllowList(t *testing.T) {
 		})
 	}
 	// Two accepted requests named the allowed URL; the refused ones never reached the upstream.
-	waitFor(t, func() bool { return rc.delivered() == 2 })
+	testkit.WaitFor(t, 5*time.Second, "rc.delivered() == 2", func() bool { return rc.delivered() == 2 })
 	if n := g.model.Stats().Received; n != 3 {
 		t.Fatalf("the upstream ran %d times, want 3", n)
 	}

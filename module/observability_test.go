@@ -7,10 +7,12 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 // metricNames returns the name of every metric Mulligan's collectors describe.
@@ -70,7 +72,7 @@ func TestSeedMetricsCountSubmissionsPollsAndTheOldestRunning(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "")
 	before := g.scrape(t)
 	_, slow := g.submit(t, "", modelserver.HeaderMockLatency, "30s")
-	waitFor(t, func() bool { return decodeOp(t, g.get(slow.Links.Self)).Status == "running" })
+	testkit.WaitFor(t, 5*time.Second, `decodeOp(t, g.get(slow.Links.Self)).Status == "running"`, func() bool { return decodeOp(t, g.get(slow.Links.Self)).Status == "running" })
 	for i := range 2 {
 		_, op := g.submit(t, "quick-"+itoa(i))
 		g.get(op.Links.Self)
@@ -83,7 +85,7 @@ func TestSeedMetricsCountSubmissionsPollsAndTheOldestRunning(t *testing.T) {
 	if r := g.post(slow.Links.Cancel, "", ""); r.StatusCode != http.StatusOK && r.StatusCode != http.StatusAccepted {
 		t.Fatalf("cancel: %s %s", r.Status, r.body)
 	}
-	waitFor(t, func() bool { return sum(g.scrape(t), "mulligan_oldest_running_operation_age_seconds") == 0 })
+	testkit.WaitFor(t, 5*time.Second, `sum(g.scrape(t), "mulligan_oldest_running_operation_age_seconds") == 0`, func() bool { return sum(g.scrape(t), "mulligan_oldest_running_operation_age_seconds") == 0 })
 	after := g.scrape(t)
 	delta := func(name string) float64 { return sum(after, name) - sum(before, name) }
 	submitted := `mulligan_operations_submitted_total{type="` + chatPath + `"}`

@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 // scrape returns the value of every sample of the admin endpoint's /metrics whose name starts
@@ -62,7 +63,7 @@ func TestMetricsArePresentAndKeepCountingAcrossReloads(t *testing.T) {
 		g.await(t, op.OperationID)
 		_, failing := g.submit(t, "", "X-Mock-Status", "503")
 		g.await(t, failing.OperationID)
-		waitFor(t, func() bool { return rc.delivered() == 2*(round+1) })
+		testkit.WaitFor(t, 5*time.Second, "rc.delivered() == 2*(round+1)", func() bool { return rc.delivered() == 2*(round+1) })
 	}
 	traffic(0)
 	before := g.scrape(t)
@@ -109,7 +110,7 @@ func TestReadinessFollowsTheStoreAndTheQueue(t *testing.T) {
 		t.Fatalf("live: %d", r.StatusCode)
 	}
 	g.submit(t, "")
-	waitFor(t, func() bool { return g.model.Stats().InFlight == 1 })
+	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	_, queued := g.submit(t, "")
 	expectError(t, g.get(pathReady), 503, CodeQueueFull, true)
 	g.post(queued.Links.Cancel, "", "")
@@ -141,7 +142,7 @@ func TestLogsNeverHoldSecretsScopesOrBodies(t *testing.T) {
 	r := g.post(chatPath, "log-async", chat(marker), append(h, "Prefer", "respond-async")...)
 	g.await(t, decodeOp(t, r).OperationID, h...)
 	g.submit(t, "", append(h, "X-Mock-Status", "500")...)
-	waitFor(t, func() bool { return rc.delivered() == 2 })
+	testkit.WaitFor(t, 5*time.Second, "rc.delivered() == 2", func() bool { return rc.delivered() == 2 })
 	_ = caddy.Stop()
 	logs, err := os.ReadFile(logFile)
 	if err != nil {

@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"testing"
+	"time"
+
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 // followInBackground asks for operation id's result as Server-Sent Events and sends the answer
@@ -35,7 +38,7 @@ func TestFollowingAQueuedOperationWaitsForItsStream(t *testing.T) {
 		t.Fatalf("the second operation is %s, want queued", op.Status)
 	}
 	answer := g.followInBackground(queued.OperationID)
-	waitFor(t, func() bool { return resultWaiters.Load() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "resultWaiters.Load() == 1", func() bool { return resultWaiters.Load() == 1 })
 	up.release()
 	checkEvents(t, (<-answer).events(t), 1, 20, 2, false)
 }
@@ -45,9 +48,9 @@ func TestFollowingAQueuedOperationWaitsForItsStream(t *testing.T) {
 func TestFollowingARunningOperationBeforeItsAnswerBeginsWaitsForIt(t *testing.T) {
 	up, g := heldHeadGateway(t, 20)
 	_, op := g.submit(t, "")
-	waitFor(t, func() bool { return up.runs.Load() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "up.runs.Load() == 1", func() bool { return up.runs.Load() == 1 })
 	answer := g.followInBackground(op.OperationID)
-	waitFor(t, func() bool { return resultWaiters.Load() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "resultWaiters.Load() == 1", func() bool { return resultWaiters.Load() == 1 })
 	up.release()
 	checkEvents(t, (<-answer).events(t), 1, 20, 1, false)
 }
@@ -59,7 +62,7 @@ func TestFollowerOfAnOperationCanceledBeforeItsStreamGetsTheFinalAnswer(t *testi
 	_, g, queued := queuedBehindAHeldOne(t)
 	expectError(t, g.get("/v1/operations/"+queued.OperationID+"/result"), 409, CodeNotFinished, true)
 	answer := g.followInBackground(queued.OperationID)
-	waitFor(t, func() bool { return resultWaiters.Load() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "resultWaiters.Load() == 1", func() bool { return resultWaiters.Load() == 1 })
 	if c := g.post(queued.Links.Cancel, "", ""); c.StatusCode != 200 {
 		t.Fatalf("cancel: %d %s", c.StatusCode, c.body)
 	}
@@ -75,7 +78,7 @@ func queuedBehindAHeldOne(t *testing.T) (*eventUpstream, *gateway, opBody) {
 	g := startGatewayWith(t, gatewaySetup{upstream: up, mulligan: "async {\n concurrency 1\n}"})
 	t.Cleanup(up.release)
 	g.submit(t, "first")
-	waitFor(t, func() bool { return up.runs.Load() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "the first operation at the model", func() bool { return up.runs.Load() == 1 })
 	_, queued := g.submit(t, "queued")
 	return up, g, queued
 }

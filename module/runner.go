@@ -2,16 +2,14 @@ package module
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/store"
@@ -20,7 +18,7 @@ import (
 // runner is one worker on a storage's queue (docs/operating.md): it claims queued operations
 // while it has free slots (`concurrency`), holds each by a lease it renews, and executes each
 // with the settings stored with it. It belongs to the storage's lifetime in this process, not
-// to one config: a reload hands it the new config's servers. Other processes on the same
+// to one config: a reload hands it the new config's dispatch. Other processes on the same
 // storage (PostgreSQL replicas) run runners of their own; the store decides who holds what.
 type runner struct {
 	st      store.Backend
@@ -28,6 +26,7 @@ type runner struct {
 	name    string // the storage, as operators see it
 	where   string // the storage, as seat pools name it
 	log     *zap.Logger
+	clock   clockwork.Clock // real in production; a test's fake moves leases, retries and polls
 	courier *courier
 
 	mu      sync.Mutex
@@ -54,8 +53,8 @@ type runner struct {
 type runnerConfig struct {
 	concurrency int
 	takeover    time.Duration
-	grace       time.Duration // how long a stopping gateway lets running operations finish
-	servers     map[string]*caddyhttp.Server
+	grace       time.Duration            // how long a stopping gateway lets running operations finish
+	dispatch    dispatcher               // what attempts go through: the config's Caddy servers (serverDispatch)
 	endpoints   map[string]*webhookSetup // webhook endpoints of every block on the storage
 }
 
@@ -70,10 +69,10 @@ type execution struct {
 	cancel     context.CancelCauseFunc
 	done       chan struct{}
 	pooled     bool
-	leaseUntil time.Time    // as last renewed
-	started    time.Time    // when it began running here, for the oldest-running gauge
-	seat       *pendingSeat // its place in the capacity order, until its first attempt takes it
-	expiry     *time.Timer  // stops the execution shortly before its lease ends (see leaseMargin)
+	leaseUntil time.Time       // as last renewed
+	started    time.Time       // when it began running here, for the oldest-running gauge
+	seat       *pendingSeat    // its place in the capacity order, until its first attempt takes it
+	expiry     clockwork.Timer // stops the execution shortly before its lease ends (see leaseMargin)
 }
 
 // Causes of an execution's cancellation.
@@ -95,14 +94,14 @@ const defaultGrace = 5 * time.Second
 // that keeps every property without LISTEN/NOTIFY).
 const pollEvery = time.Second
 
-func newRunner(st store.Backend, set storageSpec, log *zap.Logger) *runner {
+func newRunner(st store.Backend, set storageSpec, clock clockwork.Clock, log *zap.Logger) *runner {
 	r := &runner{
-		st: st, worker: newID("wrk_", time.Now()), name: set.name(), where: set.where(), log: log.Named("runner"),
+		st: st, worker: newID("wrk_", clock.Now()), name: set.name(), where: set.where(), log: log.Named("runner"), clock: clock,
 		cfg:     runnerConfig{concurrency: set.concurrency, takeover: set.takeover, grace: defaultGrace},
 		running: map[string]*execution{}, wake: make(chan struct{}, 1), renewNow: make(chan struct{}, 1),
 		stopping: make(chan struct{}), stopped: make(chan struct{}),
 	}
-	r.courier = newCourier(st, r.worker, log)
+	r.courier = newCourier(st, r.worker, clock, log)
 	if set.backend == BackendPostgres {
 		r.shared = st
 	}
@@ -121,7 +120,7 @@ func (r *runner) begin() {
 }
 
 // configure hands the runner the settings of owner, a config that has just started: the
-// newest config's servers and endpoints are the ones operations and events go through.
+// newest config's dispatch and endpoints are the ones operations and events go through.
 func (r *runner) configure(owner any, c runnerConfig) {
 	if c.concurrency < 1 {
 		c.concurrency = defaultConcurrency
@@ -177,12 +176,12 @@ func (r *runner) shutdown(shared bool) bool {
 	if shared {
 		return false
 	}
-	deadline := time.Now().Add(r.config().grace)
+	deadline := r.clock.Now().Add(r.config().grace)
 	finished := make(chan struct{})
 	go func() { r.inFlight.Wait(); close(finished) }()
 	select {
 	case <-finished:
-	case <-time.After(time.Until(deadline)):
+	case <-r.clock.After(r.clock.Until(deadline)):
 		r.stopAll(errRunnerStopping)
 		<-finished
 	}
@@ -224,7 +223,7 @@ func (r *runner) kick() {
 
 func (r *runner) claimLoop() {
 	defer r.claims.Done()
-	tick := time.NewTicker(pollEvery)
+	tick := r.clock.NewTicker(pollEvery)
 	defer tick.Stop()
 	wakeups := r.st.Wakeups()
 	for {
@@ -233,7 +232,7 @@ func (r *runner) claimLoop() {
 		case <-r.stopping:
 			return
 		case <-r.wake:
-		case <-tick.C:
+		case <-tick.Chan():
 		case <-wakeups: // queued work or a cancel, maybe from another replica
 			select {
 			case r.renewNow <- struct{}{}:
@@ -315,7 +314,7 @@ func (r *runner) launchConverted(op *store.Operation, ctx context.Context, cance
 
 func (r *runner) start(op *store.Operation, ctx context.Context, ex *execution, first <-chan attemptResult) {
 	if ex.started.IsZero() {
-		ex.started = time.Now()
+		ex.started = r.clock.Now()
 	}
 	r.mu.Lock()
 	r.running[op.ID] = ex
@@ -327,12 +326,14 @@ func (r *runner) start(op *store.Operation, ctx context.Context, ex *execution, 
 	r.inFlight.Add(1)
 	go func() {
 		defer r.inFlight.Done()
-		defer r.settle(op.ID, ex)
+		defer r.executionEnded(op.ID, ex)
 		r.execute(ctx, op, first)
 	}()
 }
 
-func (r *runner) settle(id string, ex *execution) {
+// executionEnded does the bookkeeping of an execution that ended here: its slot, its lease
+// timer, its unused place in the capacity order; then it wakes the claim loop.
+func (r *runner) executionEnded(id string, ex *execution) {
 	r.mu.Lock()
 	delete(r.running, id)
 	if ex.pooled {
@@ -375,172 +376,6 @@ func (r *runner) stopAll(cause error) {
 	}
 }
 
-// server returns the current config's server an operation was accepted by: the one listening
-// where it did (see serverID); failing that (the addresses changed, or differ per replica, or
-// the operation was stored with a bare name), the server of the same name.
-func (r *runner) server(id string) *caddyhttp.Server {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	listen, name, ok := strings.Cut(strings.TrimPrefix(id, serverIDPrefix), serverIDName)
-	if !ok || !strings.HasPrefix(id, serverIDPrefix) {
-		return r.cfg.servers[id]
-	}
-	for _, srv := range r.cfg.servers {
-		if listenOf(srv) == listen {
-			return srv
-		}
-	}
-	return r.cfg.servers[name]
-}
-
-// The parts of a server's id.
-const (
-	serverIDPrefix = "listen:"
-	serverIDName   = ";name:"
-)
-
-// serverID identifies a server across reloads and restarts by the addresses it listens on,
-// and its name. The name alone will not do: the Caddyfile adapter numbers servers in order
-// (srv0, srv1, ...), so a reload that adds a site ahead renames them, and an operation queued
-// before would run through another site's routes and upstream.
-func serverID(srv *caddyhttp.Server) string {
-	return serverIDPrefix + listenOf(srv) + serverIDName + srv.Name()
-}
-
-func listenOf(srv *caddyhttp.Server) string {
-	listen := slices.Clone(srv.Listen)
-	slices.Sort(listen)
-	return strings.Join(listen, ",")
-}
-
-// renewEvery paces the heartbeat: well under takeover, and at most a second apart so a
-// cancel asked through another replica stops the call within 2 s (docs/api.md).
-func renewEvery(takeover time.Duration) time.Duration {
-	return max(min(time.Second, takeover/3), 50*time.Millisecond)
-}
-
-// takeoverEvery paces the look for operations whose replica fell silent.
-func takeoverEvery(takeover time.Duration) time.Duration {
-	return min(max(takeover/6, 250*time.Millisecond), 5*time.Second)
-}
-
-// heartbeat renews the leases of what this runner executes and stops what was canceled or
-// lost. Takeovers run in their own goroutine (takeOverLoop): however slow they are, renewals
-// keep their pace.
-func (r *runner) heartbeat() {
-	defer r.beats.Done()
-	var lastStale time.Time
-	for {
-		takeover := r.config().takeover
-		t := time.NewTimer(renewEvery(takeover))
-		select {
-		case <-r.stopped:
-			t.Stop()
-			return
-		case <-t.C:
-		case <-r.renewNow:
-			t.Stop()
-		}
-		r.renew(takeover)
-		if time.Since(lastStale) >= staleEvery && r.alive() {
-			lastStale = time.Now()
-			r.dropStale()
-		}
-	}
-}
-
-// renew extends the leases of every execution here. When storage cannot be reached for
-// longer than a lease lasts, the executions are stopped: another worker may take them over
-// once storage is back, and two must never run one operation.
-func (r *runner) renew(takeover time.Duration) {
-	r.mu.Lock()
-	ids := make([]string, 0, len(r.running))
-	for id := range r.running {
-		ids = append(ids, id)
-	}
-	r.mu.Unlock()
-	if len(ids) == 0 {
-		return
-	}
-	asked := time.Now()
-	ren, err := r.st.RenewLeases(r.worker, ids, takeover)
-	if err != nil {
-		// Each execution's expiry timer stops it before its lease ends, whether or not this
-		// call ever returns.
-		r.log.Warn("renewing leases", zap.Int("operations", len(ids)), zap.Error(err))
-		return
-	}
-	lost := map[string]bool{}
-	for _, id := range ren.Lost {
-		lost[id] = true
-		if r.stopExecution(id, errLeaseLost) != nil {
-			r.log.Warn("operation no longer held by this worker", zap.String("operation_id", id))
-		}
-	}
-	for _, id := range ren.CancelRequested {
-		r.stopExecution(id, errCanceledByUser)
-	}
-	r.mu.Lock()
-	for _, id := range ids {
-		if ex := r.running[id]; ex != nil && !lost[id] {
-			ex.leaseUntil = asked.Add(takeover)
-			r.armExpiry(id, ex, takeover)
-		}
-	}
-	r.mu.Unlock()
-}
-
-// takeOver settles operations whose worker's lease ran out (its replica died, or lost storage
-// for longer than a lease): asked to cancel -> canceled; else per the operation's on_crash,
-// re-queued or failed with WORKER_LOST. The store applies each only while the lease is still
-// expired and held by the same worker, so a takeover never races a renewal.
-func (r *runner) takeOver() {
-	ops, err := r.st.ExpiredLeases(takeOverBatch)
-	if err != nil {
-		r.log.Warn("looking for expired leases", zap.Error(err))
-		return
-	}
-	grace := r.takeoverGrace()
-	budget := time.Now().Add(takeoverEvery(r.config().takeover))
-	for _, op := range ops {
-		if time.Now().After(budget) {
-			return // the rest in the next round
-		}
-		if time.Now().Before(op.LeaseUntil.Add(grace)) {
-			continue // its holder may be stopping still (see takeoverGrace)
-		}
-		r.settleLost(op, store.Change{Holder: op.Holder, LeaseExpired: true}, "operation taken over")
-	}
-}
-
-// settleLost applies the decision for an operation whose worker is gone. c carries the fence.
-func (r *runner) settleLost(op *store.Operation, c store.Change, msg string) {
-	c.To = store.StatusQueued
-	switch {
-	case !op.CancelRequestedAt.IsZero():
-		c.To = store.StatusCanceled
-	case execOf(op).OnCrash == CrashFail:
-		c.To, c.Error = store.StatusFailed, catalogueError(CodeWorkerLost, "The gateway stopped while this operation was running.")
-	}
-	final, err := r.st.Transition(op.ID, c)
-	switch {
-	case errors.Is(err, store.ErrNotHolder), errors.Is(err, store.ErrIllegalTransition), errors.Is(err, store.ErrNotFound):
-		return // renewed, settled or taken over meanwhile
-	case err != nil:
-		r.log.Warn("settling an operation whose worker is gone", zap.String("operation_id", op.ID), zap.Error(err))
-		return
-	}
-	if final.Status.Final() {
-		countFinal(final)
-		r.courier.kick()
-	} else {
-		r.countMoved(op, 1)
-		r.kick()
-	}
-	r.log.Info(msg, operationFields(op, zap.String("old_holder", op.Holder),
-		zap.String("old_status", string(op.Status)), zap.String("new_status", string(c.To)))...)
-}
-
 // countMoved moves the queued count by d for op entering or leaving the queue; batch lines are
 // not in it (store.Operations.QueueStats).
 func (r *runner) countMoved(op *store.Operation, d int64) {
@@ -556,32 +391,6 @@ func (r *runner) countQueued() {
 	}
 }
 
-// eventTypes names the event announcing each status.
-var eventTypes = map[store.Status]string{
-	store.StatusSucceeded: EventSucceeded, store.StatusFailed: EventFailed,
-	store.StatusCanceled: EventCanceled, store.StatusRunning: EventRunning,
-}
-
-// announce is every storage's announcer: the event for op's new status, written in the same
-// transaction, when the operation has a callback and its block delivers that event type.
-func announce(op *store.Operation, result *store.Response) *store.Event {
-	typ := eventTypes[op.Status]
-	ex := execOf(op)
-	if op.Callback == nil || typ == "" || !slices.Contains(ex.Events, typ) {
-		return nil
-	}
-	now := time.Now()
-	payload, err := json.Marshal(viewOf(ex.Prefix, op, result, now))
-	if err != nil {
-		return nil
-	}
-	return &store.Event{
-		ID: newID("evt_", now), Type: typ, OperationID: op.ID, Version: op.Version,
-		Endpoint: op.Callback.Endpoint, URL: op.Callback.URL, OccurredAt: now, Operation: payload,
-		Traceparent: op.Traceparent, Tracestate: op.Tracestate,
-	}
-}
-
 // execOf returns how op is to be run: as stored with it, or, for an operation stored before
 // operations carried it, the defaults.
 func execOf(op *store.Operation) store.Execution {
@@ -590,6 +399,24 @@ func execOf(op *store.Operation) store.Execution {
 	}
 	return store.Execution{Timeout: defaultAsyncTimeout, Retries: 3, MaxResult: defaultMaxResult, OnCrash: CrashRequeue,
 		Events: []string{EventSucceeded, EventFailed, EventCanceled}, Prefix: defaultOperationsPath}
+}
+
+// stats is a snapshot of the runner and its outbox.
+func (r *runner) stats() map[string]any {
+	r.mu.Lock()
+	running, pooled, cfg := len(r.running), r.pooled, r.cfg
+	r.mu.Unlock()
+	pending, dead, _ := r.st.CountEvents()
+	out := map[string]any{
+		"storage": r.name, "worker": r.worker, "queued": r.queued.Load(), "running": running,
+		"running_from_queue": pooled, "concurrency": cfg.concurrency, "takeover": cfg.takeover.String(),
+		"webhooks": map[string]any{"pending": pending, "dead_letters": dead, "endpoints": r.courier.endpointStates(),
+			"delivering": r.courier.delivering(), "passes": r.courier.passes.Load()},
+	}
+	if c := r.capacityStats(); c != nil {
+		out["capacity"] = c
+	}
+	return out
 }
 
 // runningSince reports how many operations this runner is executing and when the earliest of

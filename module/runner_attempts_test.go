@@ -4,11 +4,9 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 func init() {
@@ -62,7 +61,7 @@ func TestCancelRacingCompletionNeverAnswersASuccess(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			_, op := g.submit(t, fmt.Sprintf("race-%d", i))
-			waitFor(t, func() bool { return decodeOp(t, g.get("/v1/operations/"+op.OperationID)).Status != "queued" })
+			testkit.WaitFor(t, 5*time.Second, `decodeOp(t, g.get("/v1/operations/"+op.OperationID)).Status != "queued"`, func() bool { return decodeOp(t, g.get("/v1/operations/"+op.OperationID)).Status != "queued" })
 			time.Sleep(time.Duration(100+3*i) * time.Millisecond) // around the 150 ms the call takes
 			r := g.post(op.Links.Cancel, "", "")
 			outcome := fmt.Sprintf("%d %s", r.StatusCode, r.errorCode())
@@ -85,77 +84,6 @@ func TestCancelRacingCompletionNeverAnswersASuccess(t *testing.T) {
 	}
 }
 
-// TestUpstreamRetryAfterIsHonouredUpToTheTimeout: a 503 asking for 11 s is retried after 11 s
-// (over the 10 s cap of the backoff itself) when the timeout leaves room, and ends the
-// operation at once when it does not.
-func TestUpstreamRetryAfterIsHonouredUpToTheTimeout(t *testing.T) {
-	for _, tc := range []struct {
-		timeout  string
-		status   string
-		attempts int64
-	}{
-		{"30s", "succeeded", 2},
-		{"5s", "failed", 1},
-	} {
-		t.Run("timeout "+tc.timeout, func(t *testing.T) {
-			var calls atomic.Int64
-			var mu sync.Mutex
-			var at []time.Time
-			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				mu.Lock()
-				at = append(at, time.Now())
-				mu.Unlock()
-				if calls.Add(1) == 1 {
-					w.Header().Set("Retry-After", "11")
-					w.WriteHeader(http.StatusServiceUnavailable)
-					return
-				}
-				_, _ = w.Write([]byte(`{"ok":true}`))
-			}))
-			g := startGateway(t, modelserver.Config{}, "")
-			defer g.upstream.Close()
-			g.upstream = up // the route now proxies to up
-			g.reload("async {\n timeout " + tc.timeout + "\n}")
-			started := time.Now()
-			_, op := g.submit(t, "retry-after")
-			final := g.awaitFor(t, op.OperationID, 30*time.Second)
-			if final.Status != tc.status || calls.Load() != tc.attempts {
-				t.Fatalf("%s after %d upstream calls, want %s after %d", final.Status, calls.Load(), tc.status, tc.attempts)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if len(at) == 2 {
-				gap := at[1].Sub(at[0])
-				t.Logf("the retry came %v after the 503 with Retry-After: 11", gap.Round(10*time.Millisecond))
-				if gap < 11*time.Second {
-					t.Fatalf("retried after %v, before the upstream's Retry-After", gap)
-				}
-			} else {
-				t.Logf("gave up at once: final after %v", time.Since(started).Round(10*time.Millisecond))
-				if time.Since(started) > 4*time.Second {
-					t.Fatalf("waited %v for a retry that could not fit in the timeout", time.Since(started))
-				}
-			}
-		})
-	}
-}
-
-// awaitFor is await with its own bound.
-func (g *gateway) awaitFor(t *testing.T, id string, bound time.Duration) opBody {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	for {
-		op := decodeOp(t, g.get("/v1/operations/"+id))
-		if op.Done {
-			return op
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("operation %s still %s after %v", id, op.Status, bound)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestCallConvertedAfterItsWindowAnnouncesRunning(t *testing.T) {
 	rc := newReceiver(t, secretA, nil)
 	g := startGateway(t, modelserver.Config{}, "async {\n mode after 200ms\n}\n"+
@@ -166,7 +94,7 @@ func TestCallConvertedAfterItsWindowAnnouncesRunning(t *testing.T) {
 	}
 	op := decodeOp(t, r)
 	g.await(t, op.OperationID)
-	waitFor(t, func() bool { return rc.delivered() == 2 })
+	testkit.WaitFor(t, 5*time.Second, "rc.delivered() == 2", func() bool { return rc.delivered() == 2 })
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	// Events of one operation may arrive out of order (docs/webhooks.md); their versions order them.

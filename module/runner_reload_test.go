@@ -106,7 +106,7 @@ func TestQueuedOperationRunsOnItsSiteAfterAReloadRenumbersServers(t *testing.T) 
 	}()
 
 	_, first := g.submit(t, "holds-the-slot")
-	waitFor(t, func() bool { return onA.Load() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "onA.Load() == 1", func() bool { return onA.Load() == 1 })
 	_, queued := g.submit(t, "queued-across-the-reload")
 
 	// The new config puts another site first: it becomes srv0, the accepting site srv1.
@@ -173,7 +173,7 @@ func TestStopWithStorageDownEndsWithinTheGracePeriod(t *testing.T) {
 func TestReloadWhileAnOperationRunsNeitherRequeuesNorRepeatsIt(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "")
 	_, op := g.submit(t, "long", "X-Mock-Latency", "2s")
-	waitFor(t, func() bool { return g.model.Stats().InFlight == 1 })
+	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	g.reload("idempotency {\n ttl 48h\n}")
 	g.reload("durability relaxed")
 	final := g.await(t, op.OperationID)

@@ -2,64 +2,46 @@ package module
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/store"
 )
 
-// latencyFor spreads latencies over 50 ms to 2 s: most calls are quick, every tenth is slow,
-// so 1,000 of them finish in about a minute at concurrency 4.
+// latencyFor spreads latencies over 1 to 9 ms, every tenth call 25 ms: calls of unequal
+// length finish out of order.
 func latencyFor(i int) string {
 	if i%10 == 9 {
-		return "2s"
+		return "25ms"
 	}
-	return fmt.Sprintf("%dms", 50+(i%9)*10)
+	return fmt.Sprintf("%dms", 1+i%9)
 }
 
+// TestThousandOperationsAllSucceedWithTheirOwnResults runs 1,000 operations at concurrency 4
+// through the runner alone (the model server in process, real Badger): every one succeeds with
+// the answer to its own prompt, and the model server counts exactly 1,000 executions.
 func TestThousandOperationsAllSucceedWithTheirOwnResults(t *testing.T) {
-	if testing.Short() {
-		t.Skip("about a minute of upstream time")
-	}
 	const n = 1000
-	g := startGateway(t, modelserver.Config{}, "async {\n concurrency 4\n}")
-	ids := make([]string, n)
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 32)
+	model := modelserver.New(modelserver.Config{})
+	lr := newLoopRunner(t, realClock, model, runnerConfig{concurrency: 4})
+	lr.begin()
 	for i := range n {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			r := g.post(chatPath, fmt.Sprintf("bulk-%d", i), chat(fmt.Sprintf("prompt %d", i)), "Prefer", "respond-async", "X-Mock-Latency", latencyFor(i))
-			if r.err != nil || r.StatusCode != 202 {
-				t.Errorf("submit %d: %v %v", i, r.err, r.Status)
-				return
-			}
-			ids[i] = decodeOp(t, r).OperationID
-		})
+		lr.acceptWith(t, fmt.Sprintf("op_%04d", i), testExecution(time.Minute, 3), http.Header{modelserver.HeaderMockLatency: {latencyFor(i)}}, chat(fmt.Sprintf("prompt %d", i)))
 	}
-	wg.Wait()
-	deadline := time.Now().Add(3 * time.Minute)
-	for i, id := range ids {
-		var op opBody
-		for {
-			op = decodeOp(t, g.get("/v1/operations/"+id))
-			if op.Done || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
+	for i := range n {
+		id := fmt.Sprintf("op_%04d", i)
+		if op := lr.await(t, id); op.Status != store.StatusSucceeded {
+			t.Fatalf("operation %d: %s %+v", i, op.Status, op.Error)
 		}
-		if op.Status != "succeeded" {
-			t.Fatalf("operation %d: %s", i, op.Status)
-		}
-		res := g.get("/v1/operations/" + id + "/result")
-		if want := fmt.Sprintf("prompt %d", i); res.StatusCode != 200 || !strings.Contains(string(res.body), want) {
-			t.Fatalf("operation %d's result does not answer its prompt: %s", i, res.body)
+		res, err := lr.st.LoadResult(id)
+		if want := fmt.Sprintf("prompt %d", i); err != nil || res.Status != 200 || !strings.Contains(string(res.Body), want) {
+			t.Fatalf("operation %d's result does not answer its prompt: %v %s", i, err, res.Body)
 		}
 	}
-	s := g.model.Stats()
+	s := model.Stats()
 	t.Logf("%d operations succeeded; the model server counted %d executions", n, s.Received)
 	if s.Received != n {
 		t.Fatalf("the model server ran %d times for %d operations", s.Received, n)

@@ -104,7 +104,7 @@ func openStorage(set storageSpec, log *zap.Logger) (*storage, error) {
 		be = st
 	}
 	be.SetAnnouncer(announce)
-	run := newRunner(be, set, log)
+	run := newRunner(be, set, realClock, log)
 	run.begin()
 	be.SetBatchAnnouncer(announceBatch)
 	return &storage{set: set, be: be, run: run, batches: startBatchWorker(be, run, log)}, nil

@@ -78,7 +78,7 @@ func TestEachBlockKeepsItsSettingsOnASharedStorage(t *testing.T) {
 	if finalB.Status != "succeeded" {
 		t.Fatalf("site B's operation: %s %+v, want succeeded under its own 30s timeout", finalB.Status, finalB.Error)
 	}
-	waitFor(t, func() bool { return rc.delivered() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "rc.delivered() == 1", func() bool { return rc.delivered() == 1 })
 	rc.mu.Lock()
 	ev := rc.events[0]
 	rc.mu.Unlock()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
 	"github.com/mulligan-gw/mulligan/internal/sse"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 // eventUpstream is a model server's streaming endpoint in miniature: every request is one
@@ -280,9 +281,9 @@ func TestDuplicateBeforeTheStreamBeginsWaitsAndJoinsIt(t *testing.T) {
 		answers <- answer{status: resp.StatusCode, events: evs, err: err}
 	}
 	go send()
-	waitFor(t, func() bool { return up.runs.Load() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "up.runs.Load() == 1", func() bool { return up.runs.Load() == 1 })
 	go send()
-	time.Sleep(500 * time.Millisecond) // the duplicate finds the key in flight, with no answer begun
+	testkit.WaitFor(t, 10*time.Second, "the duplicate waiting for the stream to begin", func() bool { return streamWaiting.Load() == 1 })
 	up.release()
 	for range 2 {
 		a := <-answers
@@ -314,15 +315,13 @@ func TestWaitingStreamDuplicatesAreBounded(t *testing.T) {
 		statuses <- r.StatusCode
 	}
 	go send()
-	waitFor(t, func() bool { return up.runs.Load() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "up.runs.Load() == 1", func() bool { return up.runs.Load() == 1 })
 	for range maxStreamWaiters + 6 {
 		go send()
 	}
-	waitFor(t, func() bool { return len(statuses) == 6 }) // the ones past the bound, at once
-	time.Sleep(200 * time.Millisecond)                    // and no more while the head is held
-	if n := len(statuses); n != 6 {
-		t.Fatalf("%d duplicates answered while the stream had not begun, want 6", n)
-	}
+	// The ones past the bound are answered at once; the others are counted waiting. Any of them
+	// answered before the release would show in the counts below.
+	testkit.WaitFor(t, 5*time.Second, "len(statuses) == 6 && streamWaiting.Load() == maxStreamWaiters", func() bool { return len(statuses) == 6 && streamWaiting.Load() == maxStreamWaiters })
 	up.release()
 	count := map[int]int{}
 	for range maxStreamWaiters + 7 {
@@ -488,7 +487,7 @@ func TestAsyncStreamIsFollowedWhileItRunsAndResumedAfterIt(t *testing.T) {
 			Bytes  int64 `json:"bytes"`
 		} `json:"progress"`
 	}
-	waitFor(t, func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the progress of 5 events", func() bool {
 		r := g.get("/v1/operations/" + op.OperationID)
 		return json.Unmarshal(r.body, &progress) == nil && progress.Progress != nil && progress.Progress.Events == 5
 	})

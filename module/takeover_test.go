@@ -64,7 +64,7 @@ func TestSlowTakeoverDoesNotDelayRenewals(t *testing.T) {
 	}
 	h := &heldTransitions{Backend: st, dead: "wrk_dead", entered: make(chan struct{}, 1), release: make(chan struct{}),
 		renewals: make(chan struct{}, 1)}
-	r := newRunner(h, storageSpec{concurrency: 1, takeover: 300 * time.Millisecond}, zap.NewNop())
+	r := newRunner(h, storageSpec{concurrency: 1, takeover: 300 * time.Millisecond}, realClock, zap.NewNop())
 	r.worker = "mine"
 	_, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)

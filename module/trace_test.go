@@ -9,12 +9,15 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 // headerLog keeps one header of every request that passes through it.
@@ -83,11 +86,11 @@ func TestTraceparentFollowsTheOperationUpstreamIntoLogsAndOntoWebhooks(t *testin
 	// The first operation holds the only slot, so the traced one waits in the queue and its
 	// upstream call is made later, from the stored request.
 	_, blocker := g.submit(t, "blocker", "X-Mock-Latency", "300ms")
-	waitFor(t, func() bool { return g.model.Stats().InFlight == 1 })
+	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	_, op := g.submit(t, "traced", "traceparent", clientTraceparent, "tracestate", clientTracestate)
 	g.await(t, blocker.OperationID)
 	g.await(t, op.OperationID)
-	waitFor(t, func() bool { return rc.delivered() == 2 })
+	testkit.WaitFor(t, 5*time.Second, "rc.delivered() == 2", func() bool { return rc.delivered() == 2 })
 
 	if got := upstream.values(); len(got) != 2 || got[0] != "" || got[1] != clientTraceparent || upstreamState.values()[1] != clientTracestate {
 		t.Errorf("the upstream saw traceparent %q, tracestate %q", got, upstreamState.values())
@@ -104,7 +107,7 @@ func TestTraceparentFollowsTheOperationUpstreamIntoLogsAndOntoWebhooks(t *testin
 	// Every log line about the operation carries its trace.
 	// (The last line may follow the delivery by a moment: the event commits with the status.)
 	var lines []map[string]any
-	waitFor(t, func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the operation's three log lines", func() bool {
 		lines = logLines(t, logFile, "operation_id", op.OperationID)
 		return len(lines) >= 3 // accepted, running, succeeded
 	})
@@ -136,7 +139,7 @@ func inMemorySpans(t *testing.T) *tracetest.InMemoryExporter {
 func spansByName(t *testing.T, exp *tracetest.InMemoryExporter, names ...string) map[string]tracetest.SpanStub {
 	t.Helper()
 	found := map[string]tracetest.SpanStub{}
-	waitFor(t, func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the spans", func() bool {
 		clear(found)
 		for _, s := range exp.GetSpans() {
 			if _, ok := found[s.Name]; !ok {
@@ -167,10 +170,10 @@ func TestGatewaySpansJoinTheClientsTrace(t *testing.T) {
 	})
 	_, untraced := g.submit(t, "")
 	g.await(t, untraced.OperationID)
-	waitFor(t, func() bool { return rc.delivered() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "rc.delivered() == 1", func() bool { return rc.delivered() == 1 })
 	_, op := g.submit(t, "", "traceparent", clientTraceparent)
 	g.await(t, op.OperationID)
-	waitFor(t, func() bool { return rc.delivered() == 2 })
+	testkit.WaitFor(t, 5*time.Second, "rc.delivered() == 2", func() bool { return rc.delivered() == 2 })
 	spans := spansByName(t, exp, spanAccept, spanQueueWait, spanExecute, spanDeliver)
 	for _, s := range exp.GetSpans() {
 		if hasAttribute(s, "mulligan.operation_id", untraced.OperationID) {
@@ -224,7 +227,7 @@ func TestCaddyTracingDirectiveSpansLeadToTheOperation(t *testing.T) {
 	})
 	_, op := g.submit(t, "", "traceparent", clientTraceparent)
 	g.await(t, op.OperationID)
-	waitFor(t, func() bool { return rc.delivered() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "rc.delivered() == 1", func() bool { return rc.delivered() == 1 })
 	// Caddy's server span is the operation's parent: the upstream call and the delivery are in
 	// the client's trace, under spans of the gateway's.
 	for what, got := range map[string][]string{"upstream": upstream.values(), "delivery": delivered.values()} {

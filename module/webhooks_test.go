@@ -16,6 +16,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 const (
@@ -106,7 +107,7 @@ func TestFinalStatusIsDeliveredSignedPerStandardWebhooks(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, webhooksBlock(rc.srv.URL+"/hook", "", secretA))
 	_, op := g.submit(t, "hooked")
 	final := g.await(t, op.OperationID)
-	waitFor(t, func() bool { return rc.delivered() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "rc.delivered() == 1", func() bool { return rc.delivered() == 1 })
 	rc.mu.Lock()
 	ev := rc.events[0]
 	rc.mu.Unlock()
@@ -127,7 +128,7 @@ func TestRotationSignsWithEverySecret(t *testing.T) {
 	_, op := g.submit(t, "")
 	g.await(t, op.OperationID)
 	// The receiver knows only the old secret, and verifies.
-	waitFor(t, func() bool { return rcOld.delivered() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "rcOld.delivered() == 1", func() bool { return rcOld.delivered() == 1 })
 	rcOld.mu.Lock()
 	defer rcOld.mu.Unlock()
 	if n := len(strings.Fields(rcOld.sigs[0])); n != 2 {
@@ -147,7 +148,7 @@ func TestCallbackUrlOutsideTheEndpointsIsRefusedBeforeAnything(t *testing.T) {
 	}
 	r := g.post(chatPath, "", chat("x"), "Prefer", "respond-async", "Callback-Url", rc.srv.URL+"/hooks/job-7")
 	g.await(t, decodeOp(t, r).OperationID)
-	waitFor(t, func() bool { return rc.delivered() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "rc.delivered() == 1", func() bool { return rc.delivered() == 1 })
 }
 
 func TestGoneDisablesTheEndpointUntilReenabled(t *testing.T) {
@@ -155,12 +156,12 @@ func TestGoneDisablesTheEndpointUntilReenabled(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, webhooksBlock(rc.srv.URL+"/hook", "", secretA))
 	_, op := g.submit(t, "")
 	g.await(t, op.OperationID)
-	waitFor(t, func() bool { return rc.attempts.Load() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "rc.attempts.Load() == 1", func() bool { return rc.attempts.Load() == 1 })
 	// The receiver sees the attempt a moment before the courier records the 410.
-	waitFor(t, func() bool { return strings.Contains(g.adminCall("GET", "/mulligan/stats"), `"disabled":true`) })
+	testkit.WaitFor(t, 5*time.Second, "strings.Contains(g.adminCall(\"GET\", \"/mulligan/stats\"), `\"disabled\":true`)", func() bool { return strings.Contains(g.adminCall("GET", "/mulligan/stats"), `"disabled":true`) })
 	gone.Store(false)
 	g.adminCall("POST", "/mulligan/endpoints/hooks/enable")
-	waitFor(t, func() bool { return rc.delivered() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "rc.delivered() == 1", func() bool { return rc.delivered() == 1 })
 }
 
 func TestRedirectIsAFailureAndIsNotFollowed(t *testing.T) {
@@ -171,7 +172,7 @@ func TestRedirectIsAFailureAndIsNotFollowed(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, webhooksBlock(rc.srv.URL+"/hook", "max_attempts 2\n backoff 10ms 20ms", secretA))
 	_, op := g.submit(t, "")
 	g.await(t, op.OperationID)
-	waitFor(t, func() bool { return strings.Contains(g.adminCall("GET", "/mulligan/dead-letters"), op.OperationID) })
+	testkit.WaitFor(t, 5*time.Second, `strings.Contains(g.adminCall("GET", "/mulligan/dead-letters"), op.OperationID)`, func() bool { return strings.Contains(g.adminCall("GET", "/mulligan/dead-letters"), op.OperationID) })
 	if followed.Load() != 0 || rc.attempts.Load() != 2 {
 		t.Fatalf("redirect followed %d times; %d attempts", followed.Load(), rc.attempts.Load())
 	}
@@ -182,13 +183,13 @@ func TestRefusedEventIsDeadLetteredAndRedelivered(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, webhooksBlock(rc.srv.URL+"/hook", "", secretA))
 	_, op := g.submit(t, "")
 	g.await(t, op.OperationID)
-	waitFor(t, func() bool { return strings.Contains(g.adminCall("GET", "/mulligan/dead-letters"), op.OperationID) })
+	testkit.WaitFor(t, 5*time.Second, `strings.Contains(g.adminCall("GET", "/mulligan/dead-letters"), op.OperationID)`, func() bool { return strings.Contains(g.adminCall("GET", "/mulligan/dead-letters"), op.OperationID) })
 	if rc.attempts.Load() != 1 {
 		t.Fatalf("a 400 was retried: %d attempts", rc.attempts.Load())
 	}
 	refuse.Store(false)
 	g.adminCall("POST", "/mulligan/dead-letters/redeliver")
-	waitFor(t, func() bool { return rc.delivered() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "rc.delivered() == 1", func() bool { return rc.delivered() == 1 })
 	if strings.Contains(g.adminCall("GET", "/mulligan/dead-letters"), op.OperationID) {
 		t.Fatal("still a dead letter after redelivery")
 	}
@@ -203,7 +204,7 @@ func TestPrivateTargetsAreRefusedWithoutAllowPrivate(t *testing.T) {
 			g := startGateway(t, modelserver.Config{}, "webhooks {\n endpoint hooks "+url+" {\n secret "+secretA+"\n }\n default hooks\n}")
 			_, op := g.submit(t, "")
 			g.await(t, op.OperationID)
-			waitFor(t, func() bool { return strings.Contains(g.adminCall("GET", "/mulligan/dead-letters"), op.OperationID) })
+			testkit.WaitFor(t, 5*time.Second, `strings.Contains(g.adminCall("GET", "/mulligan/dead-letters"), op.OperationID)`, func() bool { return strings.Contains(g.adminCall("GET", "/mulligan/dead-letters"), op.OperationID) })
 			if !strings.Contains(g.adminCall("GET", "/mulligan/dead-letters"), "SSRF") {
 				t.Fatalf("dead letter without the SSRF reason: %s", g.adminCall("GET", "/mulligan/dead-letters"))
 			}
@@ -242,10 +243,7 @@ func TestFlakyReceiverWithAnOutageGetsEveryEventOnce(t *testing.T) {
 			time.AfterFunc(10*time.Second, func() { down.Store(false) })
 		}
 	}
-	deadline := time.Now().Add(90 * time.Second)
-	for rc.delivered() < n && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 90*time.Second, "every event delivered", func() bool { return rc.delivered() >= n })
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	dupes := 0
@@ -285,7 +283,7 @@ func TestRunningEventsAreDeliveredWhenAskedFor(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, webhooksBlock(rc.srv.URL+"/hook", "events operation.running operation.succeeded", secretA))
 	_, op := g.submit(t, "")
 	g.await(t, op.OperationID)
-	waitFor(t, func() bool { return rc.delivered() == 2 })
+	testkit.WaitFor(t, 5*time.Second, "rc.delivered() == 2", func() bool { return rc.delivered() == 2 })
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	versions := map[string]float64{}
@@ -295,25 +293,4 @@ func TestRunningEventsAreDeliveredWhenAskedFor(t *testing.T) {
 	if versions["operation.running"] != 2 || versions["operation.succeeded"] != 3 {
 		t.Fatalf("events and versions: %v", versions)
 	}
-}
-
-// TestEventOfAnEndpointMissingFromTheConfigWaitsForIt: in a rolling deploy a replica may not yet
-// (or no longer) declare an endpoint that others do; it must leave that endpoint's events to
-// them, not dead-letter them.
-func TestEventOfAnEndpointMissingFromTheConfigWaitsForIt(t *testing.T) {
-	rc, down := newFailingReceiver(t, http.StatusServiceUnavailable)
-	block := webhooksBlock(rc.srv.URL+"/hook", "backoff 100ms 200ms", secretA)
-	g := startGateway(t, modelserver.Config{}, block)
-	_, op := g.submit(t, "")
-	g.await(t, op.OperationID)
-	waitFor(t, func() bool { return rc.attempts.Load() >= 1 })
-	other := fmt.Sprintf("webhooks {\n endpoint other %s {\n secret %s\n }\n allow_private\n}", rc.srv.URL+"/other", secretA)
-	g.reload(other)
-	time.Sleep(time.Second) // several courier passes over the pending event
-	if ids := g.deadLetterIDs(t); len(ids) != 0 {
-		t.Fatalf("the event was dead-lettered while its endpoint was missing from the config: %v", ids)
-	}
-	down.Store(false)
-	g.reload(block)
-	waitFor(t, func() bool { return rc.delivered() == 1 })
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/webhook"
 )
 
@@ -23,13 +24,7 @@ func breakerOptions() webhook.Options {
 // waitForState polls the breaker, whose cooldown runs on the real clock.
 func waitForState(t *testing.T, d *webhook.Deliverer, name, want string) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for d.BreakerState(name) != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("breaker %q is %s, want %s", name, d.BreakerState(name), want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 2*time.Second, "breaker "+name+" "+want, func() bool { return d.BreakerState(name) == want })
 }
 
 func TestBreakerOpensAfterConsecutiveFailuresAndSendsNothing(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 const chatBody = `{"model":"gpt-test","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hello   world"}]}`
@@ -78,17 +79,12 @@ func stats(t *testing.T, ts *httptest.Server) modelserver.Stats {
 // waitStats polls /stats until cond holds, for at most 2s.
 func waitStats(t *testing.T, ts *httptest.Server, what string, cond func(modelserver.Stats) bool) modelserver.Stats {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		st := stats(t, ts)
-		if cond(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stats never showed %s: %+v", what, st)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	var st modelserver.Stats
+	testkit.WaitFor(t, 2*time.Second, "stats showing "+what, func() bool {
+		st = stats(t, ts)
+		return cond(st)
+	})
+	return st
 }
 
 func wantCounts(t *testing.T, st modelserver.Stats, received, completed, abandoned, failed, inFlight int64) {

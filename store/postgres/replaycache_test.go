@@ -6,24 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
 	"github.com/mulligan-gw/mulligan/store/storetest"
 )
-
-// eventually waits, bounded, for cond: for a notice to travel between replicas.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		<-tick.C
-	}
-}
 
 func listening(st *Store) bool {
 	st.replays.mu.Lock()
@@ -57,7 +44,7 @@ func TestEvictionOnOneReplicaEndsReplaysOnEveryOther(t *testing.T) {
 	a := openTest(t, dsn, Options{ReplayCacheFor: time.Hour}) // only the notice can end the replays
 	counter := &statementCounter{}
 	b := openTest(t, dsn, Options{ReplayCacheFor: time.Hour, tracer: counter})
-	eventually(t, 5*time.Second, "the replicas listen", func() bool { return listening(a) && listening(b) })
+	testkit.WaitFor(t, 5*time.Second, "the replicas listen", func() bool { return listening(a) && listening(b) })
 	key, fp := []byte("key"), []byte("fp")
 	completed(t, a, key, fp, time.Now().Add(time.Hour))
 	if got := claimOutcome(t, b, key, fp); got != store.Replay {
@@ -77,7 +64,7 @@ func TestEvictionOnOneReplicaEndsReplaysOnEveryOther(t *testing.T) {
 	if found, err := a.EvictKey(key); err != nil || !found {
 		t.Fatalf("evict: %v, %v", found, err)
 	}
-	eventually(t, 5*time.Second, "replica b hears of the eviction", func() bool { return b.replays.get(key, time.Now()) == nil })
+	testkit.WaitFor(t, 5*time.Second, "replica b hears of the eviction", func() bool { return b.replays.get(key, time.Now()) == nil })
 	if got := claimOutcome(t, b, key, fp); got != store.Claimed {
 		t.Fatalf("replica b after the eviction on a: %v, want the key claimed anew", got)
 	}
@@ -87,7 +74,7 @@ func TestLostEvictionNoticeIsBoundedByReplayCacheFor(t *testing.T) {
 	dsn := pgtest.Database(t)
 	clock := storetest.NewClock()
 	st := openTest(t, dsn, Options{Now: clock.Now, ReplayCacheFor: 5 * time.Second})
-	eventually(t, 5*time.Second, "the replica listens", func() bool { return listening(st) })
+	testkit.WaitFor(t, 5*time.Second, "the replica listens", func() bool { return listening(st) })
 	key, fp := []byte("key"), []byte("fp")
 	completed(t, st, key, fp, clock.Now().Add(time.Hour))
 	if got := claimOutcome(t, st, key, fp); got != store.Replay {
@@ -109,7 +96,7 @@ func TestLostEvictionNoticeIsBoundedByReplayCacheFor(t *testing.T) {
 
 func TestListenerReconnectEmptiesTheReplayCache(t *testing.T) {
 	st := openTest(t, pgtest.Database(t), Options{ReplayCacheFor: time.Hour})
-	eventually(t, 5*time.Second, "the replica listens", func() bool { return listening(st) })
+	testkit.WaitFor(t, 5*time.Second, "the replica listens", func() bool { return listening(st) })
 	key := []byte("key")
 	completed(t, st, key, key, time.Now().Add(time.Hour))
 	claimOutcome(t, st, key, key)
@@ -121,8 +108,8 @@ func TestListenerReconnectEmptiesTheReplayCache(t *testing.T) {
 		`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN%' AND datname = current_database()`); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "the cache empties", func() bool { return st.replays.get(key, time.Now()) == nil })
-	eventually(t, 10*time.Second, "the listener is back", func() bool { return listening(st) })
+	testkit.WaitFor(t, 5*time.Second, "the cache empties", func() bool { return st.replays.get(key, time.Now()) == nil })
+	testkit.WaitFor(t, 10*time.Second, "the listener is back", func() bool { return listening(st) })
 	claimOutcome(t, st, key, key)
 	if st.replays.get(key, time.Now()) == nil {
 		t.Fatal("the replay was not cached once the listener was back")

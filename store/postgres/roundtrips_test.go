@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
 )
@@ -48,7 +49,7 @@ func (c *statementCounter) during(fn func()) []string {
 func TestRoundTripsPerRequest(t *testing.T) {
 	counter := &statementCounter{}
 	st := openTest(t, pgtest.Database(t), Options{tracer: counter})
-	eventually(t, 5*time.Second, "the replica listens", func() bool { return listening(st) })
+	testkit.WaitFor(t, 5*time.Second, "the replica listens", func() bool { return listening(st) })
 	key, fp := []byte("key"), []byte("fp")
 	resp := store.Response{Status: 200, Body: []byte(`{"ok":true}`)}
 	req := &store.Request{Method: "POST", URL: "/v1/x", Body: []byte(`{}`)}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
 	"github.com/mulligan-gw/mulligan/store/storetest"
@@ -70,13 +71,9 @@ func TestSweepLeavesARowRewrittenWhileItWaited(t *testing.T) {
 		}
 		swept <- got
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for count(t, st, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the sweep never waited for the row")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 10*time.Second, "the sweep waiting for the row", func() bool {
+		return count(t, st, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) > 0
+	})
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}

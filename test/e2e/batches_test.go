@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
 )
 
@@ -103,18 +104,12 @@ func (p *gatewayProcess) batch(id string) (sidecarBatch, error) {
 // custom_id once, each answering its own line.
 func (p *gatewayProcess) awaitBatchDone(t *testing.T, id string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
 	var b sidecarBatch
-	for {
+	testkit.WaitFor(t, 90*time.Second, "batch "+id+" completed", func() bool {
 		var err error
-		if b, err = p.batch(id); err == nil && b.Status == "completed" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("batch %s is %s %+v (%v) after 90s", id, b.Status, b.RequestCounts, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		b, err = p.batch(id)
+		return err == nil && b.Status == "completed"
+	})
 	if b.RequestCounts.Total != n || b.RequestCounts.Completed != n || b.OutputFileID == nil {
 		t.Fatalf("batch %+v, want all %d completed", b, n)
 	}
@@ -166,7 +161,7 @@ func TestKilledGatewayFinishesItsBatchRunningEachFinishedLineOnce(t *testing.T) 
 	p := newGatewayProcess(t, upstream, "batches /v1\n async {\n concurrency 4\n }")
 	p.start()
 	id := p.startBatch(t, n)
-	waitFor(t, "some lines ran", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "some lines ran", func() bool {
 		b, err := p.batch(id)
 		return err == nil && b.RequestCounts.Completed >= 40
 	})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
 )
 
@@ -43,7 +44,7 @@ func TestKilledReplicaGivesItsSharedSeatsBack(t *testing.T) {
 	go func() { // holds the one shared seat until its replica dies
 		_, _, _ = rs[0].sendWithin(60*time.Second, "POST", "/v1/chat/completions", "", `{"messages":[{"role":"user","content":"held"}]}`, "X-Mock-Latency", "60s")
 	}()
-	waitFor(t, "the first replica's call on the model server", func() bool { return model.Stats().InFlight == 1 })
+	testkit.WaitFor(t, 15*time.Second, "the first replica's call on the model server", func() bool { return model.Stats().InFlight == 1 })
 	// While it lives, the other replica finds no shared seat.
 	resp, body, err := rs[1].send("POST", "/v1/chat/completions", "", `{"messages":[{"role":"user","content":"refused"}]}`, "Prefer", "wait=1")
 	if err != nil || resp.StatusCode != http.StatusServiceUnavailable || errorCode(body) != "UPSTREAM_SATURATED" {

@@ -105,7 +105,7 @@ func TestSidecarRunsTheWalkthroughFromEnvironmentAlone(t *testing.T) {
 	if err != nil || resp.StatusCode != 202 || !strings.HasPrefix(location, "/v1/operations/op_") {
 		t.Fatalf("async submit: %v %v %s", err, resp, body)
 	}
-	waitFor(t, "the operation finished", func() bool { _, done := s.operation(location); return done })
+	testkit.WaitFor(t, 15*time.Second, "the operation finished", func() bool { _, done := s.operation(location); return done })
 	if status, _ := s.operation(location); status != "succeeded" {
 		t.Fatalf("the operation ended %q", status)
 	}
@@ -217,7 +217,7 @@ func TestSidecarSignsWebhooksWithTheMountedSecrets(t *testing.T) {
 			t.Fatalf("async submit: %v %v %s", err, resp, body)
 		}
 		want := "operation.succeeded " + op.ID
-		waitFor(t, want+" verified with one secret", func() bool {
+		testkit.WaitFor(t, 15*time.Second, want+" verified with one secret", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return slices.Contains(events, want)
@@ -230,7 +230,7 @@ func TestSidecarSignsWebhooksWithTheMountedSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.signal(syscall.SIGUSR1)
-	waitFor(t, "the reload", func() bool { return strings.Contains(s.logText(), "successfully reloaded config") })
+	testkit.WaitFor(t, 15*time.Second, "the reload", func() bool { return strings.Contains(s.logText(), "successfully reloaded config") })
 	delivered(secretNext)
 }
 

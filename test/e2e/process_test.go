@@ -150,8 +150,3 @@ func startModelServer(t *testing.T, cfg modelserver.Config) (*modelserver.Server
 	t.Cleanup(s.Close)
 	return m, s.URL
 }
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	testkit.WaitFor(t, 15*time.Second, what, cond)
-}

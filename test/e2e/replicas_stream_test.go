@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
 )
 
@@ -140,7 +144,7 @@ func TestAsyncStreamIsFollowedThroughEveryReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, r := range rs {
-		waitFor(t, fmt.Sprintf("progress on replica %d", i), func() bool {
+		testkit.WaitFor(t, 15*time.Second, fmt.Sprintf("progress on replica %d", i), func() bool {
 			_, b, err := r.send("GET", "/v1/operations/"+op.OperationID, "", "")
 			var v struct {
 				Progress *struct {
@@ -194,12 +198,10 @@ func TestDuplicateOnAnotherReplicaBeforeTheStreamBeginsJoinsIt(t *testing.T) {
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for i, r := range rs {
-		wg.Go(func() {
-			if i == 1 {
-				time.Sleep(300 * time.Millisecond) // the first is in flight, its answer not begun
-			}
-			got[i], errs[i] = streamed(r.openStream(t, "early"))
-		})
+		if i == 1 { // the first is in flight, its answer a second away
+			testkit.WaitFor(t, 15*time.Second, "the first call at the model", func() bool { return model.Stats().InFlight == 1 })
+		}
+		wg.Go(func() { got[i], errs[i] = streamed(r.openStream(t, "early")) })
 	}
 	wg.Wait()
 	for i := range rs {
@@ -213,6 +215,24 @@ func TestDuplicateOnAnotherReplicaBeforeTheStreamBeginsJoinsIt(t *testing.T) {
 	if runs := model.Stats().ByKey["early"]; runs != 1 {
 		t.Fatalf("the model ran %d times, want 1", runs)
 	}
+}
+
+// droppedStreams counts the recorded streams marked aborted in the database: dropped past
+// max_result, or abandoned.
+func droppedStreams(t *testing.T, dsn string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	db, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+	var n int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM stream_heads WHERE state = 3`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // A stream over max_result is relayed to its first client but not recorded: it is dropped from
@@ -234,7 +254,8 @@ func TestUnrecordedStreamIsNotJoinedThroughAnotherReplica(t *testing.T) {
 		rest, _ := sseEvents(rd, 0)
 		firstDone <- 3 + len(rest)
 	}()
-	time.Sleep(time.Second) // past max_result (about 6 events): the recording is dropped
+	// Past max_result (about 6 events) the recording is dropped from the store.
+	testkit.WaitFor(t, 15*time.Second, "the recording dropped", func() bool { return droppedStreams(t, dsn) == 1 })
 	dup, err := streamed(rs[1].openStream(t, "big"))
 	if n := <-firstDone; n != whole {
 		t.Fatalf("the first client got %d of %d events", n, whole)

@@ -100,18 +100,13 @@ func (p *gatewayProcess) submit(t *testing.T, key string, headers ...string) ope
 // await polls operation id on p until it is final, for up to bound.
 func (p *gatewayProcess) await(t *testing.T, id string, bound time.Duration, headers ...string) operation {
 	t.Helper()
-	deadline := time.Now().Add(bound)
-	for {
+	var op operation
+	testkit.WaitFor(t, bound, "operation "+id+" final", func() bool {
 		resp, body, err := p.send("GET", "/v1/operations/"+id, "", "", headers...)
-		var op operation
-		if err == nil && resp.StatusCode == 200 && json.Unmarshal(body, &op) == nil && op.Done {
-			return op
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("operation %s not final after %v: %v %s", id, bound, err, body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		op = operation{}
+		return err == nil && resp.StatusCode == 200 && json.Unmarshal(body, &op) == nil && op.Done
+	})
+	return op
 }
 
 func TestReplicasRunAKeyOnceAndEachReplaysIt(t *testing.T) {
@@ -186,7 +181,7 @@ func TestKilledReplicasOperationsAreTakenOver(t *testing.T) {
 	}
 	// Each replica runs 2 at a time: when 6 calls are under way, replica 0 holds two of them
 	// and the rest wait in the queue.
-	waitFor(t, "every replica running", func() bool { return model.Stats().InFlight >= 6 })
+	testkit.WaitFor(t, 15*time.Second, "every replica running", func() bool { return model.Stats().InFlight >= 6 })
 	rs[0].kill()
 	killedAt := time.Now()
 	for i, id := range ids {
@@ -208,9 +203,9 @@ func TestCancelThroughAnotherReplicaStopsTheCall(t *testing.T) {
 	model, upstream := startModelServer(t, modelserver.Config{})
 	rs := startReplicas(t, 3, upstream, dsn, "")
 	op := rs[0].submit(t, "to-cancel", "X-Mock-Latency", "30s")
-	waitFor(t, "the call started", func() bool { return model.Stats().InFlight == 1 })
+	testkit.WaitFor(t, 15*time.Second, "the call started", func() bool { return model.Stats().InFlight == 1 })
 	holder := -1
-	waitFor(t, "a replica reports it running", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "a replica reports it running", func() bool {
 		for i, r := range rs {
 			if stats := r.stats(t); stats["running"] == float64(1) {
 				holder = i
@@ -226,7 +221,7 @@ func TestCancelThroughAnotherReplicaStopsTheCall(t *testing.T) {
 		t.Fatalf("cancel: %v %v %s", err, resp, body)
 	}
 	final := other.await(t, op.OperationID, 10*time.Second)
-	waitFor(t, "the upstream call ended", func() bool { return model.Stats().InFlight == 0 })
+	testkit.WaitFor(t, 15*time.Second, "the upstream call ended", func() bool { return model.Stats().InFlight == 0 })
 	stopped := time.Since(asked)
 	t.Logf("cancel through replica %d of a call running on replica %d: answered %d, %s, upstream call cut after %v (abandoned: %d)",
 		(holder+1)%3, holder, resp.StatusCode, final.Status, stopped.Round(10*time.Millisecond), model.Stats().Abandoned)
@@ -249,6 +244,14 @@ func (r *replica) stats(t *testing.T) map[string]any {
 	var out map[string]any
 	_ = json.NewDecoder(resp.Body).Decode(&out)
 	return out
+}
+
+// courierPasses is how many times the replica's courier has looked at the outbox.
+func courierPasses(t *testing.T, r *replica) float64 {
+	t.Helper()
+	webhooks, _ := r.stats(t)["webhooks"].(map[string]any)
+	passes, _ := webhooks["passes"].(float64)
+	return passes
 }
 
 func TestEventsAcrossReplicasAreDeliveredOnce(t *testing.T) {
@@ -274,12 +277,23 @@ func TestEventsAcrossReplicasAreDeliveredOnce(t *testing.T) {
 	for i, id := range ids {
 		rs[(i+1)%3].await(t, id, 60*time.Second)
 	}
-	waitFor(t, "30 events delivered", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "30 events delivered", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(deliveries) >= n
 	})
-	time.Sleep(2 * time.Second) // a second delivery of any of them would arrive now
+	// A second delivery of any of them would be under way now, or sent by a look at the outbox
+	// from now on: each replica's courier looks twice more, and has nothing under way.
+	from := make([]float64, len(rs))
+	for i, r := range rs {
+		from[i] = courierPasses(t, r)
+	}
+	for i, r := range rs {
+		testkit.WaitFor(t, 15*time.Second, fmt.Sprintf("replica %d's courier idle after two more passes", i), func() bool {
+			webhooks, _ := r.stats(t)["webhooks"].(map[string]any)
+			return courierPasses(t, r) >= from[i]+2 && webhooks["delivering"] == float64(0)
+		})
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	total := 0
@@ -319,7 +333,7 @@ func TestReplicasRideOutAPostgresRestart(t *testing.T) {
 	for i := range 10 {
 		ids = append(ids, rs[i%2].submit(t, fmt.Sprintf("op-%d", i)).OperationID)
 	}
-	waitFor(t, "operations running", func() bool { return model.Stats().InFlight > 0 })
+	testkit.WaitFor(t, 15*time.Second, "operations running", func() bool { return model.Stats().InFlight > 0 })
 	cluster.Stop()
 	downAt := time.Now()
 
@@ -335,13 +349,13 @@ func TestReplicasRideOutAPostgresRestart(t *testing.T) {
 			t.Fatalf("replica %d readiness with the database down: %v %v %s", i, err, resp, body)
 		}
 	}
-	time.Sleep(time.Second) // the running calls finish while the database is down
+	testkit.WaitFor(t, 15*time.Second, "the running calls finished while the database is down", func() bool { return model.Stats().InFlight == 0 })
 	cluster.Start()
 	upAt := time.Now()
 
 	var recovered time.Duration
 	for i, r := range rs {
-		waitFor(t, fmt.Sprintf("replica %d serving again", i), func() bool {
+		testkit.WaitFor(t, 15*time.Second, fmt.Sprintf("replica %d serving again", i), func() bool {
 			resp, _, err := r.post(fmt.Sprintf("after-%d", i), "after", 10*time.Second)
 			return err == nil && resp.StatusCode == 200
 		})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 // TestSIGTERMFinishesOrRequeuesAndLosesNothing stops the gateway with SIGTERM while operations
@@ -28,14 +29,14 @@ func TestSIGTERMFinishesOrRequeuesAndLosesNothing(t *testing.T) {
 		}
 		ids = append(ids, op.OperationID)
 	}
-	waitFor(t, "some operations ran", func() bool { return model.Stats().Completed >= 8 })
+	testkit.WaitFor(t, 15*time.Second, "some operations ran", func() bool { return model.Stats().Completed >= 8 })
 	_, took := p.terminate(15 * time.Second)
 	done := model.Stats().Completed
 	t.Logf("SIGTERM with %d of %d upstream calls finished: exited in %s (grace period 2s)", done, n, took.Round(time.Millisecond))
 
 	p.start()
 	for _, id := range ids {
-		waitFor(t, "the operation finished after the restart", func() bool {
+		testkit.WaitFor(t, 15*time.Second, "the operation finished after the restart", func() bool {
 			_, body, err := p.send("GET", "/v1/operations/"+id, "", "")
 			return err == nil && bytes.Contains(body, []byte(`"status":"succeeded"`))
 		})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
 // streamWords is the prompt of the crash test's stream: the example model server answers one
@@ -90,7 +91,7 @@ func TestKilledGatewayNeverReplaysAPartialStream(t *testing.T) {
 		t.Fatalf("a retry within the lease got a clean stream of %d events: the partial recording passed for whole", n)
 	}
 
-	waitFor(t, "the lease expired", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "the lease expired", func() bool {
 		resp := p.openStream(t, "k")
 		if resp.StatusCode != http.StatusOK {
 			return false

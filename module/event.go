@@ -1,0 +1,59 @@
+package module
+
+import (
+	"encoding/json"
+	"slices"
+	"time"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// A webhook event is built here when an operation's status changes (announce, in the
+// transition's own transaction) and rendered here when the courier delivers it (renderEvent).
+
+// eventTypes names the event announcing each status.
+var eventTypes = map[store.Status]string{
+	store.StatusSucceeded: EventSucceeded, store.StatusFailed: EventFailed,
+	store.StatusCanceled: EventCanceled, store.StatusRunning: EventRunning,
+}
+
+// announce is every storage's announcer: the event for op's new status, written in the same
+// transaction, when the operation has a callback and its block delivers that event type.
+func announce(op *store.Operation, result *store.Response) *store.Event {
+	typ := eventTypes[op.Status]
+	ex := execOf(op)
+	if op.Callback == nil || typ == "" || !slices.Contains(ex.Events, typ) {
+		return nil
+	}
+	now := time.Now()
+	payload, err := json.Marshal(viewOf(ex.Prefix, op, result, now))
+	if err != nil {
+		return nil
+	}
+	return &store.Event{
+		ID: newID("evt_", now), Type: typ, OperationID: op.ID, Version: op.Version,
+		Endpoint: op.Callback.Endpoint, URL: op.Callback.URL, OccurredAt: now, Operation: payload,
+		Traceparent: op.Traceparent, Tracestate: op.Tracestate,
+	}
+}
+
+// eventEnvelope is the body of a delivery (docs/webhooks.md, Events).
+type eventEnvelope struct {
+	EventID         string          `json:"event_id"`
+	EventType       string          `json:"event_type"`
+	EventVersion    string          `json:"event_version"`
+	OccurredAt      time.Time       `json:"occurred_at"`
+	DeliveryAttempt int             `json:"delivery_attempt"`
+	Operation       json.RawMessage `json:"operation,omitempty"`
+	// Batch is a batch.* event's subject (docs/batches.md), kept in the event's Operation.
+	Batch json.RawMessage `json:"batch,omitempty"`
+}
+
+func renderEvent(ev *store.Event, attempt int) ([]byte, error) {
+	env := eventEnvelope{EventID: ev.ID, EventType: ev.Type, EventVersion: "1.0",
+		OccurredAt: ev.OccurredAt.UTC(), DeliveryAttempt: attempt, Operation: ev.Operation}
+	if isBatchEvent(ev.Type) {
+		env.Operation, env.Batch = nil, ev.Operation
+	}
+	return json.Marshal(env)
+}

@@ -1,0 +1,322 @@
+package module
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"go.uber.org/zap"
+
+	"github.com/mulligan-gw/mulligan/internal/testkit"
+	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/store/badger"
+)
+
+// loopRunner is a storage's runner and courier without Caddy: real Badger on a temp directory,
+// every attempt dispatched to an in-process handler, on a clock the test holds. The store reads
+// the same clock, so leases, due times and the runner's timers move together.
+type loopRunner struct {
+	*runner
+	st *badger.Store
+}
+
+// newLoopRunner starts no loop of the runner: a test claims with claimNext, or calls begin for
+// the claim, heartbeat and takeover loops. cfg's zero concurrency and takeover take the
+// defaults; without endpoints the courier is stopped at once.
+func newLoopRunner(t *testing.T, clock clockwork.Clock, handler http.Handler, cfg runnerConfig) *loopRunner {
+	t.Helper()
+	st, err := badger.Open(badger.Options{Dir: t.TempDir(), Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.SetAnnouncer(announce)
+	r := newRunner(st, storageSpec{concurrency: cfg.concurrency, takeover: cfg.takeover}, clock, zap.NewNop())
+	cfg.dispatch = func(*store.Operation) http.Handler { return handler }
+	r.configure(testConfigOwner, cfg)
+	if cfg.endpoints == nil {
+		r.courier.stop() // nothing to deliver: the runner's timers alone are on the clock
+	}
+	lr := &loopRunner{runner: r, st: st}
+	t.Cleanup(func() {
+		lr.stop()
+		_ = st.Close()
+	})
+	return lr
+}
+
+// testConfigOwner stands for the config that configures a loopRunner.
+const testConfigOwner = "test config"
+
+// stop ends the loops and the executions at once: shutdown would wait its grace period on the
+// test's clock, which does not move by itself.
+func (lr *loopRunner) stop() {
+	close(lr.stopping)
+	lr.claims.Wait()
+	lr.stopAll(errRunnerStopping)
+	lr.inFlight.Wait()
+	lr.endBeats()
+	lr.courier.stop()
+}
+
+// accept queues an operation that runs with ex, posting body to the chat path; events about it
+// go to callback, if any.
+func (lr *loopRunner) accept(t *testing.T, id string, ex store.Execution, callback *store.Callback, body string) {
+	t.Helper()
+	lr.queue(t, &store.Operation{ID: id, Exec: &ex, Callback: callback}, nil, body)
+}
+
+// acceptWith queues an operation as accept does, its request carrying header.
+func (lr *loopRunner) acceptWith(t *testing.T, id string, ex store.Execution, header http.Header, body string) {
+	t.Helper()
+	lr.queue(t, &store.Operation{ID: id, Exec: &ex}, header, body)
+}
+
+func (lr *loopRunner) queue(t *testing.T, op *store.Operation, header http.Header, body string) {
+	t.Helper()
+	op.Scope, op.Status, op.Version, op.Method, op.Path = "s", store.StatusQueued, 1, "POST", chatPath
+	op.SubmittedAt, op.Retention, op.Urgency = lr.clock.Now(), time.Hour, store.DefaultUrgency
+	req := &store.Request{Method: "POST", URL: chatPath, Host: "gateway.test", Header: header.Clone(), Body: []byte(body)}
+	if req.Header == nil {
+		req.Header = http.Header{}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if _, err := lr.st.AcceptOperation(op, req, nil); err != nil {
+		t.Fatal(err)
+	}
+	lr.accepted()
+}
+
+// await waits for operation id to reach a final status, and returns it.
+func (lr *loopRunner) await(t *testing.T, id string) *store.Operation {
+	t.Helper()
+	var op *store.Operation
+	testkit.WaitFor(t, 30*time.Second, "operation "+id+" final", func() bool {
+		got, err := lr.st.GetOperation(id)
+		op = got
+		return err == nil && got.Status.Final()
+	})
+	return op
+}
+
+// testExecution is how the operations of these tests run: timeout and retries as given.
+func testExecution(timeout time.Duration, retries int) store.Execution {
+	return store.Execution{Timeout: timeout, Retries: retries, MaxResult: defaultMaxResult, OnCrash: CrashRequeue,
+		Events: []string{EventSucceeded, EventFailed, EventCanceled}, Prefix: defaultOperationsPath}
+}
+
+// newFakeClock is a fake clock at the present to the millisecond, as both backends store times
+// (storetest.NewClock's start): events announced on the wall clock fall due on it at once.
+func newFakeClock() *clockwork.FakeClock {
+	return clockwork.NewFakeClockAt(time.Now().UTC().Truncate(time.Millisecond))
+}
+
+// timersAtLeast reports whether at least n timers wait on clock right now. A timer that fires
+// leaves the count inside Advance, so asked right after an Advance it tells whether it fired.
+func timersAtLeast(clock *clockwork.FakeClock, n int) bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return clock.BlockUntilContext(ctx, n) == nil
+}
+
+// awaitWaiting waits until at least n timers wait on clock: the loops under test have parked.
+func awaitWaiting(t *testing.T, clock *clockwork.FakeClock, n int, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := clock.BlockUntilContext(ctx, n); err != nil {
+		t.Fatalf("not within 10s: %s (%d timers on the clock)", what, n)
+	}
+}
+
+// receive waits, bounded, for what ch brings.
+func receive[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("not within 10s: %s", what)
+		panic("unreachable")
+	}
+}
+
+// upstreamCall is one call a test's upstream received: when, on the test's clock, and a gate
+// the test answers it through (the status the upstream answers with).
+type upstreamCall struct {
+	at     time.Time
+	answer chan<- int
+}
+
+// gatedUpstream reports each call on calls and answers what the test sends back; with
+// retryAfter set, a non-2xx answer carries it. A call whose execution is stopped reports its
+// end on stopped.
+func gatedUpstream(clock clockwork.Clock, retryAfter string) (http.Handler, <-chan upstreamCall, <-chan time.Time) {
+	calls, stopped := make(chan upstreamCall, 8), make(chan time.Time, 8)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		answer := make(chan int, 1)
+		calls <- upstreamCall{at: clock.Now(), answer: answer}
+		select {
+		case status := <-answer:
+			if status >= 300 && retryAfter != "" {
+				w.Header().Set("Retry-After", retryAfter)
+			}
+			w.WriteHeader(status)
+			_, _ = w.Write([]byte(`{"ok":true}`))
+		case <-r.Context().Done():
+			stopped <- clock.Now()
+		}
+	}), calls, stopped
+}
+
+// Timers on the clock of a runner whose loops were not begun, with no courier: each
+// execution's timeout and lease expiry; a backoff between attempts adds one.
+const (
+	timersRunning    = 2
+	timersBackingOff = 3
+)
+
+// TestUpstreamRetryAfterIsHonouredUpToTheTimeout: a 503 asking for 11 s is retried after
+// exactly 11 s on the clock (over the 10 s cap of the backoff itself) when the timeout leaves
+// room, and ends the operation at once, the clock unmoved, when it does not.
+func TestUpstreamRetryAfterIsHonouredUpToTheTimeout(t *testing.T) {
+	t.Run("timeout 30s", func(t *testing.T) {
+		clock := newFakeClock()
+		up, calls, _ := gatedUpstream(clock, "11")
+		lr := newLoopRunner(t, clock, up, runnerConfig{})
+		lr.accept(t, "op_1", testExecution(30*time.Second, 3), nil, chat("retry-after"))
+		lr.claimNext()
+		first := receive(t, calls, "the first attempt")
+		first.answer <- http.StatusServiceUnavailable
+		awaitWaiting(t, clock, timersBackingOff, "the backoff after the 503")
+		clock.Advance(11*time.Second - time.Millisecond)
+		if !timersAtLeast(clock, timersBackingOff) {
+			t.Fatal("retried before the upstream's Retry-After of 11s")
+		}
+		clock.Advance(time.Millisecond)
+		second := receive(t, calls, "the retry at 11s")
+		second.answer <- http.StatusOK
+		if gap := second.at.Sub(first.at); gap != 11*time.Second {
+			t.Fatalf("retried %v after the 503, want 11s", gap)
+		}
+		if op := lr.await(t, "op_1"); op.Status != store.StatusSucceeded || op.Attempts != 2 {
+			t.Fatalf("%s after %d attempts, want succeeded after 2", op.Status, op.Attempts)
+		}
+	})
+	t.Run("timeout 5s", func(t *testing.T) {
+		clock := newFakeClock()
+		up, calls, _ := gatedUpstream(clock, "11")
+		lr := newLoopRunner(t, clock, up, runnerConfig{})
+		lr.accept(t, "op_1", testExecution(5*time.Second, 3), nil, chat("retry-after"))
+		lr.claimNext()
+		first := receive(t, calls, "the first attempt")
+		first.answer <- http.StatusServiceUnavailable
+		op := lr.await(t, "op_1")
+		if op.Status != store.StatusFailed || op.Error == nil || op.Error.Code != string(CodeUpstreamUnavailable) || op.Attempts != 1 {
+			t.Fatalf("%s %+v after %d attempts, want failed UPSTREAM_UNAVAILABLE after 1", op.Status, op.Error, op.Attempts)
+		}
+		if !op.FinishedAt.Equal(first.at) {
+			t.Fatalf("finished %v after the 503: it waited for a retry that could not fit in the timeout", op.FinishedAt.Sub(first.at))
+		}
+	})
+}
+
+// TestRetryableFailuresAreRetriedWithinTheBackoffThenFail: each retry of a 503 comes within its
+// backoff (250 ms doubling, full jitter: at most 500 ms, then 1 s), and after the retries the
+// operation fails UPSTREAM_UNAVAILABLE with every attempt counted.
+func TestRetryableFailuresAreRetriedWithinTheBackoffThenFail(t *testing.T) {
+	clock := newFakeClock()
+	up, calls, _ := gatedUpstream(clock, "")
+	lr := newLoopRunner(t, clock, up, runnerConfig{})
+	lr.accept(t, "op_1", testExecution(time.Minute, 2), nil, chat("flaky"))
+	lr.claimNext()
+	call := receive(t, calls, "the first attempt")
+	for retry, ceiling := range []time.Duration{500 * time.Millisecond, time.Second} {
+		call.answer <- http.StatusServiceUnavailable
+		awaitWaiting(t, clock, timersBackingOff, "the backoff")
+		clock.Advance(retryBase - time.Millisecond)
+		if !timersAtLeast(clock, timersBackingOff) {
+			t.Fatalf("retry %d came before the %v floor of the backoff", retry+1, retryBase)
+		}
+		clock.Advance(ceiling - retryBase + time.Millisecond)
+		prev := call.at
+		call = receive(t, calls, "a retry within its backoff")
+		if gap := call.at.Sub(prev); gap < retryBase || gap > ceiling {
+			t.Fatalf("retry %d came %v after the failure, want within [%v, %v]", retry+1, gap, retryBase, ceiling)
+		}
+	}
+	call.answer <- http.StatusServiceUnavailable
+	op := lr.await(t, "op_1")
+	if op.Status != store.StatusFailed || op.Error == nil || op.Error.Code != string(CodeUpstreamUnavailable) || op.Attempts != 3 {
+		t.Fatalf("%s %+v after %d attempts, want failed UPSTREAM_UNAVAILABLE after 3", op.Status, op.Error, op.Attempts)
+	}
+}
+
+// TestExecutionStopsOnItsOwnClockBeforeItsLeaseEnds: when no renewal gets through, the holder
+// stops the upstream call leaseMargin before its lease ends, by its own clock, without waiting
+// for the storage; the operation is left running for a takeover (docs/backends.md).
+func TestExecutionStopsOnItsOwnClockBeforeItsLeaseEnds(t *testing.T) {
+	const takeover = 2 * time.Second
+	clock := newFakeClock()
+	up, calls, stopped := gatedUpstream(clock, "")
+	lr := newLoopRunner(t, clock, up, runnerConfig{takeover: takeover}) // not begun: no heartbeat renews
+	lr.accept(t, "op_1", testExecution(time.Minute, 3), nil, chat("held"))
+	lr.claimNext()
+	receive(t, calls, "the attempt")
+	held, err := lr.st.GetOperation("op_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopAt := held.LeaseUntil.Add(-leaseMargin(takeover))
+	awaitWaiting(t, clock, timersRunning, "the execution's timers")
+	clock.Advance(clock.Until(stopAt) - time.Millisecond)
+	select {
+	case at := <-stopped:
+		t.Fatalf("stopped at %v, %v before the margin", at, stopAt.Sub(at))
+	default:
+	}
+	clock.Advance(time.Millisecond)
+	at := receive(t, stopped, "the upstream call stopped before the lease ends")
+	if !at.Before(held.LeaseUntil) {
+		t.Fatalf("the upstream call ran until %v, past its lease's end at %v", at, held.LeaseUntil)
+	}
+	lr.inFlight.Wait()
+	if op, err := lr.st.GetOperation("op_1"); err != nil || op.Status != store.StatusRunning || op.Holder != lr.worker {
+		t.Fatalf("after the stop: %+v %v, want running under this worker's lapsing lease", op, err)
+	}
+}
+
+// TestSilentWorkersOperationIsTakenOverOnlyAfterItsLease: an operation a worker claimed and then
+// fell silent on is taken over and run here, never before its lease ended on the clock.
+func TestSilentWorkersOperationIsTakenOverOnlyAfterItsLease(t *testing.T) {
+	const takeover = 3 * time.Second
+	clock := newFakeClock()
+	up, calls, _ := gatedUpstream(clock, "")
+	lr := newLoopRunner(t, clock, up, runnerConfig{concurrency: 1, takeover: takeover})
+	lr.accept(t, "op_1", testExecution(time.Minute, 3), nil, chat("orphan"))
+	silent, err := lr.st.ClaimNext("wrk_silent", takeover)
+	if err != nil || silent == nil {
+		t.Fatalf("claim for the silent worker: %+v %v", silent, err)
+	}
+	lr.begin()
+	var call upstreamCall
+	testkit.WaitFor(t, 20*time.Second, "the takeover runs the operation here", func() bool {
+		select {
+		case call = <-calls:
+			return true
+		default:
+			clock.Advance(200 * time.Millisecond) // time goes on while the loops poll
+			return false
+		}
+	})
+	call.answer <- http.StatusOK
+	if call.at.Before(silent.LeaseUntil) {
+		t.Fatalf("taken over %v before the silent worker's lease ended", silent.LeaseUntil.Sub(call.at))
+	}
+	op := lr.await(t, "op_1")
+	if op.Status != store.StatusSucceeded || op.Holder == "wrk_silent" {
+		t.Fatalf("%s held by %s, want succeeded here", op.Status, op.Holder)
+	}
+	t.Logf("taken over %v after the lease ended (takeover every %v)", call.at.Sub(silent.LeaseUntil), takeoverEvery(takeover))
+}
