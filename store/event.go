@@ -72,7 +72,20 @@ func PendingEvent(a *Announcer, op *Operation, result *Response) *Event {
 	if a == nil || *a == nil {
 		return nil
 	}
-	ev := (*a)(op, result)
+	return pending((*a)(op, result))
+}
+
+// PendingBatchEvent is PendingEvent for batch b's final status, from the installed batch
+// announcer a.
+func PendingBatchEvent(a *BatchAnnouncer, b *Batch) *Event {
+	if a == nil || *a == nil {
+		return nil
+	}
+	return pending((*a)(b))
+}
+
+// pending makes ev, when there is one, pending delivery from when it occurred.
+func pending(ev *Event) *Event {
 	if ev != nil {
 		ev.State, ev.NextAttempt = EventPending, ev.OccurredAt
 	}

@@ -291,15 +291,10 @@ func (s *Store) putBatch(txn *badger.Txn, b *store.Batch) error {
 }
 
 func (s *Store) announceBatch(txn *badger.Txn, b *store.Batch) error {
-	a := s.sh.batchAnn.Load()
-	if a == nil || *a == nil {
-		return nil
-	}
-	ev := (*a)(b)
+	ev := store.PendingBatchEvent(s.sh.batchAnn.Load(), b)
 	if ev == nil {
 		return nil
 	}
-	ev.State, ev.NextAttempt = store.EventPending, ev.OccurredAt
 	return s.sh.putEvent(txn, ev, nil)
 }
 

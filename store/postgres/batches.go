@@ -256,15 +256,10 @@ func (s *Store) putBatch(ctx context.Context, tx pgx.Tx, b *store.Batch, insert 
 }
 
 func (s *Store) announceBatch(ctx context.Context, tx pgx.Tx, b *store.Batch) error {
-	a := s.batchAnn.Load()
-	if a == nil || *a == nil {
-		return nil
-	}
-	ev := (*a)(b)
+	ev := store.PendingBatchEvent(s.batchAnn.Load(), b)
 	if ev == nil {
 		return nil
 	}
-	ev.State, ev.NextAttempt = store.EventPending, ev.OccurredAt
 	return putEvent(ctx, tx, ev, s.now())
 }
 
