@@ -73,6 +73,10 @@ type execution struct {
 	started    time.Time       // when it began running here, for the oldest-running gauge
 	seat       *pendingSeat    // its place in the capacity order, until its first attempt takes it
 	expiry     clockwork.Timer // stops the execution shortly before its lease ends (see leaseMargin)
+	// after, when set, is the end of an earlier execution of the same operation here, still
+	// winding down when this runner claimed the operation again (its lease ran out and a
+	// takeover requeued it): this one starts only once that one has ended.
+	after <-chan struct{}
 }
 
 // Causes of an execution's cancellation.
@@ -317,6 +321,9 @@ func (r *runner) start(op *store.Operation, ctx context.Context, ex *execution, 
 		ex.started = r.clock.Now()
 	}
 	r.mu.Lock()
+	if prev := r.running[op.ID]; prev != nil {
+		ex.after = prev.done
+	}
 	r.running[op.ID] = ex
 	if ex.pooled {
 		r.pooled++
@@ -327,6 +334,12 @@ func (r *runner) start(op *store.Operation, ctx context.Context, ex *execution, 
 	go func() {
 		defer r.inFlight.Done()
 		defer r.executionEnded(op.ID, ex)
+		if ex.after != nil {
+			// One execution of an operation at a time in a process. Streams are fenced by the
+			// worker (docs/streams.md): an earlier execution's late writes would pass the fence of
+			// this one's, and its end would take this one's place in running.
+			<-ex.after
+		}
 		r.execute(ctx, op, first)
 	}()
 }
@@ -335,7 +348,9 @@ func (r *runner) start(op *store.Operation, ctx context.Context, ex *execution, 
 // timer, its unused place in the capacity order; then it wakes the claim loop.
 func (r *runner) executionEnded(id string, ex *execution) {
 	r.mu.Lock()
-	delete(r.running, id)
+	if r.running[id] == ex { // else a later execution of the operation has its place already
+		delete(r.running, id)
+	}
 	if ex.pooled {
 		r.pooled--
 	}

@@ -3,6 +3,8 @@ package module
 import (
 	"context"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -319,4 +321,52 @@ func TestSilentWorkersOperationIsTakenOverOnlyAfterItsLease(t *testing.T) {
 		t.Fatalf("%s held by %s, want succeeded here", op.Status, op.Holder)
 	}
 	t.Logf("taken over %v after the lease ended (takeover every %v)", call.at.Sub(silent.LeaseUntil), takeoverEvery(takeover))
+}
+
+// TestOneExecutionOfAnOperationAtATimeInAProcess: when the runner claims an operation again
+// while its earlier execution of it is still winding down (the lease ran out, a takeover
+// requeued it), the new execution waits for the earlier one to end before it calls the
+// upstream: a worker fences its writes (the operation's stream above all) by its own id, so two
+// executions of one operation in one process must never overlap.
+func TestOneExecutionOfAnOperationAtATimeInAProcess(t *testing.T) {
+	clock := newFakeClock()
+	release, calls := make(chan struct{}), make(chan bool, 2)
+	var firstEnded atomic.Bool
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !firstEnded.Load() && len(calls) == 0 {
+			calls <- false
+			<-release // an execution slow to wind down: it ignores its cancellation a while
+			firstEnded.Store(true)
+			return
+		}
+		calls <- firstEnded.Load()
+		w.WriteHeader(http.StatusOK)
+	})
+	lr := newLoopRunner(t, clock, up, runnerConfig{concurrency: 2})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // runs before the runner's cleanup, which waits for the held call
+	lr.accept(t, "op_1", testExecution(time.Minute, 0), nil, chat("twice"))
+	lr.claimNext()
+	receive(t, calls, "the first execution's call")
+	clock.Advance(defaultTakeover + time.Second) // its lease runs out: the expiry cancels it, in vain
+	if _, err := lr.st.Transition("op_1", store.Change{To: store.StatusQueued, Holder: lr.worker, LeaseExpired: true}); err != nil {
+		t.Fatal(err) // as a takeover does once the lease ran out
+	}
+	if !lr.claimNext() {
+		t.Fatal("op_1, requeued, was not claimed again")
+	}
+	lr.mu.Lock()
+	waits := lr.running["op_1"] != nil && lr.running["op_1"].after != nil
+	lr.mu.Unlock()
+	if !waits {
+		t.Fatal("the second execution of op_1 does not wait for the first")
+	}
+	free()
+	if ended := receive(t, calls, "the second execution's call"); !ended {
+		t.Fatal("the second execution called the upstream while the first still ran")
+	}
+	if op := lr.await(t, "op_1"); op.Status != store.StatusSucceeded {
+		t.Fatalf("op_1 %s, want succeeded by the second execution", op.Status)
+	}
 }

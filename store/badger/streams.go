@@ -186,6 +186,10 @@ func (s *Store) AbortStream(stream []byte, h store.StreamHolder) error {
 			return err
 		}
 		if head != nil && head.Token == h.Token {
+			if head.State == store.StreamFinished {
+				held = false // a finish that landed although its caller saw an error: it stays whole
+				return nil
+			}
 			head.State = store.StreamAborted
 			if err := putHead(txn, stream, head); err != nil {
 				return err

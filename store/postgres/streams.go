@@ -320,12 +320,19 @@ func (s *Store) DropStream(stream []byte, h store.StreamHolder) error {
 
 // AbortStream implements store.StreamRecorder: while h still holds, the stream is marked aborted,
 // its events deleted and, for a keyed stream, the key released, in one transaction. A holder
-// that no longer holds is left alone: a FinishStream whose commit landed although its caller saw
-// an error must go on replaying, not be aborted afterwards.
+// that no longer holds, and a stream already finished, are left alone: a FinishStream whose
+// commit landed although its caller saw an error must go on replaying (a keyed stream's key is
+// no longer held then; an operation's stream is finished while its operation still runs).
 func (s *Store) AbortStream(stream []byte, h store.StreamHolder) error {
 	return s.do(func(ctx context.Context, tx pgx.Tx) error {
 		if held, err := lockHolder(ctx, tx, stream, h); err != nil || !held {
 			return err // the claim or the operation is already gone: nothing to do
+		}
+		var finished bool
+		err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM stream_heads WHERE key = $1 AND token = $2 AND state = 2)`,
+			stream, h.Token).Scan(&finished)
+		if err != nil || finished {
+			return err // an operation's stream whose finish landed although its caller saw an error stays whole
 		}
 		if h.Worker == "" {
 			if _, err := tx.Exec(ctx, `DELETE FROM idempotency_keys WHERE key = $1 AND state = 1 AND token = $2`, stream, h.Token); err != nil {

@@ -17,6 +17,21 @@ var operationStreamTests = []test{
 	{"OperationStreamReadsAsAbortedOnceItsHolderLostTheOperation", testOperationStreamOfALostHolderReadsAsAborted},
 	{"TakeoverFencesTheOldHoldersOperationStream", testTakeoverFencesTheOldHoldersOperationStream},
 	{"StaleHolderRacingATakeoverNeverLeavesItsStreamCurrent", testStaleHolderRacingATakeover},
+	{"LateAbortLeavesAFinishedOperationStreamWhole", testLateAbortLeavesAFinishedOperationStreamWhole},
+}
+
+// An AbortStream after a FinishStream that landed (its caller saw an error and aborts, as the
+// runner does) leaves the stream finished with its events: the operation still runs under its
+// holder then, so the holder's fence alone does not stop the abort.
+func testLateAbortLeavesAFinishedOperationStreamWhole(t *testing.T, e *env) {
+	b := e.open()
+	stream, h := e.runningStream(t, b, "w1", time.Minute)
+	ok(t, b.AppendEvents(stream, h, events(1, 3)))
+	ok(t, b.FinishStream(stream, h, e.clock.Now().Add(time.Minute)))
+	ok(t, b.AbortStream(stream, h))
+	if p := must(b.ReadEvents(stream, 0, 10))(t); p.State != store.StreamFinished || len(p.List) != 3 {
+		t.Fatalf("a finished operation stream after a late AbortStream: %v with %d events", p.State, len(p.List))
+	}
 }
 
 // runningStream accepts operation 0, has worker claim it for lease, and begins its stream
