@@ -3,6 +3,7 @@ package module
 import (
 	"errors"
 	"io"
+	"math"
 	"mime/multipart"
 	"net/http"
 	"strconv"
@@ -83,7 +84,7 @@ const (
 // uploadFile stores a multipart upload's "file" part as it arrives; its "purpose" must be batch.
 // The body is bounded by max_file_size plus uploadOverhead, and its parts by maxUploadParts.
 func (a *batchCall) uploadFile() {
-	a.r.Body = http.MaxBytesReader(a.w, a.r.Body, a.cfg.MaxFileSize+uploadOverhead)
+	a.r.Body = http.MaxBytesReader(a.w, a.r.Body, min(a.cfg.MaxFileSize, math.MaxInt64-uploadOverhead)+uploadOverhead)
 	mr, err := a.r.MultipartReader()
 	if err != nil {
 		a.invalid("Send the file as multipart/form-data with the fields file and purpose.", "file")
