@@ -280,16 +280,7 @@ func (lr *loopRunner) endpoints(e map[string]*webhookSetup) {
 // unsent; a config declaring the endpoint again gets it delivered at once.
 func TestEventOfAnEndpointMissingFromTheConfigWaitsForIt(t *testing.T) {
 	clock := newFakeClock()
-	var failing atomic.Bool
-	failing.Store(true)
-	deliveries := make(chan delivery, 16)
-	rc := newReceiver(t, secretA, func(r *http.Request) int {
-		deliveries <- delivery{at: clock.Now(), eventID: r.Header.Get("webhook-id")}
-		if failing.Load() {
-			return http.StatusServiceUnavailable
-		}
-		return http.StatusOK
-	})
+	rc, deliveries, failing := failingReceiver(t, clock, http.StatusServiceUnavailable)
 	url := rc.srv.URL + "/hook"
 	hooks := testEndpoint(t, "hooks", url)
 	lr := newLoopRunner(t, clock, answerOK, runnerConfig{endpoints: hooks})
@@ -316,4 +307,20 @@ func TestEventOfAnEndpointMissingFromTheConfigWaitsForIt(t *testing.T) {
 	lr.endpoints(hooks)
 	awaitDelivery(t, clock, deliveries, "the delivery once the endpoint is declared again")
 	awaitEvent(t, lr.st, d.eventID, "delivered", func(ev *store.Event) bool { return ev.State == store.EventDelivered })
+}
+
+// failingReceiver is a receiver that answers status while failing is set (it starts set), and
+// 200 once the test clears it; each delivery is reported, when on the clock and of which event.
+func failingReceiver(t *testing.T, clock clockwork.Clock, status int) (rc *receiver, deliveries <-chan delivery, failing *atomic.Bool) {
+	failing = new(atomic.Bool)
+	failing.Store(true)
+	ch := make(chan delivery, 16)
+	rc = newReceiver(t, secretA, func(r *http.Request) int {
+		ch <- delivery{at: clock.Now(), eventID: r.Header.Get("webhook-id")}
+		if failing.Load() {
+			return status
+		}
+		return http.StatusOK
+	})
+	return rc, ch, failing
 }

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,16 +39,7 @@ func (g *gateway) deadLetterIDs(t *testing.T) []string {
 // courier dead-lettered it again at once, unsent). The clock moves it past max_age.
 func TestRedeliveredDeadLetterPastMaxAgeIsDelivered(t *testing.T) {
 	clock := newFakeClock()
-	var refuse atomic.Bool
-	refuse.Store(true)
-	deliveries := make(chan delivery, 4)
-	rc := newReceiver(t, secretA, func(r *http.Request) int {
-		deliveries <- delivery{at: clock.Now(), eventID: r.Header.Get("webhook-id")}
-		if refuse.Load() {
-			return http.StatusBadRequest
-		}
-		return http.StatusOK
-	})
+	rc, deliveries, refuse := failingReceiver(t, clock, http.StatusBadRequest)
 	url := rc.srv.URL + "/hook"
 	hooks := testEndpoint(t, "hooks", url)
 	hooks["hooks"].cfg.MaxAge = caddy.Duration(time.Hour)
