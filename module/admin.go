@@ -136,55 +136,30 @@ func (a *AdminAPI) deadLetters(w http.ResponseWriter, r *http.Request, run *runn
 	return adminJSON(w, map[string]any{"dead_letters": events})
 }
 
-// redeliver puts a dead letter back in the outbox, due now, with a fresh attempt budget.
+// redeliver answers the courier's redelivery of dead letter id.
 func (a *AdminAPI) redeliver(w http.ResponseWriter, run *runner, id string) error {
-	ev, err := run.st.Redeliver(id, run.clock.Now())
+	ev, err := run.courier.redeliver(id)
 	if err != nil {
 		return storeFailure(err)
 	}
-	run.courier.kick()
 	return adminJSON(w, ev)
 }
 
-// redeliverAll redelivers what was dead when it was called, paging once through the dead
-// letters in id order: one that dies again meanwhile sits behind the cursor, one dead-lettered
-// after the call is left alone, so the walk ends however fast events die.
+// redeliverAll answers the courier's redelivery of every dead letter.
 func (a *AdminAPI) redeliverAll(w http.ResponseWriter, run *runner) error {
-	called := run.clock.Now()
-	n, after := 0, ""
-	for {
-		events, err := run.st.DeadLetters(after, 500)
-		if err != nil {
-			return storeFailure(err)
-		}
-		if len(events) == 0 {
-			break
-		}
-		for _, ev := range events {
-			after = ev.ID
-			if ev.DeadAt.After(called) {
-				continue
-			}
-			if _, err := run.st.Redeliver(ev.ID, called); err != nil {
-				return storeFailure(err)
-			}
-			n++
-		}
-	}
-	run.courier.kick()
-	return adminJSON(w, map[string]any{"redelivering": n})
-}
-
-// enable re-enables an endpoint a 410 disabled; its waiting events become due now.
-func (a *AdminAPI) enable(w http.ResponseWriter, run *runner, name string) error {
-	if err := run.st.SetEndpointState(name, store.EndpointState{}); err != nil {
-		return storeFailure(err)
-	}
-	n, err := run.st.RescheduleEndpoint(name, run.clock.Now())
+	n, err := run.courier.redeliverAll()
 	if err != nil {
 		return storeFailure(err)
 	}
-	run.courier.kick()
+	return adminJSON(w, map[string]any{"redelivering": n})
+}
+
+// enable answers the courier's re-enabling of endpoint name.
+func (a *AdminAPI) enable(w http.ResponseWriter, run *runner, name string) error {
+	n, err := run.courier.enable(name)
+	if err != nil {
+		return storeFailure(err)
+	}
 	return adminJSON(w, map[string]any{"endpoint": name, "enabled": true, "events_due": n})
 }
 

@@ -16,7 +16,7 @@
 //	                    lease.go (renewals, expiry), takeover.go, dispatch.go (what attempts go
 //	                    through: the config's Caddy servers), clock.go, capacity_runner.go
 //	webhooks            webhooks_config.go (endpoints), event.go (an event built and rendered),
-//	                    courier.go (the outbox's deliveries)
+//	                    courier.go (the outbox's deliveries), redeliver.go (what operators ask of it)
 //	capacity            capacity.go, capacity_serve.go, seats.go, seats_shared.go, adaptive.go,
 //	                    priority.go, capacity_metrics.go
 //	batches and files   batches*.go, batch_*.go, files.go
