@@ -179,18 +179,25 @@ const (
 	timersBackingOff = 3
 )
 
+// answeredRetryAfter runs an operation with timeout on a fake clock whose first attempt the
+// upstream answers 503 with Retry-After: 11; it returns what the test goes on with.
+func answeredRetryAfter(t *testing.T, timeout time.Duration) (*loopRunner, *clockwork.FakeClock, <-chan upstreamCall, upstreamCall) {
+	clock := newFakeClock()
+	up, calls, _ := gatedUpstream(clock, "11")
+	lr := newLoopRunner(t, clock, up, runnerConfig{})
+	lr.accept(t, "op_1", testExecution(timeout, 3), nil, chat("retry-after"))
+	lr.claimNext()
+	first := receive(t, calls, "the first attempt")
+	first.answer <- http.StatusServiceUnavailable
+	return lr, clock, calls, first
+}
+
 // TestUpstreamRetryAfterIsHonouredUpToTheTimeout: a 503 asking for 11 s is retried after
 // exactly 11 s on the clock (over the 10 s cap of the backoff itself) when the timeout leaves
 // room, and ends the operation at once, the clock unmoved, when it does not.
 func TestUpstreamRetryAfterIsHonouredUpToTheTimeout(t *testing.T) {
 	t.Run("timeout 30s", func(t *testing.T) {
-		clock := newFakeClock()
-		up, calls, _ := gatedUpstream(clock, "11")
-		lr := newLoopRunner(t, clock, up, runnerConfig{})
-		lr.accept(t, "op_1", testExecution(30*time.Second, 3), nil, chat("retry-after"))
-		lr.claimNext()
-		first := receive(t, calls, "the first attempt")
-		first.answer <- http.StatusServiceUnavailable
+		lr, clock, calls, first := answeredRetryAfter(t, 30*time.Second)
 		awaitWaiting(t, clock, timersBackingOff, "the backoff after the 503")
 		clock.Advance(11*time.Second - time.Millisecond)
 		if !timersAtLeast(clock, timersBackingOff) {
@@ -207,13 +214,7 @@ func TestUpstreamRetryAfterIsHonouredUpToTheTimeout(t *testing.T) {
 		}
 	})
 	t.Run("timeout 5s", func(t *testing.T) {
-		clock := newFakeClock()
-		up, calls, _ := gatedUpstream(clock, "11")
-		lr := newLoopRunner(t, clock, up, runnerConfig{})
-		lr.accept(t, "op_1", testExecution(5*time.Second, 3), nil, chat("retry-after"))
-		lr.claimNext()
-		first := receive(t, calls, "the first attempt")
-		first.answer <- http.StatusServiceUnavailable
+		lr, _, _, first := answeredRetryAfter(t, 5*time.Second)
 		op := lr.await(t, "op_1")
 		if op.Status != store.StatusFailed || op.Error == nil || op.Error.Code != string(CodeUpstreamUnavailable) || op.Attempts != 1 {
 			t.Fatalf("%s %+v after %d attempts, want failed UPSTREAM_UNAVAILABLE after 1", op.Status, op.Error, op.Attempts)
