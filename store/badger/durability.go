@@ -11,34 +11,52 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 )
 
-// durableSync makes every write committed so far durable. db.Sync() alone does not: it syncs the
-// active memtable's WAL and the active value-log file, but not a memtable rotated since the
-// writes (its WAL is not synced before it is flushed to a table) nor a value-log file finished
-// since (Badger syncs it on rotation only under SyncWrites). So after db.Sync, every WAL and
-// value-log file older than the newest of its kind is synced once: once rotated, it is never
-// written again. Badger's own SyncWrites(true) would close the hole too, but it msyncs the WAL
-// once per transaction, not per batch: 5x slower claim+complete here (store/bench_test.go).
+// durableSync makes every write committed so far durable. Badger's own db.Sync() is not enough
+// and not cheap:
+//   - It syncs the active memtable's WAL and the active value-log file, but not a memtable
+//     rotated since the writes (its WAL is not synced before it is flushed to a table) nor a
+//     value-log file finished since (Badger syncs it on rotation only under SyncWrites). So
+//     every WAL and value-log file older than the newest of its kind is synced once here: once
+//     rotated, it is never written again.
+//   - It holds Badger's memtable lock while it msyncs the WAL, and every commit takes that lock
+//     exclusively, so all writes, and the reads queued behind them, stall for the whole sync
+//     (docs/operating.md, "Badger's sync without its lock"). Where a descriptor of our own can
+//     sync pages written through Badger's mapping (Linux), the newest files are synced that way
+//     instead (durability_linux.go).
+//
+// Badger's own SyncWrites(true) would close the first hole too, but it msyncs the WAL once per
+// transaction, not per batch: 5x slower claim+complete here (store/bench_test.go).
 type durableSync struct {
 	db  *badger.DB
 	dir string
+
+	// datasync syncs one file's data by path (durability_linux.go); tests watch it.
+	datasync func(path string) error
 
 	mu     sync.Mutex
 	synced map[string]bool // rotated files already synced, and WALs whose directory entry is
 }
 
 func newDurableSync(db *badger.DB, dir string) *durableSync {
-	return &durableSync{db: db, dir: dir, synced: map[string]bool{}}
+	return &durableSync{db: db, dir: dir, datasync: datasyncFile, synced: map[string]bool{}}
 }
 
 // sync runs in the group syncer's one goroutine, after the writes it covers committed.
 func (d *durableSync) sync() error {
-	// First the active files, then the listing: a rotation after db.Sync leaves the file it
-	// synced in the listing as an older one, which is then synced again whole.
-	if err := d.db.Sync(); err != nil {
-		return err
-	}
+	// First the listing, then the files: every write registered before this sync is in a file
+	// listed, the newest of its kind or an older one. A rotation after the listing leaves the
+	// newest synced here, and the next sync finds it older and syncs it again whole.
 	entries, err := os.ReadDir(d.dir)
 	if err != nil {
+		return err
+	}
+	var active []string
+	for _, ext := range []string{".mem", ".vlog"} {
+		if names := filesWithExt(entries, ext); len(names) > 0 {
+			active = append(active, filepath.Join(d.dir, names[len(names)-1]))
+		}
+	}
+	if err := d.syncActive(active); err != nil {
 		return err
 	}
 	d.mu.Lock()

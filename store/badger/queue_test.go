@@ -80,7 +80,7 @@ func TestDurableSyncCoversRotatedWALsAndValueLogs(t *testing.T) {
 	}
 	for name, want := range map[string]bool{"00001.mem": true, "000001.vlog": true, "00002.mem": false, "000002.vlog": false, "000001.sst": false} {
 		if d.synced[name] != want {
-			t.Errorf("%s synced=%v, want %v (rotated files are synced, the active ones by db.Sync)", name, d.synced[name], want)
+			t.Errorf("%s synced=%v, want %v (rotated files are synced once, the active ones on every sync)", name, d.synced[name], want)
 		}
 	}
 	if !d.synced["dir:00002.mem"] {
