@@ -22,6 +22,7 @@ type batchUpstream struct {
 	mu    sync.Mutex
 	runs  map[string]int
 	block chan struct{} // when set, prompts containing "slow" wait for it
+	slow  time.Duration // when set, prompts containing "slow" take this long
 	seen  http.Header   // the headers of the last request
 }
 
@@ -43,6 +44,13 @@ func (u *batchUpstream) wrap(next http.Handler) http.Handler {
 		u.runs[prompt]++
 		u.seen = r.Header.Clone()
 		u.mu.Unlock()
+		if strings.Contains(prompt, "slow") && u.slow > 0 {
+			select {
+			case <-time.After(u.slow):
+			case <-r.Context().Done():
+				return
+			}
+		}
 		if strings.Contains(prompt, "slow") && u.block != nil {
 			select {
 			case <-u.block:

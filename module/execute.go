@@ -40,12 +40,12 @@ const (
 
 // execute runs op to a final status (or back to the queue when the gateway stops), retrying as
 // the outcome table says, with the settings stored with op by the block that accepted it.
-func (r *runner) execute(parent context.Context, op *store.Operation, first <-chan attemptResult) {
-	ex := execOf(op)
-	ctx, cancel := withTimeout(parent, r.clock, ex.Timeout)
+func (r *runner) execute(parent context.Context, ex *execution, op *store.Operation, first <-chan attemptResult) {
+	settings := execOf(op)
+	ctx, cancel := withTimeout(parent, r.clock, settings.Timeout)
 	defer cancel()
 	log := r.log.With(operationFields(op)...)
-	retryOn := retrySet(ex.RetryOn)
+	retryOn := retrySet(settings.RetryOn)
 	if first == nil {
 		metrics.queueWait.Observe(op.StartedAt.Sub(op.SubmittedAt).Seconds())
 		recordQueueWait(op)
@@ -53,6 +53,13 @@ func (r *runner) execute(parent context.Context, op *store.Operation, first <-ch
 	ctx, span := startExecution(ctx, op)
 	var last store.Change // what the execution came to, for its span
 	defer func() { endExecution(span, last) }()
+	// settle writes where the execution came to; its upstream work is over, so its slot goes
+	// to the next claim first.
+	settle := func(c store.Change) {
+		last = c
+		r.freeSlot(ex)
+		r.finish(parent, op.ID, c, log)
+	}
 	var req *store.Request
 	if first == nil {
 		var err error
@@ -62,8 +69,7 @@ func (r *runner) execute(parent context.Context, op *store.Operation, first <-ch
 			if !errors.Is(err, store.ErrNotFound) {
 				change = store.Change{To: store.StatusQueued} // storage trouble: another attempt later
 			}
-			last = change
-			r.finish(parent, op.ID, change, log)
+			settle(change)
 			return
 		}
 	}
@@ -76,18 +82,16 @@ func (r *runner) execute(parent context.Context, op *store.Operation, first <-ch
 				var err error
 				if req, err = r.st.LoadRequest(op.ID); err != nil {
 					log.Error("loading the operation's request", zap.Error(err))
-					last = store.Change{To: store.StatusQueued}
-					r.finish(parent, op.ID, last, log)
+					settle(store.Change{To: store.StatusQueued})
 					return
 				}
 			}
 			var halt *store.Change
-			if res, halt = r.seatedAttempt(ctx, op, req, ex.MaxResult, attempt == 0); halt != nil {
+			if res, halt = r.seatedAttempt(ctx, op, req, settings.MaxResult, attempt == 0); halt != nil {
 				if halt.To == store.StatusFailed {
 					r.queueTimeout(op)
 				}
-				last = *halt
-				r.finish(parent, op.ID, last, log)
+				settle(*halt)
 				return
 			}
 		}
@@ -95,7 +99,7 @@ func (r *runner) execute(parent context.Context, op *store.Operation, first <-ch
 			log.Error("a handler panicked serving the operation", zap.Any("panic", res.panicked), zap.ByteString("stack", res.stack))
 		}
 		change, retry := outcome(ctx, parent, res, retryOn)
-		if retry && attempt < ex.Retries {
+		if retry && attempt < settings.Retries {
 			if !r.backoff(ctx, attempt, res) {
 				if ctx.Err() != nil {
 					change, _ = outcome(ctx, parent, attemptResult{}, retryOn)
@@ -108,8 +112,7 @@ func (r *runner) execute(parent context.Context, op *store.Operation, first <-ch
 				continue
 			}
 		}
-		last = change
-		r.finish(parent, op.ID, change, log)
+		settle(change)
 		return
 	}
 }

@@ -33,9 +33,13 @@ type runner struct {
 	cfg     runnerConfig
 	held    []heldConfig // the configs holding this runner, oldest first; cfg is the newest's
 	running map[string]*execution
-	pooled  int                  // running executions claimed from the queue (converted calls run outside it)
-	streams opStreams            // the streamed answers of running attempts, for followers
-	shared  store.StreamRecorder // the storage, when replicas share it: streams are copied there
+	// pooled counts the executions claimed from the queue that hold a slot: from their claim
+	// until their upstream work ends (converted calls run outside the pool). claiming counts
+	// the claims under way, each holding the slot it will fill.
+	pooled   int
+	claiming int
+	streams  opStreams            // the streamed answers of running attempts, for followers
+	shared   store.StreamRecorder // the storage, when replicas share it: streams are copied there
 
 	replicated bool // other processes may work the storage (PostgreSQL): see takeoverGrace
 
@@ -68,7 +72,8 @@ type heldConfig struct {
 type execution struct {
 	cancel     context.CancelCauseFunc
 	done       chan struct{}
-	pooled     bool
+	pooled     bool            // claimed from the queue: it holds one of the concurrency slots
+	slotFreed  bool            // its upstream work ended: the slot went to the next claim (freeSlot)
 	leaseUntil time.Time       // as last renewed
 	started    time.Time       // when it began running here, for the oldest-running gauge
 	seat       *pendingSeat    // its place in the capacity order, until its first attempt takes it
@@ -246,42 +251,47 @@ func (r *runner) claimLoop() {
 	}
 }
 
-// claimFree claims queued operations for every free slot at once, until the queue runs dry or
-// the slots are full. A claim waits for its fsync (durability sync): claims made together share
-// one (group commit), where one after the other each took its own; the async end-to-end profile
-// showed this loop alone waiting for fsyncs while the slots stood empty (docs/operating.md).
+// claimFree starts a claim for every free slot and returns. A claim holds its slot while it
+// waits for its fsync (durability sync); claims made at once share one (group commit), and a
+// slot that comes free meanwhile starts its own claim at once rather than wait for the others'
+// to end: the async end-to-end profiles showed slots standing empty behind a batch of claims
+// (docs/operating.md).
 func (r *runner) claimFree() {
-	for {
-		r.mu.Lock()
-		free := r.cfg.concurrency - r.pooled
-		r.mu.Unlock()
-		if free <= 0 {
-			return
-		}
-		// Only this loop starts pooled executions, so the free slots cannot fill meanwhile.
-		var started atomic.Int64
-		var wg sync.WaitGroup
-		for range free {
-			wg.Go(func() {
-				if r.claimNext() {
-					started.Add(1)
-				}
-			})
-		}
-		wg.Wait()
-		if started.Load() < int64(free) {
-			return // the queue ran dry, or claiming failed: wait for the next wake-up
-		}
+	if !r.alive() || !r.roomForQueued() {
+		return
+	}
+	r.mu.Lock()
+	free := r.cfg.concurrency - r.pooled - r.claiming
+	r.mu.Unlock()
+	for range free {
+		r.claims.Add(1) // the loop holds one count until it ends, so this never races the Wait
+		go func() {
+			defer r.claims.Done()
+			r.claimNext()
+		}()
 	}
 }
 
-// claimNext claims and starts the oldest queued operation if a slot is free; it reports
-// whether it started one.
+// claimNext claims and starts the oldest queued operation if a slot is free, holding the slot
+// while it claims; it reports whether it claimed one.
 func (r *runner) claimNext() bool {
 	r.mu.Lock()
-	full, takeover := r.pooled >= r.cfg.concurrency, r.cfg.takeover
+	if r.pooled+r.claiming >= r.cfg.concurrency {
+		r.mu.Unlock()
+		return false
+	}
+	r.claiming++
+	takeover := r.cfg.takeover
 	r.mu.Unlock()
-	if full || !r.alive() || !r.roomForQueued() {
+	started := false
+	defer func() {
+		if !started {
+			r.mu.Lock()
+			r.claiming--
+			r.mu.Unlock()
+		}
+	}()
+	if !r.alive() || !r.roomForQueued() {
 		return false
 	}
 	op, err := r.st.ClaimNext(r.worker, takeover)
@@ -296,9 +306,11 @@ func (r *runner) claimNext() bool {
 	r.log.Info("operation transition", operationFields(op, zap.String("old_status", string(store.StatusQueued)),
 		zap.String("new_status", string(op.Status)), zap.Int("attempts", op.Attempts), zap.Duration("queue_wait", op.StartedAt.Sub(op.SubmittedAt)))...)
 	if r.expiredInQueue(op) {
+		r.kick() // its slot is free again, and more may be queued
 		return true
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
+	started = true
 	r.start(op, ctx, &execution{cancel: cancel, done: make(chan struct{}), pooled: true, leaseUntil: op.LeaseUntil, seat: r.enqueueSeat(op)}, nil)
 	return true
 }
@@ -326,6 +338,7 @@ func (r *runner) start(op *store.Operation, ctx context.Context, ex *execution, 
 	}
 	r.running[op.ID] = ex
 	if ex.pooled {
+		r.claiming-- // the claim's slot is the execution's now
 		r.pooled++
 	}
 	r.armExpiry(op.ID, ex, r.cfg.takeover)
@@ -340,8 +353,24 @@ func (r *runner) start(op *store.Operation, ctx context.Context, ex *execution, 
 			// this one's, and its end would take this one's place in running.
 			<-ex.after
 		}
-		r.execute(ctx, op, first)
+		r.execute(ctx, ex, op, first)
 	}()
+}
+
+// freeSlot gives an execution's slot to the next claim once its upstream work has ended: the
+// slots bound calls to the upstream, and what is left (the final write and its fsync) need not
+// hold one. The next claim's fsync may then share the final write's.
+func (r *runner) freeSlot(ex *execution) {
+	r.mu.Lock()
+	freed := ex.pooled && !ex.slotFreed
+	if freed {
+		ex.slotFreed = true
+		r.pooled--
+	}
+	r.mu.Unlock()
+	if freed {
+		r.kick()
+	}
 }
 
 // executionEnded does the bookkeeping of an execution that ended here: its slot, its lease
@@ -351,7 +380,7 @@ func (r *runner) executionEnded(id string, ex *execution) {
 	if r.running[id] == ex { // else a later execution of the operation has its place already
 		delete(r.running, id)
 	}
-	if ex.pooled {
+	if ex.pooled && !ex.slotFreed {
 		r.pooled--
 	}
 	ex.expiry.Stop()

@@ -4,7 +4,7 @@
 //             errors), lines whose prompt says "reject" failing upstream with 400
 //   scope:    another API key (another scope) retrieving the batch and the file: 404s
 //   invalid:  a file with bad lines: the batch fails, its errors naming each line
-//   cancel:   slow lines (X-Mock-Latency on the create, which every line carries), cancelled
+//   cancel:   slow lines (the test's upstream holds prompts saying "slow" 200 ms), cancelled
 //             once two have completed
 const fs = require('fs');
 const path = require('path');
@@ -82,7 +82,7 @@ async function cancel() {
   for (let i = 1; i <= 30; i++) lines.push(line(`slow-${i}`, `slow ${i}`));
   const file = await upload('cancel.jsonl', lines);
   const created = await client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions',
-    completion_window: '24h' }, { headers: { 'X-Mock-Latency': '200ms' } });
+    completion_window: '24h' });
   for (;;) {
     const b = await client.batches.retrieve(created.id);
     if (b.request_counts.completed >= 2) break;
