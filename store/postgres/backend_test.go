@@ -40,6 +40,30 @@ func count(t *testing.T, st *Store, sql string) int {
 	return n
 }
 
+// The pool is sized by Options.MaxConns, else by the DSN's pool_max_conns, else 8: an
+// operator's pool_max_conns was once overridden by the default.
+func TestPoolSizeComesFromOptionsThenTheDSN(t *testing.T) {
+	dsn := pgtest.Database(t)
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	for _, c := range []struct {
+		dsn  string
+		opts int32
+		want int32
+	}{
+		{dsn, 0, DefaultMaxConns},
+		{dsn + sep + "pool_max_conns=3", 0, 3},
+		{dsn + sep + "pool_max_conns=3", 5, 5},
+	} {
+		st := openTest(t, c.dsn, Options{MaxConns: c.opts})
+		if got := st.pool.Config().MaxConns; got != c.want {
+			t.Errorf("DSN %s, MaxConns %d: a pool of %d, want %d", DisplayName(c.dsn), c.opts, got, c.want)
+		}
+	}
+}
+
 func TestReplicasStartingTogetherMigrateOnce(t *testing.T) {
 	dsn := pgtest.Database(t)
 	var wg sync.WaitGroup

@@ -29,8 +29,8 @@ type Options struct {
 	Now func() time.Time
 	// Timeout bounds each call; past it the call fails with store.ErrUnavailable. Zero: 5s.
 	Timeout time.Duration
-	// MaxConns is the size of the connection pool; zero: 8. One more connection listens for
-	// wake-ups.
+	// MaxConns is the size of the connection pool; zero: the DSN's pool_max_conns, else 8. One
+	// more connection listens for wake-ups.
 	MaxConns int32
 	// SweepEvery is how often the retention sweep runs (on one replica at a time); zero: one
 	// minute; negative: never (Sweep may still be called).
@@ -91,7 +91,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	if opts.MaxConns <= 0 {
+	if opts.MaxConns <= 0 && !sizesPool(opts.DSN) {
 		opts.MaxConns = DefaultMaxConns
 	}
 	if opts.SweepEvery == 0 {
@@ -106,7 +106,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.ReplayCacheFor <= 0 {
 		opts.ReplayCacheFor = DefaultReplayCacheFor
 	}
-	cfg.MaxConns = opts.MaxConns
+	if opts.MaxConns > 0 {
+		cfg.MaxConns = opts.MaxConns
+	}
 	if opts.tracer != nil {
 		cfg.ConnConfig.Tracer = opts.tracer
 	}
@@ -205,6 +207,13 @@ func retrySafe(fn func() error) error {
 		err = fn()
 	}
 	return err
+}
+
+// sizesPool reports whether dsn sets pool_max_conns (pgxpool reads it): an operator's pool size
+// is kept, not overridden by the default.
+func sizesPool(dsn string) bool {
+	c, err := pgconn.ParseConfig(dsn)
+	return err == nil && c.RuntimeParams["pool_max_conns"] != ""
 }
 
 // querier is the pool or a transaction.
