@@ -166,6 +166,16 @@ type Change struct {
 	From Status
 }
 
+// ClaimMustBeDurable reports whether a claim of op (its move to running) must be on disk before
+// its upstream call (durability sync). Only under on_crash fail: a crash must then fail op
+// WORKER_LOST, calling the upstream at most once. Under requeue (the default), a claim lost
+// with the machine leaves op queued, so it runs again, as the takeover of a claim kept would
+// have had it run again: the fsync would buy nothing but the attempt's count. The final write
+// that follows is fsynced, and with it the claim (docs/api.md, "How operations run").
+func ClaimMustBeDurable(op *Operation) bool {
+	return op != nil && op.Exec != nil && op.Exec.OnCrash == "fail"
+}
+
 // Apply makes the state machine's bookkeeping of c on op, whatever the backend: the status,
 // the version, the start and finish times, the attempt count, the error, the result's
 // description, and the holder that a move out of running drops. The caller has checked

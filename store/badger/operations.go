@@ -104,7 +104,7 @@ func (s *Store) change(id string, c store.Change, claimBy string, lease time.Dur
 	var out *store.Operation
 	var prev store.Status
 	committed := false
-	err := s.updateThen(func(txn *badger.Txn) error {
+	apply := func(txn *badger.Txn) error {
 		op, err := getOperation(txn, id)
 		if err != nil {
 			return err
@@ -137,7 +137,11 @@ func (s *Store) change(id string, c store.Change, claimBy string, lease time.Dur
 		}
 		out = op
 		return s.announce(txn, op, c.Result)
-	}, func() { committed = true; s.sh.queue.moved(out, prev) })
+	}
+	// A claim waits for its fsync only when a crash must fail the operation (store.ClaimMustBeDurable).
+	err := s.write(func(txn *badger.Txn) (bool, error) { return true, apply(txn) },
+		func() { committed = true; s.sh.queue.moved(out, prev) },
+		func() bool { return claimBy == "" || store.ClaimMustBeDurable(out) })
 	if !committed {
 		return nil, err
 	}

@@ -118,16 +118,19 @@ func (s *Store) update(fn func(txn *badger.Txn) error) error {
 // fsync is waited for: in-memory state follows what the database holds even when the fsync then
 // fails (the store is the truth).
 func (s *Store) updateThen(fn func(txn *badger.Txn) error, committed func()) error {
-	return s.write(func(txn *badger.Txn) (bool, error) { return true, fn(txn) }, committed)
+	return s.write(func(txn *badger.Txn) (bool, error) { return true, fn(txn) }, committed, nil)
 }
 
 // updateIf is update for a transaction that may decide to write nothing (fn reports whether it
 // wrote): then there is nothing to wait an fsync for.
 func (s *Store) updateIf(fn func(txn *badger.Txn) (bool, error)) error {
-	return s.write(fn, nil)
+	return s.write(fn, nil, nil)
 }
 
-func (s *Store) write(fn func(txn *badger.Txn) (bool, error), committed func()) error {
+// write runs fn as updateIf does, calls committed as updateThen does, and waits for the fsync
+// unless durable, asked once the transaction is committed, says the write need not be durable
+// before the call returns (nil: it must).
+func (s *Store) write(fn func(txn *badger.Txn) (bool, error), committed func(), durable func() bool) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
@@ -152,7 +155,7 @@ func (s *Store) write(fn func(txn *badger.Txn) (bool, error), committed func()) 
 	if committed != nil && wrote {
 		committed()
 	}
-	if s.sync && wrote {
+	if s.sync && wrote && (durable == nil || durable()) {
 		return wrap(s.sh.syncer.wait())
 	}
 	return nil
