@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -61,5 +62,42 @@ func TestSyncLeavesBadgerWritable(t *testing.T) {
 	close(release)
 	if err := <-synced; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A sync skips the value log while nothing was written to it (records below ValueThreshold live
+// in the WAL alone), and syncs it again once a value went there.
+func TestSyncSkipsAnUnchangedValueLog(t *testing.T) {
+	st := openTemp(t, true)
+	d := newDurableSync(st.sh.db, st.sh.dir)
+	var mu sync.Mutex // the active files are synced at once
+	var synced []string
+	d.datasync = func(path string) error {
+		mu.Lock()
+		synced = append(synced, filepath.Ext(path))
+		mu.Unlock()
+		return datasyncFile(path)
+	}
+	syncAfter := func(value []byte) []string {
+		t.Helper()
+		if err := st.sh.db.Update(func(txn *badger.Txn) error { return txn.Set([]byte("k"), value) }); err != nil {
+			t.Fatal(err)
+		}
+		synced = nil
+		if err := d.sync(); err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(synced)
+		return synced
+	}
+	syncAfter([]byte("small")) // the first sync syncs both
+	if got := syncAfter([]byte("small")); !slices.Equal(got, []string{".mem"}) {
+		t.Errorf("after a small value, synced %v, want the WAL alone", got)
+	}
+	if got := syncAfter(make([]byte, 4<<10)); !slices.Equal(got, []string{".mem", ".vlog"}) {
+		t.Errorf("after a value over the threshold, synced %v, want the WAL and the value log", got)
+	}
+	if got := syncAfter([]byte("small")); !slices.Equal(got, []string{".mem"}) {
+		t.Errorf("after a small value again, synced %v, want the WAL alone", got)
 	}
 }

@@ -127,7 +127,7 @@ func badgerOptions(dir string, opts Options) badger.Options {
 		WithValueLogFileSize(256 << 20).
 		WithNumCompactors(2).
 		WithNumGoroutines(2).
-		WithMetricsEnabled(false).
+		WithMetricsEnabled(true). // the value log's byte count spares syncs of an unchanged log (durability.go)
 		WithLogger(logAdapter{opts.Logger})
 	if len(opts.EncryptionKey) > 0 {
 		o = o.WithEncryptionKey(opts.EncryptionKey)
