@@ -128,9 +128,12 @@ func filesWithExt(entries []fs.DirEntry, ext string) []string {
 	return out
 }
 
-// fsyncFile syncs a file (or a directory) by path; one gone meanwhile was flushed or collected,
-// its content already durable elsewhere.
-func fsyncFile(path string) error {
+// fsyncFile syncs a file (or a directory) by path.
+func fsyncFile(path string) error { return syncPath(path, (*os.File).Sync) }
+
+// syncPath opens path and syncs it with sync; one gone meanwhile was flushed or collected, its
+// content already durable elsewhere.
+func syncPath(path string, sync func(*os.File) error) error {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -139,7 +142,7 @@ func fsyncFile(path string) error {
 		return err
 	}
 	defer f.Close()
-	return f.Sync()
+	return sync(f)
 }
 
 // vlogBytesWritten reads Badger's count of the bytes it wrote to value logs, in this process

@@ -2,7 +2,6 @@ package badger
 
 import (
 	"errors"
-	"io/fs"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -24,16 +23,7 @@ func (d *durableSync) syncActive(paths []string) error {
 	return errors.Join(all...)
 }
 
-// datasyncFile is durableSync's default datasync: one gone meanwhile was flushed to a table or
-// collected, its content already durable elsewhere.
+// datasyncFile is durableSync's default datasync.
 func datasyncFile(path string) error {
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return unix.Fdatasync(int(f.Fd()))
+	return syncPath(path, func(f *os.File) error { return unix.Fdatasync(int(f.Fd())) })
 }
