@@ -38,6 +38,9 @@ type runner struct {
 	// the claims under way, each holding the slot it will fill.
 	pooled   int
 	claiming int
+	// settling counts the executions that gave their slot back and are writing their outcome:
+	// at most concurrency, so that results held in memory stay bounded when writes are slow.
+	settling int
 	streams  opStreams            // the streamed answers of running attempts, for followers
 	shared   store.StreamRecorder // the storage, when replicas share it: streams are copied there
 
@@ -360,12 +363,17 @@ func (r *runner) start(op *store.Operation, ctx context.Context, ex *execution, 
 // freeSlot gives an execution's slot to the next claim once its upstream work has ended: the
 // slots bound calls to the upstream, and what is left (the final write and its fsync) need not
 // hold one. The next claim's fsync may then share the final write's.
+//
+// At most concurrency executions settle so at once: past that (the writes are failing or slow,
+// and a settling execution holds its result for up to finishRetryFor), an execution keeps its
+// slot until it ends, and no more work is claimed meanwhile.
 func (r *runner) freeSlot(ex *execution) {
 	r.mu.Lock()
-	freed := ex.pooled && !ex.slotFreed
+	freed := ex.pooled && !ex.slotFreed && r.settling < r.cfg.concurrency
 	if freed {
 		ex.slotFreed = true
 		r.pooled--
+		r.settling++
 	}
 	r.mu.Unlock()
 	if freed {
@@ -380,7 +388,10 @@ func (r *runner) executionEnded(id string, ex *execution) {
 	if r.running[id] == ex { // else a later execution of the operation has its place already
 		delete(r.running, id)
 	}
-	if ex.pooled && !ex.slotFreed {
+	switch {
+	case ex.slotFreed:
+		r.settling--
+	case ex.pooled:
 		r.pooled--
 	}
 	ex.expiry.Stop()

@@ -371,3 +371,40 @@ func TestOneExecutionOfAnOperationAtATimeInAProcess(t *testing.T) {
 		t.Fatalf("op_1 %s, want succeeded by the second execution", op.Status)
 	}
 }
+
+// An execution gives its slot to the next claim when its upstream work ends, but at most
+// concurrency executions settle so at once: past that, one keeps its slot until it ends, so
+// that outcomes held in memory while their writes are retried stay bounded.
+func TestSettlingExecutionsAreBoundedByConcurrency(t *testing.T) {
+	clock := newFakeClock()
+	lr := newLoopRunner(t, clock, http.NotFoundHandler(), runnerConfig{concurrency: 2})
+	var exs []*execution
+	for range 3 {
+		ex := &execution{cancel: func(error) {}, done: make(chan struct{}), pooled: true, expiry: clock.NewTimer(time.Hour)}
+		lr.mu.Lock()
+		lr.pooled++
+		lr.mu.Unlock()
+		exs = append(exs, ex)
+	}
+	counts := func() (pooled, settling int) {
+		lr.mu.Lock()
+		defer lr.mu.Unlock()
+		return lr.pooled, lr.settling
+	}
+	for _, ex := range exs {
+		lr.freeSlot(ex)
+	}
+	if pooled, settling := counts(); pooled != 1 || settling != 2 || exs[2].slotFreed {
+		t.Fatalf("pooled %d, settling %d, third freed %v: want 1 slot kept, 2 settling", pooled, settling, exs[2].slotFreed)
+	}
+	lr.freeSlot(exs[0]) // twice: no effect
+	lr.executionEnded("a", exs[0])
+	lr.executionEnded("c", exs[2])
+	if pooled, settling := counts(); pooled != 0 || settling != 1 {
+		t.Fatalf("after two ends: pooled %d, settling %d, want 0 and 1", pooled, settling)
+	}
+	lr.executionEnded("b", exs[1])
+	if pooled, settling := counts(); pooled != 0 || settling != 0 {
+		t.Fatalf("after all ends: pooled %d, settling %d", pooled, settling)
+	}
+}

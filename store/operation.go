@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"time"
 )
 
@@ -167,13 +168,16 @@ type Change struct {
 }
 
 // ClaimMustBeDurable reports whether a claim of op (its move to running) must be on disk before
-// its upstream call (durability sync). Only under on_crash fail: a crash must then fail op
-// WORKER_LOST, calling the upstream at most once. Under requeue (the default), a claim lost
-// with the machine leaves op queued, so it runs again, as the takeover of a claim kept would
-// have had it run again: the fsync would buy nothing but the attempt's count. The final write
-// that follows is fsynced, and with it the claim (docs/api.md, "How operations run").
+// its upstream call (durability sync), on a store whose runner dies with the machine that
+// holds the data (Badger; PostgreSQL can crash alone, and syncs every claim). It must under
+// on_crash fail, where a crash must fail op WORKER_LOST rather than call the upstream twice,
+// and when op's operation.running event goes out, so that no receiver hears of a start the
+// store then forgets. Otherwise a claim lost with the machine leaves op queued, and it runs
+// again, as the takeover of a claim kept would have run it; the fsync would buy nothing but
+// the count of that attempt. The final write's fsync covers the claim (docs/api.md, "How
+// operations run").
 func ClaimMustBeDurable(op *Operation) bool {
-	return op != nil && op.Exec != nil && op.Exec.OnCrash == "fail"
+	return op != nil && op.Exec != nil && (op.Exec.OnCrash == "fail" || slices.Contains(op.Exec.Events, "operation.running"))
 }
 
 // Apply makes the state machine's bookkeeping of c on op, whatever the backend: the status,

@@ -1,6 +1,7 @@
 package badger
 
 import (
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -9,17 +10,24 @@ import (
 )
 
 // A claim waits for an fsync of its own only where a crash must fail the operation (on_crash
-// fail); under requeue the final write's fsync covers it (store.ClaimMustBeDurable).
+// fail) or a receiver hears of its start (operation.running); otherwise the final write's fsync
+// covers it (store.ClaimMustBeDurable).
 func TestClaimWaitsForAnFsyncOnlyUnderOnCrashFail(t *testing.T) {
 	st := openTemp(t, true)
 	var syncs atomic.Int64
 	st.SetSyncObserver(func(int) { syncs.Add(1) })
-	for _, c := range []struct {
+	for i, c := range []struct {
 		onCrash string
+		events  []string
 		synced  bool
-	}{{"", false}, {"requeue", false}, {"fail", true}} {
-		op := &store.Operation{ID: "op_" + c.onCrash, Scope: "s", Status: store.StatusQueued, Retention: time.Hour, SubmittedAt: time.Now(),
-			Exec: &store.Execution{OnCrash: c.onCrash}}
+	}{
+		{"", nil, false},
+		{"requeue", []string{"operation.succeeded"}, false},
+		{"fail", nil, true},
+		{"requeue", []string{"operation.running", "operation.succeeded"}, true},
+	} {
+		op := &store.Operation{ID: fmt.Sprint("op_", i), Scope: "s", Status: store.StatusQueued, Retention: time.Hour, SubmittedAt: time.Now(),
+			Exec: &store.Execution{OnCrash: c.onCrash, Events: c.events}}
 		if _, err := st.AcceptOperation(op, &store.Request{Method: "POST", URL: "/v1/x"}, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -29,7 +37,7 @@ func TestClaimWaitsForAnFsyncOnlyUnderOnCrashFail(t *testing.T) {
 			t.Fatalf("claimed %v, %v; want %s", claimed, err, op.ID)
 		}
 		if synced := syncs.Load() > before; synced != c.synced {
-			t.Errorf("on_crash %q: the claim waited for an fsync: %v, want %v", c.onCrash, synced, c.synced)
+			t.Errorf("on_crash %q, events %v: the claim waited for an fsync: %v, want %v", c.onCrash, c.events, synced, c.synced)
 		}
 		if _, err := st.Transition(op.ID, store.Change{To: store.StatusSucceeded, Holder: "w"}); err != nil {
 			t.Fatal(err)

@@ -2,9 +2,10 @@
 
 package badger
 
-// syncActive syncs the newest WAL and value-log file with Badger's own db.Sync: elsewhere a
-// descriptor of our own is not known to write back pages written through Badger's mapping.
-func (d *durableSync) syncActive([]string) error { return d.db.Sync() }
+// ownDescriptors: elsewhere a descriptor of this process is not known to write back pages
+// written through Badger's mapping, so the newest WAL and value log are synced by Badger's own
+// db.Sync, holding its lock.
+const ownDescriptors = false
 
-// datasyncFile is unused where syncActive is db.Sync; it stays a whole-file sync.
+// datasyncFile is unused where the newest files are synced by db.Sync.
 var datasyncFile = fsyncFile

@@ -147,9 +147,24 @@ func (sh *shared) collectGarbage() {
 			return
 		case <-t.C:
 			_, _ = sh.expireDeadLetters(time.Now().Add(-sh.deadKeptFor)) // tried again next tick
-			for sh.db.RunValueLogGC(0.5) == nil {
-			}
+			sh.collectValueLogs()
 		}
+	}
+}
+
+// collectValueLogs runs Badger's value-log GC. The GC moves the live values of a log into the
+// newest one, then deletes the old log; it syncs neither, so a crash between could lose values
+// whose only copy on disk was the deleted log. Badger defers deleting a log while an iterator is
+// open: one is held through the GC, and released only once a sync made the moves durable.
+func (sh *shared) collectValueLogs() {
+	txn := sh.db.NewTransaction(false)
+	it := txn.NewIterator(badger.IteratorOptions{})
+	defer func() {
+		_ = sh.syncer.wait() // a failed sync fails the writers waiting on it too
+		it.Close()           // the logs the GC emptied are deleted now
+		txn.Discard()
+	}()
+	for sh.db.RunValueLogGC(0.5) == nil {
 	}
 }
 

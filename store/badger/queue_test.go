@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
 
 	"github.com/mulligan-gw/mulligan/store"
 )
@@ -69,25 +72,40 @@ func TestOperationsLeftRunningByACrashAreExpiredAtOnce(t *testing.T) {
 func TestDurableSyncCoversRotatedWALsAndValueLogs(t *testing.T) {
 	st := openTemp(t, true)
 	dir := t.TempDir()
-	for _, name := range []string{"00001.mem", "00002.mem", "000001.vlog", "000002.vlog", "000001.sst"} {
+	// Past 99999 the names no longer sort as the ids: 100000.mem is the newest.
+	for _, name := range []string{"99999.mem", "100000.mem", "000001.vlog", "000002.vlog", "000001.sst", badger.KeyRegistryFileName} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
 	d := newDurableSync(st.sh.db, dir)
+	var mu sync.Mutex // the newest files are synced at once
+	var newest []string
+	d.datasync = func(path string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		newest = append(newest, filepath.Base(path))
+		return nil
+	}
 	if err := d.sync(); err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]bool{"00001.mem": true, "000001.vlog": true, "00002.mem": false, "000002.vlog": false, "000001.sst": false} {
+	for name, want := range map[string]bool{"99999.mem": true, "000001.vlog": true, "100000.mem": false, "000002.vlog": false, "000001.sst": false} {
 		if d.synced[name] != want {
-			t.Errorf("%s synced=%v, want %v (rotated files are synced once, the active ones on every sync)", name, d.synced[name], want)
+			t.Errorf("%s synced=%v, want %v (rotated files are synced once, the newest ones on every sync)", name, d.synced[name], want)
 		}
 	}
-	if !d.synced["dir:00002.mem"] {
-		t.Error("a new WAL's directory entry was not synced")
+	if ownDescriptors {
+		slices.Sort(newest)
+		if want := []string{"000002.vlog", "100000.mem"}; !slices.Equal(newest, want) {
+			t.Errorf("synced as the newest: %v, want %v", newest, want)
+		}
 	}
-	_ = os.Remove(filepath.Join(dir, "00001.mem"))
-	if err := d.sync(); err != nil || d.synced["00001.mem"] {
+	if !d.synced["seen:100000.mem"] {
+		t.Error("a new WAL's directory entry and the key registry were not synced")
+	}
+	_ = os.Remove(filepath.Join(dir, "99999.mem"))
+	if err := d.sync(); err != nil || d.synced["99999.mem"] {
 		t.Fatalf("a flushed WAL is still remembered: %v", err)
 	}
 }

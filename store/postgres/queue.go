@@ -19,13 +19,10 @@ func (s *Store) ClaimNext(worker string, lease time.Duration) (*store.Operation,
 		if err != nil || op == nil {
 			return err
 		}
-		if !store.ClaimMustBeDurable(op) {
-			// The commit need not wait for the WAL's flush (store.ClaimMustBeDurable): it is
-			// visible to every replica at once all the same, so the claim stays exclusive.
-			if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
-				return err
-			}
-		}
+		// Every claim waits for the WAL's flush, unlike Badger's under on_crash requeue
+		// (store.ClaimMustBeDurable): PostgreSQL can crash, or fail over, while the replica that
+		// claimed runs on, and a claim lost so would let another replica run the operation at
+		// the same time as the first.
 		store.Apply(op, store.Change{To: store.StatusRunning}, now)
 		op.Holder, op.LeaseUntil = worker, now.Add(lease)
 		if err := s.write(ctx, tx, op, nil); err != nil {
