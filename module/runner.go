@@ -265,6 +265,12 @@ func (r *runner) claimFree() {
 	}
 	r.mu.Lock()
 	free := r.cfg.concurrency - r.pooled - r.claiming
+	if len(seatPoolsOf(r.where)) > 0 {
+		// With capacity, one claim at a time: each checks the pools' room and takes its place
+		// in their order before the next checks, so that at most one claimed operation waits
+		// per pool (docs/capacity.md); a claim that started one wakes the loop for the next.
+		free = min(free, 1-r.claiming)
+	}
 	r.mu.Unlock()
 	for range free {
 		r.claims.Add(1) // the loop holds one count until it ends, so this never races the Wait
@@ -315,6 +321,7 @@ func (r *runner) claimNext() bool {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	started = true
 	r.start(op, ctx, &execution{cancel: cancel, done: make(chan struct{}), pooled: true, leaseUntil: op.LeaseUntil, seat: r.enqueueSeat(op)}, nil)
+	r.kick() // more may be queued, for a slot still free
 	return true
 }
 
