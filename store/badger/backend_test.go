@@ -1,6 +1,7 @@
 package badger_test
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,11 +25,18 @@ func TestBadgerConformance(t *testing.T) {
 }
 
 // BenchmarkClaimComplete measures one keyed request's two durable writes on Badger, with and
-// without durability sync: concurrent writers share fsyncs through the group syncer.
+// without durability sync: concurrent writers share fsyncs through the group syncer, and
+// writes/sync says how many each covered.
 func BenchmarkClaimComplete(b *testing.B) {
 	for _, sync := range []bool{false, true} {
 		b.Run(map[bool]string{false: "relaxed", true: "sync"}[sync], func(b *testing.B) {
-			storetest.BenchClaimComplete(b, openBench(b, sync))
+			st := openBench(b, sync)
+			var syncs, writes atomic.Int64
+			st.SetSyncObserver(func(n int) { syncs.Add(1); writes.Add(int64(n)) })
+			storetest.BenchClaimComplete(b, st)
+			if syncs.Load() > 0 {
+				b.ReportMetric(float64(writes.Load())/float64(syncs.Load()), "writes/sync")
+			}
 		})
 	}
 }

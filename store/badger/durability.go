@@ -24,7 +24,7 @@ import (
 //     rotated, it is never written again.
 //   - It holds Badger's memtable lock while it msyncs the WAL, and every commit takes that lock
 //     exclusively, so all writes, and the reads queued behind them, stall for the whole sync
-//     (docs/operating.md, "Badger's sync without its lock"). Where a descriptor of our own can
+//     (docs/operating.md, "Syncs and slots"). Where a descriptor of our own can
 //     sync pages written through Badger's mapping (Linux), the newest files are synced that way
 //     instead (durability_linux.go).
 //
@@ -97,7 +97,7 @@ func (d *durableSync) sync() error {
 		if err != nil {
 			return errors.Join(append(errs, err)...)
 		}
-		for _, name := range append(mems, vlogs...) {
+		for _, name := range slices.Concat(mems, vlogs) {
 			d.synced["seen:"+name] = true
 		}
 	}
