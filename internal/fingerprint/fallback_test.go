@@ -59,6 +59,7 @@ func referenceFallsBack(body []byte) bool {
 		return true
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber() // as the reference decodes: a number past float64 (1e700) is still JSON
 	type frame struct {
 		object, wantName bool
 		seen             map[string]bool
