@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
 )
@@ -22,6 +24,11 @@ import (
 //     value-log file finished since (Badger syncs it on rotation only under SyncWrites). So
 //     every WAL and value-log file older than the newest of its kind is synced once here: once
 //     rotated, it is never written again.
+//   - It syncs the WAL before the value log. A WAL entry of a value above ValueThreshold points
+//     into the value log; were the WAL on disk and the value log not (a power cut between the
+//     two), Badger would replay a pointer to pages never written. The value log goes first
+//     here, as Badger's own SyncWrites orders them; what a power cut leaves of writes no sync
+//     covered is rolled back at open (recovery.go).
 //   - It holds Badger's memtable lock while it msyncs the WAL, and every commit takes that lock
 //     exclusively, so all writes, and the reads queued behind them, stall for the whole sync
 //     (docs/operating.md, "Syncs and slots"). Where a descriptor of our own can
@@ -43,17 +50,62 @@ type durableSync struct {
 
 	mu     sync.Mutex
 	synced map[string]bool // rotated files already synced, and ("seen:") files whose creation is
+
+	// durable is the newest commit version a sync covered: every commit at or below it is on
+	// disk. Readers compare what they read with it (fresh.go).
+	durable atomic.Uint64
+	// persistedAt is when durable was last written to the database (keySynced), so that the
+	// check at open reads only what came after (recovery.go).
+	persistedAt time.Time
 }
 
 func newDurableSync(db *badger.DB, dir string) *durableSync {
 	return &durableSync{db: db, dir: dir, datasync: datasyncFile, synced: map[string]bool{}}
 }
 
-// sync runs in the group syncer's one goroutine, after the writes it covers committed.
+// sync runs in the group syncer's one goroutine, after the writes it covers committed. It
+// covers every commit made before it started, and advances durable to the newest of them.
 func (d *durableSync) sync() error {
+	upTo := committedVersion(d.db) // before the files: a later commit waits for the next sync
+	if err := d.syncFiles(); err != nil {
+		return err
+	}
+	d.durable.Store(max(d.durable.Load(), upTo))
+	if time.Since(d.persistedAt) >= persistEvery {
+		d.persistedAt = time.Now()
+		// Not waited for: the next sync makes it durable, and until then the check at open
+		// reads from the one before, which is only more.
+		_ = d.db.Update(func(txn *badger.Txn) error { return setSynced(txn, upTo) })
+	}
+	return nil
+}
+
+// persistEvery is how often the durable version is written down for the check at open: the
+// check reads every write after it, so it reads at most this much of them beyond the last sync.
+const persistEvery = time.Second
+
+// committedVersion is the newest commit version whose write is in Badger's logs: a read
+// transaction's timestamp, which Badger hands out only once every commit at or below it has
+// been written.
+func committedVersion(db *badger.DB) uint64 {
+	txn := db.NewTransaction(false)
+	defer txn.Discard()
+	return txn.ReadTs()
+}
+
+func (d *durableSync) syncFiles() error {
 	if !ownDescriptors {
-		// Badger's sync first, then the listing: a rotation after db.Sync leaves the file it
-		// synced in the listing as an older one, which is then synced again whole.
+		// The newest value log first, through a descriptor of ours (db.Sync syncs the WAL
+		// first); a descriptor may not write back pages of Badger's mapping here, so db.Sync
+		// follows. Badger's sync before the listing: a rotation after db.Sync leaves the file
+		// it synced in the listing as an older one, which is then synced again whole.
+		if vlogs, err := d.listed(".vlog"); err != nil {
+			return err
+		} else if len(vlogs) > 0 {
+			if err := fsyncFile(filepath.Join(d.dir, vlogs[len(vlogs)-1])); err != nil {
+				return err
+			}
+		}
 		if err := d.db.Sync(); err != nil {
 			return err
 		}
@@ -63,39 +115,37 @@ func (d *durableSync) sync() error {
 		return err
 	}
 	mems, vlogs := filesWithExt(entries, ".mem"), filesWithExt(entries, ".vlog")
+	// First the listing, then the files: every write registered before this sync is in a file
+	// listed, the newest of its kind or an older one. A rotation after the listing leaves the
+	// newest synced here, and the next sync finds it older and syncs it again. Every value log
+	// before any WAL: a WAL entry may point into any of them.
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.syncRotated(vlogs); err != nil {
+		return err
+	}
 	if ownDescriptors {
-		// First the listing, then the files: every write registered before this sync is in a
-		// file listed, the newest of its kind or an older one. A rotation after the listing
-		// leaves the newest synced here, and the next sync finds it older and syncs it again.
-		if err := d.syncNewest(mems, vlogs); err != nil {
+		if err := d.syncNewestValueLog(vlogs); err != nil {
 			return err
 		}
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var errs []error
-	created := false
-	for _, names := range [][]string{mems, vlogs} {
-		for i, name := range names {
-			if !d.synced["seen:"+name] {
-				created = true
-			}
-			if i == len(names)-1 || d.synced[name] {
-				continue // the newest is synced above (or by db.Sync); a rotated one once
-			}
-			if err := fsyncFile(filepath.Join(d.dir, name)); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			d.synced[name] = true
+	if err := d.syncRotated(mems); err != nil {
+		return err
+	}
+	if ownDescriptors && len(mems) > 0 {
+		if err := d.datasync(filepath.Join(d.dir, mems[len(mems)-1])); err != nil {
+			return err
 		}
+	}
+	created := false
+	for _, name := range slices.Concat(mems, vlogs) {
+		created = created || !d.synced["seen:"+name]
 	}
 	if created {
 		// Badger syncs neither the directory when it creates a WAL nor the key registry it
 		// appends a new data key to (encryption at rest) before a new file uses the key.
-		err := errors.Join(fsyncFile(filepath.Join(d.dir, badger.KeyRegistryFileName)), fsyncFile(d.dir))
-		if err != nil {
-			return errors.Join(append(errs, err)...)
+		if err := errors.Join(fsyncFile(filepath.Join(d.dir, badger.KeyRegistryFileName)), fsyncFile(d.dir)); err != nil {
+			return err
 		}
 		for _, name := range slices.Concat(mems, vlogs) {
 			d.synced["seen:"+name] = true
@@ -103,38 +153,48 @@ func (d *durableSync) sync() error {
 	}
 	d.forget(mems, ".mem")
 	d.forget(vlogs, ".vlog")
-	return errors.Join(errs...)
+	return nil
 }
 
-// syncNewest syncs the newest WAL and, when Badger wrote to it since its last sync, the newest
-// value log, both at once through descriptors of this process (durability_linux.go).
-func (d *durableSync) syncNewest(mems, vlogs []string) error {
-	vlogWritten, counted := d.vlogBytesWritten() // before the sync: later writes count later
-	var paths []string
-	if len(mems) > 0 {
-		paths = append(paths, filepath.Join(d.dir, mems[len(mems)-1]))
-	}
-	vlog := ""
-	if len(vlogs) > 0 {
-		vlog = vlogs[len(vlogs)-1]
-		if counted && vlog == d.vlogName && vlogWritten == d.vlogWritten {
-			vlog = "" // nothing written to the value log since its last sync
-		} else {
-			paths = append(paths, filepath.Join(d.dir, vlog))
+// syncRotated syncs, once, each file of names but the newest (synced by the caller): once
+// rotated, a file is never written again.
+func (d *durableSync) syncRotated(names []string) error {
+	for i, name := range names {
+		if i == len(names)-1 || d.synced[name] {
+			continue
 		}
+		if err := fsyncFile(filepath.Join(d.dir, name)); err != nil {
+			return err
+		}
+		d.synced[name] = true
 	}
-	errs := make(chan error, len(paths))
-	for _, p := range paths {
-		go func() { errs <- d.datasync(p) }()
+	return nil
+}
+
+// listed lists the files of ext in the directory, by id.
+func (d *durableSync) listed(ext string) ([]string, error) {
+	entries, err := os.ReadDir(d.dir)
+	if err != nil {
+		return nil, err
 	}
-	var all []error
-	for range paths {
-		all = append(all, <-errs)
+	return filesWithExt(entries, ext), nil
+}
+
+// syncNewestValueLog syncs the newest value log through a descriptor of this process
+// (durability_linux.go) when Badger wrote to it since its last sync.
+func (d *durableSync) syncNewestValueLog(vlogs []string) error {
+	if len(vlogs) == 0 {
+		return nil
 	}
-	if err := errors.Join(all...); err != nil {
+	vlogWritten, counted := d.vlogBytesWritten() // before the sync: later writes count later
+	vlog := vlogs[len(vlogs)-1]
+	if counted && vlog == d.vlogName && vlogWritten == d.vlogWritten {
+		return nil // nothing written to the value log since its last sync
+	}
+	if err := d.datasync(filepath.Join(d.dir, vlog)); err != nil {
 		return err
 	}
-	if vlog != "" && counted {
+	if counted {
 		d.vlogName, d.vlogWritten = vlog, vlogWritten
 	}
 	return nil

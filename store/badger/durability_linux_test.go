@@ -11,8 +11,9 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 )
 
-// A sync holds none of Badger's locks: while the newest WAL and value log are being synced,
-// the store commits and reads on. Through db.Sync every commit waited for the WAL's msync.
+// A sync holds none of Badger's locks: while the newest value log and WAL are being synced,
+// the store commits and reads on. Through db.Sync every commit waited for the WAL's msync. The
+// value log goes first: a WAL on disk must never point into value-log pages that are not.
 func TestSyncLeavesBadgerWritable(t *testing.T) {
 	st := openTemp(t, true)
 	d := newDurableSync(st.sh.db, st.sh.dir)
@@ -25,13 +26,13 @@ func TestSyncLeavesBadgerWritable(t *testing.T) {
 	}
 	synced := make(chan error, 1)
 	go func() { synced <- d.sync() }()
-	var got []string
-	for range 2 {
+	next := func() string {
 		select {
 		case name := <-entered:
-			got = append(got, name)
+			return name
 		case <-time.After(10 * time.Second):
-			t.Fatal("the sync did not reach both active files")
+			t.Fatal("the sync did not reach the active files")
+			return ""
 		}
 	}
 	entries, err := os.ReadDir(st.sh.dir)
@@ -39,11 +40,13 @@ func TestSyncLeavesBadgerWritable(t *testing.T) {
 		t.Fatal(err)
 	}
 	mems, vlogs := filesWithExt(entries, ".mem"), filesWithExt(entries, ".vlog")
-	want := []string{mems[len(mems)-1], vlogs[len(vlogs)-1]}
-	slices.Sort(got)
-	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Errorf("synced %v, want the newest WAL and value log %v", got, want)
+	if got := next(); got != vlogs[len(vlogs)-1] {
+		t.Errorf("synced %s first, want the newest value log %s", got, vlogs[len(vlogs)-1])
+	}
+	select {
+	case name := <-entered:
+		t.Errorf("%s synced while the value log's sync was still running", name)
+	default:
 	}
 
 	wrote := make(chan error, 1)
@@ -60,6 +63,9 @@ func TestSyncLeavesBadgerWritable(t *testing.T) {
 		t.Fatal("a commit waited for the sync")
 	}
 	close(release)
+	if got := next(); got != mems[len(mems)-1] {
+		t.Errorf("synced %s second, want the newest WAL %s", got, mems[len(mems)-1])
+	}
 	if err := <-synced; err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ const (
 	prefixStreamEvent = "v/" // v/<stream id><token>/<seq, 8 bytes> -> events from seq on (a segment)
 	prefixStreamID    = "y/" // y/<stream id><token>/<event id>     -> its seq (upstream ids only)
 	keyPing           = "m/ping"
+	keySynced         = "m/synced" // the newest commit version a sync covered (recovery.go)
 )
 
 func idempotencyKey(k []byte) []byte { return append([]byte(prefixIdempotency), k...) }

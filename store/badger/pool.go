@@ -18,7 +18,9 @@ type shared struct {
 	db     *badger.DB
 	refs   int
 	syncer *groupSyncer
-	locks  *keyLocks
+	// durable knows which commits a sync covered (durability.go); reads compare with it.
+	durable *durableSync
+	locks   *keyLocks
 	// opLocks serialise the writes of one operation with their in-memory moves (queue.go), so
 	// the moves land in the order of the commits.
 	opLocks *keyLocks
@@ -63,9 +65,21 @@ func acquire(opts Options) (*shared, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: opening %s: %v", store.ErrUnavailable, dir, err)
 	}
+	durable := newDurableSync(db, dir)
+	// Before anything reads: what a power cut left of writes never synced is rolled back, and
+	// what the database holds is made durable (a process killed left its writes in the page
+	// cache, which a power cut could still lose).
+	if err := rollBackLostWrites(db, durable.sync, opts.Logger); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("%w: checking the writes of %s after its last sync: %v", store.ErrUnavailable, dir, err)
+	}
+	if err := durable.sync(); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("%w: syncing %s: %v", store.ErrUnavailable, dir, err)
+	}
 	sh := &shared{
-		dir: dir, key: bytes.Clone(opts.EncryptionKey), db: db, refs: 1,
-		syncer: newGroupSyncer(newDurableSync(db, dir).sync), locks: newKeyLocks(), opLocks: newKeyLocks(), batchLocks: newKeyLocks(), scopeLocks: newKeyLocks(),
+		dir: dir, key: bytes.Clone(opts.EncryptionKey), db: db, refs: 1, durable: durable,
+		syncer: newGroupSyncer(durable.sync), locks: newKeyLocks(), opLocks: newKeyLocks(), batchLocks: newKeyLocks(), scopeLocks: newKeyLocks(),
 		stopGC: make(chan struct{}), gcDone: make(chan struct{}),
 		queue: newQueueState(), deadKeptFor: opts.DeadLetterRetention,
 	}
@@ -111,6 +125,8 @@ func release(sh *shared) error {
 	close(sh.stopGC)
 	<-sh.gcDone
 	sh.syncer.stop()
+	// Close makes every write durable: the next open checks nothing written before this.
+	_ = sh.db.Update(func(txn *badger.Txn) error { return setSynced(txn, committedVersion(sh.db)) })
 	return sh.db.Close()
 }
 
@@ -127,7 +143,8 @@ func badgerOptions(dir string, opts Options) badger.Options {
 		WithValueLogFileSize(256 << 20).
 		WithNumCompactors(2).
 		WithNumGoroutines(2).
-		WithMetricsEnabled(true). // the value log's byte count spares syncs of an unchanged log (durability.go)
+		WithMetricsEnabled(true).      // the value log's byte count spares syncs of an unchanged log (durability.go)
+		WithVerifyValueChecksum(true). // a value-log page a power cut left unwritten reads as an error (recovery.go)
 		WithLogger(logAdapter{opts.Logger})
 	if len(opts.EncryptionKey) > 0 {
 		o = o.WithEncryptionKey(opts.EncryptionKey)
