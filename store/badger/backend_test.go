@@ -41,8 +41,15 @@ func BenchmarkClaimComplete(b *testing.B) {
 	}
 }
 
-// BenchmarkReplay measures answering a completed key on Badger: one read, no write.
-func BenchmarkReplay(b *testing.B) { storetest.BenchReplay(b, openBench(b, false)) }
+// BenchmarkReplay measures answering a completed key on Badger: one read, no write. Under
+// durability sync the read also checks that what it read is durable (a sync covered it).
+func BenchmarkReplay(b *testing.B) {
+	for _, sync := range []bool{false, true} {
+		b.Run(map[bool]string{false: "relaxed", true: "sync"}[sync], func(b *testing.B) {
+			storetest.BenchReplay(b, openBench(b, sync))
+		})
+	}
+}
 
 func openBench(b *testing.B, sync bool) *badger.Store {
 	st, err := badger.Open(badger.Options{Dir: b.TempDir(), Sync: sync})

@@ -108,6 +108,7 @@ func getRecord(txn *badger.Txn, key []byte) (*store.Record, error) {
 	if err != nil {
 		return nil, err
 	}
+	noteRead(txn, item)
 	var rec *store.Record
 	err = item.Value(func(v []byte) error {
 		var derr error

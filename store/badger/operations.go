@@ -249,6 +249,7 @@ func (s *Store) OperationsIn(status store.Status) ([]string, error) {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
+			noteRead(txn, it.Item())
 			ids = append(ids, string(it.Item().Key()[len(prefix):]))
 		}
 		return nil
@@ -368,6 +369,7 @@ func getValue(txn *badger.Txn, key []byte, fn func([]byte) error) error {
 	if err != nil {
 		return err
 	}
+	noteRead(txn, item)
 	return item.Value(fn)
 }
 

@@ -43,6 +43,7 @@ func (s *Store) DueEvents(from, now time.Time, limit int) ([]store.Due, error) {
 			if at.After(now) {
 				break
 			}
+			noteRead(txn, it.Item())
 			endpoint, err := it.Item().ValueCopy(nil)
 			if err != nil {
 				return err

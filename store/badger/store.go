@@ -129,17 +129,23 @@ func (s *Store) updateIf(fn func(txn *badger.Txn) (bool, error)) error {
 
 // write runs fn as updateIf does, calls committed as updateThen does, and waits for the fsync
 // unless durable, asked once the transaction is committed, says the write need not be durable
-// before the call returns (nil: it must).
+// before the call returns (nil: it must). A transaction that wrote nothing, or need not wait,
+// still waits for the sync of what it read when that was not yet durable (fresh.go).
 func (s *Store) write(fn func(txn *badger.Txn) (bool, error), committed func(), durable func() bool) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
 	wrote := false
+	var read uint64
 	for attempt := 0; ; attempt++ {
 		var txn *badger.Txn
 		err := s.sh.db.Update(func(t *badger.Txn) error {
 			var err error
 			txn = t
+			if s.sync {
+				watch(t, &s.sh.durable.durable)
+				defer func() { read = unwatch(t) }()
+			}
 			wrote, err = fn(t)
 			return err
 		})
@@ -155,18 +161,37 @@ func (s *Store) write(fn func(txn *badger.Txn) (bool, error), committed func(), 
 	if committed != nil && wrote {
 		committed()
 	}
-	if s.sync && wrote && (durable == nil || durable()) {
-		return wrap(s.sh.syncer.wait())
+	if !s.sync {
+		return nil
 	}
-	return nil
+	mustSync := durable == nil || durable()
+	switch {
+	case wrote && mustSync:
+		return wrap(s.sh.syncer.wait()) // covers what it read too
+	case !wrote:
+		return wrap(s.awaitDurable(read))
+	}
+	return nil // a claim that need not be durable runs on what it read (store.ClaimMustBeDurable)
 }
 
-// view runs fn in a read-only transaction.
+// view runs fn in a read-only transaction. Under durability sync it returns once what fn read
+// is durable (fresh.go).
 func (s *Store) view(fn func(txn *badger.Txn) error) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
-	return wrap(s.sh.db.View(fn))
+	var read uint64
+	err := s.sh.db.View(func(txn *badger.Txn) error {
+		if s.sync {
+			watch(txn, &s.sh.durable.durable)
+			defer func() { read = unwatch(txn) }()
+		}
+		return fn(txn)
+	})
+	if err != nil {
+		return wrap(err)
+	}
+	return wrap(s.awaitDurable(read))
 }
 
 func (s *Store) usable() error {

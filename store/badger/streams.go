@@ -327,6 +327,9 @@ func getHead(txn *badger.Txn, key []byte) (*streamHead, error) {
 		_, derr := store.Decode(v, head)
 		return derr
 	})
+	if err == nil && head.State != store.StreamLive {
+		noteRead(txn, item) // an ended stream replays: durable first (a live one is followed as it streams)
+	}
 	return head, err
 }
 
