@@ -1,6 +1,8 @@
 package badger_test
 
 import (
+	"crypto/rand"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -64,4 +66,32 @@ func openBench(b *testing.B, sync bool) *badger.Store {
 // queued, in the shapes of storetest.BenchClaimNextDeepQueues.
 func BenchmarkClaimNextDeepQueue(b *testing.B) {
 	storetest.BenchClaimNextDeepQueues(b, func(b *testing.B) store.Backend { return openBench(b, false) })
+}
+
+// BenchmarkReplayWhileWriting measures BenchmarkReplay's replay under durability sync while 4
+// writers record new keys: the replayed key is older than the last sync, so its read never
+// waits for one, however many writes are waiting.
+func BenchmarkReplayWhileWriting(b *testing.B) {
+	st := openBench(b, true)
+	stop := make(chan struct{})
+	var writers sync.WaitGroup
+	for range 4 {
+		writers.Go(func() {
+			key := make([]byte, 32)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, _ = rand.Read(key)
+				c, err := st.ClaimKey(key, key, time.Minute)
+				if err == nil {
+					_ = st.CompleteKey(key, c.Token, store.Response{Status: 200}, time.Now().Add(time.Hour))
+				}
+			}
+		})
+	}
+	defer func() { close(stop); writers.Wait() }()
+	storetest.BenchReplay(b, st)
 }
