@@ -24,7 +24,7 @@ import (
 //     value-log file finished since (Badger syncs it on rotation only under SyncWrites). So
 //     every WAL and value-log file older than the newest of its kind is synced once here: once
 //     rotated, it is never written again.
-//   - It syncs the WAL before the value log. A WAL entry of a value above ValueThreshold points
+//   - It syncs the WAL before the value log (the newest of each). A WAL entry of a value above ValueThreshold points
 //     into the value log; were the WAL on disk and the value log not (a power cut between the
 //     two), Badger would replay a pointer to pages never written. The value log goes first
 //     here, as Badger's own SyncWrites orders them; what a power cut leaves of writes no sync
@@ -129,26 +129,27 @@ func (d *durableSync) syncFiles() error {
 			return err
 		}
 	}
-	if err := d.syncRotated(mems); err != nil {
-		return err
-	}
-	if ownDescriptors && len(mems) > 0 {
-		if err := d.datasync(filepath.Join(d.dir, mems[len(mems)-1])); err != nil {
-			return err
-		}
-	}
 	created := false
 	for _, name := range slices.Concat(mems, vlogs) {
 		created = created || !d.synced["seen:"+name]
 	}
 	if created {
 		// Badger syncs neither the directory when it creates a WAL nor the key registry it
-		// appends a new data key to (encryption at rest) before a new file uses the key.
+		// appends a new data key to (encryption at rest) before a new file uses the key: both
+		// before the WALs, which a registry without their key could not decrypt at open.
 		if err := errors.Join(fsyncFile(filepath.Join(d.dir, badger.KeyRegistryFileName)), fsyncFile(d.dir)); err != nil {
 			return err
 		}
 		for _, name := range slices.Concat(mems, vlogs) {
 			d.synced["seen:"+name] = true
+		}
+	}
+	if err := d.syncRotated(mems); err != nil {
+		return err
+	}
+	if ownDescriptors && len(mems) > 0 {
+		if err := d.datasync(filepath.Join(d.dir, mems[len(mems)-1])); err != nil {
+			return err
 		}
 	}
 	d.forget(mems, ".mem")
