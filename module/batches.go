@@ -209,16 +209,20 @@ func (a *batchCall) getBatch(id string) {
 	}
 }
 
-// listBatches answers the caller's batches, newest first.
+// listBatches answers the caller's batches, newest first; none for an anonymous caller.
 func (a *batchCall) listBatches() {
 	after, limit, ok := a.paging(100)
 	if !ok {
 		return
 	}
-	bs, more, err := a.st.ListBatches(a.scope, after, limit)
-	if err != nil {
-		a.fail(err)
-		return
+	var bs []*store.Batch
+	var more bool
+	if !a.anonymous {
+		var err error
+		if bs, more, err = a.st.ListBatches(a.scope, after, limit); err != nil {
+			a.fail(err)
+			return
+		}
 	}
 	views := make([]batchView, 0, len(bs))
 	for _, b := range bs {

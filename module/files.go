@@ -272,16 +272,20 @@ func (a *batchCall) deleteFile(id string) {
 	writeJSON(a.w, http.StatusOK, map[string]any{"id": id, "object": "file", "deleted": true})
 }
 
-// listFiles answers the caller's files, newest first.
+// listFiles answers the caller's files, newest first; none for an anonymous caller.
 func (a *batchCall) listFiles() {
 	after, limit, ok := a.paging(10000)
 	if !ok {
 		return
 	}
-	files, more, err := a.st.ListFiles(a.scope, after, limit)
-	if err != nil {
-		a.fail(err)
-		return
+	var files []*store.File
+	var more bool
+	if !a.anonymous {
+		var err error
+		if files, more, err = a.st.ListFiles(a.scope, after, limit); err != nil {
+			a.fail(err)
+			return
+		}
 	}
 	views := make([]fileView, 0, len(files))
 	for _, f := range files {
