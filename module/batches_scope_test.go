@@ -85,3 +85,24 @@ func TestCallersWithoutCredentialsListNoFilesOrBatchesAsNoOperations(t *testing.
 		t.Fatalf("alice does not list her own file: %s", list.body)
 	}
 }
+
+// A scope's stored files are bounded in bytes and in count: an upload over either is refused
+// 400 FILE_QUOTA_EXCEEDED and stores nothing; each scope has its own room, and a deleted file
+// gives its room back.
+func TestAScopesStoredFilesAreBoundedInBytesAndCount(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, "batches /v1 {\n max_scope_bytes 2KiB\n max_scope_files 2\n}\n")
+	alice, bob := []string{"Authorization", "Bearer alice"}, []string{"Authorization", "Bearer bob"}
+	first := g.uploadID(t, strings.Repeat("a", 1500), alice...)
+	over := g.uploadFile(t, strings.Repeat("b", 1000), "batch", alice...)
+	expectOpenAIError(t, over, http.StatusBadRequest, CodeFileQuota, "over its quota (2 files, 2048 bytes together)")
+	if list := g.get("/v1/files", alice...); strings.Count(string(list.body), `"object":"file"`) != 1 {
+		t.Fatalf("alice's files after a refused upload: %s", list.body)
+	}
+	g.uploadID(t, strings.Repeat("c", 1500), bob...)
+	g.uploadID(t, strings.Repeat("d", 548), alice...) // exactly the bytes left: the refused upload kept none
+	expectOpenAIError(t, g.uploadFile(t, "", "batch", alice...), http.StatusBadRequest, CodeFileQuota, "delete files")
+	if r := g.deleteFile(first, alice...); r.StatusCode != 200 {
+		t.Fatalf("delete: %v %s", r.Status, r.body)
+	}
+	g.uploadID(t, strings.Repeat("e", 1500), alice...)
+}

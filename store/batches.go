@@ -157,7 +157,32 @@ var (
 	ErrTooLarge = errors.New("file over the size limit")
 	// ErrStale: lines were added from a position another writer already passed.
 	ErrStale = errors.New("batch lines already created")
+	// ErrFileQuota: an upload would take its scope over FileLimits.ScopeBytes or ScopeFiles;
+	// nothing of it is kept.
+	ErrFileQuota = errors.New("scope's stored files over their quota")
 )
+
+// FileLimits bound an upload (docs/batches.md, Scope and retention): its own size, and what
+// its scope stores in all (files not yet expired, uploads in progress included). Zero means
+// no bound.
+type FileLimits struct {
+	MaxBytes   int64 // the file's own size
+	ScopeBytes int64 // the bytes of the scope's files together
+	ScopeFiles int   // how many files the scope holds
+}
+
+// FileQuotaRoom checks that a scope holding files files of bytes bytes in all may take one more
+// (adding, true) or add n bytes to one of its uploads (false). Both backends decide with it,
+// under a per-scope lock taken before they count, so two uploads never both fit a room for one.
+func FileQuotaRoom(lim FileLimits, files int, bytes, n int64, adding bool) error {
+	if adding && lim.ScopeFiles > 0 && files >= lim.ScopeFiles {
+		return ErrFileQuota
+	}
+	if lim.ScopeBytes > 0 && bytes+n > lim.ScopeBytes {
+		return ErrFileQuota
+	}
+	return nil
+}
 
 // BatchAnnouncer returns the event announcing b's final status, or nil.
 type BatchAnnouncer func(b *Batch) *Event
@@ -165,8 +190,10 @@ type BatchAnnouncer func(b *Batch) *Event
 // Batches keeps files and batches.
 type Batches interface {
 	// CreateFile stores f with the content read from r, in chunks (never whole in memory); over
-	// max bytes it stores nothing and returns ErrTooLarge. f.Bytes and f.Lines are set.
-	CreateFile(f *File, r io.Reader, max int64) error
+	// lim.MaxBytes it stores nothing and returns ErrTooLarge, and ErrFileQuota when f's scope
+	// would go over its quota (FileQuotaRoom). f.Bytes and f.Lines are set. An upload counts
+	// against its scope's quota from its first byte, until it is deleted or expires.
+	CreateFile(f *File, r io.Reader, lim FileLimits) error
 	// GetFile returns file id, or ErrNotFound (also once expired).
 	GetFile(id string) (*File, error)
 	// OpenFile streams file id's content.

@@ -17,6 +17,9 @@ var batchTests = []test{
 	{"EachLineIsCountedOnceAndTheLastSettlesTheBatch", testLinesCountedOnce},
 	{"LinesOfACancelledBatchAreCreatedCancelled", testLinesOfCancelledBatch},
 	{"ACutOfAQueuedLineLeavesAClaimedLineRunning", testCutLeavesClaimedLineRunning},
+	{"AScopesStoredFilesAreBoundedInBytesAndCount", testScopeFileQuota},
+	{"AnUploadInProgressCountsAgainstItsScopesQuota", testUploadInProgressCounts},
+	{"ConcurrentUploadsNeverBothFitARoomForOne", testConcurrentUploadsFitTheQuota},
 }
 
 func testFilesStreamInChunks(t *testing.T, e *env) {
@@ -24,7 +27,7 @@ func testFilesStreamInChunks(t *testing.T, e *env) {
 	now := e.clock.Now()
 	content := strings.Repeat("{\"custom_id\":\"x\"}\n", 150000) + "last line without newline" // ~2.7 MiB: several chunks
 	f := &store.File{ID: "file-1", Scope: "a", Purpose: "batch", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
-	if err := s.CreateFile(f, strings.NewReader(content), 1<<30); err != nil {
+	if err := s.CreateFile(f, strings.NewReader(content), store.FileLimits{MaxBytes: 1 << 30}); err != nil {
 		t.Fatal(err)
 	}
 	if f.Bytes != int64(len(content)) || f.Lines != 150001 {
@@ -40,7 +43,7 @@ func testFilesStreamInChunks(t *testing.T, e *env) {
 		t.Fatalf("read back %d bytes (%v), want the %d stored", len(got), err, len(content))
 	}
 	big := &store.File{ID: "file-2", Scope: "a", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
-	if err := s.CreateFile(big, strings.NewReader(content), 1<<20); !errors.Is(err, store.ErrTooLarge) {
+	if err := s.CreateFile(big, strings.NewReader(content), store.FileLimits{MaxBytes: 1 << 20}); !errors.Is(err, store.ErrTooLarge) {
 		t.Fatalf("a file over its limit: %v, want ErrTooLarge", err)
 	}
 	if _, err := s.GetFile("file-2"); !errors.Is(err, store.ErrNotFound) {
