@@ -171,7 +171,8 @@ func (a *batchCall) newBatch(req *batchRequest, window time.Duration, cb *store.
 	b := &store.Batch{ID: newID("batch_", now), Scope: a.scope, Endpoint: req.Endpoint, InputFileID: req.InputFileID,
 		CompletionWindow: req.CompletionWindow, Status: store.BatchValidating, CreatedAt: now, UpdatedAt: now,
 		ExpiresAt: now.Add(window), Retention: a.retention, Callback: cb, Exec: a.h.conv.execution(),
-		Template: &store.Request{Host: a.r.Host, Proto: a.r.Proto, RemoteAddr: a.r.RemoteAddr, Header: h}}
+		FileBytes: &store.BatchFileBytes{}, // sized from its first line (lineBytes)
+		Template:  &store.Request{Host: a.r.Host, Proto: a.r.Proto, RemoteAddr: a.r.RemoteAddr, Header: h}}
 	if string(req.Metadata) != "null" {
 		b.Metadata = req.Metadata
 	}

@@ -4,10 +4,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/idemkey"
+	"github.com/mulligan-gw/mulligan/store"
 )
 
 // uploadID uploads content as a batch file and returns its id.
@@ -105,4 +112,88 @@ func TestAScopesStoredFilesAreBoundedInBytesAndCount(t *testing.T) {
 		t.Fatalf("delete: %v %s", r.Status, r.body)
 	}
 	g.uploadID(t, strings.Repeat("e", 1500), alice...)
+}
+
+// countedReads is a storage whose reads of operations and results are counted: what
+// assembling a batch's file costs, a read or two per line.
+type countedReads struct {
+	store.Backend
+	reads atomic.Int64
+}
+
+func (c *countedReads) GetOperation(id string) (*store.Operation, error) {
+	c.reads.Add(1)
+	return c.Backend.GetOperation(id)
+}
+
+func (c *countedReads) LoadResult(id string) (*store.Response, error) {
+	c.reads.Add(1)
+	return c.Backend.LoadResult(id)
+}
+
+// openBackend is the backend of the one storage the test's gateway opened.
+func openBackend(t *testing.T) store.Backend {
+	t.Helper()
+	var be store.Backend
+	openStorages.Range(func(_, v any) bool {
+		if s, ok := v.(*storage); ok {
+			be = s.be
+		}
+		return be == nil
+	})
+	if be == nil {
+		t.Fatal("no open storage")
+	}
+	return be
+}
+
+// A batch's output and error file objects carry the files' sizes, counted as the lines
+// settled: reading one reads no line, and the sizes are the bytes the downloads send. A batch
+// whose lines were not all sized (settled by a previous release) is sized by assembling it.
+func TestABatchFileObjectIsReadWithoutAssemblingTheFile(t *testing.T) {
+	g := startGatewayWith(t, gatewaySetup{wrap: newBatchUpstream().wrap, mulligan: batchesBlock})
+	who := []string{"Authorization", "Bearer a"}
+	const n = 30
+	b := g.createBatch(t, batchInput(n, func(i int) string {
+		if i%5 == 0 {
+			return fmt.Sprintf("reject <%d> & \u00e9", i) // escaped by the encoder: sized as written
+		}
+		return fmt.Sprint("line ", i)
+	}), "24h", who...)
+	b = g.awaitBatch(t, b.ID, who...)
+	if b.Status != "completed" || b.OutputFileID == nil || b.ErrorFileID == nil {
+		t.Fatalf("batch ended %s with output %v and errors %v", b.Status, b.OutputFileID, b.ErrorFileID)
+	}
+	counted := &countedReads{Backend: openBackend(t)}
+	for _, id := range []string{*b.OutputFileID, *b.ErrorFileID} {
+		content := g.get("/v1/files/"+id+"/content", who...)
+		if content.StatusCode != 200 || len(content.body) == 0 {
+			t.Fatalf("content of %s: %v", id, content.Status)
+		}
+		rec := httptest.NewRecorder()
+		a := &batchCall{w: rec, r: httptest.NewRequest("GET", "/v1/files/"+id, nil), st: counted, cfg: &BatchesConfig{Prefix: "/v1"},
+			caller: caller{scope: idemkey.Scope("Bearer a")}, now: time.Now(), log: zap.NewNop()}
+		a.getFile(id)
+		var f fileView
+		if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &f) != nil || f.Bytes != int64(len(content.body)) {
+			t.Fatalf("file object of %s: %d %s, want %d bytes", id, rec.Code, rec.Body, len(content.body))
+		}
+		if reads := counted.reads.Swap(0); reads != 0 {
+			t.Fatalf("reading the file object of %s read %d lines' operations and results, want none", id, reads)
+		}
+	}
+	stored, err := counted.GetBatch(b.ID)
+	if err != nil || stored.FileBytes == nil {
+		t.Fatalf("the stored batch: %+v %v", stored, err)
+	}
+	sized := *stored.FileBytes
+	stored.FileBytes = nil // as a batch settled by a previous release
+	for output, want := range map[bool]int64{true: sized.Output, false: sized.Errors} {
+		if got, err := fileBytes(counted, stored, output); err != nil || got != want {
+			t.Fatalf("an unsized batch's file (output %v): %d bytes (%v), want %d", output, got, err, want)
+		}
+	}
+	if counted.reads.Load() < n {
+		t.Fatalf("an unsized batch's files were sized with %d reads: not assembled", counted.reads.Load())
+	}
 }

@@ -209,7 +209,7 @@ func (a *batchCall) getFile(id string) {
 		if b == nil {
 			return
 		}
-		n, err := writeBatchLines(io.Discard, a.st, b, kind == outputKind)
+		n, err := fileBytes(a.st, b, kind == outputKind)
 		if err != nil {
 			a.fail(err)
 			return

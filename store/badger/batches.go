@@ -46,10 +46,18 @@ func fileChunkKey(id string, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(fileChunkPrefix(id), seq)
 }
 
-type batchAnnouncerSlot = atomic.Pointer[store.BatchAnnouncer]
+// batchAnnouncerSlot holds what the module installs for batches: the announcer of their final
+// statuses and the sizer of their lines.
+type batchAnnouncerSlot struct {
+	ann   atomic.Pointer[store.BatchAnnouncer]
+	sizer atomic.Pointer[store.BatchLineSizer]
+}
 
 // SetBatchAnnouncer installs the announcer of batches' final statuses.
-func (s *Store) SetBatchAnnouncer(a store.BatchAnnouncer) { s.sh.batchAnn.Store(&a) }
+func (s *Store) SetBatchAnnouncer(a store.BatchAnnouncer) { s.sh.batchAnn.ann.Store(&a) }
+
+// SetBatchLineSizer installs the sizer of batches' lines.
+func (s *Store) SetBatchLineSizer(z store.BatchLineSizer) { s.sh.batchAnn.sizer.Store(&z) }
 
 // CreateFile stores f and its content in chunks of their own transactions; the file itself is
 // written last, so a file half uploaded when the process died is never visible (its chunks
@@ -371,7 +379,7 @@ func (s *Store) putBatch(txn *badger.Txn, b *store.Batch) error {
 }
 
 func (s *Store) announceBatch(txn *badger.Txn, b *store.Batch) error {
-	ev := store.PendingBatchEvent(s.sh.batchAnn.Load(), b)
+	ev := store.PendingBatchEvent(s.sh.batchAnn.ann.Load(), b)
 	if ev == nil {
 		return nil
 	}
@@ -418,7 +426,7 @@ func (s *Store) AddBatchLines(id string, from int, ops []*store.Operation, reqs 
 		at := s.now()
 		for i, op := range ops {
 			if store.CutLine(b, op, at) || op.Status.Final() {
-				store.CountLine(b, op)
+				store.CountLine(b, op, nil, s.sh.batchAnn.sizer.Load())
 			} else if err := putRequest(txn, op.ID, reqs[i]); err != nil {
 				return err
 			}
@@ -444,7 +452,7 @@ func (s *Store) AddBatchLines(id string, from int, ops []*store.Operation, reqs 
 
 // countLine counts a line operation that has just become final into its batch, in the same
 // transaction: a line is counted exactly once, and the last one settles the batch.
-func (s *Store) countLine(txn *badger.Txn, op *store.Operation, at time.Time) error {
+func (s *Store) countLine(txn *badger.Txn, op *store.Operation, res *store.Response, at time.Time) error {
 	if op.Batch == nil || !op.Status.Final() {
 		return nil
 	}
@@ -458,7 +466,7 @@ func (s *Store) countLine(txn *badger.Txn, op *store.Operation, at time.Time) er
 	if b.Status.Final() {
 		return nil
 	}
-	store.CountLine(b, op)
+	store.CountLine(b, op, res, s.sh.batchAnn.sizer.Load())
 	b.UpdatedAt = at
 	store.SettleBatch(b, at)
 	return s.putBatch(txn, b)

@@ -21,11 +21,18 @@ import (
 // fileChunk is the size of one chunk row.
 const fileChunk = 1 << 20
 
-// batchAnnouncers holds each handle's batch announcer.
-type batchAnnouncerSlot = atomic.Pointer[store.BatchAnnouncer]
+// batchAnnouncerSlot holds what the module installs for batches: the announcer of their final
+// statuses and the sizer of their lines.
+type batchAnnouncerSlot struct {
+	ann   atomic.Pointer[store.BatchAnnouncer]
+	sizer atomic.Pointer[store.BatchLineSizer]
+}
 
 // SetBatchAnnouncer installs the announcer of batches' final statuses.
-func (s *Store) SetBatchAnnouncer(a store.BatchAnnouncer) { s.batchAnn.Store(&a) }
+func (s *Store) SetBatchAnnouncer(a store.BatchAnnouncer) { s.batchAnn.ann.Store(&a) }
+
+// SetBatchLineSizer installs the sizer of batches' lines.
+func (s *Store) SetBatchLineSizer(z store.BatchLineSizer) { s.batchAnn.sizer.Store(&z) }
 
 // CreateFile stores f's row, then its chunks, each in a transaction of its own, then marks it
 // complete (see store.Batches). The row, written first, takes the file's place in its scope's
@@ -304,7 +311,7 @@ func (s *Store) putBatch(ctx context.Context, tx pgx.Tx, b *store.Batch, insert 
 }
 
 func (s *Store) announceBatch(ctx context.Context, tx pgx.Tx, b *store.Batch) error {
-	ev := store.PendingBatchEvent(s.batchAnn.Load(), b)
+	ev := store.PendingBatchEvent(s.batchAnn.ann.Load(), b)
 	if ev == nil {
 		return nil
 	}
@@ -350,7 +357,7 @@ func (s *Store) AddBatchLines(id string, from int, ops []*store.Operation, reqs 
 		var batch pgx.Batch
 		for i, op := range ops {
 			if store.CutLine(b, op, now) || op.Status.Final() {
-				store.CountLine(b, op)
+				store.CountLine(b, op, nil, s.batchAnn.sizer.Load())
 			} else {
 				queued = true
 				reqDoc, err := json.Marshal(reqs[i])
@@ -393,7 +400,7 @@ func queueOp(batch *pgx.Batch, op *store.Operation) error {
 
 // countLine counts a line operation that has just become final into its batch, in the same
 // transaction (see the Badger backend's countLine).
-func (s *Store) countLine(ctx context.Context, tx pgx.Tx, op *store.Operation, at time.Time) error {
+func (s *Store) countLine(ctx context.Context, tx pgx.Tx, op *store.Operation, res *store.Response, at time.Time) error {
 	if op.Batch == nil || !op.Status.Final() {
 		return nil
 	}
@@ -404,7 +411,7 @@ func (s *Store) countLine(ctx context.Context, tx pgx.Tx, op *store.Operation, a
 	if err != nil || b.Status.Final() {
 		return err
 	}
-	store.CountLine(b, op)
+	store.CountLine(b, op, res, s.batchAnn.sizer.Load())
 	b.UpdatedAt = at
 	store.SettleBatch(b, at)
 	return s.putBatch(ctx, tx, b, false)

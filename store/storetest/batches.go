@@ -17,6 +17,7 @@ var batchTests = []test{
 	{"EachLineIsCountedOnceAndTheLastSettlesTheBatch", testLinesCountedOnce},
 	{"LinesOfACancelledBatchAreCreatedCancelled", testLinesOfCancelledBatch},
 	{"ACutOfAQueuedLineLeavesAClaimedLineRunning", testCutLeavesClaimedLineRunning},
+	{"EachLineIsSizedWithItsCountSoTheFilesAreSizedWithoutAssembly", testLinesSizedWithTheirCount},
 	{"AScopesStoredFilesAreBoundedInBytesAndCount", testScopeFileQuota},
 	{"AnUploadInProgressCountsAgainstItsScopesQuota", testUploadInProgressCounts},
 	{"ConcurrentUploadsNeverBothFitARoomForOne", testConcurrentUploadsFitTheQuota},
@@ -65,9 +66,16 @@ func testFilesStreamInChunks(t *testing.T, e *env) {
 // newBatch stores batch "batch_1" of scope a, in progress with total lines.
 func (e *env) newBatch(t *testing.T, s store.Backend, total int) {
 	t.Helper()
+	e.newBatchSized(t, s, total, nil)
+}
+
+// newBatchSized is newBatch with the file sizes the batch starts with.
+func (e *env) newBatchSized(t *testing.T, s store.Backend, total int, sizes *store.BatchFileBytes) {
+	t.Helper()
 	now := e.clock.Now()
 	b := &store.Batch{ID: "batch_1", Scope: "a", Endpoint: "/v1/x", Status: store.BatchValidating, CreatedAt: now,
-		ExpiresAt: now.Add(time.Hour), Retention: time.Hour, Callback: &store.Callback{Endpoint: "hooks", URL: "http://h"}}
+		ExpiresAt: now.Add(time.Hour), Retention: time.Hour, Callback: &store.Callback{Endpoint: "hooks", URL: "http://h"},
+		FileBytes: sizes}
 	if err := s.CreateBatch(b); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,72 @@ import (
 
 	"github.com/mulligan-gw/mulligan/store"
 )
+
+// testLinesSizedWithTheirCount: each line's size is added to its batch's file sizes in the
+// transaction that counts it, whichever way it ends (a result, none, cut at its creation); a
+// batch that did not start sized stays unsized, so its files are assembled to size them.
+func testLinesSizedWithTheirCount(t *testing.T, e *env) {
+	s := e.open()
+	s.SetBatchLineSizer(func(op *store.Operation, res *store.Response) int64 {
+		if res != nil {
+			return 100 + int64(len(res.Body))
+		}
+		return 7
+	})
+	e.newBatchSized(t, s, 4, &store.BatchFileBytes{})
+	ops, reqs := e.lines(0, 3)
+	if _, err := s.AddBatchLines("batch_1", 0, ops, reqs); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		op, err := s.ClaimNext("w", time.Minute)
+		if err != nil || op == nil || op.Batch == nil {
+			t.Fatalf("claim %d: %v %v", i, op, err)
+		}
+		c := store.Change{To: store.StatusSucceeded, Holder: "w", Result: &store.Response{Status: 200, Header: http.Header{}, Body: []byte("hello")}}
+		switch op.Batch.Line {
+		case 2:
+			c = store.Change{To: store.StatusFailed, Holder: "w", Result: &store.Response{Status: 400, Header: http.Header{}, Body: []byte("no")},
+				Error: &store.OperationError{Code: "UPSTREAM_REJECTED"}}
+		case 3:
+			c = store.Change{To: store.StatusFailed, Holder: "w", Error: &store.OperationError{Code: "OPERATION_TIMEOUT"}}
+		}
+		if _, err := s.Transition(op.ID, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.UpdateBatch("batch_1", func(b *store.Batch) error { b.Status = store.BatchCancelling; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	ops, reqs = e.lines(3, 1) // created cut: the batch is cancelling
+	b, err := s.AddBatchLines("batch_1", 3, ops, reqs)
+	if err != nil || b.Status != store.BatchCancelled {
+		t.Fatalf("batch %+v (%v), want cancelled", b, err)
+	}
+	want := store.BatchFileBytes{Output: 105, Errors: 102 + 7 + 7}
+	if b, err = s.GetBatch("batch_1"); err != nil || b.FileBytes == nil || *b.FileBytes != want {
+		t.Fatalf("the settled batch's file sizes: %+v (%v), want %+v", b.FileBytes, err, want)
+	}
+
+	unsized := &store.Batch{ID: "batch_2", Scope: "a", Endpoint: "/v1/x", Status: store.BatchValidating, CreatedAt: e.clock.Now(),
+		ExpiresAt: e.clock.Now().Add(time.Hour), Retention: time.Hour}
+	if err := s.CreateBatch(unsized); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateBatch("batch_2", func(b *store.Batch) error {
+		b.Status, b.Counts.Total = store.BatchInProgress, 1
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	gone := e.newOp(900, "batch_2")
+	gone.ID, gone.Batch = store.LineOperationID("batch_2", 1), &store.BatchLine{Batch: "batch_2", Line: 1}
+	gone.Status, gone.FinishedAt = store.StatusFailed, e.clock.Now()
+	gone.Error = &store.OperationError{Code: store.LineInputGone}
+	if b, err := s.AddBatchLines("batch_2", 0, []*store.Operation{gone}, []*store.Request{nil}); err != nil || !b.Status.Final() || b.FileBytes != nil {
+		t.Fatalf("a batch that did not start sized: %+v (%v), want final without sizes", b, err)
+	}
+}
 
 // mib is n MiB of content: several of the backends' 1 MiB chunks.
 func mib(n float64) string { return strings.Repeat("x", int(n*(1<<20))) }
