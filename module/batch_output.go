@@ -12,6 +12,8 @@ import (
 
 // A batch's output and error files are assembled when read, in line order, from each line's
 // stored operation and result (docs/batches.md): nothing is copied, and memory holds one line.
+// Their sizes are counted as the lines settle (lineBytes), so a file object is read without
+// assembling its file.
 
 // outputLine is OpenAI's batch output (and error) line.
 type outputLine struct {
@@ -59,28 +61,62 @@ func writeBatchLines(w io.Writer, st store.Operations, b *store.Batch, succeeded
 	return cw.n, cw.w.(*bufio.Writer).Flush()
 }
 
-// lineOf is line operation op's output line: the upstream's response when there was one, else
-// why the line did not run.
+// lineOf is line operation op's output line, with its stored result.
 func lineOf(st store.Operations, op *store.Operation) (outputLine, error) {
-	out := outputLine{ID: "batch_req_" + strings.TrimPrefix(op.ID, "op_batch_"), CustomID: op.Batch.CustomID}
+	var res *store.Response
 	if op.Result != nil {
-		res, err := st.LoadResult(op.ID)
+		r, err := st.LoadResult(op.ID)
 		switch {
 		case err == nil:
-			out.Response = &lineResponse{StatusCode: res.Status, RequestID: res.Header.Get(headerRequestID), Body: jsonBody(res.Body)}
-			if out.Response.RequestID == "" {
-				out.Response.RequestID = op.ID
-			}
-			return out, nil
+			res = r
 		case !errors.Is(err, store.ErrNotFound):
-			return out, err
+			return outputLine{}, err
 		}
+	}
+	return lineWith(op, res), nil
+}
+
+// lineWith is line operation op's output line: the upstream's response res when there was
+// one, else why the line did not run.
+func lineWith(op *store.Operation, res *store.Response) outputLine {
+	out := outputLine{ID: "batch_req_" + strings.TrimPrefix(op.ID, "op_batch_"), CustomID: op.Batch.CustomID}
+	if res != nil {
+		out.Response = &lineResponse{StatusCode: res.Status, RequestID: res.Header.Get(headerRequestID), Body: jsonBody(res.Body)}
+		if out.Response.RequestID == "" {
+			out.Response.RequestID = op.ID
+		}
+		return out
 	}
 	out.Error = &lineError{Code: store.LineCancelled, Message: "The batch was cancelled before this request finished."}
 	if e := op.Error; e != nil {
 		out.Error = &lineError{Code: e.Code, Message: e.Message}
 	}
-	return out, nil
+	return out
+}
+
+// lineBytes is every storage's batch line sizer: the bytes line operation op, just final with
+// the upstream response res, takes in its file, as writeBatchLines writes it (json.Marshal
+// and an Encoder write the same bytes; the Encoder adds the newline).
+func lineBytes(op *store.Operation, res *store.Response) int64 {
+	b, err := json.Marshal(lineWith(op, res))
+	if err != nil {
+		return -1
+	}
+	return int64(len(b)) + 1
+}
+
+// fileBytes is the size of b's output file (output) or error file: counted as its lines
+// settled, or, for a batch some of whose lines were counted without a size (settled by a
+// previous release), found by assembling the file.
+func fileBytes(st store.Operations, b *store.Batch, output bool) (int64, error) {
+	switch c := b.FileBytes; {
+	case c == nil:
+		return writeBatchLines(io.Discard, st, b, output)
+	case output:
+		return c.Output, nil
+	default:
+		return c.Errors, nil
+	}
 }
 
 // jsonBody is body as JSON: itself when it is JSON, else a JSON string of it.

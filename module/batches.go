@@ -171,7 +171,8 @@ func (a *batchCall) newBatch(req *batchRequest, window time.Duration, cb *store.
 	b := &store.Batch{ID: newID("batch_", now), Scope: a.scope, Endpoint: req.Endpoint, InputFileID: req.InputFileID,
 		CompletionWindow: req.CompletionWindow, Status: store.BatchValidating, CreatedAt: now, UpdatedAt: now,
 		ExpiresAt: now.Add(window), Retention: a.retention, Callback: cb, Exec: a.h.conv.execution(),
-		Template: &store.Request{Host: a.r.Host, Proto: a.r.Proto, RemoteAddr: a.r.RemoteAddr, Header: h}}
+		FileBytes: &store.BatchFileBytes{}, // sized from its first line (lineBytes)
+		Template:  &store.Request{Host: a.r.Host, Proto: a.r.Proto, RemoteAddr: a.r.RemoteAddr, Header: h}}
 	if string(req.Metadata) != "null" {
 		b.Metadata = req.Metadata
 	}
@@ -209,16 +210,20 @@ func (a *batchCall) getBatch(id string) {
 	}
 }
 
-// listBatches answers the caller's batches, newest first.
+// listBatches answers the caller's batches, newest first; none for an anonymous caller.
 func (a *batchCall) listBatches() {
 	after, limit, ok := a.paging(100)
 	if !ok {
 		return
 	}
-	bs, more, err := a.st.ListBatches(a.scope, after, limit)
-	if err != nil {
-		a.fail(err)
-		return
+	var bs []*store.Batch
+	var more bool
+	if !a.anonymous {
+		var err error
+		if bs, more, err = a.st.ListBatches(a.scope, after, limit); err != nil {
+			a.fail(err)
+			return
+		}
 	}
 	views := make([]batchView, 0, len(bs))
 	for _, b := range bs {

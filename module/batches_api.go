@@ -9,20 +9,21 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/mulligan-gw/mulligan/internal/idemkey"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
 // batchCall is one call of the Files or Batches API, matched to the caller's scope.
 type batchCall struct {
-	h         *Handler
-	w         http.ResponseWriter
-	r         *http.Request
-	st        store.Backend
-	run       *runner
-	work      *batchWorker
-	cfg       *BatchesConfig
-	scope     string // the hash of the caller's scope
+	h    *Handler
+	w    http.ResponseWriter
+	r    *http.Request
+	st   store.Backend
+	run  *runner
+	work *batchWorker
+	cfg  *BatchesConfig
+	// caller: an anonymous one (no credentials) lists nothing, as in the operations API, and
+	// reaches only the files and batches whose ids it was given.
+	caller
 	retention time.Duration
 	now       time.Time
 	log       *zap.Logger
@@ -47,7 +48,7 @@ func (h *Handler) serveBatchesAPI(w http.ResponseWriter, r *http.Request) {
 	}
 	defer done()
 	a := &batchCall{h: h, w: w, r: r, st: s.be, run: s.run, work: s.batches, cfg: h.Batches,
-		scope: idemkey.Scope(h.scopeOf(r)), retention: time.Duration(h.Async.Retention), now: h.now(),
+		caller: h.callerOf(r), retention: time.Duration(h.Async.Retention), now: h.now(),
 		log: h.logger.With(zap.String("request_id", w.Header().Get(headerRequestID)))}
 	rest := strings.TrimPrefix(r.URL.Path, h.Batches.Prefix+"/")
 	kind, rest, _ := strings.Cut(rest, "/")

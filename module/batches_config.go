@@ -4,12 +4,17 @@ import (
 	"fmt"
 	"path"
 	"strings"
+
+	"github.com/mulligan-gw/mulligan/store"
 )
 
 // Defaults of the batches block (docs/caddyfile.md): OpenAI's own limits.
 const (
 	defaultMaxFileSize = 200 << 20
 	defaultMaxRequests = 50000
+	// A scope's stored files together: five uploads of the largest size, a hundred files.
+	defaultMaxScopeBytes = 1 << 30
+	defaultMaxScopeFiles = 100
 )
 
 // BatchesConfig serves the OpenAI Files and Batches API (docs/batches.md).
@@ -20,6 +25,14 @@ type BatchesConfig struct {
 	MaxFileSize int64 `json:"max_file_size,omitempty"`
 	// MaxRequests is the most lines a batch's input file may have. Default: 50,000.
 	MaxRequests int `json:"max_requests,omitempty"`
+	// MaxScopeBytes bounds the bytes of one scope's stored files together (uploads in progress
+	// included, until they expire or are deleted), so that no caller can fill the disk; an
+	// upload that would go over it is refused with 400 FILE_QUOTA_EXCEEDED and leaves nothing
+	// stored. A batch's output and error files do not count: they are not stored files.
+	// Default: 1 GiB.
+	MaxScopeBytes int64 `json:"max_scope_bytes,omitempty"`
+	// MaxScopeFiles bounds how many files one scope stores at once. Default: 100.
+	MaxScopeFiles int `json:"max_scope_files,omitempty"`
 }
 
 func (c *BatchesConfig) setDefaults() {
@@ -33,6 +46,17 @@ func (c *BatchesConfig) setDefaults() {
 	if c.MaxRequests == 0 {
 		c.MaxRequests = defaultMaxRequests
 	}
+	if c.MaxScopeBytes == 0 {
+		c.MaxScopeBytes = defaultMaxScopeBytes
+	}
+	if c.MaxScopeFiles == 0 {
+		c.MaxScopeFiles = defaultMaxScopeFiles
+	}
+}
+
+// fileLimits bound one upload (docs/batches.md, Scope and retention).
+func (c *BatchesConfig) fileLimits() store.FileLimits {
+	return store.FileLimits{MaxBytes: c.MaxFileSize, ScopeBytes: c.MaxScopeBytes, ScopeFiles: c.MaxScopeFiles}
 }
 
 func (c *BatchesConfig) validate() error {
@@ -44,6 +68,8 @@ func (c *BatchesConfig) validate() error {
 		return fmt.Errorf("batches must name a plain path prefix such as /v1, got %q", c.Prefix)
 	case c.MaxFileSize < 0 || c.MaxRequests < 0:
 		return fmt.Errorf("batches: max_file_size and max_requests must be positive")
+	case c.MaxScopeBytes < 0 || c.MaxScopeFiles < 0:
+		return fmt.Errorf("batches: max_scope_bytes and max_scope_files must be positive")
 	}
 	return nil
 }

@@ -101,7 +101,7 @@ func (g *gateway) uploadFile(t *testing.T, content, purpose string, headers ...s
 }
 
 // uploadParts posts a multipart upload built by write and returns the answer.
-func (g *gateway) uploadParts(t *testing.T, write func(mw *multipart.Writer)) result {
+func (g *gateway) uploadParts(t *testing.T, write func(mw *multipart.Writer), headers ...string) result {
 	t.Helper()
 	var body bytes.Buffer
 	mw := multipart.NewWriter(&body)
@@ -109,6 +109,9 @@ func (g *gateway) uploadParts(t *testing.T, write func(mw *multipart.Writer)) re
 	_ = mw.Close()
 	req, _ := http.NewRequest("POST", g.base+"/v1/files", &body)
 	req.Header.Set("Content-Type", mw.FormDataContentType())
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
 	return g.do(req)
 }
 
@@ -246,16 +249,17 @@ func expectOpenAIError(t *testing.T, r result, status int, code ErrorCode, messa
 
 func TestFilesAndBatchesOverTheirLimitsAreRefused(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "batches /v1 {\n max_file_size 1KiB\n max_requests 3\n}\n")
-	expectOpenAIError(t, g.uploadFile(t, strings.Repeat("x", 2048), "batch"), http.StatusRequestEntityTooLarge, CodeRequestTooLarge, "max_file_size")
-	expectOpenAIError(t, g.uploadFile(t, batchInput(1, func(int) string { return "x" }), "fine-tune"), http.StatusBadRequest, CodeInvalidRequest, `purpose "batch"`)
-	up := g.uploadFile(t, batchInput(4, func(int) string { return "x" }), "batch")
+	who := []string{"Authorization", "Bearer a"} // a caller without credentials lists nothing
+	expectOpenAIError(t, g.uploadFile(t, strings.Repeat("x", 2048), "batch", who...), http.StatusRequestEntityTooLarge, CodeRequestTooLarge, "max_file_size")
+	expectOpenAIError(t, g.uploadFile(t, batchInput(1, func(int) string { return "x" }), "fine-tune", who...), http.StatusBadRequest, CodeInvalidRequest, `purpose "batch"`)
+	up := g.uploadFile(t, batchInput(4, func(int) string { return "x" }), "batch", who...)
 	var f struct{ ID string }
 	_ = json.Unmarshal(up.body, &f)
 	body := fmt.Sprintf(`{"input_file_id":%q,"endpoint":"/v1/chat/completions","completion_window":"24h"}`, f.ID)
-	expectOpenAIError(t, g.post("/v1/batches", "", body), http.StatusBadRequest, CodeInvalidRequest, "max_requests")
-	expectOpenAIError(t, g.post("/v1/batches", "", strings.Replace(body, "24h", "2 days", 1)), http.StatusBadRequest, CodeInvalidRequest, "completion_window")
-	expectOpenAIError(t, g.get("/v1/batches/batch_missing"), http.StatusNotFound, CodeBatchNotFound, "batch_missing")
-	if list := g.get("/v1/files"); list.StatusCode != 200 || !strings.Contains(string(list.body), `"object":"list"`) || strings.Count(string(list.body), `"object":"file"`) != 1 {
+	expectOpenAIError(t, g.post("/v1/batches", "", body, who...), http.StatusBadRequest, CodeInvalidRequest, "max_requests")
+	expectOpenAIError(t, g.post("/v1/batches", "", strings.Replace(body, "24h", "2 days", 1), who...), http.StatusBadRequest, CodeInvalidRequest, "completion_window")
+	expectOpenAIError(t, g.get("/v1/batches/batch_missing", who...), http.StatusNotFound, CodeBatchNotFound, "batch_missing")
+	if list := g.get("/v1/files", who...); list.StatusCode != 200 || !strings.Contains(string(list.body), `"object":"list"`) || strings.Count(string(list.body), `"object":"file"`) != 1 {
 		t.Fatalf("files list after one accepted upload: %s", list.body)
 	}
 }
@@ -264,6 +268,7 @@ func TestFilesAndBatchesOverTheirLimitsAreRefused(t *testing.T) {
 // the file; each refusal names what is over, and nothing is stored.
 func TestUploadsAreBoundedAroundTheFile(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "batches /v1 {\n max_file_size 1KiB\n}\n")
+	who := []string{"Authorization", "Bearer a"} // a caller without credentials lists nothing
 	file := func(name string) func(mw *multipart.Writer) {
 		return func(mw *multipart.Writer) {
 			fw, _ := mw.CreateFormFile("file", name)
@@ -271,21 +276,21 @@ func TestUploadsAreBoundedAroundTheFile(t *testing.T) {
 			_ = mw.WriteField("purpose", "batch")
 		}
 	}
-	expectOpenAIError(t, g.uploadParts(t, file(strings.Repeat("n", 300)+".jsonl")), http.StatusBadRequest, CodeInvalidRequest, "name is over 255 bytes")
+	expectOpenAIError(t, g.uploadParts(t, file(strings.Repeat("n", 300)+".jsonl"), who...), http.StatusBadRequest, CodeInvalidRequest, "name is over 255 bytes")
 	expectOpenAIError(t, g.uploadParts(t, func(mw *multipart.Writer) {
 		for i := range 20 {
 			_ = mw.WriteField(fmt.Sprint("extra", i), "x")
 		}
 		file("input.jsonl")(mw)
-	}), http.StatusBadRequest, CodeInvalidRequest, "more than 16 parts")
+	}, who...), http.StatusBadRequest, CodeInvalidRequest, "more than 16 parts")
 	expectOpenAIError(t, g.uploadParts(t, func(mw *multipart.Writer) {
 		_ = mw.WriteField("padding", strings.Repeat("p", 100<<10))
 		file("input.jsonl")(mw)
-	}), http.StatusRequestEntityTooLarge, CodeRequestTooLarge, "max_file_size")
-	if list := g.get("/v1/files"); list.StatusCode != 200 || strings.Contains(string(list.body), `"object":"file"`) {
+	}, who...), http.StatusRequestEntityTooLarge, CodeRequestTooLarge, "max_file_size")
+	if list := g.get("/v1/files", who...); list.StatusCode != 200 || strings.Contains(string(list.body), `"object":"file"`) {
 		t.Fatalf("files after refused uploads: %s", list.body)
 	}
-	if ok := g.uploadParts(t, file(strings.Repeat("n", 249)+".jsonl")); ok.StatusCode != 200 {
+	if ok := g.uploadParts(t, file(strings.Repeat("n", 249)+".jsonl"), who...); ok.StatusCode != 200 {
 		t.Fatalf("an upload within every bound: %d %s", ok.StatusCode, ok.body)
 	}
 }

@@ -36,6 +36,9 @@ const (
 	CodeFileNotFound      ErrorCode = "FILE_NOT_FOUND"
 	CodeBatchNotFound     ErrorCode = "BATCH_NOT_FOUND"
 	CodeBatchAlreadyFinal ErrorCode = "BATCH_ALREADY_FINAL"
+	// CodeFileQuota: an upload would take its scope over max_scope_bytes or max_scope_files;
+	// 400 as OpenAI answers its own storage quota, so the SDKs do not send the file again.
+	CodeFileQuota ErrorCode = "FILE_QUOTA_EXCEEDED"
 )
 
 type errorSpec struct {
@@ -68,6 +71,7 @@ var catalogue = map[ErrorCode]errorSpec{
 	CodeFileNotFound:        {http.StatusNotFound, false},
 	CodeBatchNotFound:       {http.StatusNotFound, false},
 	CodeBatchAlreadyFinal:   {http.StatusConflict, false},
+	CodeFileQuota:           {http.StatusBadRequest, false},
 }
 
 // apiError is one answer of the catalogue, ready to write.

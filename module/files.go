@@ -154,11 +154,17 @@ func readField(p *multipart.Part) string {
 
 // storeUpload streams part into storage; false when it answered a failure.
 func (a *batchCall) storeUpload(f *store.File, part io.Reader) bool {
-	err := a.st.CreateFile(f, part, a.cfg.MaxFileSize)
+	err := a.st.CreateFile(f, part, a.cfg.fileLimits())
 	switch {
 	case errors.Is(err, store.ErrTooLarge):
 		a.openAIError(apiError{Code: CodeRequestTooLarge, Param: param("file"),
 			Message: "The file is over max_file_size (" + strconv.FormatInt(a.cfg.MaxFileSize, 10) + " bytes)."})
+		return false
+	case errors.Is(err, store.ErrFileQuota):
+		a.openAIError(apiError{Code: CodeFileQuota, Param: param("file"),
+			Message: "The files stored in your scope would be over its quota (" + strconv.Itoa(a.cfg.MaxScopeFiles) + " files, " +
+				strconv.FormatInt(a.cfg.MaxScopeBytes, 10) + " bytes together); delete files you no longer need, or wait for them to expire.",
+			Details: map[string]any{"max_scope_files": a.cfg.MaxScopeFiles, "max_scope_bytes": a.cfg.MaxScopeBytes}})
 		return false
 	case errors.Is(err, store.ErrUnavailable):
 		a.fail(err)
@@ -203,7 +209,7 @@ func (a *batchCall) getFile(id string) {
 		if b == nil {
 			return
 		}
-		n, err := writeBatchLines(io.Discard, a.st, b, kind == outputKind)
+		n, err := fileBytes(a.st, b, kind == outputKind)
 		if err != nil {
 			a.fail(err)
 			return
@@ -272,16 +278,20 @@ func (a *batchCall) deleteFile(id string) {
 	writeJSON(a.w, http.StatusOK, map[string]any{"id": id, "object": "file", "deleted": true})
 }
 
-// listFiles answers the caller's files, newest first.
+// listFiles answers the caller's files, newest first; none for an anonymous caller.
 func (a *batchCall) listFiles() {
 	after, limit, ok := a.paging(10000)
 	if !ok {
 		return
 	}
-	files, more, err := a.st.ListFiles(a.scope, after, limit)
-	if err != nil {
-		a.fail(err)
-		return
+	var files []*store.File
+	var more bool
+	if !a.anonymous {
+		var err error
+		if files, more, err = a.st.ListFiles(a.scope, after, limit); err != nil {
+			a.fail(err)
+			return
+		}
 	}
 	views := make([]fileView, 0, len(files))
 	for _, f := range files {

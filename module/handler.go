@@ -301,7 +301,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	defer done()
 	log := newReqLog(h.logger, zap.String("request_id", id))
 	if isOps {
-		h.serveOperations(w, r, s.be, s.run, h.scopeOf(r), log)
+		h.serveOperations(w, r, s.be, s.run, h.callerOf(r), log)
 		return nil
 	}
 	w.Header().Add("Vary", "Prefer")
@@ -365,6 +365,21 @@ func (h *Handler) scopeOf(r *http.Request) string {
 		return ""
 	}
 	return repl.ReplaceAll(h.Scope, "")
+}
+
+// caller is who a call of the gateway's own APIs (operations, files, batches) comes from: the
+// hash of its scope, and whether that scope came out empty. A caller without credentials has
+// no scope to share with others like it (docs/caddyfile.md, scope): it lists nothing, and
+// reaches only the ids it was given.
+type caller struct {
+	scope     string // the hash of the caller's scope
+	anonymous bool
+}
+
+// callerOf is r's caller.
+func (h *Handler) callerOf(r *http.Request) caller {
+	s := h.scopeOf(r)
+	return caller{scope: idemkey.Scope(s), anonymous: s == ""}
 }
 
 func (h *Handler) storageFailed(w http.ResponseWriter, err error) {

@@ -20,15 +20,14 @@ const cancelWait = 2 * time.Second
 
 // opsRequest is one call of the operations API, already matched to the caller's scope.
 type opsRequest struct {
-	w     http.ResponseWriter
-	r     *http.Request
-	st    store.Backend
-	run   *runner
-	scope string // the hash of the caller's scope
-	// anonymous: the caller's scope came out empty (no credentials); it lists nothing, so
-	// callers without credentials never see each other's operations.
-	anonymous bool
-	log       reqLog
+	w   http.ResponseWriter
+	r   *http.Request
+	st  store.Backend
+	run *runner
+	// caller: an anonymous one (no credentials) lists nothing, so callers without credentials
+	// never see each other's operations.
+	caller
+	log reqLog
 }
 
 // serveOperations routes the operations API:
@@ -37,8 +36,8 @@ type opsRequest struct {
 //	GET    {prefix}/{id}            one operation
 //	GET    {prefix}/{id}/result     its upstream response, as sent
 //	POST   {prefix}/{id}/cancel     cancel it (also DELETE {prefix}/{id})
-func (h *Handler) serveOperations(w http.ResponseWriter, r *http.Request, st store.Backend, run *runner, scope string, log reqLog) {
-	q := &opsRequest{w: w, r: r, st: st, run: run, scope: idemkey.Scope(scope), anonymous: scope == "", log: log}
+func (h *Handler) serveOperations(w http.ResponseWriter, r *http.Request, st store.Backend, run *runner, who caller, log reqLog) {
+	q := &opsRequest{w: w, r: r, st: st, run: run, caller: who, log: log}
 	rest := strings.Trim(strings.TrimPrefix(r.URL.Path, h.conv.prefix), "/")
 	id, action, _ := strings.Cut(rest, "/")
 	switch {

@@ -104,9 +104,11 @@ func openStorage(set storageSpec, log *zap.Logger) (*storage, error) {
 		be = st
 	}
 	be.SetAnnouncer(announce)
+	// The batch hooks go in before the runner begins: a line it finishes is counted with them.
+	be.SetBatchAnnouncer(announceBatch)
+	be.SetBatchLineSizer(lineBytes)
 	run := newRunner(be, set, realClock, log)
 	run.begin()
-	be.SetBatchAnnouncer(announceBatch)
 	return &storage{set: set, be: be, run: run, batches: startBatchWorker(be, run, log)}, nil
 }
 

@@ -77,6 +77,9 @@ type Batch struct {
 	Metadata         json.RawMessage `json:"metadata,omitempty"`
 	Errors           []BatchError    `json:"errors,omitempty"`
 	Counts           BatchCounts     `json:"counts"`
+	// FileBytes are the sizes of the output and error files, counted as each line settles;
+	// nil when some line was not counted so (docs/batches.md, Output and error files).
+	FileBytes *BatchFileBytes `json:"file_bytes,omitempty"`
 	// Created is how many line operations exist (lines 1..Created); they are created in chunks.
 	Created int `json:"created"`
 	// Expiring: the completion window passed; lines not started end expired.
@@ -99,6 +102,21 @@ type Batch struct {
 	CancelledAt  time.Time `json:"cancelled_at,omitzero"`
 	UpdatedAt    time.Time `json:"updated_at"`
 }
+
+// BatchFileBytes are the sizes of a batch's output and error files: each line's size is added
+// in the transaction that counts it, so reading a file's size walks no line. A batch starts
+// with them when its creator sets them; a writer that cannot size a line (no sizer installed,
+// or a previous release, which drops the field when it rewrites the batch) leaves them nil for
+// good, and the size is then found by assembling the file.
+type BatchFileBytes struct {
+	Output int64 `json:"output"`
+	Errors int64 `json:"errors"`
+}
+
+// BatchLineSizer returns the bytes line operation op, just final with the upstream response
+// res (nil when it has none), takes in its batch's output file (op succeeded) or error file;
+// negative when it cannot tell.
+type BatchLineSizer func(op *Operation, res *Response) int64
 
 // BatchLine tags a line operation with its batch and line (1-based).
 type BatchLine struct {
@@ -157,7 +175,32 @@ var (
 	ErrTooLarge = errors.New("file over the size limit")
 	// ErrStale: lines were added from a position another writer already passed.
 	ErrStale = errors.New("batch lines already created")
+	// ErrFileQuota: an upload would take its scope over FileLimits.ScopeBytes or ScopeFiles;
+	// nothing of it is kept.
+	ErrFileQuota = errors.New("scope's stored files over their quota")
 )
+
+// FileLimits bound an upload (docs/batches.md, Scope and retention): its own size, and what
+// its scope stores in all (files not yet expired, uploads in progress included). Zero means
+// no bound.
+type FileLimits struct {
+	MaxBytes   int64 // the file's own size
+	ScopeBytes int64 // the bytes of the scope's files together
+	ScopeFiles int   // how many files the scope holds
+}
+
+// FileQuotaRoom checks that a scope holding files files of bytes bytes in all may take one more
+// (adding, true) or add n bytes to one of its uploads (false). Both backends decide with it,
+// under a per-scope lock taken before they count, so two uploads never both fit a room for one.
+func FileQuotaRoom(lim FileLimits, files int, bytes, n int64, adding bool) error {
+	if adding && lim.ScopeFiles > 0 && files >= lim.ScopeFiles {
+		return ErrFileQuota
+	}
+	if lim.ScopeBytes > 0 && bytes+n > lim.ScopeBytes {
+		return ErrFileQuota
+	}
+	return nil
+}
 
 // BatchAnnouncer returns the event announcing b's final status, or nil.
 type BatchAnnouncer func(b *Batch) *Event
@@ -165,8 +208,10 @@ type BatchAnnouncer func(b *Batch) *Event
 // Batches keeps files and batches.
 type Batches interface {
 	// CreateFile stores f with the content read from r, in chunks (never whole in memory); over
-	// max bytes it stores nothing and returns ErrTooLarge. f.Bytes and f.Lines are set.
-	CreateFile(f *File, r io.Reader, max int64) error
+	// lim.MaxBytes it stores nothing and returns ErrTooLarge, and ErrFileQuota when f's scope
+	// would go over its quota (FileQuotaRoom). f.Bytes and f.Lines are set. An upload counts
+	// against its scope's quota from its first byte, until it is deleted or expires.
+	CreateFile(f *File, r io.Reader, lim FileLimits) error
 	// GetFile returns file id, or ErrNotFound (also once expired).
 	GetFile(id string) (*File, error)
 	// OpenFile streams file id's content.
@@ -194,6 +239,9 @@ type Batches interface {
 	UnsettledBatches() ([]string, error)
 	// SetBatchAnnouncer installs the function whose event is written with a batch's final status.
 	SetBatchAnnouncer(a BatchAnnouncer)
+	// SetBatchLineSizer installs the function that sizes each line as it is counted
+	// (Batch.FileBytes).
+	SetBatchLineSizer(z BatchLineSizer)
 }
 
 // CutLine makes op, about to be stored for batch b, final at once when b no longer runs
@@ -212,12 +260,29 @@ func CutLine(b *Batch, op *Operation, at time.Time) bool {
 	return true
 }
 
-// CountLine counts line operation op, just final, into its batch b.
-func CountLine(b *Batch, op *Operation) {
-	if op.Status == StatusSucceeded {
+// CountLine counts line operation op, just final with the upstream response res (nil without
+// one), into its batch b, and adds its size (sized by size) to b's file sizes.
+func CountLine(b *Batch, op *Operation, res *Response, size *BatchLineSizer) {
+	ok := op.Status == StatusSucceeded
+	if ok {
 		b.Counts.Completed++
 	} else {
 		b.Counts.Failed++
+	}
+	if b.FileBytes == nil {
+		return
+	}
+	n := int64(-1)
+	if size != nil && *size != nil {
+		n = (*size)(op, res)
+	}
+	switch {
+	case n < 0:
+		b.FileBytes = nil // unknown from now on: the file is assembled to size it
+	case ok:
+		b.FileBytes.Output += n
+	default:
+		b.FileBytes.Errors += n
 	}
 }
 

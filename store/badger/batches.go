@@ -46,33 +46,43 @@ func fileChunkKey(id string, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(fileChunkPrefix(id), seq)
 }
 
-type batchAnnouncerSlot = atomic.Pointer[store.BatchAnnouncer]
+// batchAnnouncerSlot holds what the module installs for batches: the announcer of their final
+// statuses and the sizer of their lines.
+type batchAnnouncerSlot struct {
+	ann   atomic.Pointer[store.BatchAnnouncer]
+	sizer atomic.Pointer[store.BatchLineSizer]
+}
 
 // SetBatchAnnouncer installs the announcer of batches' final statuses.
-func (s *Store) SetBatchAnnouncer(a store.BatchAnnouncer) { s.sh.batchAnn.Store(&a) }
+func (s *Store) SetBatchAnnouncer(a store.BatchAnnouncer) { s.sh.batchAnn.ann.Store(&a) }
+
+// SetBatchLineSizer installs the sizer of batches' lines.
+func (s *Store) SetBatchLineSizer(z store.BatchLineSizer) { s.sh.batchAnn.sizer.Store(&z) }
 
 // CreateFile stores f and its content in chunks of their own transactions; the file itself is
 // written last, so a file half uploaded when the process died is never visible (its chunks
-// expire with the file's lifetime).
-func (s *Store) CreateFile(f *store.File, r io.Reader, max int64) error {
+// expire with the file's lifetime). The scope's index entry is written first and holds the
+// bytes stored so far: the scope's quota counts uploads in progress, each chunk checked and
+// written under the scope's file lock (store.FileQuotaRoom).
+func (s *Store) CreateFile(f *store.File, r io.Reader, lim store.FileLimits) error {
 	ttl := time.Until(f.ExpiresAt)
+	if err := s.reserveFile(f, lim, 0, ttl); err != nil {
+		return err
+	}
 	buf := make([]byte, fileChunk)
 	var seq uint64
 	lastByte := byte('\n')
 	for {
 		n, err := io.ReadFull(r, buf)
 		if n > 0 {
-			f.Bytes += int64(n)
 			f.Lines += bytes.Count(buf[:n], []byte{'\n'})
-			if f.Bytes > max {
-				s.dropChunks(f.ID)
+			if f.Bytes+int64(n) > lim.MaxBytes && lim.MaxBytes > 0 {
+				s.dropUpload(f)
 				return store.ErrTooLarge
 			}
 			lastByte = buf[n-1]
-			chunk := append([]byte(nil), buf[:n]...)
-			if werr := s.update(func(txn *badger.Txn) error {
-				return txn.SetEntry(badger.NewEntry(fileChunkKey(f.ID, seq), chunk).WithTTL(ttl))
-			}); werr != nil {
+			if werr := s.putChunk(f, seq, buf[:n], lim, ttl); werr != nil {
+				s.dropUpload(f)
 				return werr
 			}
 			seq++
@@ -81,7 +91,7 @@ func (s *Store) CreateFile(f *store.File, r io.Reader, max int64) error {
 			break
 		}
 		if err != nil {
-			s.dropChunks(f.ID)
+			s.dropUpload(f)
 			return err
 		}
 	}
@@ -93,11 +103,89 @@ func (s *Store) CreateFile(f *store.File, r io.Reader, max int64) error {
 		if err != nil {
 			return err
 		}
-		if err := txn.SetEntry(badger.NewEntry(fileKey(f.ID), v).WithTTL(ttl)); err != nil {
+		return txn.SetEntry(badger.NewEntry(fileKey(f.ID), v).WithTTL(ttl))
+	})
+}
+
+// reserveFile writes f's scope index entry with its bytes so far, n more, once the scope's
+// quota has room for them: the first call (f.Bytes and n zero) takes a place among the scope's
+// files.
+func (s *Store) reserveFile(f *store.File, lim store.FileLimits, n int64, ttl time.Duration) error {
+	return s.underFileQuota(f, lim, n, func(txn *badger.Txn) error {
+		v := binary.BigEndian.AppendUint64(nil, uint64(f.Bytes+n))
+		return txn.SetEntry(badger.NewEntry(fileScopeKey(f.Scope, f.ID), v).WithTTL(ttl))
+	})
+}
+
+// putChunk stores chunk seq of f with the bytes it adds to f's reservation, in one transaction.
+func (s *Store) putChunk(f *store.File, seq uint64, data []byte, lim store.FileLimits, ttl time.Duration) error {
+	n := int64(len(data))
+	err := s.underFileQuota(f, lim, n, func(txn *badger.Txn) error {
+		if err := txn.SetEntry(badger.NewEntry(fileChunkKey(f.ID, seq), data).WithTTL(ttl)); err != nil {
 			return err
 		}
-		return txn.SetEntry(badger.NewEntry(fileScopeKey(f.Scope, f.ID), nil).WithTTL(ttl))
+		v := binary.BigEndian.AppendUint64(nil, uint64(f.Bytes+n))
+		return txn.SetEntry(badger.NewEntry(fileScopeKey(f.Scope, f.ID), v).WithTTL(ttl))
 	})
+	if err == nil {
+		f.Bytes += n
+	}
+	return err
+}
+
+// underFileQuota runs write in a transaction if f's scope has room for n more bytes of f (and,
+// when f is not reserved yet, for one more file). The scope's uploads take turns on a lock of
+// their own, so the count read is the count written against.
+func (s *Store) underFileQuota(f *store.File, lim store.FileLimits, n int64, write func(*badger.Txn) error) error {
+	unlock := s.sh.scopeLocks.lock([]byte(prefixFileScope + f.Scope))
+	defer unlock()
+	return s.update(func(txn *badger.Txn) error {
+		files, used, mine, err := scopeFiles(txn, f.Scope, f.ID)
+		if err != nil {
+			return err
+		}
+		if err := store.FileQuotaRoom(lim, files, used, n, !mine); err != nil {
+			return domainError{err}
+		}
+		return write(txn)
+	})
+}
+
+// scopeFiles counts scope's files not expired (uploads in progress included) and their bytes,
+// and reports whether id is among them. An index entry written before the entries held sizes
+// is sized by its file.
+func scopeFiles(txn *badger.Txn, scope, id string) (files int, used int64, mine bool, err error) {
+	prefix := []byte(prefixFileScope + scope + "/")
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 100})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		item := it.Item()
+		fid := string(item.Key()[len(prefix):])
+		mine = mine || fid == id
+		files++
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return 0, 0, false, err
+		}
+		if len(v) == 8 {
+			used += int64(binary.BigEndian.Uint64(v))
+			continue
+		}
+		var f store.File
+		err = getValue(txn, fileKey(fid), func(v []byte) error { _, err := store.Decode(v, &f); return err })
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return 0, 0, false, err
+		}
+		used += f.Bytes
+	}
+	return files, used, mine, nil
+}
+
+// dropUpload deletes a refused or broken upload: its scope index entry, then its chunks.
+func (s *Store) dropUpload(f *store.File) {
+	if s.update(func(txn *badger.Txn) error { return txn.Delete(fileScopeKey(f.Scope, f.ID)) }) == nil {
+		s.dropChunks(f.ID)
+	}
 }
 
 // dropChunks deletes file id's chunks, a transaction per few hundred.
@@ -291,7 +379,7 @@ func (s *Store) putBatch(txn *badger.Txn, b *store.Batch) error {
 }
 
 func (s *Store) announceBatch(txn *badger.Txn, b *store.Batch) error {
-	ev := store.PendingBatchEvent(s.sh.batchAnn.Load(), b)
+	ev := store.PendingBatchEvent(s.sh.batchAnn.ann.Load(), b)
 	if ev == nil {
 		return nil
 	}
@@ -338,7 +426,7 @@ func (s *Store) AddBatchLines(id string, from int, ops []*store.Operation, reqs 
 		at := s.now()
 		for i, op := range ops {
 			if store.CutLine(b, op, at) || op.Status.Final() {
-				store.CountLine(b, op)
+				store.CountLine(b, op, nil, s.sh.batchAnn.sizer.Load())
 			} else if err := putRequest(txn, op.ID, reqs[i]); err != nil {
 				return err
 			}
@@ -364,7 +452,7 @@ func (s *Store) AddBatchLines(id string, from int, ops []*store.Operation, reqs 
 
 // countLine counts a line operation that has just become final into its batch, in the same
 // transaction: a line is counted exactly once, and the last one settles the batch.
-func (s *Store) countLine(txn *badger.Txn, op *store.Operation, at time.Time) error {
+func (s *Store) countLine(txn *badger.Txn, op *store.Operation, res *store.Response, at time.Time) error {
 	if op.Batch == nil || !op.Status.Final() {
 		return nil
 	}
@@ -378,7 +466,7 @@ func (s *Store) countLine(txn *badger.Txn, op *store.Operation, at time.Time) er
 	if b.Status.Final() {
 		return nil
 	}
-	store.CountLine(b, op)
+	store.CountLine(b, op, res, s.sh.batchAnn.sizer.Load())
 	b.UpdatedAt = at
 	store.SettleBatch(b, at)
 	return s.putBatch(txn, b)

@@ -121,7 +121,7 @@ func (s *Store) change(id string, c store.Change, claimBy string, lease time.Dur
 		}
 		prev = op.Status
 		store.Apply(op, c, at)
-		if err := s.countLine(txn, op, at); err != nil {
+		if err := s.countLine(txn, op, c.Result, at); err != nil {
 			return err
 		}
 		if claimBy != "" {

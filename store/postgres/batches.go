@@ -21,16 +21,36 @@ import (
 // fileChunk is the size of one chunk row.
 const fileChunk = 1 << 20
 
-// batchAnnouncers holds each handle's batch announcer.
-type batchAnnouncerSlot = atomic.Pointer[store.BatchAnnouncer]
+// batchAnnouncerSlot holds what the module installs for batches: the announcer of their final
+// statuses and the sizer of their lines.
+type batchAnnouncerSlot struct {
+	ann   atomic.Pointer[store.BatchAnnouncer]
+	sizer atomic.Pointer[store.BatchLineSizer]
+}
 
 // SetBatchAnnouncer installs the announcer of batches' final statuses.
-func (s *Store) SetBatchAnnouncer(a store.BatchAnnouncer) { s.batchAnn.Store(&a) }
+func (s *Store) SetBatchAnnouncer(a store.BatchAnnouncer) { s.batchAnn.ann.Store(&a) }
+
+// SetBatchLineSizer installs the sizer of batches' lines.
+func (s *Store) SetBatchLineSizer(z store.BatchLineSizer) { s.batchAnn.sizer.Store(&z) }
 
 // CreateFile stores f's row, then its chunks, each in a transaction of its own, then marks it
-// complete (see store.Batches).
-func (s *Store) CreateFile(f *store.File, r io.Reader, max int64) error {
-	if err := s.putFile(f, false); err != nil {
+// complete (see store.Batches). The row, written first, takes the file's place in its scope's
+// quota, and each chunk adds its bytes to the row's, in the transaction that checks the quota
+// (fileQuotaRoom).
+func (s *Store) CreateFile(f *store.File, r io.Reader, lim store.FileLimits) error {
+	doc, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	if err := s.do(func(ctx context.Context, tx pgx.Tx) error {
+		if err := fileQuotaRoom(ctx, tx, f.Scope, lim, 0, true, s.now()); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO files (id, scope, complete, expires_at, doc) VALUES ($1, $2, false, $3, $4)`,
+			f.ID, f.Scope, f.ExpiresAt, doc)
+		return err
+	}); err != nil {
 		return err
 	}
 	buf := make([]byte, fileChunk)
@@ -38,20 +58,17 @@ func (s *Store) CreateFile(f *store.File, r io.Reader, max int64) error {
 	for seq := 0; ; seq++ {
 		n, err := io.ReadFull(r, buf)
 		if n > 0 {
-			f.Bytes += int64(n)
 			f.Lines += bytes.Count(buf[:n], []byte{'\n'})
 			lastByte = buf[n-1]
-			if f.Bytes > max {
+			if lim.MaxBytes > 0 && f.Bytes+int64(n) > lim.MaxBytes {
 				_ = s.DeleteFile(f.ID)
 				return store.ErrTooLarge
 			}
-			chunk := buf[:n]
-			if werr := s.do(func(ctx context.Context, tx pgx.Tx) error {
-				_, e := tx.Exec(ctx, `INSERT INTO file_chunks (file_id, seq, data) VALUES ($1, $2, $3)`, f.ID, seq, chunk)
-				return e
-			}); werr != nil {
+			if werr := s.putChunk(f, seq, buf[:n], lim); werr != nil {
+				_ = s.DeleteFile(f.ID)
 				return werr
 			}
+			f.Bytes += int64(n)
 		}
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			break
@@ -64,17 +81,55 @@ func (s *Store) CreateFile(f *store.File, r io.Reader, max int64) error {
 	if lastByte != '\n' {
 		f.Lines++
 	}
-	return s.putFile(f, true)
+	return s.completeFile(f)
 }
 
-func (s *Store) putFile(f *store.File, complete bool) error {
+// putChunk stores chunk seq of f and adds its bytes to f's row, if f's scope has room for them.
+func (s *Store) putChunk(f *store.File, seq int, chunk []byte, lim store.FileLimits) error {
+	return s.do(func(ctx context.Context, tx pgx.Tx) error {
+		if err := fileQuotaRoom(ctx, tx, f.Scope, lim, int64(len(chunk)), false, s.now()); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO file_chunks (file_id, seq, data) VALUES ($1, $2, $3)`, f.ID, seq, chunk); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE files SET bytes = bytes + $2 WHERE id = $1`, f.ID, len(chunk))
+		return err
+	})
+}
+
+// fileQuotaRoom refuses, with store.ErrFileQuota, n more bytes (and, adding, one more file) in
+// scope over lim (store.FileQuotaRoom). The scope's uploads, on every replica, are serialised
+// by a transaction-scoped advisory lock on the scope taken before the sum, as accepts under
+// max_per_scope are (scopeHasRoom): the sum's snapshot then holds every chunk committed before,
+// and the next upload's check waits for this one's write.
+func fileQuotaRoom(ctx context.Context, tx pgx.Tx, scope string, lim store.FileLimits, n int64, adding bool, now time.Time) error {
+	if lim.ScopeBytes <= 0 && lim.ScopeFiles <= 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('mulligan files ' || $1, 0))`, scope); err != nil {
+		return err
+	}
+	var files int
+	var used int64
+	if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(bytes), 0) FROM files WHERE scope = $1 AND expires_at > $2`,
+		scope, now).Scan(&files, &used); err != nil {
+		return err
+	}
+	if err := store.FileQuotaRoom(lim, files, used, n, adding); err != nil {
+		return domain{err}
+	}
+	return nil
+}
+
+// completeFile writes f's document and marks its row complete: from then on it is listed.
+func (s *Store) completeFile(f *store.File) error {
 	doc, err := json.Marshal(f)
 	if err != nil {
 		return err
 	}
 	return s.do(func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO files (id, scope, complete, expires_at, doc) VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT (id) DO UPDATE SET complete = $3, doc = $5`, f.ID, f.Scope, complete, f.ExpiresAt, doc)
+		_, err := tx.Exec(ctx, `UPDATE files SET complete = true, bytes = $2, doc = $3 WHERE id = $1`, f.ID, f.Bytes, doc)
 		return err
 	})
 }
@@ -256,7 +311,7 @@ func (s *Store) putBatch(ctx context.Context, tx pgx.Tx, b *store.Batch, insert 
 }
 
 func (s *Store) announceBatch(ctx context.Context, tx pgx.Tx, b *store.Batch) error {
-	ev := store.PendingBatchEvent(s.batchAnn.Load(), b)
+	ev := store.PendingBatchEvent(s.batchAnn.ann.Load(), b)
 	if ev == nil {
 		return nil
 	}
@@ -302,7 +357,7 @@ func (s *Store) AddBatchLines(id string, from int, ops []*store.Operation, reqs 
 		var batch pgx.Batch
 		for i, op := range ops {
 			if store.CutLine(b, op, now) || op.Status.Final() {
-				store.CountLine(b, op)
+				store.CountLine(b, op, nil, s.batchAnn.sizer.Load())
 			} else {
 				queued = true
 				reqDoc, err := json.Marshal(reqs[i])
@@ -345,7 +400,7 @@ func queueOp(batch *pgx.Batch, op *store.Operation) error {
 
 // countLine counts a line operation that has just become final into its batch, in the same
 // transaction (see the Badger backend's countLine).
-func (s *Store) countLine(ctx context.Context, tx pgx.Tx, op *store.Operation, at time.Time) error {
+func (s *Store) countLine(ctx context.Context, tx pgx.Tx, op *store.Operation, res *store.Response, at time.Time) error {
 	if op.Batch == nil || !op.Status.Final() {
 		return nil
 	}
@@ -356,7 +411,7 @@ func (s *Store) countLine(ctx context.Context, tx pgx.Tx, op *store.Operation, a
 	if err != nil || b.Status.Final() {
 		return err
 	}
-	store.CountLine(b, op)
+	store.CountLine(b, op, res, s.batchAnn.sizer.Load())
 	b.UpdatedAt = at
 	store.SettleBatch(b, at)
 	return s.putBatch(ctx, tx, b, false)

@@ -284,7 +284,7 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, op *store.Operation, c sto
 			return nil, err
 		}
 	}
-	if err := s.countLine(ctx, tx, op, at); err != nil {
+	if err := s.countLine(ctx, tx, op, c.Result, at); err != nil {
 		return nil, err
 	}
 	return op, s.write(ctx, tx, op, c.Result)

@@ -17,6 +17,10 @@ var batchTests = []test{
 	{"EachLineIsCountedOnceAndTheLastSettlesTheBatch", testLinesCountedOnce},
 	{"LinesOfACancelledBatchAreCreatedCancelled", testLinesOfCancelledBatch},
 	{"ACutOfAQueuedLineLeavesAClaimedLineRunning", testCutLeavesClaimedLineRunning},
+	{"EachLineIsSizedWithItsCountSoTheFilesAreSizedWithoutAssembly", testLinesSizedWithTheirCount},
+	{"AScopesStoredFilesAreBoundedInBytesAndCount", testScopeFileQuota},
+	{"AnUploadInProgressCountsAgainstItsScopesQuota", testUploadInProgressCounts},
+	{"ConcurrentUploadsNeverBothFitARoomForOne", testConcurrentUploadsFitTheQuota},
 }
 
 func testFilesStreamInChunks(t *testing.T, e *env) {
@@ -24,7 +28,7 @@ func testFilesStreamInChunks(t *testing.T, e *env) {
 	now := e.clock.Now()
 	content := strings.Repeat("{\"custom_id\":\"x\"}\n", 150000) + "last line without newline" // ~2.7 MiB: several chunks
 	f := &store.File{ID: "file-1", Scope: "a", Purpose: "batch", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
-	if err := s.CreateFile(f, strings.NewReader(content), 1<<30); err != nil {
+	if err := s.CreateFile(f, strings.NewReader(content), store.FileLimits{MaxBytes: 1 << 30}); err != nil {
 		t.Fatal(err)
 	}
 	if f.Bytes != int64(len(content)) || f.Lines != 150001 {
@@ -40,7 +44,7 @@ func testFilesStreamInChunks(t *testing.T, e *env) {
 		t.Fatalf("read back %d bytes (%v), want the %d stored", len(got), err, len(content))
 	}
 	big := &store.File{ID: "file-2", Scope: "a", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
-	if err := s.CreateFile(big, strings.NewReader(content), 1<<20); !errors.Is(err, store.ErrTooLarge) {
+	if err := s.CreateFile(big, strings.NewReader(content), store.FileLimits{MaxBytes: 1 << 20}); !errors.Is(err, store.ErrTooLarge) {
 		t.Fatalf("a file over its limit: %v, want ErrTooLarge", err)
 	}
 	if _, err := s.GetFile("file-2"); !errors.Is(err, store.ErrNotFound) {
@@ -62,9 +66,16 @@ func testFilesStreamInChunks(t *testing.T, e *env) {
 // newBatch stores batch "batch_1" of scope a, in progress with total lines.
 func (e *env) newBatch(t *testing.T, s store.Backend, total int) {
 	t.Helper()
+	e.newBatchSized(t, s, total, nil)
+}
+
+// newBatchSized is newBatch with the file sizes the batch starts with.
+func (e *env) newBatchSized(t *testing.T, s store.Backend, total int, sizes *store.BatchFileBytes) {
+	t.Helper()
 	now := e.clock.Now()
 	b := &store.Batch{ID: "batch_1", Scope: "a", Endpoint: "/v1/x", Status: store.BatchValidating, CreatedAt: now,
-		ExpiresAt: now.Add(time.Hour), Retention: time.Hour, Callback: &store.Callback{Endpoint: "hooks", URL: "http://h"}}
+		ExpiresAt: now.Add(time.Hour), Retention: time.Hour, Callback: &store.Callback{Endpoint: "hooks", URL: "http://h"},
+		FileBytes: sizes}
 	if err := s.CreateBatch(b); err != nil {
 		t.Fatal(err)
 	}
