@@ -211,9 +211,9 @@ func queueTimedOut() store.Change {
 }
 
 // statusWriter notes the status the route answers with; Unwrap keeps flushing and the rest of
-// http.ResponseController working through it. Once cut ends because the call's shared seat
-// lapsed, a route that had not answered yet answers nothing (the proxy's 499 for a canceled
-// call): the gateway answers instead.
+// http.ResponseController working through it. Once cut is canceled because the call's shared
+// seat lapsed, a route that had not answered yet passes nothing on (the proxy's 499 for a
+// canceled call): the gateway answers instead.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
