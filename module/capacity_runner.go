@@ -143,7 +143,14 @@ func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *st
 	case err != nil:
 		return attemptResult{}, nil // the execution ended while it waited: outcome says how
 	}
-	res = r.attempt(ctx, op, req, limit)
+	// A shared seat that can no longer be renewed cuts the attempt, as an upstream cut would:
+	// another replica may take the seat (docs/capacity.md).
+	actx, stop := s.watch(ctx)
+	res = r.attempt(actx, op, req, limit)
+	stop()
+	if seatLapsed(actx) && ctx.Err() == nil {
+		r.log.Warn("the attempt's shared seat could not be renewed; the attempt was cut", operationFields(op)...)
+	}
 	s.release(overloaded(res.status, ctx.Err()))
 	return res, nil
 }

@@ -92,11 +92,23 @@ func (h *Handler) seated(next caddyhttp.Handler, scope string) caddyhttp.Handler
 				return nil
 			}
 		}
-		sw := &statusWriter{ResponseWriter: w}
+		ctx, stop := s.watch(r.Context())
+		sw := &statusWriter{ResponseWriter: w, cut: ctx}
 		defer func() { s.release(overloaded(sw.status, r.Context().Err())) }()
-		return next.ServeHTTP(sw, r)
+		err := next.ServeHTTP(sw, r.WithContext(ctx))
+		stop()
+		if sw.status == 0 && seatLapsed(ctx) {
+			// Cut before it answered: the shared seats fail closed, as when one cannot be taken.
+			w.Header().Set(headerRequestID, r.Header.Get(headerRequestID))
+			h.storageFailed(w, context.Cause(ctx))
+			return nil
+		}
+		return err
 	})
 }
+
+// seatLapsed reports whether ctx was cut because its call's shared seat lapsed.
+func seatLapsed(ctx context.Context) bool { return errors.Is(context.Cause(ctx), errSeatLapsed) }
 
 // saturated answers a sync call that found no seat: 503 UPSTREAM_SATURATED when none came
 // free in time, 503 STORAGE_UNAVAILABLE when the shared seats could not be counted (fail
@@ -199,13 +211,24 @@ func queueTimedOut() store.Change {
 }
 
 // statusWriter notes the status the route answers with; Unwrap keeps flushing and the rest of
-// http.ResponseController working through it.
+// http.ResponseController working through it. Once cut is canceled because the call's shared
+// seat lapsed, a route that had not answered yet passes nothing on (the proxy's 499 for a
+// canceled call): the gateway answers instead.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	cut    context.Context
+}
+
+// dropped reports whether a first write comes after the cut, and is not passed on.
+func (w *statusWriter) dropped() bool {
+	return w.status == 0 && w.cut != nil && seatLapsed(w.cut)
 }
 
 func (w *statusWriter) WriteHeader(code int) {
+	if w.dropped() {
+		return
+	}
 	if w.status == 0 && code >= 200 {
 		w.status = code
 	}
@@ -213,6 +236,9 @@ func (w *statusWriter) WriteHeader(code int) {
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.dropped() {
+		return 0, context.Cause(w.cut)
+	}
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}

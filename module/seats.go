@@ -61,9 +61,8 @@ type seatPool struct {
 	drain   drainRate
 	stats   seatCounters
 
-	sharedName string        // the pool's name among replicas (capacity shared)
-	shared     *sharedSeats  // nil until first needed, or without shared
-	stopped    chan struct{} // closed when the last config lets go
+	sharedName string       // the pool's name among replicas (capacity shared)
+	shared     *sharedSeats // nil until first needed, or without shared
 }
 
 // seatCounters are a pool's totals since the process started.
@@ -74,16 +73,14 @@ type seatCounters struct {
 
 func newSeatPool(key, where, label, sharedName string, cfg CapacityConfig) *seatPool {
 	p := &seatPool{key: key, where: where, label: label, sharedName: sharedName, now: time.Now,
-		turns: map[string]uint64{}, stopped: make(chan struct{})}
+		turns: map[string]uint64{}}
 	p.configure(cfg)
 	return p
 }
 
-// Destruct stops renewing shared seats when the last config lets go.
-func (p *seatPool) Destruct() error {
-	close(p.stopped)
-	return nil
-}
+// Destruct lets the pool go with the last config. Calls still holding shared seats keep
+// them renewed until they end: the renewer runs while any seat is held.
+func (p *seatPool) Destruct() error { return nil }
 
 // configure applies a (re)loaded block's settings; seats in use stay in use.
 func (p *seatPool) configure(cfg CapacityConfig) {
@@ -108,7 +105,7 @@ type seat struct {
 	pool   *seatPool
 	start  time.Time
 	once   sync.Once
-	shared string       // the shared seat also held (capacity shared); "" without
+	shared *heldSeat    // the shared seat also held (capacity shared); nil without
 	from   *sharedSeats // where shared came from: a reload may drop `shared` while it is held
 }
 
@@ -184,13 +181,23 @@ func (p *seatPool) acquireShared(ctx context.Context, s *seat, deadline time.Tim
 	if shared == nil {
 		return nil
 	}
-	id, err := shared.take(ctx, deadline)
+	h, err := shared.take(ctx, deadline)
 	if err != nil {
 		s.giveBack()
 		return err
 	}
-	s.shared, s.from = id, shared
+	s.shared, s.from = h, shared
 	return nil
+}
+
+// watch returns ctx for the call holding s: canceled with errSeatLapsed when its shared seat
+// can no longer be renewed before its lease ends, since another replica may then take it
+// (docs/capacity.md). stop ends the watch; without a shared seat ctx is returned as it is.
+func (s *seat) watch(ctx context.Context) (_ context.Context, stop func()) {
+	if s.shared == nil {
+		return ctx, func() {}
+	}
+	return s.from.watch(ctx, s.shared)
 }
 
 // abandon takes w out of the order for good: a seat granted to it and never taken is freed.
@@ -237,7 +244,7 @@ func (p *seatPool) forgetIdleLocked(scope string) {
 func (s *seat) release(overloaded bool) {
 	s.once.Do(func() {
 		p := s.pool
-		if s.shared != "" {
+		if s.shared != nil {
 			// After the local seat is back: a failed give must not leak it.
 			defer s.from.give(s.shared)
 		}

@@ -32,8 +32,11 @@ type SharedSeats interface {
 	AcquireSeat(pool, seat, worker string, limit int, until time.Time) (bool, error)
 	// ReleaseSeat gives seat back.
 	ReleaseSeat(pool, seat string) error
-	// RenewSeats extends worker's seats of pool until `until`; a dead worker's seats lapse.
-	RenewSeats(pool, worker string, until time.Time) error
+	// RenewSeats extends those of seats that worker holds in pool and that are still live until
+	// `until`, and returns them: a seat not returned lapsed, and another holder may have its
+	// place. Only the seats named are renewed, so a seat of worker's that no call holds any more
+	// (its release failed, or its taking's answer was lost) lapses like a dead worker's.
+	RenewSeats(pool, worker string, seats []string, until time.Time) ([]string, error)
 }
 
 // ClampUrgency brings u into 0..7: a stored value out of range waits at the nearest bound.

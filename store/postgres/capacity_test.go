@@ -115,19 +115,56 @@ func TestDeadReplicasSeatsLapse(t *testing.T) {
 	acquire(live, "l1", "live", true)
 	acquire(live, "l2", "live", false)
 	clock.Advance(20 * time.Second)
-	if err := live.RenewSeats("model", "live", clock.Now().Add(30*time.Second)); err != nil {
-		t.Fatal(err)
+	if renewed, err := live.RenewSeats("model", "live", []string{"l1"}, clock.Now().Add(30*time.Second)); err != nil || !slices.Equal(renewed, []string{"l1"}) {
+		t.Fatalf("renewing l1: %v %v", renewed, err)
 	}
 	clock.Advance(15 * time.Second) // dead's seats lapsed 5s ago, live's hold for 15s more
 	for _, seat := range []string{"l2", "l3", "l4"} {
 		acquire(live, seat, "live", true)
 	}
 	acquire(live, "l5", "live", false)
-	if err := dead.RenewSeats("model", "dead", clock.Now().Add(time.Minute)); err != nil {
-		t.Fatal(err)
+	if renewed, err := dead.RenewSeats("model", "dead", []string{"d1", "d2", "d3"}, clock.Now().Add(time.Minute)); err != nil || len(renewed) != 0 {
+		t.Fatalf("a late renewal: renewed %v %v, want none", renewed, err)
 	}
 	if n := count(t, live, `SELECT count(*) FROM seats WHERE worker = 'dead'`); n != 0 {
 		t.Fatalf("the dead replica holds %d seats after its late renewal", n)
+	}
+}
+
+// A seat whose release was lost (the database blipped, or the answer to its taking never came)
+// is held by no call: the worker goes on renewing the seats its calls hold, and the lost one
+// lapses after its lease and goes to another replica. Renewing it by name after it lapsed does
+// not revive it, and RenewSeats says so.
+func TestSeatWhoseReleaseWasLostLapsesWhileItsWorkerRenewsTheOthers(t *testing.T) {
+	clock := storetest.NewClock()
+	reps := replicas(t, 2, clock)
+	a, b := reps[0], reps[1]
+	const lease = time.Second
+	for _, seat := range []string{"held", "lost"} {
+		if ok, err := a.AcquireSeat("model", seat, "a", 2, clock.Now().Add(lease)); !ok || err != nil {
+			t.Fatalf("a takes %s: %v %v", seat, ok, err)
+		}
+	}
+	// "lost" is never released; a renews what its calls hold, three times a lease, for five.
+	for range 15 {
+		clock.Advance(lease / 3)
+		renewed, err := a.RenewSeats("model", "a", []string{"held"}, clock.Now().Add(lease))
+		if err != nil || !slices.Equal(renewed, []string{"held"}) {
+			t.Fatalf("renewing the held seat: %v %v", renewed, err)
+		}
+	}
+	if ok, err := b.AcquireSeat("model", "b1", "b", 2, clock.Now().Add(lease)); !ok || err != nil {
+		t.Fatalf("b after the lost seat's lease: %v %v; want the lost seat's place", ok, err)
+	}
+	if ok, err := b.AcquireSeat("model", "b2", "b", 2, clock.Now().Add(lease)); ok || err != nil {
+		t.Fatalf("b takes a third seat of two: %v %v", ok, err)
+	}
+	renewed, err := a.RenewSeats("model", "a", []string{"held", "lost"}, clock.Now().Add(lease))
+	if err != nil || !slices.Equal(renewed, []string{"held"}) {
+		t.Fatalf("renewing both: renewed %v %v; want only the held seat", renewed, err)
+	}
+	if n := count(t, a, `SELECT count(*) FROM seats WHERE worker = 'a'`); n != 1 {
+		t.Fatalf("a holds %d seats, want 1", n)
 	}
 }
 

@@ -57,12 +57,19 @@ func (s *Store) ReleaseSeat(pool, seat string) error {
 	})
 }
 
-// RenewSeats extends worker's live seats of pool until `until` (see store.SharedSeats). A seat
-// that already lapsed is not revived: another replica may have taken its place.
-func (s *Store) RenewSeats(pool, worker string, until time.Time) error {
-	return s.query(func(ctx context.Context, db querier) error {
-		_, err := db.Exec(ctx, `UPDATE seats SET until = $3 WHERE pool = $1 AND worker = $2 AND until > $4`,
-			pool, worker, until, s.now())
+// RenewSeats extends those of seats that worker holds in pool and that are still live until
+// `until`, and returns them (see store.SharedSeats). A seat that already lapsed is not revived:
+// another replica may have taken its place.
+func (s *Store) RenewSeats(pool, worker string, seats []string, until time.Time) ([]string, error) {
+	var renewed []string
+	err := s.query(func(ctx context.Context, db querier) error {
+		rows, err := db.Query(ctx, `UPDATE seats SET until = $4 WHERE pool = $1 AND worker = $2 AND seat = ANY($3) AND until > $5
+			RETURNING seat`, pool, worker, seats, until, s.now())
+		if err != nil {
+			return err
+		}
+		renewed, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
 	})
+	return renewed, err
 }
