@@ -104,9 +104,10 @@ func openStorage(set storageSpec, log *zap.Logger) (*storage, error) {
 		be = st
 	}
 	be.SetAnnouncer(announce)
+	be.SetBatchAnnouncer(announceBatch)
+	be.SetBatchSettled(countSettled(log))
 	run := newRunner(be, set, realClock, log)
 	run.begin()
-	be.SetBatchAnnouncer(announceBatch)
 	return &storage{set: set, be: be, run: run, batches: startBatchWorker(be, run, log)}, nil
 }
 
