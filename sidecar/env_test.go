@@ -202,7 +202,7 @@ func TestBadValuesAreRefusedByName(t *testing.T) {
 		{"MULLIGAN_BATCHES", "v1"},
 		{"MULLIGAN_BATCHES", "/v1/*"},
 		{"MULLIGAN_BATCHES_MAX_FILE_SIZE", "1GB"}, // without MULLIGAN_BATCHES
-		{"MULLIGAN_BATCHES_MAX_REQUESTS", "10"},  // likewise
+		{"MULLIGAN_BATCHES_MAX_REQUESTS", "10"},   // likewise
 		{"MULLIGAN_WEBHOOK_URL", "consumer.example.com/hook"},
 		{"MULLIGAN_WEBHOOK_URL", "https://consumer.example.com/hooks/*"},
 		{"MULLIGAN_WEBHOOK_ALLOW_PRIVATE", "maybe"},
