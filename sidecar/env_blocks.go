@@ -140,3 +140,12 @@ func (r *envReader) anySet(names ...string) bool {
 	}
 	return false
 }
+
+// storageName says in the start-up log where state is kept: the Badger directory, or
+// PostgreSQL by the variable naming it (its URL holds a password).
+func (c *sidecarConfig) storageName() string {
+	if c.Storage != "" {
+		return "postgres (MULLIGAN_STORAGE)"
+	}
+	return c.DataDir
+}

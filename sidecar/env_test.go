@@ -433,3 +433,15 @@ func TestCapacityAndBatchesTogether(t *testing.T) {
 		t.Fatalf("want both mistakes named, got %v", err)
 	}
 }
+
+// TestStartLogNamesTheStorageInUse: with MULLIGAN_STORAGE=postgres://... the start-up line said
+// "storage":"/var/lib/mulligan", the Badger directory it does not use.
+func TestStartLogNamesTheStorageInUse(t *testing.T) {
+	pg := mustLoad(t, "MULLIGAN_UPSTREAM", "127.0.0.1:8000", "MULLIGAN_STORAGE", "postgres://u:secret@db/m")
+	if got := pg.storageName(); got != "postgres (MULLIGAN_STORAGE)" {
+		t.Fatalf("storage logged as %q", got)
+	}
+	if got := mustLoad(t, "MULLIGAN_UPSTREAM", "127.0.0.1:8000").storageName(); got != "/var/lib/mulligan" {
+		t.Fatalf("Badger storage logged as %q", got)
+	}
+}
