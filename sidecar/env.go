@@ -234,7 +234,7 @@ func sidecarHelp() string {
 		if def == "" {
 			def = "-"
 		}
-		fmt.Fprintf(&b, "  %-31s %-18s %s\n", v.Name, def, v.Meaning)
+		fmt.Fprintf(&b, "  %-33s %-18s %s\n", v.Name, def, v.Meaning)
 	}
 	return b.String()
 }
