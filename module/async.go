@@ -361,9 +361,7 @@ func (c *converter) relayLive(w http.ResponseWriter, kr *keyedRequest, st store.
 	defer cancel(nil)
 	countRequest(outcomeNew)
 	status, header := s.head()
-	for k, v := range header {
-		w.Header()[k] = v
-	}
+	setRecordedHeader(w.Header(), header)
 	w.Header().Del("Content-Length")
 	w.WriteHeader(status)
 	broken := relayEvents(w, kr.r, s, 0)

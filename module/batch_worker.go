@@ -94,20 +94,16 @@ func (w *batchWorker) pass() {
 	for st, n := range counts {
 		batchMetrics.active.WithLabelValues(string(st)).Set(n)
 	}
-	w.countFinished(seen)
+	w.forgetFinished(seen)
 }
 
-// countFinished counts the batches that left the unsettled list since the last pass.
-func (w *batchWorker) countFinished(seen map[string]store.BatchStatus) {
+// forgetFinished drops what the worker kept of batches that left the unsettled list since the
+// last pass. They are counted where they settle (countSettled), not here: every replica's
+// worker sees each batch leave.
+func (w *batchWorker) forgetFinished(seen map[string]store.BatchStatus) {
 	for id := range w.active {
-		if _, still := seen[id]; still {
-			continue
-		}
-		delete(w.swept, id)
-		if b, err := w.st.GetBatch(id); err == nil && b.Status.Final() {
-			batchMetrics.finished.WithLabelValues(string(b.Status)).Inc()
-			w.log.Info("batch final", zap.String("batch_id", id), zap.String("status", string(b.Status)),
-				zap.Int("completed", b.Counts.Completed), zap.Int("failed", b.Counts.Failed))
+		if _, still := seen[id]; !still {
+			delete(w.swept, id)
 		}
 	}
 	w.active = seen

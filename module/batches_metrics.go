@@ -2,6 +2,7 @@ package module
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/store"
 )
@@ -23,7 +24,7 @@ var batchMetrics = struct {
 	}),
 	finished: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "mulligan", Name: "batches_finished_total",
-		Help: "Batches that reached a final status (completed, failed, expired, cancelled), as seen by this replica's batch worker.",
+		Help: "Batches that reached a final status (completed, failed, expired, cancelled), counted by the replica whose transaction settled each.",
 	}, []string{"status"}),
 	active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "mulligan", Name: "batches", Help: "Batches not final, by status (validating, in_progress, cancelling), storage-wide.",
@@ -48,4 +49,15 @@ func countLineFinal(op *store.Operation) {
 		}
 	}
 	batchMetrics.lines.WithLabelValues(outcome).Inc()
+}
+
+// countSettled is every storage's SetBatchSettled function: a batch made final is counted and
+// logged once across the replicas on a storage, by the one whose transaction settled it.
+func countSettled(log *zap.Logger) func(b *store.Batch) {
+	log = log.Named("batches")
+	return func(b *store.Batch) {
+		batchMetrics.finished.WithLabelValues(string(b.Status)).Inc()
+		log.Info("batch final", zap.String("batch_id", b.ID), zap.String("status", string(b.Status)),
+			zap.Int("completed", b.Counts.Completed), zap.Int("failed", b.Counts.Failed))
+	}
 }

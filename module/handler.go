@@ -126,6 +126,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return err
 	}
+	zeroSubmitted(h.Async.Type)
 	if len(key) > 0 {
 		explicit["encryption_key"] = hex.EncodeToString(key)
 	}

@@ -414,13 +414,25 @@ func replay(w http.ResponseWriter, rec *store.Record) {
 	writeResponse(w, *rec.Response)
 }
 
+// setRecordedHeader sets a recorded (or buffered) upstream answer's header on h, the client's,
+// so that it goes out as the live answer went: Caddy presets `Server: Caddy` on every response,
+// and reverse_proxy deletes it when it relays an upstream's answer (it adds Via instead), so a
+// relayed answer has a Server header only when the upstream sent one. A replay, a result and
+// an answer buffered for the client go out the same way: Server only when it was recorded.
+func setRecordedHeader(h, recorded http.Header) {
+	if _, ok := recorded["Server"]; !ok {
+		h.Del("Server")
+	}
+	for k, v := range recorded {
+		h[k] = v
+	}
+}
+
 // writeResponse writes a recorded response whole, over the headers already set (the gateway's
 // own, which recorded ones never carry).
 func writeResponse(w http.ResponseWriter, resp store.Response) {
 	h := w.Header()
-	for k, v := range resp.Header {
-		h[k] = v
-	}
+	setRecordedHeader(h, resp.Header)
 	h.Del("Transfer-Encoding")
 	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
 	w.WriteHeader(resp.Status)

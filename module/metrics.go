@@ -67,7 +67,7 @@ var metrics = struct {
 	}, []string{"endpoint"}),
 	fsyncBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: "mulligan", Name: "store_fsync_batch_size",
-		Help: "Durable writes covered by one fsync (group commit).", Buckets: prometheus.ExponentialBuckets(1, 2, 10),
+		Help: "Durable writes covered by one fsync (group commit) of Badger storage; PostgreSQL syncs its own commits and counts none here.", Buckets: prometheus.ExponentialBuckets(1, 2, 10),
 	}),
 	runnerMetrics: runnerCollector{},
 }

@@ -35,3 +35,13 @@ func zeroWebhookCounters(endpoints map[string]*webhookSetup) {
 		metrics.deadLetters.WithLabelValues(name)
 	}
 }
+
+// zeroSubmitted creates the submitted counter of a block's configured operation type at 0: it
+// is the denominator of the MulliganRetrySurge alert. A block without `type` counts under the
+// route's path, known only when the first request arrives; the alert's denominator falls back
+// to 0 then (`or vector(0)`).
+func zeroSubmitted(typ string) {
+	if typ != "" {
+		metrics.submitted.WithLabelValues(typ)
+	}
+}

@@ -1,6 +1,9 @@
 package module
 
 import (
+	"os"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
@@ -22,5 +25,45 @@ func TestAlertedCountersExistAtZeroFromTheFirstScrape(t *testing.T) {
 		if _, ok := samples[name]; !ok {
 			t.Errorf("%s is absent before anything happened", name)
 		}
+	}
+}
+
+// TestEverySeriesTheAlertsReadExistsFromTheFirstScrape: each metric named in an alert's expr
+// (examples/observability/alerts.yml) has a series on a fresh gateway configured with the parts
+// the alerts watch (a typed async block, a webhook endpoint, capacity): an absent series makes
+// a ratio empty, so the alert (MulliganRetrySurge's denominator) could never fire.
+func TestEverySeriesTheAlertsReadExistsFromTheFirstScrape(t *testing.T) {
+	src, err := os.ReadFile("../examples/observability/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, modelserver.Config{}, "async {\n type chat_completion\n }\n capacity {\n limit 2\n }\n"+
+		webhooksBlock("http://127.0.0.1:9/zero", "", secretA))
+	present := map[string]bool{}
+	for sample := range g.scrape(t) {
+		present[strings.FieldsFunc(sample, func(r rune) bool { return r == '{' || r == ' ' })[0]] = true
+	}
+	name := regexp.MustCompile(`\bmulligan_[a-z_]+[a-z]`)
+	inExpr, n := false, 0
+	for _, line := range strings.Split(string(src), "\n") {
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(trimmed, "expr:"):
+			inExpr = true
+		case strings.HasPrefix(trimmed, "for:") || strings.HasPrefix(trimmed, "labels:"):
+			inExpr = false
+		}
+		if !inExpr {
+			continue
+		}
+		for _, m := range name.FindAllString(line, -1) {
+			n++
+			if !present[m] {
+				t.Errorf("%s, read by an alert, is absent from a fresh scrape", m)
+			}
+		}
+	}
+	if n < 10 {
+		t.Fatalf("found only %d metric uses in the alerts' exprs", n)
 	}
 }

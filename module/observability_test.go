@@ -99,3 +99,38 @@ func TestSeedMetricsCountSubmissionsPollsAndTheOldestRunning(t *testing.T) {
 		t.Errorf("mulligan_operation_duration_seconds_count grew by %v, want 3 (two succeeded, one canceled)", d)
 	}
 }
+
+// TestDocsListEveryShippedAlert: docs/operating.md and examples/observability/README.md list the
+// alerts of alerts.yml, each by its name in words (MulliganWebhookBreakerOpen: "webhook breaker
+// open"), no more and no fewer.
+func TestDocsListEveryShippedAlert(t *testing.T) {
+	src, err := os.ReadFile("../examples/observability/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	word := regexp.MustCompile(`[A-Z][a-z]*`)
+	for _, m := range regexp.MustCompile(`(?m)^\s*- alert: Mulligan(\w+)`).FindAllStringSubmatch(string(src), -1) {
+		want = append(want, strings.ToLower(strings.Join(word.FindAllString(m[1], -1), " ")))
+	}
+	for file, list := range map[string]*regexp.Regexp{
+		"../docs/operating.md":                regexp.MustCompile("\\(`alerts.yml`: ([^)]*)\\)"),
+		"../examples/observability/README.md": regexp.MustCompile(`alert rules: ([^.]*)\.`),
+	} {
+		doc, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := list.FindSubmatch(doc)
+		if m == nil {
+			t.Fatalf("%s: no list of the alerts found", file)
+		}
+		var got []string
+		for _, item := range strings.Split(string(m[1]), ",") {
+			got = append(got, strings.Join(strings.Fields(item), " "))
+		}
+		if strings.Join(got, ", ") != strings.Join(want, ", ") {
+			t.Errorf("%s lists the alerts\n  %s\nalerts.yml has\n  %s", file, strings.Join(got, ", "), strings.Join(want, ", "))
+		}
+	}
+}

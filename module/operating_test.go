@@ -1,6 +1,7 @@
 package module
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
@@ -185,5 +187,37 @@ func TestAdminListsEveryScopeAndEvictsKeys(t *testing.T) {
 	}
 	if n := g.model.Stats().ByKey["evict-me"]; n != 2 {
 		t.Fatalf("the evicted key ran %d times, want 2", n)
+	}
+}
+
+// TestOperatingDocCaddyfilesLoad: every Caddyfile in docs/operating.md adapts and provisions (the
+// laptop recipe's three replicas run it), and the recipe's binds loopback only.
+func TestOperatingDocCaddyfilesLoad(t *testing.T) {
+	doc, err := os.ReadFile("../docs/operating.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PORT", "8081")
+	t.Setenv("ADMIN", "2021")
+	t.Setenv("MULLIGAN_POSTGRES_URL", "postgres://mulligan@127.0.0.1:1/mulligan") // validating opens no storage
+	blocks := regexp.MustCompile("(?s)```caddyfile\n(.*?)```").FindAllSubmatch(doc, -1)
+	if len(blocks) == 0 {
+		t.Fatal("docs/operating.md has no ```caddyfile block")
+	}
+	for _, m := range blocks {
+		out, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt(m[1], map[string]any{"filename": "operating.md"})
+		if err != nil || len(warnings) > 0 {
+			t.Fatalf("%v %v\n%s", err, warnings, m[1])
+		}
+		if strings.Contains(string(m[1]), "{$PORT}") && !strings.Contains(string(out), `"listen":["127.0.0.1:8081"]`) {
+			t.Errorf("the recipe's Caddyfile does not listen on loopback only: %s", out)
+		}
+		var cfg caddy.Config
+		if err := json.Unmarshal(out, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if err := caddy.Validate(&cfg); err != nil {
+			t.Errorf("%v\n%s", err, m[1])
+		}
 	}
 }

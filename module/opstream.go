@@ -244,9 +244,7 @@ func (h *Handler) followResult(q *opsRequest, op *store.Operation) bool {
 	if id != "" {
 		after, _ = src.find(id)
 	}
-	for k, v := range header {
-		q.w.Header()[k] = v
-	}
+	setRecordedHeader(q.w.Header(), header)
 	q.w.Header().Del("Content-Length")
 	q.w.WriteHeader(status)
 	if relayEvents(q.w, q.r, src, after) {

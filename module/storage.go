@@ -107,6 +107,7 @@ func openStorage(set storageSpec, log *zap.Logger) (*storage, error) {
 	// The batch hooks go in before the runner begins: a line it finishes is counted with them.
 	be.SetBatchAnnouncer(announceBatch)
 	be.SetBatchLineSizer(lineBytes)
+	be.SetBatchSettled(countSettled(log))
 	run := newRunner(be, set, realClock, log)
 	run.begin()
 	return &storage{set: set, be: be, run: run, batches: startBatchWorker(be, run, log)}, nil

@@ -90,9 +90,7 @@ func (g *gate) joinStream(w http.ResponseWriter, kr *keyedRequest, st store.Back
 		after, _ = js.src.find(id) // an unknown id resumes from the start
 	}
 	h := w.Header()
-	for k, v := range js.header {
-		h[k] = v
-	}
+	setRecordedHeader(h, js.header)
 	h.Set(headerReplayed, "true")
 	if !js.expires.IsZero() {
 		h.Set(headerExpires, js.expires.UTC().Format(http.TimeFormat))

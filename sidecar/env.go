@@ -45,6 +45,13 @@ var sidecarVars = []sidecarVar{
 	{"MULLIGAN_ASYNC_TIMEOUT", "10m", "longest execution of one operation, retries included (async.timeout)"},
 	{"MULLIGAN_ASYNC_QUEUE", "10000", "waiting operations before 503 QUEUE_FULL (async.queue)"},
 	{"MULLIGAN_ASYNC_TAKEOVER", "30s", "a replica silent this long loses its running operations to the others (async.takeover)"},
+	{"MULLIGAN_CAPACITY_LIMIT", "", "the model server's seats from this replica: N, or auto <min> <max>; any MULLIGAN_CAPACITY_* set turns capacity on, with auto 1 64 unless this says (capacity.limit)"},
+	{"MULLIGAN_CAPACITY_SHARED", "", "PostgreSQL storage only: calls in flight from every replica on it together (capacity.shared)"},
+	{"MULLIGAN_CAPACITY_WAIT", "30s", "longest a sync call waits for a seat, then 202 or 503 UPSTREAM_SATURATED (capacity.wait)"},
+	{"MULLIGAN_CAPACITY_MAX_QUEUE_WAIT", "", "queued work older than this fails QUEUE_TIMEOUT without reaching the upstream; unset: no bound (capacity.max_queue_wait)"},
+	{"MULLIGAN_BATCHES", "", "the Files and Batches API under this prefix, e.g. /v1; unset: off (batches)"},
+	{"MULLIGAN_BATCHES_MAX_FILE_SIZE", "200MiB", "largest file uploaded for a batch (batches.max_file_size)"},
+	{"MULLIGAN_BATCHES_MAX_REQUESTS", "50000", "most lines in a batch's input file (batches.max_requests)"},
 	{"MULLIGAN_WEBHOOK_URL", "", "where final-status events go: one endpoint named default, the site default"},
 	{"MULLIGAN_WEBHOOK_SECRET", "", "its signing secrets (whsec_...), whitespace-separated: several = rotation"},
 	{"MULLIGAN_WEBHOOK_SECRET_FILE", "", "the same, read from a file (e.g. a mounted Kubernetes Secret)"},
@@ -79,6 +86,10 @@ type sidecarConfig struct {
 	AsyncTimeout     string
 	AsyncQueue       int
 	AsyncTakeover    string
+
+	// Capacity is the capacity block, nil without one; Batches the batches block, likewise.
+	Capacity *capacityBlock
+	Batches  *batchesBlock
 
 	WebhookURL string
 	// WebhookSecrets is a placeholder ({env.…} or {file.…}) too: the module expands it when it
@@ -115,6 +126,8 @@ func loadSidecarConfig(lookup func(string) (string, bool)) (*sidecarConfig, erro
 	}
 	c.Bind, c.Port = r.listen("MULLIGAN_LISTEN")
 	c.Storage = r.storage("MULLIGAN_STORAGE", &c.DataDir)
+	c.Capacity = r.capacity(c.Storage != "")
+	c.Batches = r.batches()
 	if c.Upstream == "" && r.ok("MULLIGAN_UPSTREAM") {
 		r.fail("MULLIGAN_UPSTREAM", "is required: the model server's address, e.g. 127.0.0.1:8000 or http://model:8000")
 	}
@@ -184,6 +197,8 @@ func (c *sidecarConfig) Caddyfile() string {
 	line(3, "queue", strconv.Itoa(c.AsyncQueue))
 	line(3, "takeover", c.AsyncTakeover)
 	line(2, "}")
+	c.Capacity.caddyfile(line)
+	c.Batches.caddyfile(line)
 	if c.WebhookURL != "" {
 		line(2, "webhooks", "{")
 		line(3, "endpoint", "default", c.WebhookURL, "{")
@@ -219,7 +234,7 @@ func sidecarHelp() string {
 		if def == "" {
 			def = "-"
 		}
-		fmt.Fprintf(&b, "  %-31s %-18s %s\n", v.Name, def, v.Meaning)
+		fmt.Fprintf(&b, "  %-33s %-18s %s\n", v.Name, def, v.Meaning)
 	}
 	return b.String()
 }

@@ -123,6 +123,11 @@ func TestEachVariableReachesTheCaddyfile(t *testing.T) {
 		{"MULLIGAN_STORAGE", "postgres://mulligan:secret@db:5432/mulligan", []string{"storage postgres {env.MULLIGAN_STORAGE}"}, `"storage":"{env.MULLIGAN_STORAGE}","storage_backend":"postgres"`},
 		{"MULLIGAN_STORAGE", "/data/shared", []string{"storage /data/shared"}, `"storage":"/data/shared"`},
 		{"MULLIGAN_ASYNC_TAKEOVER", "45s", []string{"takeover 45s"}, `"takeover":45000000000`},
+		{"MULLIGAN_CAPACITY_LIMIT", "8", []string{"capacity {", "limit 8", "wait 30s"}, `"capacity":{"limit":8,"wait":30000000000}`},
+		{"MULLIGAN_CAPACITY_LIMIT", " auto  2 16 ", []string{"limit auto 2 16"}, `"capacity":{"auto":true,"max":16,"min":2,"wait":30000000000}`},
+		{"MULLIGAN_CAPACITY_WAIT", "5s", []string{"capacity {", "wait 5s"}, `"capacity":{"wait":5000000000}`},
+		{"MULLIGAN_CAPACITY_MAX_QUEUE_WAIT", "1h", []string{"max_queue_wait 1h"}, `"max_queue_wait":3600000000000`},
+		{"MULLIGAN_BATCHES", "/v1", []string{"batches /v1 {", "max_file_size 200MiB", "max_requests 50000"}, `"batches":{"max_file_size":209715200,"max_requests":50000,"prefix":"/v1"}`},
 	} {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
 			pairs := []string{"MULLIGAN_UPSTREAM", "127.0.0.1:8000"}
@@ -186,6 +191,18 @@ func TestBadValuesAreRefusedByName(t *testing.T) {
 		{"MULLIGAN_STORAGE", "mysql://db/mulligan"},
 		{"MULLIGAN_STORAGE", "postgres://db/mulligan {"},
 		{"MULLIGAN_ASYNC_TAKEOVER", "soon"},
+		{"MULLIGAN_CAPACITY_LIMIT", "0"},
+		{"MULLIGAN_CAPACITY_LIMIT", "auto"},
+		{"MULLIGAN_CAPACITY_LIMIT", "auto 8 4"},
+		{"MULLIGAN_CAPACITY_LIMIT", "many"},
+		{"MULLIGAN_CAPACITY_SHARED", "16"}, // Badger storage: one replica, nothing to share
+		{"MULLIGAN_CAPACITY_WAIT", "0s"},
+		{"MULLIGAN_CAPACITY_WAIT", "soon"},
+		{"MULLIGAN_CAPACITY_MAX_QUEUE_WAIT", "-1m"},
+		{"MULLIGAN_BATCHES", "v1"},
+		{"MULLIGAN_BATCHES", "/v1/*"},
+		{"MULLIGAN_BATCHES_MAX_FILE_SIZE", "1GB"}, // without MULLIGAN_BATCHES
+		{"MULLIGAN_BATCHES_MAX_REQUESTS", "10"},   // likewise
 		{"MULLIGAN_WEBHOOK_URL", "consumer.example.com/hook"},
 		{"MULLIGAN_WEBHOOK_URL", "https://consumer.example.com/hooks/*"},
 		{"MULLIGAN_WEBHOOK_ALLOW_PRIVATE", "maybe"},
@@ -392,5 +409,39 @@ func TestHelpListsEveryVariableTheSidecarReads(t *testing.T) {
 	}
 	for name := range read {
 		t.Errorf("%s is read but not documented", name)
+	}
+}
+
+// TestCapacityAndBatchesTogether: the 3-replica example of docs/operating.md with shared seats
+// and batches, every option set, as the module reads it.
+func TestCapacityAndBatchesTogether(t *testing.T) {
+	c := mustLoad(t, "MULLIGAN_UPSTREAM", "127.0.0.1:8000", "MULLIGAN_STORAGE", "postgres://mulligan@db/mulligan",
+		"MULLIGAN_CAPACITY_LIMIT", "4", "MULLIGAN_CAPACITY_SHARED", "8", "MULLIGAN_CAPACITY_WAIT", "10s",
+		"MULLIGAN_CAPACITY_MAX_QUEUE_WAIT", "30m", "MULLIGAN_BATCHES", "/v1",
+		"MULLIGAN_BATCHES_MAX_FILE_SIZE", "1GiB", "MULLIGAN_BATCHES_MAX_REQUESTS", "1000")
+	js := mustAdapt(t, c)
+	for _, part := range []string{`"capacity":{"limit":4,"max_queue_wait":1800000000000,"shared":8,"wait":10000000000}`,
+		`"batches":{"max_file_size":1073741824,"max_requests":1000,"prefix":"/v1"}`} {
+		if !strings.Contains(js, part) {
+			t.Errorf("the JSON lacks %s:\n%s", part, js)
+		}
+	}
+	bad, err := loadSidecarConfig(environ("MULLIGAN_UPSTREAM", "127.0.0.1:8000", "MULLIGAN_BATCHES", "/v1",
+		"MULLIGAN_BATCHES_MAX_FILE_SIZE", "200 MiB", "MULLIGAN_CAPACITY_SHARED", "8"))
+	if bad != nil || err == nil || !strings.Contains(err.Error(), "MULLIGAN_BATCHES_MAX_FILE_SIZE must be a positive size") ||
+		!strings.Contains(err.Error(), "MULLIGAN_CAPACITY_SHARED applies to PostgreSQL storage only") {
+		t.Fatalf("want both mistakes named, got %v", err)
+	}
+}
+
+// TestStartLogNamesTheStorageInUse: with MULLIGAN_STORAGE=postgres://... the start-up line said
+// "storage":"/var/lib/mulligan", the Badger directory it does not use.
+func TestStartLogNamesTheStorageInUse(t *testing.T) {
+	pg := mustLoad(t, "MULLIGAN_UPSTREAM", "127.0.0.1:8000", "MULLIGAN_STORAGE", "postgres://u:secret@db/m")
+	if got := pg.storageName(); got != "postgres (MULLIGAN_STORAGE)" {
+		t.Fatalf("storage logged as %q", got)
+	}
+	if got := mustLoad(t, "MULLIGAN_UPSTREAM", "127.0.0.1:8000").storageName(); got != "/var/lib/mulligan" {
+		t.Fatalf("Badger storage logged as %q", got)
 	}
 }

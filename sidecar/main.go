@@ -106,7 +106,7 @@ func cmdSidecar(fl caddycmd.Flags) (int, error) {
 	caddy.Log().Info("serving the configuration built from the MULLIGAN_* variables",
 		zap.String("upstream", cfg.Upstream),
 		zap.String("listen", cfg.Bind+":"+cfg.Port),
-		zap.String("storage", cfg.DataDir),
+		zap.String("storage", cfg.storageName()),
 		zap.Bool("webhooks", cfg.WebhookURL != ""))
 	select {}
 }

@@ -242,6 +242,11 @@ type Batches interface {
 	// SetBatchLineSizer installs the function that sizes each line as it is counted
 	// (Batch.FileBytes).
 	SetBatchLineSizer(z BatchLineSizer)
+	// SetBatchSettled installs fn, called with each batch that a transaction of this storage
+	// made final, once that transaction has committed, by the handle that ran it: of all the
+	// replicas on one storage exactly one hears of each batch, so what fn counts sums to one
+	// per batch across them.
+	SetBatchSettled(fn func(b *Batch))
 }
 
 // CutLine makes op, about to be stored for batch b, final at once when b no longer runs

@@ -31,13 +31,17 @@ type Secret struct {
 // consumer already uses would break their deliveries; generate new secrets
 // with at least 24 random bytes.
 func ParseSecret(s string) (Secret, error) {
-	encoded := strings.TrimPrefix(strings.TrimSpace(s), SecretPrefix)
+	encoded, prefixed := strings.CutPrefix(strings.TrimSpace(s), SecretPrefix)
 	if encoded == "" {
 		return Secret{}, fmt.Errorf("%w: it is empty (expected %s followed by base64)", ErrInvalidSecret, SecretPrefix)
 	}
 	key, err := base64.StdEncoding.DecodeString(encoded)
-	if err != nil {
+	switch {
+	case err != nil && prefixed:
 		return Secret{}, fmt.Errorf("%w: the part after %s is not standard base64: %v", ErrInvalidSecret, SecretPrefix, err)
+	case err != nil: // the prefix is optional, as in the reference libraries: say both forms
+		return Secret{}, fmt.Errorf("%w: it is neither %s followed by base64 nor bare base64 (generate one with: echo %s$(openssl rand -base64 32)): %v",
+			ErrInvalidSecret, SecretPrefix, SecretPrefix, err)
 	}
 	if len(key) == 0 {
 		return Secret{}, fmt.Errorf("%w: it decodes to no bytes", ErrInvalidSecret)

@@ -32,17 +32,25 @@ func TestParseSecretRejectsUnusableSecrets(t *testing.T) {
 	tests := []struct {
 		name  string
 		input string
+		says  string // the message says this (and, without the prefix, never "after whsec_")
 	}{
-		{"empty", ""},
-		{"prefix only", "whsec_"},
-		{"not base64", "whsec_not base64!"},
-		{"unpadded base64", "whsec_c2hvcnQ"},
+		{"empty", "", "it is empty"},
+		{"prefix only", "whsec_", "it is empty"},
+		{"not base64", "whsec_not base64!", "the part after whsec_ is not standard base64"},
+		{"unpadded base64", "whsec_c2hvcnQ", "the part after whsec_ is not standard base64"},
+		{"bare, not base64", "x", "it is neither whsec_ followed by base64 nor bare base64"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := webhook.ParseSecret(tt.input)
 			if !errors.Is(err, webhook.ErrInvalidSecret) {
 				t.Fatalf("ParseSecret(%q) = %v, want ErrInvalidSecret", tt.input, err)
+			}
+			if !strings.Contains(err.Error(), tt.says) {
+				t.Fatalf("ParseSecret(%q) = %v, want it to say %q", tt.input, err, tt.says)
+			}
+			if !strings.HasPrefix(strings.TrimSpace(tt.input), "whsec_") && strings.Contains(err.Error(), "after whsec_") {
+				t.Fatalf("ParseSecret(%q) = %v: speaks of a prefix the secret does not have", tt.input, err)
 			}
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -58,6 +59,40 @@ func (s *Store) SetBatchAnnouncer(a store.BatchAnnouncer) { s.sh.batchAnn.ann.St
 
 // SetBatchLineSizer installs the sizer of batches' lines.
 func (s *Store) SetBatchLineSizer(z store.BatchLineSizer) { s.sh.batchAnn.sizer.Store(&z) }
+
+// SetBatchSettled installs, for every handle on this database, the function told of each batch
+// a transaction made final once it has committed (see store.Batches).
+func (s *Store) SetBatchSettled(fn func(*store.Batch)) { s.sh.settled.fn.Store(&fn) }
+
+// settledBatches holds the batches each open transaction made final until it ends, as
+// outboxCounts holds its counts: only a committed transaction's are told.
+type settledBatches struct {
+	fn   atomic.Pointer[func(*store.Batch)]
+	open sync.Map // *badger.Txn -> *[]*store.Batch
+}
+
+// add holds b, made final in txn.
+func (sb *settledBatches) add(txn *badger.Txn, b *store.Batch) {
+	v, _ := sb.open.LoadOrStore(txn, new([]*store.Batch))
+	l := v.(*[]*store.Batch) // a transaction runs on one goroutine
+	cp := *b
+	*l = append(*l, &cp)
+}
+
+// settle tells txn's batches if it committed and forgets them either way.
+func (sb *settledBatches) settle(txn *badger.Txn, committed bool) {
+	if txn == nil {
+		return
+	}
+	v, ok := sb.open.LoadAndDelete(txn)
+	fn := sb.fn.Load()
+	if !ok || !committed || fn == nil || *fn == nil {
+		return
+	}
+	for _, b := range *v.(*[]*store.Batch) {
+		(*fn)(b)
+	}
+}
 
 // CreateFile stores f and its content in chunks of their own transactions; the file itself is
 // written last, so a file half uploaded when the process died is never visible (its chunks
@@ -375,6 +410,7 @@ func (s *Store) putBatch(txn *badger.Txn, b *store.Batch) error {
 	if err := txn.SetEntry(badger.NewEntry(batchScopeKey(b.Scope, b.ID), nil).WithTTL(ttl)); err != nil {
 		return err
 	}
+	s.sh.settled.add(txn, b)
 	return s.announceBatch(txn, b)
 }
 

@@ -36,6 +36,7 @@ type shared struct {
 
 	announcer   announcerSlot
 	batchAnn    batchAnnouncerSlot
+	settled     settledBatches
 	eventLeases eventLeases
 	queue       *queueState
 	counts      outboxCounts

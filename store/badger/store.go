@@ -150,6 +150,7 @@ func (s *Store) write(fn func(txn *badger.Txn) (bool, error), committed func(), 
 			return err
 		})
 		s.sh.counts.settle(txn, err == nil)
+		s.sh.settled.settle(txn, err == nil)
 		if errors.Is(err, badger.ErrConflict) && attempt < 64 {
 			continue
 		}

@@ -34,6 +34,34 @@ func (s *Store) SetBatchAnnouncer(a store.BatchAnnouncer) { s.batchAnn.ann.Store
 // SetBatchLineSizer installs the sizer of batches' lines.
 func (s *Store) SetBatchLineSizer(z store.BatchLineSizer) { s.batchAnn.sizer.Store(&z) }
 
+// SetBatchSettled installs the function told of each batch this handle's transactions made
+// final, once each has committed (see store.Batches): the row lock that settles a batch is
+// taken by one transaction of one replica, so one replica tells it.
+func (s *Store) SetBatchSettled(fn func(*store.Batch)) { s.settled.Store(&fn) }
+
+// settledKey holds, in a transaction's context, the batches it made final (do tells them once
+// it has committed).
+type settledKey struct{}
+
+// holdSettled notes in ctx's transaction that it made b final.
+func holdSettled(ctx context.Context, b *store.Batch) {
+	if l, ok := ctx.Value(settledKey{}).(*[]*store.Batch); ok {
+		cp := *b
+		*l = append(*l, &cp)
+	}
+}
+
+// tellSettled tells the installed function of the batches a committed transaction settled.
+func (s *Store) tellSettled(settled []*store.Batch) {
+	fn := s.settled.Load()
+	if fn == nil || *fn == nil {
+		return
+	}
+	for _, b := range settled {
+		(*fn)(b)
+	}
+}
+
 // CreateFile stores f's row, then its chunks, each in a transaction of its own, then marks it
 // complete (see store.Batches). The row, written first, takes the file's place in its scope's
 // quota, and each chunk adds its bytes to the row's, in the transaction that checks the quota
@@ -307,6 +335,7 @@ func (s *Store) putBatch(ctx context.Context, tx pgx.Tx, b *store.Batch, insert 
 	if !b.Status.Final() {
 		return nil
 	}
+	holdSettled(ctx, b)
 	return s.announceBatch(ctx, tx, b)
 }
 

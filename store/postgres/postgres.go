@@ -65,6 +65,7 @@ type Store struct {
 	now       func() time.Time
 	announcer atomic.Pointer[store.Announcer]
 	batchAnn  batchAnnouncerSlot
+	settled   atomic.Pointer[func(*store.Batch)]
 	wake      chan struct{}
 	notifyCh  chan struct{}
 	replays   *replayCache
@@ -195,7 +196,13 @@ func (s *Store) do(fn func(ctx context.Context, tx pgx.Tx) error) error {
 	}
 	defer cancel()
 	return unavailable(retrySafe(func() error {
-		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(ctx, tx) })
+		var settled []*store.Batch
+		tctx := context.WithValue(ctx, settledKey{}, &settled)
+		err := pgx.BeginFunc(tctx, s.pool, func(tx pgx.Tx) error { return fn(tctx, tx) })
+		if err == nil {
+			s.tellSettled(settled)
+		}
+		return err
 	}))
 }
 

@@ -3,9 +3,11 @@ package storetest
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +23,7 @@ var batchTests = []test{
 	{"AScopesStoredFilesAreBoundedInBytesAndCount", testScopeFileQuota},
 	{"AnUploadInProgressCountsAgainstItsScopesQuota", testUploadInProgressCounts},
 	{"ConcurrentUploadsNeverBothFitARoomForOne", testConcurrentUploadsFitTheQuota},
+	{"OfAllHandlesOneIsToldABatchSettled", testOneHandleToldOfSettle},
 }
 
 func testFilesStreamInChunks(t *testing.T, e *env) {
@@ -194,5 +197,69 @@ func testCutLeavesClaimedLineRunning(t *testing.T, e *env) {
 	}
 	if _, err := s.Transition(claimed.ID, store.Change{To: store.StatusSucceeded, Holder: "w"}); err != nil {
 		t.Fatalf("the runner's result after the cut: %v", err)
+	}
+}
+
+// testOneHandleToldOfSettle: three handles (three replicas on PostgreSQL) finish a batch's
+// lines at once; the batch settles once, and exactly one handle is told, once, after the
+// commit (what mulligan_batches_finished_total counts: docs/operating.md sums it across
+// replicas). A batch failed by an update is told once too; a final batch touched again, never.
+func testOneHandleToldOfSettle(t *testing.T, e *env) {
+	handles := []store.Backend{e.open(), e.open(), e.open()}
+	var mu sync.Mutex
+	told := map[string][]store.BatchStatus{}
+	for _, h := range handles {
+		h.SetBatchSettled(func(b *store.Batch) {
+			mu.Lock()
+			told[b.ID] = append(told[b.ID], b.Status)
+			mu.Unlock()
+		})
+	}
+	const n = 30
+	e.newBatch(t, handles[0], n)
+	ops, reqs := e.lines(0, n)
+	if _, err := handles[1].AddBatchLines("batch_1", 0, ops, reqs); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Go(func() {
+			h := handles[w%len(handles)]
+			for {
+				op, err := h.ClaimNext(fmt.Sprintf("w%d", w), time.Minute)
+				if err != nil || op == nil {
+					return
+				}
+				if _, err := h.Transition(op.ID, store.Change{To: store.StatusSucceeded, Holder: fmt.Sprintf("w%d", w)}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if b := must(handles[2].GetBatch("batch_1"))(t); b.Status != store.BatchCompleted || b.Counts.Completed != n {
+		t.Fatalf("batch %+v, want completed with %d lines", b, n)
+	}
+	_, _ = handles[0].UpdateBatch("batch_1", func(b *store.Batch) error { b.Status = store.BatchCancelling; return nil })
+	now := e.clock.Now()
+	failed := &store.Batch{ID: "batch_2", Scope: "a", Endpoint: "/v1/x", Status: store.BatchValidating,
+		CreatedAt: now, ExpiresAt: now.Add(time.Hour), Retention: time.Hour}
+	if err := handles[0].CreateBatch(failed); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := handles[2].UpdateBatch("batch_2", func(b *store.Batch) error {
+		b.Status, b.FailedAt = store.BatchFailed, now
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got := told["batch_1"]; len(got) != 1 || got[0] != store.BatchCompleted {
+		t.Fatalf("told of batch_1's settle %v, want [completed] once", got)
+	}
+	if got := told["batch_2"]; len(got) != 1 || got[0] != store.BatchFailed {
+		t.Fatalf("told of batch_2's settle %v, want [failed] once", got)
 	}
 }

@@ -180,7 +180,7 @@ func TestReplicasShareOneBatch(t *testing.T) {
 	dsn := pgtest.Database(t)
 	const n = 200
 	lines, upstream := startLineCounter(t, modelserver.Config{Latency: 30 * time.Millisecond})
-	rs := startReplicas(t, 2, upstream, dsn, "batches /v1\n async {\n concurrency 2\n }")
+	rs := startReplicas(t, 3, upstream, dsn, "batches /v1\n async {\n concurrency 2\n }")
 	id := rs[0].startBatch(t, n)
 	rs[1].awaitBatchDone(t, id, n)
 	if again := lines.reruns(t, n); again != 0 {
@@ -189,5 +189,47 @@ func TestReplicasShareOneBatch(t *testing.T) {
 	if peak := lines.peak.Load(); peak <= 2 {
 		t.Fatalf("at most %d lines ran at once: one replica (concurrency 2) ran the whole batch", peak)
 	}
-	t.Logf("%d lines, each run once; up to %d at once across the two replicas", n, lines.peak.Load())
+	t.Logf("%d lines, each run once; up to %d at once across the three replicas", n, lines.peak.Load())
+
+	// Summed across the replicas (docs/operating.md), the batch is created once and finished
+	// once. Every replica's batch worker has seen it leave once its gauge of batches in
+	// progress is back to 0.
+	testkit.WaitFor(t, 10*time.Second, "every replica's worker past the batch", func() bool {
+		for _, r := range rs {
+			if r.metric(t, `mulligan_batches{status="in_progress"}`) != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	var created, finished float64
+	for _, r := range rs {
+		created += r.metric(t, "mulligan_batches_created_total")
+		finished += r.metric(t, `mulligan_batches_finished_total{status="completed"}`)
+	}
+	if created != 1 || finished != 1 {
+		t.Fatalf("summed across the 3 replicas: %v batches created, %v finished; want 1 and 1", created, finished)
+	}
+}
+
+// metric is the value of sample name (with its labels, as the exposition writes them) on r's
+// /metrics; 0 when absent.
+func (r *replica) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(r.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			var f float64
+			if _, err := fmt.Sscan(v, &f); err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	return 0
 }

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/dustin/go-humanize"
+)
+
+// The capacity and batches blocks from MULLIGAN_CAPACITY_* and MULLIGAN_BATCHES* (docs/capacity.md,
+// docs/batches.md): each block is written only when one of its variables is set, so the
+// defaults give the Caddyfile they gave before.
+
+// capacityBlock is the capacity block's checked values; "" (0 for Shared) leaves an option out.
+type capacityBlock struct {
+	Limit        string // "8" or "auto 1 64"
+	Shared       int
+	Wait         string
+	MaxQueueWait string
+}
+
+// capacity reads the MULLIGAN_CAPACITY_* variables; nil when none is set. shared is refused
+// unless postgres is: on Badger there is one replica, and the module refuses it at load.
+func (r *envReader) capacity(postgres bool) *capacityBlock {
+	names := []string{"MULLIGAN_CAPACITY_LIMIT", "MULLIGAN_CAPACITY_SHARED", "MULLIGAN_CAPACITY_WAIT", "MULLIGAN_CAPACITY_MAX_QUEUE_WAIT"}
+	if !r.anySet(names...) {
+		return nil
+	}
+	c := &capacityBlock{Limit: r.limit(names[0]), Wait: r.duration(names[2], true)}
+	if r.set(names[1]) {
+		c.Shared = r.count(names[1])
+		if !postgres && r.ok(names[1]) {
+			r.fail(names[1], "applies to PostgreSQL storage only (MULLIGAN_STORAGE=postgres://...): it bounds the calls of every replica on one database")
+		}
+	}
+	if r.set(names[3]) {
+		c.MaxQueueWait = r.duration(names[3], true)
+	}
+	return c
+}
+
+// limit is "N" or "auto <min> <max>", "" when unset (the module's auto 1 64).
+func (r *envReader) limit(name string) string {
+	if !r.set(name) {
+		return ""
+	}
+	v := r.get(name)
+	f := strings.Fields(v)
+	if len(f) == 1 {
+		if n, err := strconv.Atoi(f[0]); err == nil && n >= 1 {
+			return f[0]
+		}
+	}
+	if len(f) == 3 && f[0] == "auto" {
+		lo, err := strconv.Atoi(f[1])
+		hi, herr := strconv.Atoi(f[2])
+		if err == nil && herr == nil && lo >= 1 && hi >= lo {
+			return strings.Join(f, " ")
+		}
+	}
+	r.fail(name, "must be a whole number of at least 1, or auto <min> <max> with 1 <= min <= max (e.g. auto 1 64), got %q", v)
+	return ""
+}
+
+func (c *capacityBlock) caddyfile(line func(depth int, words ...string)) {
+	if c == nil {
+		return
+	}
+	line(2, "capacity", "{")
+	if c.Limit != "" {
+		line(3, "limit", c.Limit)
+	}
+	if c.Shared > 0 {
+		line(3, "shared", strconv.Itoa(c.Shared))
+	}
+	line(3, "wait", c.Wait)
+	if c.MaxQueueWait != "" {
+		line(3, "max_queue_wait", c.MaxQueueWait)
+	}
+	line(2, "}")
+}
+
+// batchesBlock is the batches block's checked values.
+type batchesBlock struct {
+	Prefix      string
+	MaxFileSize string
+	MaxRequests int
+}
+
+// batches reads MULLIGAN_BATCHES and its options; nil when the API is off. An option set
+// without MULLIGAN_BATCHES is refused: it would configure nothing.
+func (r *envReader) batches() *batchesBlock {
+	const name = "MULLIGAN_BATCHES"
+	options := []string{"MULLIGAN_BATCHES_MAX_FILE_SIZE", "MULLIGAN_BATCHES_MAX_REQUESTS"}
+	if !r.set(name) {
+		for _, o := range options {
+			if r.set(o) {
+				r.fail(o, "is set without MULLIGAN_BATCHES (the prefix to serve the Files and Batches API under, e.g. /v1)")
+			}
+		}
+		return nil
+	}
+	b := &batchesBlock{Prefix: r.path(name), MaxFileSize: r.size(options[0]), MaxRequests: r.count(options[1])}
+	if b.Prefix != "" && strings.ContainsAny(b.Prefix, "*?#") {
+		r.fail(name, "must be a plain path prefix such as /v1, got %q", b.Prefix)
+	}
+	return b
+}
+
+// size is a positive size such as 200MiB, at most 1 TiB (as the module's).
+func (r *envReader) size(name string) string {
+	v := r.get(name)
+	n, err := humanize.ParseBytes(v)
+	if err != nil || n == 0 || n > 1<<40 || strings.ContainsAny(v, " \t") {
+		r.fail(name, "must be a positive size such as 200MiB or 1GB (no spaces), got %q", v)
+		return ""
+	}
+	return v
+}
+
+func (b *batchesBlock) caddyfile(line func(depth int, words ...string)) {
+	if b == nil {
+		return
+	}
+	line(2, "batches", b.Prefix, "{")
+	line(3, "max_file_size", b.MaxFileSize)
+	line(3, "max_requests", strconv.Itoa(b.MaxRequests))
+	line(2, "}")
+}
+
+// set reports whether name has a value (an empty one counts as unset).
+func (r *envReader) set(name string) bool { return strings.TrimSpace(r.raw(name)) != "" }
+
+// anySet reports whether any of names has a value.
+func (r *envReader) anySet(names ...string) bool {
+	for _, n := range names {
+		if r.set(n) {
+			return true
+		}
+	}
+	return false
+}
+
+// storageName says in the start-up log where state is kept: the Badger directory, or
+// PostgreSQL by the variable naming it (its URL holds a password).
+func (c *sidecarConfig) storageName() string {
+	if c.Storage != "" {
+		return "postgres (MULLIGAN_STORAGE)"
+	}
+	return c.DataDir
+}
