@@ -82,3 +82,12 @@ func migrateOver(ctx context.Context, cfg *pgx.ConnConfig, log store.Logger) err
 // Pooled reports whether the store's DSN goes through a connection pooler (its statements are
 // then not prepared on the server, and without a direct DSN the replica polls).
 func (s *Store) Pooled() bool { return s.pooled }
+
+// CheckDSN reports whether dsn parses, without connecting and without showing it in the error:
+// what a configuration can check when it loads.
+func CheckDSN(dsn string) error {
+	if _, err := pgx.ParseConfig(dsn); err != nil {
+		return withoutDSN(err)
+	}
+	return nil
+}
