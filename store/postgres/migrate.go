@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -139,19 +140,59 @@ var ErrMigrationsNeedSession = errors.New("postgres: the database lacks schema m
 
 // checkMigrated is migrate's part that needs no session: through a pooler without a direct
 // DSN, the database must already hold every migration this binary has (a replica with a
-// direct DSN, or an earlier release, applied them), and be within the binary's range.
-func checkMigrated(ctx context.Context, db querier) error {
+// direct DSN, or an earlier release, applied them), and be within the binary's range. While
+// another replica holds the migration lock, it waits for it (until ctx ends), as migrate does.
+func checkMigrated(ctx context.Context, db querier, log store.Logger) error {
 	all, err := loadMigrations()
 	if err != nil {
 		return err
 	}
+	for said := false; ; said = true {
+		missing, err := missingMigrations(ctx, db, all)
+		if err != nil {
+			return err
+		}
+		if len(missing) == 0 {
+			if said && log != nil {
+				log.Infof("postgres: the other replica's schema migration is done")
+			}
+			break
+		}
+		var held bool
+		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND classid = $1 AND objid = $2 AND objsubid = 1)`, lockMigrate>>32, lockMigrate&0xffffffff).Scan(&held); err != nil {
+			return err
+		}
+		if !held {
+			return fmt.Errorf("%w: %s missing; name a direct DSN beside the pooled one (docs/backends.md), or start one replica with it first",
+				ErrMigrationsNeedSession, strings.Join(missing, ", "))
+		}
+		if !said && log != nil {
+			log.Warningf("postgres: waiting for another replica's schema migration (it holds the migration lock)")
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for another replica's schema migration: %w", context.Cause(ctx))
+		case <-time.After(lockPoll):
+		}
+	}
+	st, err := readSchema(ctx, db)
+	if err != nil {
+		return err
+	}
+	return st.checkRange(MaxSchema)
+}
+
+// missingMigrations names the migrations of all the database lacks.
+func missingMigrations(ctx context.Context, db querier, all []migration) ([]string, error) {
 	applied, err := appliedVersions(ctx, db)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table: an empty database
 		applied, err = map[int]bool{}, nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var missing []string
 	for _, m := range all {
@@ -159,13 +200,5 @@ func checkMigrated(ctx context.Context, db querier) error {
 			missing = append(missing, m.name)
 		}
 	}
-	if len(missing) > 0 {
-		return fmt.Errorf("%w: %s missing; name a direct DSN beside the pooled one (docs/backends.md), or start one replica with it first",
-			ErrMigrationsNeedSession, strings.Join(missing, ", "))
-	}
-	st, err := readSchema(ctx, db)
-	if err != nil {
-		return err
-	}
-	return st.checkRange(MaxSchema)
+	return missing, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -66,4 +67,53 @@ func countOn(t *testing.T, dsn, sql string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// A pooled replica without a direct DSN that starts while another replica migrates waits for
+// that migration (it sees the lock in pg_locks) instead of refusing the half-migrated database.
+func TestPooledStoreWaitsForAnotherReplicasMigration(t *testing.T) {
+	bouncer := pgtest.StartBouncer(t, pgtest.Require(t), 2)
+	direct := pgtest.Database(t)
+	ctx := context.Background()
+	holder, err := pgx.Connect(ctx, direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock($1)`, lockMigrate); err != nil {
+		t.Fatal(err)
+	}
+	log := &captureLog{said: make(chan string, 4)}
+	opened := make(chan error, 1)
+	go func() {
+		st, err := Open(ctx, Options{DSN: bouncer.DSN(t, direct), SweepEvery: -1, Logger: log})
+		if err == nil {
+			st.Close()
+		}
+		opened <- err
+	}()
+	select {
+	case line := <-log.said:
+		if !strings.Contains(line, "waiting for another replica's schema migration") {
+			t.Fatalf("logged %q", line)
+		}
+	case err := <-opened:
+		t.Fatalf("returned while another replica migrated: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("no log line while another replica migrated")
+	}
+	if err := migrate(ctx, holder, nil); err != nil { // the holder's session holds the lock already
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_unlock($1)`, lockMigrate); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-opened:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("did not open once the migration was done")
+	}
 }

@@ -152,7 +152,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if session != nil {
 		err = migrateOver(ctx, session, opts.Logger)
 	} else {
-		err = checkMigrated(ctx, pool)
+		err = checkMigrated(ctx, pool, opts.Logger)
 	}
 	if err != nil {
 		pool.Close()
