@@ -182,12 +182,12 @@ func (c Config) validate() error {
 	case c.FloodCalls < 1 || c.FloodSlots < 1 || c.FloodLatency <= 0 || c.FloodEvery <= 0:
 		return fmt.Errorf("-flood-calls, -flood-slots, -flood-latency and -flood-every must be positive")
 	}
-	for _, dsn := range []string{c.Postgres, c.Pooled} {
-		if dsn == "" {
+	for _, f := range []struct{ flag, dsn string }{{"-postgres", c.Postgres}, {"-pooled", c.Pooled}} {
+		if f.dsn == "" {
 			continue
 		}
-		if _, err := withApplicationName(dsn, "check"); err != nil {
-			return err
+		if _, err := withApplicationName(f.dsn, "check"); err != nil {
+			return fmt.Errorf("%s %w", f.flag, err)
 		}
 	}
 	known := map[string]bool{}

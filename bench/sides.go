@@ -85,7 +85,7 @@ func (h *harness) applicationName(name string) string {
 func withApplicationName(dsn, name string) (string, error) {
 	u, err := url.Parse(dsn)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return "", fmt.Errorf("-postgres must be a postgres:// URL, got a DSN of another form (naming %s)", postgres.DisplayName(dsn))
+		return "", fmt.Errorf("must be a postgres:// URL, got a DSN of another form (naming %s)", postgres.DisplayName(dsn))
 	}
 	q := u.Query()
 	q.Set("application_name", name)
