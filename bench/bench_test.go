@@ -178,7 +178,9 @@ func TestConfigsThatCannotRunAreRejected(t *testing.T) {
 	}{
 		{"replicas without postgres", func(c *Config) { c.Replicas = 3 }, "above 1 needs -postgres"},
 		{"no replica", func(c *Config) { c.Postgres, c.Replicas = "postgres://127.0.0.1/x", 0 }, "-replicas must be at least 1"},
-		{"key=value DSN", func(c *Config) { c.Postgres = "host=127.0.0.1 password=secret" }, "must be a postgres:// URL, got a DSN of another form (naming postgres://"},
+		{"key=value DSN", func(c *Config) { c.Postgres = "host=127.0.0.1 password=secret" }, "-postgres must be a postgres:// URL, got a DSN of another form (naming postgres://"},
+		{"pooled without postgres", func(c *Config) { c.Pooled = "postgres://127.0.0.1:6432/x" }, "-pooled needs -postgres"},
+		{"key=value pooled DSN", func(c *Config) { c.Postgres, c.Pooled = "postgres://127.0.0.1/x", "host=pgbouncer password=secret" }, "-pooled must be a postgres:// URL"},
 		{"flood without slots", func(c *Config) { c.FloodSlots = 0 }, "-flood-slots, -flood-latency and -flood-every must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

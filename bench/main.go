@@ -10,6 +10,7 @@
 //	go run ./bench -scale                        # also seed 10k and 1M keys: RSS and lookup p99
 //	go run ./bench -postgres postgres://...      # Mulligan on PostgreSQL too, beside Badger
 //	go run ./bench -postgres postgres://... -replicas 3  # 3 gateways on the database, load spread
+//	go run ./bench -postgres postgres://... -pooled postgres://...  # also one through PgBouncer
 //	go run ./bench -scenarios streams            # SSE: first event, throughput, 1,000 live streams
 //	go run ./bench -scenarios flood              # capacity: interactive calls during a flood, ~4 minutes
 //
@@ -90,6 +91,10 @@ type Config struct {
 	// Replicas is how many gateway processes share the PostgreSQL database; the load is spread
 	// over them round-robin. Above 1 it needs Postgres.
 	Replicas int
+	// Pooled, when set, is the same database as Postgres through a connection pooler in
+	// transaction mode (PgBouncer): one more gateway stores through it, with no direct DSN, so
+	// it polls for work as a large fleet does (docs/backends.md, "Through PgBouncer").
+	Pooled string
 	// FloodCalls is how many low-urgency calls the flood scenario's flooding tenant sends.
 	FloodCalls int
 	// FloodSlots and FloodLatency are the flood's model server: how many calls it runs at
@@ -131,6 +136,7 @@ func main() {
 	flag.StringVar(&cfg.ProfileDir, "profile", "", "a directory: write CPU, block and mutex profiles of each Mulligan gateway's first round of each scenario there")
 	flag.StringVar(&cfg.Postgres, "postgres", "", "a postgres:// DSN: also measure Mulligan storing there, beside Badger (the scale run stays on Badger)")
 	flag.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "PostgreSQL gateway processes on the one database, the load spread round-robin over them (needs -postgres)")
+	flag.StringVar(&cfg.Pooled, "pooled", "", "a postgres:// DSN of the -postgres database through PgBouncer in transaction mode: also measure a gateway storing through it (needs -postgres, which migrates)")
 	flag.IntVar(&cfg.FloodCalls, "flood-calls", cfg.FloodCalls, "low-urgency calls of the flood scenario's flood")
 	flag.IntVar(&cfg.FloodSlots, "flood-slots", cfg.FloodSlots, "slots of the flood scenario's model server")
 	flag.DurationVar(&cfg.FloodLatency, "flood-latency", cfg.FloodLatency, "time of one call on the flood scenario's model server")
@@ -169,14 +175,19 @@ func (c Config) validate() error {
 		return fmt.Errorf("-keys, -ops, -async-ops and -live-streams must be positive")
 	case c.Replicas < 1 || (c.Replicas > 1 && c.Postgres == ""):
 		return fmt.Errorf("-replicas must be at least 1, and above 1 needs -postgres")
+	case c.Pooled != "" && c.Postgres == "":
+		return fmt.Errorf("-pooled needs -postgres: the direct DSN's gateway applies the migrations")
 	case c.Scale && (c.ScaleKeys < scaleSmallKeys || c.ScaleOps < 0):
 		return fmt.Errorf("-scale-keys must be at least %d and -scale-ops not negative", scaleSmallKeys)
 	case c.FloodCalls < 1 || c.FloodSlots < 1 || c.FloodLatency <= 0 || c.FloodEvery <= 0:
 		return fmt.Errorf("-flood-calls, -flood-slots, -flood-latency and -flood-every must be positive")
 	}
-	if c.Postgres != "" {
-		if _, err := withApplicationName(c.Postgres, "check"); err != nil {
-			return err
+	for _, f := range []struct{ flag, dsn string }{{"-postgres", c.Postgres}, {"-pooled", c.Pooled}} {
+		if f.dsn == "" {
+			continue
+		}
+		if _, err := withApplicationName(f.dsn, "check"); err != nil {
+			return fmt.Errorf("%s %w", f.flag, err)
 		}
 	}
 	known := map[string]bool{}
@@ -197,6 +208,9 @@ func (c Config) flagLine() string {
 		c.Concurrency, c.Duration, c.Rounds, strings.Join(c.Scenarios, ","), c.ReplayKeys, c.Operations, c.AsyncOps, c.LiveStreams)
 	if c.Postgres != "" {
 		line += fmt.Sprintf(" -postgres %s -replicas %d", postgres.DisplayName(c.Postgres), c.Replicas)
+	}
+	if c.Pooled != "" {
+		line += " -pooled " + postgres.DisplayName(c.Pooled)
 	}
 	if slices.Contains(c.Scenarios, ScenarioFlood) {
 		line += fmt.Sprintf(" -flood-calls %d -flood-slots %d -flood-latency %s -flood-every %s", c.FloodCalls, c.FloodSlots, c.FloodLatency, c.FloodEvery)

@@ -9,7 +9,8 @@ import (
 )
 
 // The Mulligan sides a run measures beside plain Caddy: Badger always, PostgreSQL with
-// -postgres, as -replicas processes on the one database when -replicas is above 1.
+// -postgres, as -replicas processes on the one database when -replicas is above 1, and with
+// -pooled one more on the same database through PgBouncer.
 
 // startSides starts the Mulligan gateways of the run, Badger first.
 func (h *harness) startSides(ctx context.Context) error {
@@ -40,6 +41,18 @@ func (h *harness) startSides(ctx context.Context) error {
 		pool.replicas = append(pool.replicas, r)
 	}
 	pool.base, pool.admin = pool.replicas[0].base, pool.replicas[0].admin
+	if h.cfg.Pooled == "" {
+		return nil
+	}
+	dsn, err := withApplicationName(h.cfg.Pooled, h.applicationName("pgbouncer"))
+	if err != nil {
+		return err
+	}
+	g, err = h.startGateway(ctx, "pgbouncer", func(int) string { return mulliganSite(h.upstream, "postgres "+dsn, "") })
+	if err != nil {
+		return err
+	}
+	h.mulligans = append(h.mulligans, g)
 	return nil
 }
 
@@ -72,7 +85,7 @@ func (h *harness) applicationName(name string) string {
 func withApplicationName(dsn, name string) (string, error) {
 	u, err := url.Parse(dsn)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return "", fmt.Errorf("-postgres must be a postgres:// URL, got a DSN of another form (naming %s)", postgres.DisplayName(dsn))
+		return "", fmt.Errorf("must be a postgres:// URL, got a DSN of another form (naming %s)", postgres.DisplayName(dsn))
 	}
 	q := u.Query()
 	q.Set("application_name", name)

@@ -29,7 +29,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
 //
 //	mulligan {
-//		storage        [badger] <dir> | postgres <dsn>
+//		storage        [badger] <dir> | postgres <dsn> [{
+//			direct <dsn>
+//		}]
 //		encryption_key <key>
 //		scope          <placeholder template>|<constant, e.g. shared>
 //		operations     <path prefix>
@@ -130,9 +132,21 @@ func (m *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-// unmarshalStorage reads `storage <dir>`, `storage badger <dir>` or `storage postgres <dsn>`.
+// unmarshalStorage reads `storage <dir>`, `storage badger <dir>` or `storage postgres <dsn>`,
+// the last with an optional block naming the direct DSN (`direct <dsn>`).
 func (m *Handler) unmarshalStorage(d *caddyfile.Dispenser) error {
 	args := d.RemainingArgs()
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		if d.Val() != "direct" {
+			return d.Errf("unrecognized storage option %q (storage postgres takes direct <dsn>)", d.Val())
+		}
+		if len(args) != 2 || args[0] != BackendPostgres {
+			return d.Errf("direct applies to storage postgres <dsn> only")
+		}
+		if err := oneArg(d, &m.StorageDirect); err != nil {
+			return err
+		}
+	}
 	switch {
 	case len(args) == 1:
 		m.StorageBackend, m.Storage = "", args[0]

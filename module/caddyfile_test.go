@@ -135,6 +135,20 @@ func TestCaddyfileParsesEveryOption(t *testing.T) {
 	}
 }
 
+func TestCaddyfileStoragePostgresTakesADirectDSN(t *testing.T) {
+	var h Handler
+	err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`mulligan {
+		storage postgres {env.MULLIGAN_POSTGRES_URL} {
+			direct {env.MULLIGAN_STORAGE_DIRECT}
+		}
+		durability relaxed
+	}`))
+	if err != nil || h.StorageBackend != BackendPostgres || h.Storage != "{env.MULLIGAN_POSTGRES_URL}" ||
+		h.StorageDirect != "{env.MULLIGAN_STORAGE_DIRECT}" || h.Durability != DurabilityRelaxed {
+		t.Fatalf("%v: %q %q direct %q, durability %q", err, h.StorageBackend, h.Storage, h.StorageDirect, h.Durability)
+	}
+}
+
 // TestCaddyfileRejectsMistakes checks each mistake's message, so a case cannot pass because the
 // parser tripped over something else.
 func TestCaddyfileRejectsMistakes(t *testing.T) {
@@ -148,6 +162,9 @@ func TestCaddyfileRejectsMistakes(t *testing.T) {
 		{"mulligan {\n idempotency {\n store_status 2yy\n }\n}", `"2yy" is neither a class like 2xx nor a status code`},
 		{"mulligan {\n idempotency {\n required yes\n }\n}", "unexpected line ending after 'yes'"},
 		{"mulligan {\n storage\n}", "storage takes a Badger directory, or badger <dir>, or postgres <dsn>"},
+		{"mulligan {\n storage /var/lib/m {\n direct postgres://db/m\n }\n}", "direct applies to storage postgres <dsn> only"},
+		{"mulligan {\n storage postgres postgres://pgbouncer/m {\n direct\n }\n}", "wrong argument count"},
+		{"mulligan {\n storage postgres postgres://pgbouncer/m {\n session postgres://db/m\n }\n}", `unrecognized storage option "session" (storage postgres takes direct <dsn>)`},
 		{"mulligan {\n async {\n mode sometimes\n }\n}", `mode must be prefer, always or after <duration>, got "sometimes"`},
 		{"mulligan {\n async {\n concurrency 0\n }\n}", `concurrency must be a whole number of at least 1, got "0"`},
 		{"mulligan {\n webhooks {\n endpoint a https://x.example.com\n }\n}", `endpoint "a" needs a secret`},

@@ -37,6 +37,13 @@ type Handler struct {
 	// are expanded.
 	Storage string `json:"storage,omitempty"`
 
+	// StorageDirect is, with the postgres backend, a DSN that reaches the same database without
+	// a connection pooler, when Storage goes through one (PgBouncer in transaction mode): the
+	// schema migrations and LISTEN for wake-ups, which need a session, use it. Without it, a
+	// replica behind a pooler needs a database migrated already and polls for work
+	// (docs/backends.md, "Through PgBouncer"). Placeholders are expanded.
+	StorageDirect string `json:"storage_direct,omitempty"`
+
 	// EncryptionKey turns on encryption at rest in Badger with a 16, 24 or 32-byte AES key, written in one
 	// unambiguous encoding: "hex:<hex digits>", "base64:<standard base64>", or the raw bytes
 	// (optionally "raw:<bytes>"). A bare string of 32, 48 or 64 hex digits is refused as ambiguous.
@@ -158,6 +165,9 @@ func (h *Handler) storageWideSettings() map[string]string {
 	if h.Async != nil && h.Async.Takeover != 0 {
 		out["takeover"] = time.Duration(h.Async.Takeover).String()
 	}
+	if h.StorageDirect != "" {
+		out["direct"] = caddy.NewReplacer().ReplaceAll(h.StorageDirect, "")
+	}
 	return out
 }
 
@@ -167,10 +177,14 @@ func (h *Handler) spec(key []byte) (storageSpec, error) {
 	if err != nil {
 		return storageSpec{}, err
 	}
+	direct, err := directOf(backend, h.StorageDirect)
+	if err != nil {
+		return storageSpec{}, err
+	}
 	if backend == BackendPostgres && len(key) > 0 {
 		return storageSpec{}, fmt.Errorf("encryption_key applies to Badger storage only; PostgreSQL encrypts at rest on its own side")
 	}
-	return storageSpec{backend: backend, location: location, sync: h.Durability == DurabilitySync, key: key,
+	return storageSpec{backend: backend, location: location, direct: direct, sync: h.Durability == DurabilitySync, key: key,
 		concurrency: h.Async.Concurrency, takeover: time.Duration(h.Async.Takeover)}, nil
 }
 

@@ -58,3 +58,29 @@ func TestOperationsPathThatSwallowsTheSiteIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// A storage's direct DSN (`storage postgres <dsn> { direct <dsn> }`, docs/backends.md) is
+// checked when the config loads, before any database is reached; its error never shows it.
+func TestStorageDirectIsCheckedAtLoad(t *testing.T) {
+	for _, tc := range []struct{ storage, message string }{
+		{"storage postgres postgres://u@127.0.0.1:1/db {\n   direct \"postgres://u:s3cret@db:notaport/m\"\n  }", "storage postgres: direct: "},
+		{"storage postgres postgres://u@127.0.0.1:1/db {\n   direct {env.MULLIGAN_TEST_UNSET_DIRECT}\n  }", "direct needs a DSN"},
+	} {
+		cf := "{\n admin off\n auto_https off\n persist_config off\n}\nhttp://127.0.0.1:0 {\n mulligan {\n  " + tc.storage + "\n }\n respond ok\n}\n"
+		cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cf), nil)
+		if err == nil {
+			err = caddy.Load(cfg, true)
+		}
+		if err == nil {
+			_ = caddy.Stop()
+			t.Errorf("%s was accepted", tc.storage)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.message) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s: %v; want a message saying %q, without the password", tc.storage, err, tc.message)
+		}
+	}
+	if _, err := directOf(BackendBadger, "postgres://db/m"); err == nil || !strings.Contains(err.Error(), "applies to storage postgres only") {
+		t.Errorf("storage_direct with Badger: %v", err)
+	}
+}

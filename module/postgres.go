@@ -22,7 +22,7 @@ const migrationWait = 5 * time.Minute
 func openPostgres(set storageSpec, log *zap.Logger) (store.Backend, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), migrationWait)
 	defer cancel()
-	pg, err := postgres.Open(ctx, postgres.Options{DSN: set.location, Logger: storeLogger{log.Named("postgres").Sugar()}})
+	pg, err := postgres.Open(ctx, postgres.Options{DSN: set.location, DirectDSN: set.direct, Logger: storeLogger{log.Named("postgres").Sugar()}})
 	if err != nil {
 		return nil, fmt.Errorf("mulligan: opening PostgreSQL storage %s: %w", set.name(), err)
 	}

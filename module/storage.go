@@ -42,6 +42,7 @@ var openStorages = caddy.NewUsagePool()
 type storageSpec struct {
 	backend  string
 	location string // the Badger directory (absolute) or the PostgreSQL DSN
+	direct   string // PostgreSQL: the DSN without a pooler, for migrations and LISTEN; "" for none
 	sync     bool
 	key      []byte
 
@@ -57,7 +58,8 @@ func (s storageSpec) where() string { return s.backend + " " + s.location }
 // (as two replicas would) until the old config lets go.
 func (s storageSpec) poolKey() string {
 	h := sha256.Sum256(s.key)
-	return fmt.Sprintf("%s|sync=%v|key=%x", s.where(), s.sync, h[:8])
+	d := sha256.Sum256([]byte(s.direct))
+	return fmt.Sprintf("%s|sync=%v|key=%x|direct=%x", s.where(), s.sync, h[:8], d[:8])
 }
 
 // name is how operators see the storage (admin API, metrics, logs): the directory, or the
@@ -177,6 +179,9 @@ func (u *storageRef) join(b blockSpec) error {
 		if prev, ok := u.explicit[name]; ok && prev != v && name == "encryption_key" {
 			return fmt.Errorf("two mulligan blocks on storage %s set different encryption keys: a storage has one; give both blocks the same key", u.set.name())
 		}
+		if prev, ok := u.explicit[name]; ok && prev != v && name == "direct" {
+			return fmt.Errorf("two mulligan blocks on storage %s name different direct DSNs: a storage has one; name the same in both, or in one only", u.set.name())
+		}
 		if prev, ok := u.explicit[name]; ok && prev != v {
 			return fmt.Errorf("two mulligan blocks on storage %s set %s differently (%s and %s): it applies to the whole storage; set it the same in both, or in one only",
 				u.set.name(), name, prev, v)
@@ -191,6 +196,8 @@ func (u *storageRef) join(b blockSpec) error {
 			u.set.sync = b.set.sync
 		case "encryption_key":
 			u.set.key = b.set.key
+		case "direct":
+			u.set.direct = b.set.direct
 		}
 	}
 	if b.webhooks == nil {
@@ -267,6 +274,25 @@ func openKeyOf(where string) string {
 		return found == ""
 	})
 	return found
+}
+
+// directOf resolves a block's direct DSN (`storage postgres <dsn> { direct <dsn> }`): PostgreSQL
+// only, and a DSN that parses, checked when the config loads.
+func directOf(backend, direct string) (string, error) {
+	if direct == "" {
+		return "", nil
+	}
+	if backend != BackendPostgres {
+		return "", errors.New("storage_direct (direct) applies to storage postgres only")
+	}
+	direct = caddy.NewReplacer().ReplaceAll(direct, "")
+	if strings.TrimSpace(direct) == "" {
+		return "", errors.New("storage postgres: direct needs a DSN (postgres://user:password@host:5432/db, or {env.MULLIGAN_STORAGE_DIRECT}); this one is empty once its placeholders are expanded")
+	}
+	if err := postgres.CheckDSN(direct); err != nil {
+		return "", fmt.Errorf("storage postgres: direct: %w", err)
+	}
+	return direct, nil
 }
 
 // storageOf resolves a block's `storage` into its backend and location.

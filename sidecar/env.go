@@ -29,6 +29,7 @@ var sidecarVars = []sidecarVar{
 	{"MULLIGAN_UPSTREAM", "", "required: the model server, host:port or http://host:port (reverse_proxy)"},
 	{"MULLIGAN_LISTEN", ":8080", "where the gateway listens, [host]:port; a host binds that interface only"},
 	{"MULLIGAN_STORAGE", "", "postgres://user:pass@host:5432/db: every replica on one PostgreSQL (storage postgres); or a Badger directory, as MULLIGAN_DATA_DIR"},
+	{"MULLIGAN_STORAGE_DIRECT", "", "with MULLIGAN_STORAGE behind PgBouncer: postgres://... of the same database without it, for migrations and LISTEN (storage postgres ... { direct })"},
 	{"MULLIGAN_DATA_DIR", "/var/lib/mulligan", "the Badger directory (storage): operations and idempotency records"},
 	{"MULLIGAN_ADMIN", "localhost:2019", "Caddy's admin endpoint (admin), or off"},
 	{"MULLIGAN_GRACE_PERIOD", "30s", "how long requests in flight get to finish on SIGTERM (grace_period)"},
@@ -66,9 +67,11 @@ type sidecarConfig struct {
 	DataDir  string
 	// Storage is the PostgreSQL DSN's placeholder, {env.MULLIGAN_STORAGE}, so the password is
 	// never in the config; "" for Badger in DataDir.
-	Storage     string
-	Admin       string
-	GracePeriod string
+	Storage string
+	// StorageDirect is the direct DSN's placeholder, {env.MULLIGAN_STORAGE_DIRECT}; "" for none.
+	StorageDirect string
+	Admin         string
+	GracePeriod   string
 
 	Durability string
 	Scope      string
@@ -126,6 +129,7 @@ func loadSidecarConfig(lookup func(string) (string, bool)) (*sidecarConfig, erro
 	}
 	c.Bind, c.Port = r.listen("MULLIGAN_LISTEN")
 	c.Storage = r.storage("MULLIGAN_STORAGE", &c.DataDir)
+	c.StorageDirect = r.storageDirect("MULLIGAN_STORAGE_DIRECT", c.Storage)
 	c.Capacity = r.capacity(c.Storage != "")
 	c.Batches = r.batches()
 	if c.Upstream == "" && r.ok("MULLIGAN_UPSTREAM") {
@@ -170,7 +174,11 @@ func (c *sidecarConfig) Caddyfile() string {
 		line(1, "bind", c.Bind)
 	}
 	line(1, "mulligan", "{")
-	if c.Storage != "" {
+	if c.Storage != "" && c.StorageDirect != "" {
+		line(2, "storage", "postgres", c.Storage, "{")
+		line(3, "direct", c.StorageDirect)
+		line(2, "}")
+	} else if c.Storage != "" {
 		line(2, "storage", "postgres", c.Storage)
 	} else {
 		line(2, "storage", caddyfileToken(c.DataDir))
@@ -503,6 +511,25 @@ func (r *envReader) storage(name string, dataDir *string) string {
 		r.fail(name, "must be a postgres:// URL or a Badger directory (an absolute path)")
 		return ""
 	}
+}
+
+// storageDirect reads MULLIGAN_STORAGE_DIRECT: a PostgreSQL URL beside a PostgreSQL
+// MULLIGAN_STORAGE (whose placeholder is storage), named by placeholder only.
+func (r *envReader) storageDirect(name, storage string) string {
+	v := strings.TrimSpace(r.raw(name))
+	switch {
+	case v == "":
+		return ""
+	case !strings.HasPrefix(v, "postgres://") && !strings.HasPrefix(v, "postgresql://"):
+		r.fail(name, "must be a postgres:// URL")
+	case strings.ContainsAny(v, " \t\n\r{}\"\\"):
+		r.fail(name, "must be one URL, without spaces, braces, quotes or backslashes (percent-encode them)")
+	case storage == "":
+		r.fail(name, "applies to PostgreSQL storage only: set MULLIGAN_STORAGE=postgres://... (the pooled DSN) beside it")
+	default:
+		return "{env." + name + "}"
+	}
+	return ""
 }
 
 // secret reads a secret given inline or as a file path: its value as the module will see it,

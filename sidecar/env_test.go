@@ -149,6 +149,20 @@ func TestEachVariableReachesTheCaddyfile(t *testing.T) {
 	}
 }
 
+// Behind PgBouncer, MULLIGAN_STORAGE names the pooler and MULLIGAN_STORAGE_DIRECT the database
+// itself (docs/backends.md, "Through PgBouncer"): both by placeholder only.
+func TestStorageDirectReachesTheCaddyfile(t *testing.T) {
+	c := mustLoad(t, "MULLIGAN_UPSTREAM", "127.0.0.1:8000", "MULLIGAN_STORAGE", "postgres://m:secret@pgbouncer:6432/m",
+		"MULLIGAN_STORAGE_DIRECT", "postgres://m:secret@db:5432/m")
+	text := c.Caddyfile()
+	if !strings.Contains(text, "storage postgres {env.MULLIGAN_STORAGE} {\n\t\t\tdirect {env.MULLIGAN_STORAGE_DIRECT}\n\t\t}\n") || strings.Contains(text, "secret") {
+		t.Fatalf("the Caddyfile:\n%s", text)
+	}
+	if js := mustAdapt(t, c); !strings.Contains(js, `"storage_direct":"{env.MULLIGAN_STORAGE_DIRECT}"`) {
+		t.Fatalf("the JSON lacks storage_direct:\n%s", js)
+	}
+}
+
 func TestEmptyValuesCountAsUnset(t *testing.T) {
 	c := mustLoad(t, "MULLIGAN_UPSTREAM", "127.0.0.1:8000", "MULLIGAN_LISTEN", "", "MULLIGAN_ASYNC_QUEUE", " ", "MULLIGAN_WEBHOOK_URL", "")
 	if got, want := c.Caddyfile(), mustLoad(t, "MULLIGAN_UPSTREAM", "127.0.0.1:8000").Caddyfile(); got != want {
@@ -190,6 +204,8 @@ func TestBadValuesAreRefusedByName(t *testing.T) {
 		{"MULLIGAN_ASYNC_QUEUE", "-5"},
 		{"MULLIGAN_STORAGE", "mysql://db/mulligan"},
 		{"MULLIGAN_STORAGE", "postgres://db/mulligan {"},
+		{"MULLIGAN_STORAGE_DIRECT", "postgres://db/mulligan"}, // without MULLIGAN_STORAGE=postgres://...
+		{"MULLIGAN_STORAGE_DIRECT", "/data/direct"},
 		{"MULLIGAN_ASYNC_TAKEOVER", "soon"},
 		{"MULLIGAN_CAPACITY_LIMIT", "0"},
 		{"MULLIGAN_CAPACITY_LIMIT", "auto"},

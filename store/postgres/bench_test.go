@@ -3,6 +3,7 @@ package postgres
 import (
 	"crypto/rand"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -102,4 +103,21 @@ func BenchmarkAppendEvents(b *testing.B) {
 // queued, in the shapes of storetest.BenchClaimNextDeepQueues.
 func BenchmarkClaimNextDeepQueue(b *testing.B) {
 	storetest.BenchClaimNextDeepQueues(b, func(b *testing.B) store.Backend { return openTest(b, pgtest.Database(b), Options{MaxConns: 16}) })
+}
+
+// BenchmarkExecModes measures a keyed request's two writes, as BenchmarkClaimComplete, in each
+// of pgx's statement modes on a direct connection: cache_statement (the default there),
+// cache_describe (what the store uses through a pooler: pooler.go) and exec (no cache at all).
+// docs/backends.md cites the figures.
+func BenchmarkExecModes(b *testing.B) {
+	for _, mode := range []string{"cache_statement", "cache_describe", "exec"} {
+		b.Run(mode, func(b *testing.B) {
+			dsn := pgtest.Database(b)
+			sep := "?"
+			if strings.Contains(dsn, "?") {
+				sep = "&"
+			}
+			storetest.BenchClaimComplete(b, openTest(b, dsn+sep+"default_query_exec_mode="+mode, Options{MaxConns: 16}))
+		})
+	}
 }

@@ -3,14 +3,16 @@ package postgres
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mulligan-gw/mulligan/store"
 )
@@ -62,21 +64,23 @@ func loadMigrations() ([]migration, error) {
 	return out, nil
 }
 
+// session is a connection of its own to the server: what the migration lock needs, since a
+// session advisory lock lives as long as the server connection that took it.
+type session interface {
+	querier
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
 // migrate applies the migrations the database lacks, one at a time, holding the migration lock
-// on one connection throughout. ctx bounds connecting and the wait for the lock; the
-// migrations themselves run to their end whatever it takes (a long index build must not be cut
-// off by a start-up timeout, or it could never finish). A database outside the binary's schema
-// range is refused (schema.go).
-func migrate(ctx context.Context, pool *pgxpool.Pool, log store.Logger) error {
+// on conn (a session of its own, never a pooler's) throughout. ctx bounds the wait for the lock;
+// the migrations themselves run to their end whatever it takes (a long index build must not be
+// cut off by a start-up timeout, or it could never finish). A database outside the binary's
+// schema range is refused (schema.go).
+func migrate(ctx context.Context, conn session, log store.Logger) error {
 	all, err := loadMigrations()
 	if err != nil {
 		return err
 	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
 	if err := lockMigrations(ctx, conn, log); err != nil {
 		return err
 	}
@@ -97,17 +101,9 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, log store.Logger) error {
 	if err := st.checkRange(MaxSchema); err != nil {
 		return err
 	}
-	applied := map[int]bool{}
-	rows, err := conn.Query(run, `SELECT version FROM schema_migrations`)
+	applied, err := appliedVersions(run, conn)
 	if err != nil {
 		return err
-	}
-	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
-	if err != nil {
-		return err
-	}
-	for _, v := range versions {
-		applied[v] = true
 	}
 	for _, m := range all {
 		if applied[m.version] {
@@ -118,4 +114,91 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, log store.Logger) error {
 		}
 	}
 	return nil
+}
+
+// appliedVersions reads the versions schema_migrations records.
+func appliedVersions(ctx context.Context, db querier) (map[int]bool, error) {
+	rows, err := db.Query(ctx, `SELECT version FROM schema_migrations`)
+	if err != nil {
+		return nil, err
+	}
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil, err
+	}
+	applied := map[int]bool{}
+	for _, v := range versions {
+		applied[v] = true
+	}
+	return applied, nil
+}
+
+// ErrMigrationsNeedSession refuses to start through a connection pooler on a database that
+// lacks migrations: the lock that keeps replicas from migrating at once is a session's, and a
+// transaction pooler keeps no session (docs/backends.md, "Through PgBouncer").
+var ErrMigrationsNeedSession = errors.New("postgres: the database lacks schema migrations, and the storage DSN goes through a connection pooler, where the migration lock cannot be held")
+
+// checkMigrated is migrate's part that needs no session: through a pooler without a direct
+// DSN, the database must already hold every migration this binary has (a replica with a
+// direct DSN, or an earlier release, applied them), and be within the binary's range. While
+// another replica holds the migration lock, it waits for it (until ctx ends), as migrate does.
+func checkMigrated(ctx context.Context, db querier, log store.Logger) error {
+	all, err := loadMigrations()
+	if err != nil {
+		return err
+	}
+	for said := false; ; said = true {
+		missing, err := missingMigrations(ctx, db, all)
+		if err != nil {
+			return err
+		}
+		if len(missing) == 0 {
+			if said && log != nil {
+				log.Infof("postgres: the other replica's schema migration is done")
+			}
+			break
+		}
+		var held bool
+		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND classid = $1 AND objid = $2 AND objsubid = 1)`, lockMigrate>>32, lockMigrate&0xffffffff).Scan(&held); err != nil {
+			return err
+		}
+		if !held {
+			return fmt.Errorf("%w: %s missing; name a direct DSN beside the pooled one (docs/backends.md), or start one replica with it first",
+				ErrMigrationsNeedSession, strings.Join(missing, ", "))
+		}
+		if !said && log != nil {
+			log.Warningf("postgres: waiting for another replica's schema migration (it holds the migration lock)")
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for another replica's schema migration: %w", context.Cause(ctx))
+		case <-time.After(lockPoll):
+		}
+	}
+	st, err := readSchema(ctx, db)
+	if err != nil {
+		return err
+	}
+	return st.checkRange(MaxSchema)
+}
+
+// missingMigrations names the migrations of all the database lacks.
+func missingMigrations(ctx context.Context, db querier, all []migration) ([]string, error) {
+	applied, err := appliedVersions(ctx, db)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table: an empty database
+		applied, err = map[int]bool{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var missing []string
+	for _, m := range all {
+		if !applied[m.version] {
+			missing = append(missing, m.name)
+		}
+	}
+	return missing, nil
 }

@@ -22,15 +22,22 @@ import (
 // Options configures a Store.
 type Options struct {
 	// DSN locates the database: a URL (postgres://user:password@host:5432/db?sslmode=require) or
-	// keyword/value pairs, as libpq takes them.
+	// keyword/value pairs, as libpq takes them. It may go through a connection pooler in
+	// transaction mode (PgBouncer), which Open recognises (pooler.go).
 	DSN string
+	// DirectDSN, when the DSN goes through a pooler, reaches the same database without it: what
+	// needs a session (the migration lock, LISTEN for wake-ups) uses it, one connection at a
+	// time. Without it, a pooled store does not migrate (ErrMigrationsNeedSession) and its
+	// replica polls for work.
+	DirectDSN string
 	// Now is the clock; nil means time.Now. Replicas compare leases on their own clocks, so they
 	// must agree to well within `takeover` (NTP does).
 	Now func() time.Time
 	// Timeout bounds each call; past it the call fails with store.ErrUnavailable. Zero: 5s.
 	Timeout time.Duration
 	// MaxConns is the size of the connection pool; zero: the DSN's pool_max_conns, else 8. One
-	// more connection listens for wake-ups.
+	// more connection (the direct DSN's, when the DSN goes through a pooler; none without one)
+	// listens for wake-ups.
 	MaxConns int32
 	// SweepEvery is how often the retention sweep runs (on one replica at a time); zero: one
 	// minute; negative: never (Sweep may still be called).
@@ -69,6 +76,7 @@ type Store struct {
 	wake      chan struct{}
 	notifyCh  chan struct{}
 	replays   *replayCache
+	pooled    bool // the DSN goes through a connection pooler (pooler.go)
 
 	base   context.Context // canceled by Close
 	cancel context.CancelFunc
@@ -81,6 +89,8 @@ var _ store.Backend = (*Store)(nil)
 
 // Open connects to the database, applies the migrations it lacks (under an advisory lock, so
 // replicas starting together do not race), and starts listening for wake-ups and sweeping.
+// Through a connection pooler the lock and LISTEN go over DirectDSN; without one the database
+// must be migrated already, and the replica polls (pooler.go).
 func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.DSN == "" {
 		return nil, errors.New("postgres: no DSN given")
@@ -116,26 +126,56 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > opts.Timeout {
 		cfg.ConnConfig.ConnectTimeout = opts.Timeout
 	}
+	direct, err := parseDirect(opts.DirectDSN)
+	if err != nil {
+		return nil, err
+	}
+	pooled, err := throughPooler(ctx, cfg.ConnConfig)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	// session is where the migration lock and LISTEN go: the direct DSN, else the DSN itself
+	// when no pooler stands in between; nil means neither has a session to offer.
+	session := direct
+	if session == nil && !pooled {
+		session = cfg.ConnConfig.Copy()
+	}
+	if session != nil && (session.ConnectTimeout == 0 || session.ConnectTimeout > opts.Timeout) {
+		session.ConnectTimeout = opts.Timeout
+	}
+	if pooled && !setsExecMode(opts.DSN) {
+		cfg.ConnConfig.DefaultQueryExecMode = pooledExecMode
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	if err := migrate(ctx, pool, opts.Logger); err != nil {
+	if session != nil {
+		err = migrateOver(ctx, session, opts.Logger)
+	} else {
+		err = checkMigrated(ctx, pool, opts.Logger)
+	}
+	if err != nil {
 		pool.Close()
-		if errors.Is(err, ErrSchemaOutOfRange) {
+		if errors.Is(err, ErrSchemaOutOfRange) || errors.Is(err, ErrMigrationsNeedSession) {
 			return nil, err // a deployment error, not an outage
 		}
 		return nil, unavailable(fmt.Errorf("migrating: %w", err))
 	}
 	s := &Store{pool: pool, opts: opts, now: opts.Now, wake: make(chan struct{}, 1), notifyCh: make(chan struct{}, 1),
-		replays: newReplayCache(opts.ReplayCacheBytes, opts.ReplayCacheFor)}
+		replays: newReplayCache(opts.ReplayCacheBytes, opts.ReplayCacheFor), pooled: pooled}
 	if s.now == nil {
 		s.now = time.Now
 	}
 	s.base, s.cancel = context.WithCancel(context.Background())
-	s.bg.Add(2)
-	go s.listen(cfg.ConnConfig.Copy())
+	s.bg.Add(1)
 	go s.notifier()
+	if session != nil {
+		s.bg.Add(1)
+		go s.listen(session)
+	} else if opts.Logger != nil {
+		opts.Logger.Infof("postgres: the storage DSN goes through a connection pooler and no direct DSN is named: no LISTEN, this replica polls for work, and replays are read from the database")
+	}
 	if opts.SweepEvery > 0 {
 		s.bg.Add(1)
 		go s.sweepEvery(opts.SweepEvery)

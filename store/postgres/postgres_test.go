@@ -29,3 +29,23 @@ func TestPostgresConformance(t *testing.T) {
 		return func(now func() time.Time) store.Backend { return open(t, dsn, now) }
 	})
 }
+
+// TestPostgresConformanceThroughPgBouncer runs the whole behaviour suite with every store
+// reaching the database through PgBouncer in transaction mode (docs/backends.md, "Through
+// PgBouncer"), which keeps no session between transactions: on 4 server connections for any
+// number of stores. The direct DSN migrates; every statement goes through the pooler.
+func TestPostgresConformanceThroughPgBouncer(t *testing.T) {
+	bouncer := pgtest.StartBouncer(t, pgtest.Require(t), 4)
+	storetest.Run(t, func(t *testing.T) storetest.Storage {
+		direct := pgtest.Database(t)
+		pooled := bouncer.DSN(t, direct)
+		return func(now func() time.Time) store.Backend {
+			st, err := postgres.Open(context.Background(), postgres.Options{DSN: pooled, DirectDSN: direct, Now: now, MaxConns: 4, SweepEvery: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = st.Close() })
+			return st
+		}
+	})
+}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mulligan-gw/mulligan/store"
 )
@@ -58,7 +57,7 @@ func (st schemaState) checkRange(maxKnown int) error {
 }
 
 // readSchema reads the applied migrations and the compat marker.
-func readSchema(ctx context.Context, conn *pgxpool.Conn) (schemaState, error) {
+func readSchema(ctx context.Context, conn querier) (schemaState, error) {
 	var st schemaState
 	if err := conn.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&st.version); err != nil {
 		return st, err
@@ -79,7 +78,7 @@ func readSchema(ctx context.Context, conn *pgxpool.Conn) (schemaState, error) {
 // (saying so in the log) until ctx ends. It polls rather than blocking in pg_advisory_lock: a
 // statement blocked there holds a snapshot, which a CREATE INDEX CONCURRENTLY of the replica
 // that migrates would wait for in turn.
-func lockMigrations(ctx context.Context, conn *pgxpool.Conn, log store.Logger) error {
+func lockMigrations(ctx context.Context, conn querier, log store.Logger) error {
 	said := false
 	for {
 		var got bool
@@ -106,7 +105,7 @@ func lockMigrations(ctx context.Context, conn *pgxpool.Conn, log store.Logger) e
 
 // applyMigration runs m and records it: in one transaction, or statement by statement outside
 // any when the file is marked noTransaction.
-func applyMigration(ctx context.Context, conn *pgxpool.Conn, m migration) error {
+func applyMigration(ctx context.Context, conn session, m migration) error {
 	record := func(db querier) error {
 		_, err := db.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.version, m.name)
 		return err

@@ -15,23 +15,24 @@ import (
 
 // capacity `shared N` across replicas on one PostgreSQL (docs/capacity.md).
 
-func TestSharedSeatsHoldAcrossThreeReplicas(t *testing.T) {
-	dsn := pgtest.Database(t)
+func TestSharedSeatsHoldAcrossReplicas(t *testing.T) { onEachPath(t, sharedSeatsHoldAcrossReplicas) }
+
+func sharedSeatsHoldAcrossReplicas(t *testing.T, db fleetDB) {
 	model, upstream := startModelServer(t, modelserver.Config{Slots: 2, Latency: 200 * time.Millisecond})
-	rs := startReplicas(t, 3, upstream, dsn, "capacity {\n limit 4\n shared 2\n}")
+	rs := db.start(t, upstream, "capacity {\n limit 4\n shared 2\n}")
 	var wg sync.WaitGroup
 	for i := range 18 {
 		wg.Go(func() {
-			r := rs[i%3]
+			r := rs[i%len(rs)]
 			resp, body, err := r.sendWithin(30*time.Second, "POST", "/v1/chat/completions", "", fmt.Sprintf(`{"messages":[{"role":"user","content":"c%d"}]}`, i))
 			if err != nil || resp.StatusCode != http.StatusOK {
-				t.Errorf("call %d through replica %d: %v %v %s", i, i%3, err, resp, body)
+				t.Errorf("call %d through replica %d: %v %v %s", i, i%len(rs), err, resp, body)
 			}
 		})
 	}
 	wg.Wait()
 	st := model.Stats()
-	t.Logf("18 calls through 3 replicas, each with limit 4 and shared 2: at most %d at once on the model server, %d queued inside it", st.MaxInFlight, st.MaxQueued)
+	t.Logf("18 calls through %d replicas, each with limit 4 and shared 2: at most %d at once on the model server, %d queued inside it", len(rs), st.MaxInFlight, st.MaxQueued)
 	if st.Completed != 18 || st.MaxInFlight > 2 || st.MaxQueued != 0 {
 		t.Fatalf("model server: completed %d, at most %d in flight and %d queued; want 18, 2, 0", st.Completed, st.MaxInFlight, st.MaxQueued)
 	}

@@ -45,6 +45,13 @@ func startReplicas(t *testing.T, n int, upstream, dsn, mulliganBody string) []*r
 // newReplica prepares (but does not start) one replica of startReplicas.
 func newReplica(t *testing.T, upstream, dsn, mulliganBody string) *replica {
 	t.Helper()
+	return newReplicaVia(t, upstream, dsn, "", mulliganBody)
+}
+
+// newReplicaVia is newReplica whose storage also names direct, the database without the
+// pooler that dsn goes through (`storage postgres <dsn> { direct <dsn> }`), unless it is "".
+func newReplicaVia(t *testing.T, upstream, dsn, direct, mulliganBody string) *replica {
+	t.Helper()
 	dataDir := t.TempDir()
 	ports := testkit.FreePorts(t, 2)
 	p := &gatewayProcess{t: t, dataDir: dataDir, port: ports[0], base: fmt.Sprintf("http://127.0.0.1:%d", ports[0])}
@@ -56,19 +63,27 @@ func newReplica(t *testing.T, upstream, dsn, mulliganBody string) *replica {
 }
 http://127.0.0.1:%d {
 	mulligan {
-		storage postgres {env.MULLIGAN_POSTGRES_URL}
+		storage postgres {env.MULLIGAN_POSTGRES_URL}%s
 		%s
 	}
 	reverse_proxy %s
 }
-`, ports[1], p.port, mulliganBody, strings.TrimPrefix(upstream, "http://"))
+`, ports[1], p.port, directBlock(direct), mulliganBody, strings.TrimPrefix(upstream, "http://"))
 	if err := os.WriteFile(filepath.Join(dataDir, "Caddyfile"), []byte(cf), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	p.env = append(os.Environ(), "XDG_DATA_HOME="+dataDir+"/xdg-data", "XDG_CONFIG_HOME="+dataDir+"/xdg-config",
-		"MULLIGAN_POSTGRES_URL="+dsn)
+		"MULLIGAN_POSTGRES_URL="+dsn, "MULLIGAN_POSTGRES_DIRECT="+direct)
 	t.Cleanup(p.kill)
 	return &replica{gatewayProcess: p, admin: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
+}
+
+// directBlock is the storage line's block naming the direct DSN, or nothing.
+func directBlock(direct string) string {
+	if direct == "" {
+		return ""
+	}
+	return " {\n\t\t\tdirect {env.MULLIGAN_POSTGRES_DIRECT}\n\t\t}"
 }
 
 // operation is the parts of an operation these tests read.
@@ -109,17 +124,18 @@ func (p *gatewayProcess) await(t *testing.T, id string, bound time.Duration, hea
 	return op
 }
 
-func TestReplicasRunAKeyOnceAndEachReplaysIt(t *testing.T) {
-	dsn := pgtest.Database(t)
+func TestReplicasRunAKeyOnceAndEachReplaysIt(t *testing.T) { onEachPath(t, replicasRunAKeyOnce) }
+
+func replicasRunAKeyOnce(t *testing.T, db fleetDB) {
 	model, upstream := startModelServer(t, modelserver.Config{Latency: 300 * time.Millisecond})
-	rs := startReplicas(t, 3, upstream, dsn, "idempotency {\n wait_inflight 15s\n}")
+	rs := db.start(t, upstream, "idempotency {\n wait_inflight 15s\n}")
 	const n = 90
 	bodies := make([][]byte, n)
 	codes := make([]int, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			resp, body, err := rs[i%3].post("one-key", "the same request", 20*time.Second)
+			resp, body, err := rs[i%len(rs)].post("one-key", "the same request", 20*time.Second)
 			if err != nil {
 				t.Errorf("request %d: %v", i, err)
 				return
@@ -132,7 +148,7 @@ func TestReplicasRunAKeyOnceAndEachReplaysIt(t *testing.T) {
 	for i := range n {
 		byCode[codes[i]]++
 		if codes[i] == 200 && !bytes.Equal(bodies[i], bodies[0]) {
-			t.Errorf("request %d (replica %d) got other bytes: %s", i, i%3, bodies[i])
+			t.Errorf("request %d (replica %d) got other bytes: %s", i, i%len(rs), bodies[i])
 		}
 	}
 	for i, r := range rs { // and afterwards every replica replays it
@@ -141,23 +157,24 @@ func TestReplicasRunAKeyOnceAndEachReplaysIt(t *testing.T) {
 			t.Fatalf("replica %d does not replay the recorded answer: %v %v %s", i, err, resp, body)
 		}
 	}
-	t.Logf("%d identical keyed requests over 3 replicas: answers by status %v; upstream executions: %d", n, byCode, model.Stats().ByKey["one-key"])
+	t.Logf("%d identical keyed requests over %d replicas: answers by status %v; upstream executions: %d", n, len(rs), byCode, model.Stats().ByKey["one-key"])
 	if byCode[200] != n || model.Stats().ByKey["one-key"] != 1 {
 		t.Fatalf("answers %v, upstream executions %d: want %d × 200 and 1 execution", byCode, model.Stats().ByKey["one-key"], n)
 	}
 }
 
-func TestReplicasShareOperations(t *testing.T) {
-	dsn := pgtest.Database(t)
+func TestReplicasShareOperations(t *testing.T) { onEachPath(t, replicasShareOperations) }
+
+func replicasShareOperations(t *testing.T, db fleetDB) {
 	model, upstream := startModelServer(t, modelserver.Config{Latency: 100 * time.Millisecond})
-	rs := startReplicas(t, 3, upstream, dsn, "async {\n concurrency 2\n}")
+	rs := db.start(t, upstream, "async {\n concurrency 2\n}")
 	const n = 30
 	ids := make([]string, n)
 	for i := range n {
-		ids[i] = rs[i%3].submit(t, fmt.Sprintf("shared-%d", i)).OperationID
+		ids[i] = rs[i%len(rs)].submit(t, fmt.Sprintf("shared-%d", i)).OperationID
 	}
 	for i, id := range ids {
-		if op := rs[(i+1)%3].await(t, id, 60*time.Second); op.Status != "succeeded" {
+		if op := rs[(i+1)%len(rs)].await(t, id, 60*time.Second); op.Status != "succeeded" {
 			t.Fatalf("operation %d, polled on another replica: %s %+v", i, op.Status, op.Error)
 		}
 	}
@@ -171,28 +188,31 @@ func TestReplicasShareOperations(t *testing.T) {
 }
 
 func TestKilledReplicasOperationsAreTakenOver(t *testing.T) {
-	dsn := pgtest.Database(t)
+	onEachPath(t, killedReplicasOperationsAreTakenOver)
+}
+
+func killedReplicasOperationsAreTakenOver(t *testing.T, db fleetDB) {
 	model, upstream := startModelServer(t, modelserver.Config{Latency: time.Second})
-	rs := startReplicas(t, 3, upstream, dsn, "async {\n concurrency 2\n takeover 3s\n}")
+	rs := db.start(t, upstream, "async {\n concurrency 2\n takeover 3s\n}")
 	const n = 30
 	ids := make([]string, n)
 	for i := range n {
 		ids[i] = rs[0].submit(t, fmt.Sprintf("takeover-%d", i)).OperationID
 	}
-	// Each replica runs 2 at a time: when 6 calls are under way, replica 0 holds two of them
-	// and the rest wait in the queue.
-	testkit.WaitFor(t, 15*time.Second, "every replica running", func() bool { return model.Stats().InFlight >= 6 })
+	// Each replica runs 2 at a time: when 2 per replica are under way, replica 0 holds two of
+	// them and the rest wait in the queue.
+	testkit.WaitFor(t, 15*time.Second, "every replica running", func() bool { return model.Stats().InFlight >= int64(2*len(rs)) })
 	rs[0].kill()
 	killedAt := time.Now()
 	for i, id := range ids {
-		if op := rs[1+i%2].await(t, id, 90*time.Second); op.Status != "succeeded" {
+		if op := rs[1+i%(len(rs)-1)].await(t, id, 90*time.Second); op.Status != "succeeded" {
 			t.Fatalf("operation %d: %s %+v", i, op.Status, op.Error)
 		}
 	}
 	stats := model.Stats()
 	reruns := countReruns(t, stats.ByKey, "takeover-", n)
-	t.Logf("SIGKILL of 1 of 3 replicas with %d operations: all succeeded %v after the kill; %d were re-run after the takeover (%d upstream executions, %d cut by the kill)",
-		n, time.Since(killedAt).Round(100*time.Millisecond), reruns, stats.Received, stats.Abandoned)
+	t.Logf("SIGKILL of 1 of %d replicas with %d operations: all succeeded %v after the kill; %d were re-run after the takeover (%d upstream executions, %d cut by the kill)",
+		len(rs), n, time.Since(killedAt).Round(100*time.Millisecond), reruns, stats.Received, stats.Abandoned)
 	if reruns == 0 {
 		t.Fatal("no operation was taken over: the killed replica held none")
 	}
@@ -255,7 +275,10 @@ func courierPasses(t *testing.T, r *replica) float64 {
 }
 
 func TestEventsAcrossReplicasAreDeliveredOnce(t *testing.T) {
-	dsn := pgtest.Database(t)
+	onEachPath(t, eventsAcrossReplicasAreDeliveredOnce)
+}
+
+func eventsAcrossReplicasAreDeliveredOnce(t *testing.T, db fleetDB) {
 	var mu sync.Mutex
 	deliveries := map[string]int{}
 	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -268,14 +291,14 @@ func TestEventsAcrossReplicasAreDeliveredOnce(t *testing.T) {
 	t.Cleanup(receiver.Close)
 	_, upstream := startModelServer(t, modelserver.Config{Latency: 50 * time.Millisecond})
 	hooks := fmt.Sprintf("webhooks {\n endpoint consumer %s/hook {\n secret whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n }\n default consumer\n allow_private\n}", receiver.URL)
-	rs := startReplicas(t, 3, upstream, dsn, hooks)
+	rs := db.start(t, upstream, hooks)
 	const n = 30
 	ids := make([]string, n)
 	for i := range n {
-		ids[i] = rs[i%3].submit(t, fmt.Sprintf("event-%d", i)).OperationID
+		ids[i] = rs[i%len(rs)].submit(t, fmt.Sprintf("event-%d", i)).OperationID
 	}
 	for i, id := range ids {
-		rs[(i+1)%3].await(t, id, 60*time.Second)
+		rs[(i+1)%len(rs)].await(t, id, 60*time.Second)
 	}
 	testkit.WaitFor(t, 15*time.Second, "30 events delivered", func() bool {
 		mu.Lock()
@@ -303,7 +326,7 @@ func TestEventsAcrossReplicasAreDeliveredOnce(t *testing.T) {
 			t.Errorf("event %s delivered %d times", id, k)
 		}
 	}
-	t.Logf("%d operations over 3 replicas: %d events, %d deliveries", n, len(deliveries), total)
+	t.Logf("%d operations over %d replicas: %d events, %d deliveries", n, len(rs), len(deliveries), total)
 	if len(deliveries) != n {
 		t.Fatalf("%d distinct events, want %d", len(deliveries), n)
 	}
