@@ -83,7 +83,7 @@ func (h *harness) flood(ctx context.Context) error {
 	for _, kind := range []string{floodSync, floodAsync} {
 		for _, s := range sides {
 			row := FloodRow{Flood: kind, Side: s.name, Missing: s.missing}
-			if s.gw != nil && kind == floodAsync && !s.mulligan {
+			if kind == floodAsync && !s.mulligan { // whether or not the side started: it has no operations
 				row.Missing = "n/a: no operations"
 			}
 			if s.gw != nil && row.Missing == "" {
