@@ -12,65 +12,11 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/batches"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
 // The Batches API (docs/batches.md): a batch is validated, then its lines run as operations.
-
-// batchView is OpenAI's batch object.
-type batchView struct {
-	ID               string            `json:"id"`
-	Object           string            `json:"object"`
-	Endpoint         string            `json:"endpoint"`
-	Errors           *batchErrorsView  `json:"errors"`
-	InputFileID      string            `json:"input_file_id"`
-	CompletionWindow string            `json:"completion_window"`
-	Status           store.BatchStatus `json:"status"`
-	OutputFileID     *string           `json:"output_file_id"`
-	ErrorFileID      *string           `json:"error_file_id"`
-	CreatedAt        int64             `json:"created_at"`
-	InProgressAt     *int64            `json:"in_progress_at"`
-	ExpiresAt        *int64            `json:"expires_at"`
-	FinalizingAt     *int64            `json:"finalizing_at"`
-	CompletedAt      *int64            `json:"completed_at"`
-	FailedAt         *int64            `json:"failed_at"`
-	ExpiredAt        *int64            `json:"expired_at"`
-	CancellingAt     *int64            `json:"cancelling_at"`
-	CancelledAt      *int64            `json:"cancelled_at"`
-	RequestCounts    store.BatchCounts `json:"request_counts"`
-	Metadata         json.RawMessage   `json:"metadata"`
-}
-
-type batchErrorsView struct {
-	Object string             `json:"object"`
-	Data   []store.BatchError `json:"data"`
-}
-
-func viewOfBatch(b *store.Batch) batchView {
-	v := batchView{ID: b.ID, Object: "batch", Endpoint: b.Endpoint, InputFileID: b.InputFileID,
-		CompletionWindow: b.CompletionWindow, Status: b.Status, CreatedAt: b.CreatedAt.Unix(),
-		InProgressAt: unixOrNil(b.InProgressAt), ExpiresAt: unixOrNil(b.ExpiresAt), FinalizingAt: unixOrNil(b.FinalizingAt),
-		CompletedAt: unixOrNil(b.CompletedAt), FailedAt: unixOrNil(b.FailedAt), ExpiredAt: unixOrNil(b.ExpiredAt),
-		CancellingAt: unixOrNil(b.CancellingAt), CancelledAt: unixOrNil(b.CancelledAt), RequestCounts: b.Counts,
-		Metadata: b.Metadata}
-	if len(b.Errors) > 0 {
-		v.Errors = &batchErrorsView{Object: "list", Data: b.Errors}
-	}
-	if v.Metadata == nil {
-		v.Metadata = json.RawMessage("null")
-	}
-	if b.Status.Final() && b.Status != store.BatchFailed {
-		if b.Counts.Completed > 0 {
-			id := batchFileID(b.ID, outputKind)
-			v.OutputFileID = &id
-		}
-		if b.Counts.Failed > 0 {
-			id := batchFileID(b.ID, errorsKind)
-			v.ErrorFileID = &id
-		}
-	}
-	return v
-}
 
 // batchRequest is the body of POST {prefix}/batches.
 type batchRequest struct {
@@ -117,10 +63,10 @@ func (a *batchCall) createBatch() {
 		a.fail(err)
 		return
 	}
-	batchMetrics.created.Inc()
+	batches.CountCreated()
 	a.log.Info("batch created", zap.String("batch_id", b.ID), zap.String("input_file_id", b.InputFileID), zap.Int("lines", f.Lines))
-	a.work.kick()
-	writeJSON(a.w, http.StatusOK, viewOfBatch(b))
+	a.work.Kick()
+	writeJSON(a.w, http.StatusOK, batches.ViewOf(b))
 }
 
 // checkBatchRequest refuses a malformed create with OpenAI's shape and returns the window.
@@ -206,7 +152,7 @@ func (a *batchCall) loadBatch(id string) *store.Batch {
 
 func (a *batchCall) getBatch(id string) {
 	if b := a.loadBatch(id); b != nil {
-		writeJSON(a.w, http.StatusOK, viewOfBatch(b))
+		writeJSON(a.w, http.StatusOK, batches.ViewOf(b))
 	}
 }
 
@@ -225,11 +171,11 @@ func (a *batchCall) listBatches() {
 			return
 		}
 	}
-	views := make([]batchView, 0, len(bs))
+	views := make([]batches.View, 0, len(bs))
 	for _, b := range bs {
-		views = append(views, viewOfBatch(b))
+		views = append(views, batches.ViewOf(b))
 	}
-	writeJSON(a.w, http.StatusOK, listOf(views, func(v batchView) string { return v.ID }, more))
+	writeJSON(a.w, http.StatusOK, listOf(views, func(v batches.View) string { return v.ID }, more))
 }
 
 // cancelBatch moves a batch to cancelling; the batch worker stops its lines and the last one
@@ -254,8 +200,8 @@ func (a *batchCall) cancelBatch(id string) {
 		return
 	}
 	a.log.Info("batch cancelling", zap.String("batch_id", id))
-	a.work.kick()
-	writeJSON(a.w, http.StatusOK, viewOfBatch(b))
+	a.work.Kick()
+	writeJSON(a.w, http.StatusOK, batches.ViewOf(b))
 }
 
 // lineHeaders are the creator's headers every line carries: an allow-list (docs/batches.md) of

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/batches"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -19,7 +20,7 @@ type batchCall struct {
 	r    *http.Request
 	st   store.Backend
 	run  *runner
-	work *batchWorker
+	work *batches.Worker
 	cfg  *BatchesConfig
 	// caller: an anonymous one (no credentials) lists nothing, as in the operations API, and
 	// reaches only the files and batches whose ids it was given.
@@ -154,17 +155,6 @@ func (a *batchCall) paging(max int) (after string, limit int, ok bool) {
 	return q.Get("after"), limit, true
 }
 
-// The kinds of a batch's assembled files.
-const (
-	outputKind = "output"
-	errorsKind = "errors"
-)
-
-// batchFileID names batch's output or error file.
-func batchFileID(batchID, kind string) string {
-	return "file-" + strings.TrimPrefix(batchID, "batch_") + "-" + kind
-}
-
 // outputOf reports whether id names a batch's output or error file (ok), and returns the
 // batch when it is the caller's and final; otherwise it has answered 404 and b is nil.
 func (a *batchCall) outputOf(id string) (b *store.Batch, kind string, ok bool) {
@@ -172,7 +162,7 @@ func (a *batchCall) outputOf(id string) (b *store.Batch, kind string, ok bool) {
 	if !found {
 		return nil, "", false
 	}
-	for _, k := range []string{outputKind, errorsKind} {
+	for _, k := range []string{batches.OutputKind, batches.ErrorsKind} {
 		if base, cut := strings.CutSuffix(rest, "-"+k); cut {
 			b, err := a.findBatch("batch_" + base)
 			switch {

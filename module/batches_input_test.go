@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mulligan-gw/mulligan/internal/batches"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store/badger"
 )
@@ -20,7 +21,7 @@ func TestBatchWhoseInputFileWentAwayStillEndsWhenCancelled(t *testing.T) {
 	up.block = make(chan struct{})
 	defer close(up.block)
 	g := startGatewayWith(t, gatewaySetup{wrap: up.wrap, mulligan: batchesBlock + "async {\n concurrency 1\n}\n"})
-	const n, missing = lineWindow + 3, 3 // the line window leaves the last lines to create later
+	const n, missing = batches.LineWindow + 3, 3 // the line window leaves the last lines to create later
 	var f struct{ ID string }
 	if up := g.uploadFile(t, batchInput(n, func(i int) string { return fmt.Sprint("slow ", i) }), "batch"); json.Unmarshal(up.body, &f) != nil {
 		t.Fatalf("upload: %s", up.body)
@@ -35,7 +36,7 @@ func TestBatchWhoseInputFileWentAwayStillEndsWhenCancelled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	testkit.WaitFor(t, 5*time.Second, "err == nil && sb.Created == lineWindow", func() bool { sb, err := st.GetBatch(b.ID); return err == nil && sb.Created == lineWindow })
+	testkit.WaitFor(t, 5*time.Second, "err == nil && sb.Created == batches.LineWindow", func() bool { sb, err := st.GetBatch(b.ID); return err == nil && sb.Created == batches.LineWindow })
 	if err := st.DeleteFile(f.ID); err != nil { // as its expiry would
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/batches"
 	"github.com/mulligan-gw/mulligan/internal/idemkey"
 	"github.com/mulligan-gw/mulligan/store"
 )
@@ -189,7 +190,7 @@ func TestABatchFileObjectIsReadWithoutAssemblingTheFile(t *testing.T) {
 	sized := *stored.FileBytes
 	stored.FileBytes = nil // as a batch settled by a previous release
 	for output, want := range map[bool]int64{true: sized.Output, false: sized.Errors} {
-		if got, err := fileBytes(counted, stored, output); err != nil || got != want {
+		if got, err := batches.FileBytes(counted, stored, output); err != nil || got != want {
 			t.Fatalf("an unsized batch's file (output %v): %d bytes (%v), want %d", output, got, err, want)
 		}
 	}

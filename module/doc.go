@@ -1,6 +1,6 @@
 // Package module is Mulligan's Caddy side: the http.handlers.mulligan handler and its Caddyfile
 // directive, the app that owns the storages across config reloads, and the loops that work a
-// storage (runner, courier, batch worker). Of the library packages it alone imports Caddy (the
+// storage (runner, courier; the batch worker is internal/batches). Of the library packages it alone imports Caddy (the
 // sidecar's main and the demo embed Caddy too). Storage is behind store.Backend; what needs only
 // the standard library lives in internal/ (fingerprint, idemkey, sse).
 //
@@ -19,7 +19,8 @@
 //	                    courier.go (the outbox's deliveries), redeliver.go (what operators ask of it)
 //	capacity            capacity.go, capacity_serve.go, seats.go, seats_shared.go, adaptive.go,
 //	                    priority.go, capacity_metrics.go
-//	batches and files   batches*.go, batch_*.go, files.go
+//	batches and files   batches*.go (the API's routes and objects), files.go; the worker, line
+//	                    checks, output assembly, events and metrics are internal/batches
 //	storage             storage.go (open storages, shared by configs), app.go, postgres.go
 //	operators           admin.go, metrics.go, metrics_zero.go, health.go, logging.go, trace.go
 //	errors              errors.go (the one error writer and its catalogue)

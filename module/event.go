@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/mulligan-gw/mulligan/internal/batches"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -52,7 +53,7 @@ type eventEnvelope struct {
 func renderEvent(ev *store.Event, attempt int) ([]byte, error) {
 	env := eventEnvelope{EventID: ev.ID, EventType: ev.Type, EventVersion: "1.0",
 		OccurredAt: ev.OccurredAt.UTC(), DeliveryAttempt: attempt, Operation: ev.Operation}
-	if isBatchEvent(ev.Type) {
+	if batches.IsEvent(ev.Type) {
 		env.Operation, env.Batch = nil, ev.Operation
 	}
 	return json.Marshal(env)

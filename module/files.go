@@ -8,10 +8,10 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/batches"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -35,17 +35,8 @@ type fileView struct {
 }
 
 func viewOfFile(f *store.File) fileView {
-	return fileView{ID: f.ID, Object: "file", Bytes: f.Bytes, CreatedAt: f.CreatedAt.Unix(), ExpiresAt: unixOrNil(f.ExpiresAt),
+	return fileView{ID: f.ID, Object: "file", Bytes: f.Bytes, CreatedAt: f.CreatedAt.Unix(), ExpiresAt: batches.UnixOrNil(f.ExpiresAt),
 		Filename: f.Filename, Purpose: f.Purpose, Status: "processed"}
-}
-
-// unixOrNil is t in Unix seconds, null when zero (OpenAI's timestamps).
-func unixOrNil(t time.Time) *int64 {
-	if t.IsZero() {
-		return nil
-	}
-	u := t.Unix()
-	return &u
 }
 
 // listView is OpenAI's list object.
@@ -190,7 +181,7 @@ func (a *batchCall) finishUpload(f *store.File, purpose string, stored bool) {
 		a.dropUpload(f, stored)
 		a.invalid("Only purpose \"batch\" is served here; got \""+purpose+"\".", "purpose")
 	default:
-		batchMetrics.files.Inc()
+		batches.CountUploaded()
 		writeJSON(a.w, http.StatusOK, viewOfFile(f))
 	}
 }
@@ -209,13 +200,13 @@ func (a *batchCall) getFile(id string) {
 		if b == nil {
 			return
 		}
-		n, err := fileBytes(a.st, b, kind == outputKind)
+		n, err := batches.FileBytes(a.st, b, kind == batches.OutputKind)
 		if err != nil {
 			a.fail(err)
 			return
 		}
 		writeJSON(a.w, http.StatusOK, fileView{ID: id, Object: "file", Bytes: n, CreatedAt: b.FinishedAt().Unix(),
-			ExpiresAt: unixOrNil(b.PurgeAt()), Filename: b.ID + "_" + kind + ".jsonl", Purpose: "batch_" + kind, Status: "processed"})
+			ExpiresAt: batches.UnixOrNil(b.PurgeAt()), Filename: b.ID + "_" + kind + ".jsonl", Purpose: "batch_" + kind, Status: "processed"})
 		return
 	}
 	if f := a.loadFile(id); f != nil {
@@ -230,7 +221,7 @@ func (a *batchCall) fileContent(id string) {
 		if b != nil {
 			a.w.Header().Set("Content-Type", "application/jsonl")
 			a.w.WriteHeader(http.StatusOK)
-			if _, err := writeBatchLines(a.w, a.st, b, kind == outputKind); err != nil {
+			if _, err := batches.WriteLines(a.w, a.st, b, kind == batches.OutputKind); err != nil {
 				a.log.Error("assembling a batch's file", zap.String("batch_id", b.ID), zap.Error(err))
 				panic(http.ErrAbortHandler) // the client must not take a cut file for a whole one
 			}

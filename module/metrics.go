@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/mulligan-gw/mulligan/internal/batches"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -104,7 +105,7 @@ func operationType(op *store.Operation) string {
 // countFinal records an operation that reached a final status.
 func countFinal(op *store.Operation) {
 	if op.Batch != nil {
-		countLineFinal(op)
+		batches.CountLine(op)
 	}
 	code := ""
 	if op.Error != nil {
@@ -126,7 +127,7 @@ func collectors() []prometheus.Collector {
 	return append([]prometheus.Collector{metrics.requests, metrics.submitted, metrics.polls, metrics.operations,
 		metrics.queueWait, metrics.execution, metrics.duration, metrics.retries, metrics.attempts, metrics.deadLetters,
 		metrics.fsyncBatch, metrics.runnerMetrics,
-		capacityMetrics.seatWait, capacityMetrics.refusals, capacityMetrics.queueTimeouts, capacityMetrics.pools}, batchCollectors()...)
+		capacityMetrics.seatWait, capacityMetrics.refusals, capacityMetrics.queueTimeouts, capacityMetrics.pools}, batches.Collectors()...)
 }
 
 // registerMetrics adds Mulligan's collectors to a config's registry.

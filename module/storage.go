@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/batches"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/badger"
 	"github.com/mulligan-gw/mulligan/store/postgres"
@@ -78,7 +79,7 @@ type storage struct {
 	be  store.Backend
 	run *runner
 	// batches moves the storage's batches along (docs/batches.md).
-	batches *batchWorker
+	batches *batches.Worker
 }
 
 // errStorageClosed answers a request that reached a config whose storage has closed.
@@ -107,17 +108,28 @@ func openStorage(set storageSpec, log *zap.Logger) (*storage, error) {
 	}
 	be.SetAnnouncer(announce)
 	// The batch hooks go in before the runner begins: a line it finishes is counted with them.
-	be.SetBatchAnnouncer(announceBatch)
-	be.SetBatchLineSizer(lineBytes)
-	be.SetBatchSettled(countSettled(log))
+	be.SetBatchAnnouncer(batches.Announcer(realClock, newID))
+	be.SetBatchLineSizer(batches.LineBytes)
+	be.SetBatchSettled(batches.Settled(log))
 	run := newRunner(be, set, realClock, log)
 	run.begin()
-	return &storage{set: set, be: be, run: run, batches: startBatchWorker(be, run, log)}, nil
+	work := batches.New(batches.Options{Store: be, Lines: batchLines{run}, Clock: realClock, Log: log})
+	work.Start()
+	return &storage{set: set, be: be, run: run, batches: work}, nil
 }
 
-// Destruct stops the runner and closes the storage; the pool calls it when the last user lets
-// go.
+// batchLines is what the batch worker asks of the runner executing a storage's lines.
+type batchLines struct{ run *runner }
+
+func (l batchLines) Kick()                   { l.run.kick() }
+func (l batchLines) Cancel(id string)        { l.run.cancel(id) }
+func (l batchLines) Cut(op *store.Operation) { countFinal(op) }
+
+// Destruct stops the batch worker and the runner, then closes the storage; the pool calls it
+// when the last user lets go. The worker stops first and is waited for: a pass under way
+// writes to the backend and asks the runner to start or stop lines.
 func (s *storage) Destruct() error {
+	s.batches.Stop()
 	if s.run.shutdown(s.sharedInProcess()) {
 		return s.be.Close()
 	}

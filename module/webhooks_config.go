@@ -9,6 +9,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/mulligan-gw/mulligan/internal/batches"
 	"github.com/mulligan-gw/mulligan/webhook"
 )
 
@@ -136,7 +137,7 @@ func newWebhookSetup(c *WebhooksConfig, repl *caddy.Replacer) (*webhookSetup, er
 	for _, e := range c.Events {
 		switch e {
 		case EventSucceeded, EventFailed, EventCanceled, EventRunning,
-			EventBatchCompleted, EventBatchFailed, EventBatchExpired, EventBatchCancelled:
+			batches.EventCompleted, batches.EventFailed, batches.EventExpired, batches.EventCancelled:
 			h.events[e] = true
 		default:
 			return nil, fmt.Errorf("webhooks: unknown event type %q", e)

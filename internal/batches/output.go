@@ -1,4 +1,4 @@
-package module
+package batches
 
 import (
 	"bufio"
@@ -12,7 +12,7 @@ import (
 
 // A batch's output and error files are assembled when read, in line order, from each line's
 // stored operation and result (docs/batches.md): nothing is copied, and memory holds one line.
-// Their sizes are counted as the lines settle (lineBytes), so a file object is read without
+// Their sizes are counted as the lines settle (LineBytes), so a file object is read without
 // assembling its file.
 
 // outputLine is OpenAI's batch output (and error) line.
@@ -34,9 +34,9 @@ type lineError struct {
 	Message string `json:"message"`
 }
 
-// writeBatchLines writes b's output lines (succeeded) or error lines (every other final
+// WriteLines writes b's output lines (succeeded) or error lines (every other final
 // line) to w, and returns the bytes written.
-func writeBatchLines(w io.Writer, st store.Operations, b *store.Batch, succeeded bool) (int64, error) {
+func WriteLines(w io.Writer, st store.Operations, b *store.Batch, succeeded bool) (int64, error) {
 	cw := &countingWriter{w: bufio.NewWriterSize(w, 32<<10)}
 	enc := json.NewEncoder(cw)
 	for line := 1; line <= b.Created; line++ {
@@ -94,10 +94,10 @@ func lineWith(op *store.Operation, res *store.Response) outputLine {
 	return out
 }
 
-// lineBytes is every storage's batch line sizer: the bytes line operation op, just final with
-// the upstream response res, takes in its file, as writeBatchLines writes it (json.Marshal
+// LineBytes is every storage's batch line sizer: the bytes line operation op, just final with
+// the upstream response res, takes in its file, as WriteLines writes it (json.Marshal
 // and an Encoder write the same bytes; the Encoder adds the newline).
-func lineBytes(op *store.Operation, res *store.Response) int64 {
+func LineBytes(op *store.Operation, res *store.Response) int64 {
 	b, err := json.Marshal(lineWith(op, res))
 	if err != nil {
 		return -1
@@ -105,13 +105,13 @@ func lineBytes(op *store.Operation, res *store.Response) int64 {
 	return int64(len(b)) + 1
 }
 
-// fileBytes is the size of b's output file (output) or error file: counted as its lines
+// FileBytes is the size of b's output file (output) or error file: counted as its lines
 // settled, or, for a batch some of whose lines were counted without a size (settled by a
 // previous release), found by assembling the file.
-func fileBytes(st store.Operations, b *store.Batch, output bool) (int64, error) {
+func FileBytes(st store.Operations, b *store.Batch, output bool) (int64, error) {
 	switch c := b.FileBytes; {
 	case c == nil:
-		return writeBatchLines(io.Discard, st, b, output)
+		return WriteLines(io.Discard, st, b, output)
 	case output:
 		return c.Output, nil
 	default:
@@ -138,3 +138,6 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	c.n += int64(n)
 	return n, err
 }
+
+// headerRequestID is the upstream's request id a line's response shows (docs/batches.md).
+const headerRequestID = "X-Request-Id"

@@ -1,78 +1,128 @@
-package module
+package batches
 
 import (
 	"errors"
 	"fmt"
 	"net/url"
+	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/store"
 )
 
-// batchWorker moves a storage's batches along (docs/batches.md): it validates input files,
-// creates line operations in chunks, and cuts the lines of cancelled and expired batches. The
-// runner executes the lines; the storage counts them and settles each batch with its last.
-// Every step is idempotent and fenced in the storage, so replicas may run it side by side and
-// a crash at any point is resumed by the next pass.
-type batchWorker struct {
-	st  store.Backend
-	run *runner
-	log *zap.Logger
-	now func() time.Time
+// Worker moves a storage's batches along (docs/batches.md): it validates input files, creates
+// line operations in chunks, and cuts the lines of cancelled and expired batches. The runner
+// executes the lines; the storage counts them and settles each batch with its last. Every step
+// is idempotent and fenced in the storage, so replicas may run it side by side and a crash at
+// any point is resumed by the next pass.
+type Worker struct {
+	st    store.Backend
+	clock clockwork.Clock
+	log   *zap.Logger
+	lines Lines
 
-	kickc  chan struct{}
-	done   chan struct{}
-	swept  map[string]time.Time // when each batch's lines were last cut
-	active map[string]store.BatchStatus
+	kickc    chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
+	swept    map[string]time.Time // when each batch's lines were last cut
+	active   map[string]store.BatchStatus
+}
+
+// Lines is what the worker asks of the runner that executes a storage's lines.
+type Lines interface {
+	// Kick wakes the runner: lines were created.
+	Kick()
+	// Cancel stops line id if this process is running it.
+	Cancel(id string)
+	// Cut is told of a queued line the worker ended (cancelled or expired), to count it as the
+	// runner counts the lines it finishes (operation and line metrics both).
+	Cut(op *store.Operation)
+}
+
+// Options are a Worker's parts.
+type Options struct {
+	Store store.Backend
+	Lines Lines
+	// Clock paces the passes and decides expiry; nil is the real clock.
+	Clock clockwork.Clock
+	Log   *zap.Logger
 }
 
 // Pacing of the batch worker.
 const (
-	batchPassEvery  = 500 * time.Millisecond
-	batchSweepEvery = 2 * time.Second // a cancelled batch's lines are cut again this often until it settles
-	lineChunk       = 500             // line operations created per transaction
-	lineChunkBytes  = 4 << 20         // ... or fewer, to keep a transaction under this
-	// lineWindow bounds a batch's lines created and not final: the rest are created as these
+	passEvery  = 500 * time.Millisecond
+	sweepEvery = 2 * time.Second // a cancelled batch's lines are cut again this often until it settles
+	lineChunk  = 500             // line operations created per transaction
+	chunkBytes = 4 << 20         // ... or fewer, to keep a transaction under this
+	// LineWindow bounds a batch's lines created and not final: the rest are created as these
 	// finish, so a 50,000-line batch never fills the queue (`queue`, readiness) nor makes the
 	// interactive operations behind it wait for all of it.
-	lineWindow = 2000
+	LineWindow = 2000
 )
 
-func startBatchWorker(st store.Backend, run *runner, log *zap.Logger) *batchWorker {
-	w := &batchWorker{st: st, run: run, log: log.Named("batches"), now: time.Now,
-		kickc: make(chan struct{}, 1), done: make(chan struct{}), swept: map[string]time.Time{},
-		active: map[string]store.BatchStatus{}}
-	go w.loop()
-	return w
+// New returns a worker on opts.Store, not started.
+func New(opts Options) *Worker {
+	if opts.Clock == nil {
+		opts.Clock = clockwork.NewRealClock()
+	}
+	if opts.Log == nil {
+		opts.Log = zap.NewNop()
+	}
+	return &Worker{st: opts.Store, clock: opts.Clock, log: opts.Log.Named("batches"), lines: opts.Lines,
+		kickc: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		swept: map[string]time.Time{}, active: map[string]store.BatchStatus{}}
 }
 
-// kick asks for a pass soon (a batch was created or cancelled).
-func (w *batchWorker) kick() {
+// Start begins the passes: one every passEvery, and one soon after each Kick.
+func (w *Worker) Start() { go w.loop() }
+
+// Stop ends the passes and returns once the one under way (if any) has ended, so the storage
+// can close after it. It is safe to call more than once, and before Start only if Start is
+// never called.
+func (w *Worker) Stop() {
+	w.stopOnce.Do(func() { close(w.stop) })
+	<-w.done
+}
+
+// Kick asks for a pass soon (a batch was created or cancelled).
+func (w *Worker) Kick() {
 	select {
 	case w.kickc <- struct{}{}:
 	default:
 	}
 }
 
-func (w *batchWorker) loop() {
+func (w *Worker) loop() {
 	defer close(w.done)
-	t := time.NewTicker(batchPassEvery)
+	t := w.clock.NewTicker(passEvery)
 	defer t.Stop()
 	for {
 		select {
-		case <-w.run.stopping:
+		case <-w.stop:
 			return
 		case <-w.kickc:
-		case <-t.C:
+		case <-t.Chan():
 		}
 		w.pass()
 	}
 }
 
+// stopping reports whether Stop was called: a pass ends between batches.
+func (w *Worker) stopping() bool {
+	select {
+	case <-w.stop:
+		return true
+	default:
+		return false
+	}
+}
+
 // pass advances every batch not final.
-func (w *batchWorker) pass() {
+func (w *Worker) pass() {
 	ids, err := w.st.UnsettledBatches()
 	if err != nil {
 		w.log.Warn("listing batches", zap.Error(err))
@@ -81,6 +131,9 @@ func (w *batchWorker) pass() {
 	counts := map[store.BatchStatus]float64{store.BatchValidating: 0, store.BatchInProgress: 0, store.BatchCancelling: 0}
 	seen := make(map[string]store.BatchStatus, len(ids))
 	for _, id := range ids {
+		if w.stopping() {
+			return
+		}
 		b, err := w.advance(id)
 		if err != nil {
 			w.log.Warn("advancing a batch", zap.String("batch_id", id), zap.Error(err))
@@ -92,15 +145,15 @@ func (w *batchWorker) pass() {
 		}
 	}
 	for st, n := range counts {
-		batchMetrics.active.WithLabelValues(string(st)).Set(n)
+		metrics.active.WithLabelValues(string(st)).Set(n)
 	}
 	w.forgetFinished(seen)
 }
 
 // forgetFinished drops what the worker kept of batches that left the unsettled list since the
-// last pass. They are counted where they settle (countSettled), not here: every replica's
+// last pass. They are counted where they settle (Settled), not here: every replica's
 // worker sees each batch leave.
-func (w *batchWorker) forgetFinished(seen map[string]store.BatchStatus) {
+func (w *Worker) forgetFinished(seen map[string]store.BatchStatus) {
 	for id := range w.active {
 		if _, still := seen[id]; !still {
 			delete(w.swept, id)
@@ -110,7 +163,7 @@ func (w *batchWorker) forgetFinished(seen map[string]store.BatchStatus) {
 }
 
 // advance takes batch id one step further and returns it as it then is.
-func (w *batchWorker) advance(id string) (*store.Batch, error) {
+func (w *Worker) advance(id string) (*store.Batch, error) {
 	b, err := w.st.GetBatch(id)
 	if err != nil || b.Status.Final() {
 		return b, err
@@ -118,7 +171,7 @@ func (w *batchWorker) advance(id string) (*store.Batch, error) {
 	if b.Status == store.BatchValidating {
 		return w.validate(b)
 	}
-	if b.Status == store.BatchInProgress && !b.Expiring && !w.now().Before(b.ExpiresAt) {
+	if b.Status == store.BatchInProgress && !b.Expiring && !w.clock.Now().Before(b.ExpiresAt) {
 		if b, err = w.st.UpdateBatch(id, func(b *store.Batch) error { b.Expiring = true; return nil }); err != nil {
 			return nil, err
 		}
@@ -126,8 +179,8 @@ func (w *batchWorker) advance(id string) (*store.Batch, error) {
 	}
 	// The cut goes before the lines are created: a batch whose remaining lines cannot be
 	// created still has its running ones stopped.
-	if (b.Status == store.BatchCancelling || b.Expiring) && w.now().Sub(w.swept[id]) >= batchSweepEvery {
-		w.swept[id] = w.now()
+	if (b.Status == store.BatchCancelling || b.Expiring) && w.clock.Now().Sub(w.swept[id]) >= sweepEvery {
+		w.swept[id] = w.clock.Now()
 		if err := w.cutLines(b); err != nil {
 			return b, err
 		}
@@ -140,12 +193,12 @@ func (w *batchWorker) advance(id string) (*store.Batch, error) {
 
 // validate reads the input file: a batch with bad lines fails naming each; otherwise it goes
 // in progress with its total, and its lines are created next.
-func (w *batchWorker) validate(b *store.Batch) (*store.Batch, error) {
+func (w *Worker) validate(b *store.Batch) (*store.Batch, error) {
 	n, errs, err := w.readInput(b)
 	if err != nil {
 		return b, err
 	}
-	now := w.now()
+	now := w.clock.Now()
 	return w.st.UpdateBatch(b.ID, func(b *store.Batch) error {
 		if b.Status != store.BatchValidating {
 			return nil // cancelled meanwhile
@@ -160,7 +213,7 @@ func (w *batchWorker) validate(b *store.Batch) (*store.Batch, error) {
 }
 
 // readInput validates b's input file; a file gone meanwhile is one error.
-func (w *batchWorker) readInput(b *store.Batch) (int, []store.BatchError, error) {
+func (w *Worker) readInput(b *store.Batch) (int, []store.BatchError, error) {
 	rc, err := w.st.OpenFile(b.InputFileID)
 	if errors.Is(err, store.ErrNotFound) {
 		return 0, []store.BatchError{{Code: "file_not_found", Message: "The input file was deleted before the batch was validated."}}, nil
@@ -169,12 +222,12 @@ func (w *batchWorker) readInput(b *store.Batch) (int, []store.BatchError, error)
 		return 0, nil, err
 	}
 	defer rc.Close()
-	return validateLines(rc, b.Endpoint)
+	return ValidateLines(rc, b.Endpoint)
 }
 
 // createLines stores b's line operations from the first not yet created, in chunks. A chunk
 // another worker stored first (ErrStale) ends this pass: the next one resumes after it.
-func (w *batchWorker) createLines(b *store.Batch) (*store.Batch, error) {
+func (w *Worker) createLines(b *store.Batch) (*store.Batch, error) {
 	rc, err := w.st.OpenFile(b.InputFileID)
 	if errors.Is(err, store.ErrNotFound) {
 		return w.failMissingLines(b)
@@ -183,10 +236,10 @@ func (w *batchWorker) createLines(b *store.Batch) (*store.Batch, error) {
 		return b, err
 	}
 	defer rc.Close()
-	sc := newLineScanner(rc)
+	sc := NewLineScanner(rc)
 	for line := 0; line < b.Created && sc.Scan(); line++ {
 	}
-	for b.Created < b.Counts.Total && b.Created-b.Counts.Completed-b.Counts.Failed < lineWindow {
+	for b.Created < b.Counts.Total && b.Created-b.Counts.Completed-b.Counts.Failed < LineWindow {
 		ops, reqs := w.nextChunk(b, sc)
 		if len(ops) == 0 {
 			if err := sc.Err(); err != nil {
@@ -203,7 +256,7 @@ func (w *batchWorker) createLines(b *store.Batch) (*store.Batch, error) {
 
 // addLines stores a chunk of b's lines; a chunk another worker stored first (ErrStale) answers
 // the batch as it now is, so the next pass resumes after it.
-func (w *batchWorker) addLines(b *store.Batch, ops []*store.Operation, reqs []*store.Request) (*store.Batch, error) {
+func (w *Worker) addLines(b *store.Batch, ops []*store.Operation, reqs []*store.Request) (*store.Batch, error) {
 	next, err := w.st.AddBatchLines(b.ID, b.Created, ops, reqs)
 	if errors.Is(err, store.ErrStale) {
 		return w.st.GetBatch(b.ID)
@@ -213,10 +266,10 @@ func (w *batchWorker) addLines(b *store.Batch, ops []*store.Operation, reqs []*s
 	}
 	for _, op := range ops {
 		if op.Status.Final() {
-			countLineFinal(op)
+			CountLine(op)
 		}
 	}
-	w.run.kick()
+	w.lines.Kick()
 	return next, nil
 }
 
@@ -229,7 +282,7 @@ func inputGone(line int) string {
 
 // failMissingLines stores b's lines not yet created as failed, each with inputGone's error, in
 // chunks, so a batch whose input file went away still ends with every line accounted for.
-func (w *batchWorker) failMissingLines(b *store.Batch) (*store.Batch, error) {
+func (w *Worker) failMissingLines(b *store.Batch) (*store.Batch, error) {
 	w.log.Warn("batch input file gone: the lines not yet created fail", zap.String("batch_id", b.ID),
 		zap.String("input_file_id", b.InputFileID), zap.Int("missing", b.Counts.Total-b.Created))
 	var err error
@@ -249,12 +302,12 @@ func (w *batchWorker) failMissingLines(b *store.Batch) (*store.Batch, error) {
 }
 
 // nextChunk reads the next lines of b into operations and their requests.
-func (w *batchWorker) nextChunk(b *store.Batch, sc lineSource) ([]*store.Operation, []*store.Request) {
+func (w *Worker) nextChunk(b *store.Batch, sc lineSource) ([]*store.Operation, []*store.Request) {
 	var ops []*store.Operation
 	var reqs []*store.Request
 	size := 0
-	for line := b.Created + 1; len(ops) < lineChunk && size < lineChunkBytes && line <= b.Counts.Total && sc.Scan(); line++ {
-		in, bad := parseLine(sc.Bytes(), b.Endpoint)
+	for line := b.Created + 1; len(ops) < lineChunk && size < chunkBytes && line <= b.Counts.Total && sc.Scan(); line++ {
+		in, bad := ParseLine(sc.Bytes(), b.Endpoint)
 		if bad != nil {
 			break // validated already: the file changed under the batch, which files never do
 		}
@@ -275,8 +328,8 @@ type lineSource interface {
 // lineOperation is line `line` of b as an operation: queued at urgency 7 in a scope of the
 // batch's own (so the creator's operation list and max_per_scope leave it out), with the
 // block's execution settings and no operation events (the batch has its own).
-func (w *batchWorker) lineOperation(b *store.Batch, line int, customID string, req *store.Request) *store.Operation {
-	now := w.now()
+func (w *Worker) lineOperation(b *store.Batch, line int, customID string, req *store.Request) *store.Operation {
+	now := w.clock.Now()
 	ex := store.Execution{}
 	if b.Exec != nil {
 		ex = *b.Exec
@@ -302,7 +355,7 @@ const batchUrgency = 7
 // canceled with why; a cancelled batch's running lines are then stopped as an operation cancel
 // stops them, an expired batch's finish. Queued lines go first, while the seats are still
 // taken by the running ones, so the runner does not start them in between.
-func (w *batchWorker) cutLines(b *store.Batch) error {
+func (w *Worker) cutLines(b *store.Batch) error {
 	code, msg := store.LineCancelled, "The batch was cancelled before this request ran."
 	if b.Status != store.BatchCancelling {
 		code, msg = store.LineExpired, "This request could not be executed before the completion window expired."
@@ -331,10 +384,10 @@ func (w *batchWorker) cutLines(b *store.Batch) error {
 		return nil
 	}
 	for _, id := range running {
-		if _, err := w.st.RequestCancel(id, w.now()); err != nil {
+		if _, err := w.st.RequestCancel(id, w.clock.Now()); err != nil {
 			return err
 		}
-		w.run.cancel(id) // running here: stopped now; elsewhere: at its next lease renewal
+		w.lines.Cancel(id) // running here: stopped now; elsewhere: at its next lease renewal
 	}
 	return nil
 }
@@ -342,14 +395,14 @@ func (w *batchWorker) cutLines(b *store.Batch) error {
 // cutQueued cancels a queued line with why; one that started meanwhile is left to run (or to
 // the next sweep): the cut is guarded by From in the store's transaction, so a line a runner
 // claimed after it was read here is never cancelled under it.
-func (w *batchWorker) cutQueued(id, code, msg string) error {
+func (w *Worker) cutQueued(id, code, msg string) error {
 	cut, err := w.st.Transition(id, store.Change{To: store.StatusCanceled, From: store.StatusQueued,
 		Error: &store.OperationError{Code: code, Message: msg}})
 	if errors.Is(err, store.ErrIllegalTransition) {
 		return nil
 	}
 	if err == nil {
-		countFinal(cut) // batch lines are not in the queued count (runner.countMoved)
+		w.lines.Cut(cut) // batch lines are not in the queued count (the runner's countMoved)
 	}
 	return err
 }

@@ -1,4 +1,4 @@
-package module
+package batches
 
 import (
 	"fmt"
@@ -14,8 +14,8 @@ func TestBatchValidationBoundsCustomIDsAndEchoedValues(t *testing.T) {
 		return fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":%q,"body":{}}`+"\n", id, url)
 	}
 	long := strings.Repeat("é", 2000) // 4,000 bytes, two per character
-	input := line(long, chatPath) + line("ok", "/v1/"+long) + line(strings.Repeat("d", 512), chatPath) + line(strings.Repeat("d", 512), chatPath)
-	n, errs, err := validateLines(strings.NewReader(input), chatPath)
+	input := line(long, "/v1/chat/completions") + line("ok", "/v1/"+long) + line(strings.Repeat("d", 512), "/v1/chat/completions") + line(strings.Repeat("d", 512), "/v1/chat/completions")
+	n, errs, err := ValidateLines(strings.NewReader(input), "/v1/chat/completions")
 	if err != nil || n != 4 || len(errs) != 3 {
 		t.Fatalf("%d lines, errors %+v (%v); want 4 lines, 3 errors", n, errs, err)
 	}

@@ -1,4 +1,4 @@
-package module
+package batches
 
 import (
 	"bufio"
@@ -16,8 +16,8 @@ import (
 
 // A batch's input lines, as validated and turned into operations (docs/batches.md).
 
-// maxLineBytes bounds one input line: a line is read whole to be checked and stored.
-const maxLineBytes = 16 << 20
+// MaxLineBytes bounds one input line: a line is read whole to be checked and stored.
+const MaxLineBytes = 16 << 20
 
 // maxBatchErrors bounds the errors a failed batch lists; the count of the rest is in the last.
 const maxBatchErrors = 1000
@@ -41,24 +41,24 @@ func echo(s string) string {
 	return strconv.Quote(s[:cut]) + "..."
 }
 
-// inputLine is one line of a batch's input file (OpenAI's request input object).
-type inputLine struct {
+// InputLine is one line of a batch's input file (OpenAI's request input object).
+type InputLine struct {
 	CustomID *string         `json:"custom_id"`
 	Method   string          `json:"method"`
 	URL      string          `json:"url"`
 	Body     json.RawMessage `json:"body"`
 }
 
-// newLineScanner reads a file's lines, each up to maxLineBytes.
-func newLineScanner(r io.Reader) *bufio.Scanner {
+// NewLineScanner reads a file's lines, each up to MaxLineBytes.
+func NewLineScanner(r io.Reader) *bufio.Scanner {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), maxLineBytes)
+	sc.Buffer(make([]byte, 0, 64<<10), MaxLineBytes)
 	return sc
 }
 
-// parseLine checks one line against the batch's endpoint; the error names what is wrong.
-func parseLine(raw []byte, endpoint string) (inputLine, *store.BatchError) {
-	var in inputLine
+// ParseLine checks one line against the batch's endpoint; the error names what is wrong.
+func ParseLine(raw []byte, endpoint string) (InputLine, *store.BatchError) {
+	var in InputLine
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if err := dec.Decode(&in); err != nil || dec.More() {
 		return in, &store.BatchError{Code: "invalid_json_line", Message: "This line is not a JSON object."}
@@ -80,12 +80,12 @@ func parseLine(raw []byte, endpoint string) (inputLine, *store.BatchError) {
 	return in, nil
 }
 
-// validateLines reads the whole input: every line is checked and every custom_id must be
+// ValidateLines reads the whole input: every line is checked and every custom_id must be
 // unique. It returns the number of lines and the errors (at most maxBatchErrors kept). A
 // custom_id is remembered as a 16-byte hash (a collision of SHA-256's first 128 bits is not a
 // concern), so the memory is bounded by the line count, not by the ids' length.
-func validateLines(r io.Reader, endpoint string) (int, []store.BatchError, error) {
-	sc := newLineScanner(r)
+func ValidateLines(r io.Reader, endpoint string) (int, []store.BatchError, error) {
+	sc := NewLineScanner(r)
 	seen := map[[16]byte]int{}
 	var errs []store.BatchError
 	n, more := 0, 0
@@ -98,7 +98,7 @@ func validateLines(r io.Reader, endpoint string) (int, []store.BatchError, error
 	}
 	for sc.Scan() {
 		n++
-		in, bad := parseLine(sc.Bytes(), endpoint)
+		in, bad := ParseLine(sc.Bytes(), endpoint)
 		if bad == nil {
 			h := customIDHash(*in.CustomID)
 			if first, dup := seen[h]; dup {
@@ -114,7 +114,7 @@ func validateLines(r io.Reader, endpoint string) (int, []store.BatchError, error
 		}
 	}
 	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
-		add(store.BatchError{Code: "line_too_long", Line: n + 1, Message: fmt.Sprintf("This line is over %d bytes.", maxLineBytes)})
+		add(store.BatchError{Code: "line_too_long", Line: n + 1, Message: fmt.Sprintf("This line is over %d bytes.", MaxLineBytes)})
 	} else if err != nil {
 		return 0, nil, err
 	}

@@ -1,4 +1,4 @@
-package module
+package batches
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -7,9 +7,9 @@ import (
 	"github.com/mulligan-gw/mulligan/store"
 )
 
-// batchMetrics are the Files and Batches API's metrics (docs/batches.md), created once per
-// process like the others.
-var batchMetrics = struct {
+// metrics are the Files and Batches API's metrics (docs/batches.md), created once per
+// process like the others; Collectors hands them to the gateway's registry.
+var metrics = struct {
 	files    prometheus.Counter
 	created  prometheus.Counter
 	finished *prometheus.CounterVec
@@ -35,12 +35,19 @@ var batchMetrics = struct {
 	}, []string{"outcome"}),
 }
 
-func batchCollectors() []prometheus.Collector {
-	return []prometheus.Collector{batchMetrics.files, batchMetrics.created, batchMetrics.finished, batchMetrics.active, batchMetrics.lines}
+// Collectors are the batch metrics, for the gateway to register.
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{metrics.files, metrics.created, metrics.finished, metrics.active, metrics.lines}
 }
 
-// countLineFinal counts a batch line's final status by outcome.
-func countLineFinal(op *store.Operation) {
+// CountUploaded counts a file uploaded through the Files API.
+func CountUploaded() { metrics.files.Inc() }
+
+// CountCreated counts a batch created.
+func CountCreated() { metrics.created.Inc() }
+
+// CountLine counts a batch line's final status by outcome.
+func CountLine(op *store.Operation) {
 	outcome := string(op.Status)
 	if op.Status == store.StatusCanceled {
 		outcome = "cancelled"
@@ -48,15 +55,15 @@ func countLineFinal(op *store.Operation) {
 			outcome = "expired"
 		}
 	}
-	batchMetrics.lines.WithLabelValues(outcome).Inc()
+	metrics.lines.WithLabelValues(outcome).Inc()
 }
 
-// countSettled is every storage's SetBatchSettled function: a batch made final is counted and
+// Settled is every storage's SetBatchSettled function: a batch made final is counted and
 // logged once across the replicas on a storage, by the one whose transaction settled it.
-func countSettled(log *zap.Logger) func(b *store.Batch) {
+func Settled(log *zap.Logger) func(b *store.Batch) {
 	log = log.Named("batches")
 	return func(b *store.Batch) {
-		batchMetrics.finished.WithLabelValues(string(b.Status)).Inc()
+		metrics.finished.WithLabelValues(string(b.Status)).Inc()
 		log.Info("batch final", zap.String("batch_id", b.ID), zap.String("status", string(b.Status)),
 			zap.Int("completed", b.Counts.Completed), zap.Int("failed", b.Counts.Failed))
 	}
