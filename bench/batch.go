@@ -8,6 +8,7 @@ import (
 	"mime/multipart"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,16 +17,17 @@ import (
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
 )
 
-// The batch scenario (docs/batches.md, Performance): a 50,000-line file (about 25 MB) through a
+// The batch scenario (docs/batches.md, Performance): a 50,000-line file (29.3 MB; -batch-lines
+// and -batch-line-bytes change it) through a
 // model server of batchSlots slots, each call batchLatency long: lines/s against the slots'
 // capacity, the gateway's resident memory over idle during upload, run and download, and an
 // interactive call's p99 while the batch runs against the same call unloaded.
 const (
 	ScenarioBatch = "batch"
-	batchLines    = 50000
 	batchSlots    = 8
 	batchLatency  = 20 * time.Millisecond
-	batchPad      = 440 // prompt bytes per line: ~500-byte lines
+	// batchLineFrame is a line's bytes besides its prompt's padding (with 5-digit line numbers).
+	batchLineFrame = 146
 )
 
 // slotted admits `slots` calls at once to next; the rest wait inside, first come first
@@ -53,7 +55,7 @@ func (h *harness) batch(ctx context.Context) ([]Row, error) {
 	srv := &http.Server{Handler: slotted(batchSlots, modelserver.New(modelserver.Config{Latency: batchLatency})), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(l) }()
 	defer srv.Close()
-	extra := fmt.Sprintf("\t\tbatches /v1 {\n\t\t\tmax_file_size 64MiB\n\t\t}\n\t\tasync {\n\t\t\tconcurrency %d\n\t\t}\n", batchSlots)
+	extra := fmt.Sprintf("\t\tbatches /v1 {\n\t\t\tmax_file_size 1GiB\n\t\t\tmax_requests 1000000\n\t\t}\n\t\tasync {\n\t\t\tconcurrency %d\n\t\t}\n", batchSlots)
 	g, err := h.startGateway(ctx, "batch", func(int) string { return mulliganSite(l.Addr().String(), h.badgerDir("batch"), extra) })
 	if err != nil {
 		return nil, err
@@ -72,6 +74,7 @@ type batchRun struct {
 	g                          *gateway
 	idle                       int64
 	upload, running, download  int64 // peak RSS over idle in each phase
+	peak                       int64 // peak RSS, absolute, over the whole scenario
 	runFor                     time.Duration
 	unloaded, loaded           sample
 	completed, failed, fileLen int
@@ -82,6 +85,7 @@ func (m *batchRun) run(ctx context.Context) error {
 	m.idle, _ = m.g.rssBytes()
 	var fileID string
 	m.upload = m.peakDuring(func() (err error) { fileID, err = m.uploadFile(ctx); return err })
+	m.heapProfile(ctx, "upload")
 	if fileID == "" {
 		return fmt.Errorf("upload failed")
 	}
@@ -95,8 +99,24 @@ func (m *batchRun) run(ctx context.Context) error {
 	if runErr != nil {
 		return runErr
 	}
+	m.heapProfile(ctx, "run")
 	m.download = m.peakDuring(func() error { return m.downloadOutput(ctx, id) })
+	m.heapProfile(ctx, "download")
 	return nil
+}
+
+// heapProfile writes the gateway's heap (live objects after a GC, and every allocation since
+// it started) to ProfileDir/batch.<gateway>.<phase>.{heap,allocs}.pprof, when -profile is set.
+func (m *batchRun) heapProfile(ctx context.Context, phase string) {
+	if m.h.cfg.ProfileDir == "" || m.g.admin == "" {
+		return
+	}
+	for _, kind := range []string{"heap", "allocs"} {
+		name := fmt.Sprintf("batch.%s.%s.%s.pprof", m.g.name, phase, kind)
+		if err := fetchProfile(ctx, m.g.admin+"/debug/pprof/"+kind+"?gc=1", filepath.Join(m.h.cfg.ProfileDir, name)); err != nil {
+			m.h.logf("profile %s: %v", name, err)
+		}
+	}
 }
 
 // peakDuring runs fn while sampling the gateway's RSS, and returns the peak over idle.
@@ -123,6 +143,7 @@ func (m *batchRun) peakDuring(fn func() error) int64 {
 	}
 	close(stop)
 	wg.Wait()
+	m.peak = max(m.peak, peak.Load())
 	return peak.Load() - m.idle
 }
 
@@ -132,8 +153,8 @@ func (m *batchRun) uploadFile(ctx context.Context) (string, error) {
 	mw := multipart.NewWriter(pw)
 	go func() {
 		fw, _ := mw.CreateFormFile("file", "bench.jsonl")
-		pad := strings.Repeat("x", batchPad)
-		for i := 1; i <= batchLines; i++ {
+		pad := strings.Repeat("x", max(0, m.h.cfg.BatchLineBytes-batchLineFrame))
+		for i := 1; i <= m.h.cfg.BatchLines; i++ {
 			n, _ := fmt.Fprintf(fw, `{"custom_id":"b-%d","method":"POST","url":"/v1/chat/completions","body":{"model":"bench","messages":[{"role":"user","content":"line %d %s"}]}}`+"\n", i, i, pad)
 			m.fileLen += n
 		}
@@ -233,10 +254,10 @@ func (m *batchRun) downloadOutput(ctx context.Context, id string) error {
 func (m *batchRun) row() Row {
 	capacity := float64(batchSlots) / batchLatency.Seconds()
 	rate := float64(m.completed+m.failed) / m.runFor.Seconds()
-	note := fmt.Sprintf("%d lines (%.1f MB), %d slots x %s = %.0f lines/s capacity: %.0f lines/s (%.0f%%); RSS over idle: upload %s, run %s, download %s; interactive p99 %s unloaded, %s during the batch (%.1fx)",
-		batchLines, float64(m.fileLen)/1e6, batchSlots, batchLatency, capacity, rate, 100*rate/capacity,
-		mib(m.upload), mib(m.running), mib(m.download), m.unloaded.percentile(99), m.loaded.percentile(99),
+	note := fmt.Sprintf("%d lines (%.1f MB), %d slots x %s = %.0f lines/s capacity: %.0f lines/s (%.0f%%); RSS over idle: upload %s, run %s, download %s (peak %s, idle %s); interactive p99 %s unloaded, %s during the batch (%.1fx)",
+		m.h.cfg.BatchLines, float64(m.fileLen)/1e6, batchSlots, batchLatency, capacity, rate, 100*rate/capacity,
+		mib(m.upload), mib(m.running), mib(m.download), mib(m.peak), mib(m.idle), m.unloaded.percentile(99), m.loaded.percentile(99),
 		float64(m.loaded.percentile(99))/float64(max(m.unloaded.percentile(99), 1)))
 	m.h.logf("batch: %s", note)
-	return Row{Scenario: "batch (50k lines)", Mulligan: []*Result{resultOf(m.loaded)}, Note: note}
+	return Row{Scenario: fmt.Sprintf("batch (%dk lines)", m.h.cfg.BatchLines/1000), Mulligan: []*Result{resultOf(m.loaded)}, Note: note}
 }

@@ -74,6 +74,10 @@ type Config struct {
 	// executed afterwards (the runner drains a few hundred per second with its default
 	// concurrency of 4) and the default queue holds 10000.
 	AsyncOps int
+	// BatchLines and BatchLineBytes shape the batch scenario's input file: how many lines, and
+	// about how long each is (docs/batches.md, Performance).
+	BatchLines     int
+	BatchLineBytes int
 	// LiveStreams is how many keyed streams the streams scenario holds open at once while it
 	// reads the gateways' memory.
 	LiveStreams int
@@ -104,7 +108,8 @@ type Config struct {
 	// FloodEvery is how often the interactive tenant sends a call during a flood.
 	FloodEvery time.Duration
 	// ProfileDir, when set, receives CPU, block and mutex profiles of each Mulligan gateway
-	// during the first round of each scenario (bench/profile.go).
+	// during the first round of each scenario (bench/profile.go), and the batch scenario's
+	// heap profiles at the end of each phase.
 	ProfileDir string
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
@@ -114,7 +119,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Concurrency: 64, Duration: 3 * time.Second, Rounds: 3, Scenarios: AllScenarios,
-		Replicas: 1, ReplayKeys: 1000, Operations: 1000, AsyncOps: 4000, LiveStreams: 1000, ScaleKeys: 1_000_000, ScaleOps: 100_000,
+		Replicas: 1, ReplayKeys: 1000, Operations: 1000, AsyncOps: 4000, LiveStreams: 1000, BatchLines: 50000, BatchLineBytes: 586, ScaleKeys: 1_000_000, ScaleOps: 100_000,
 		FloodCalls: 600, FloodSlots: 4, FloodLatency: 100 * time.Millisecond, FloodEvery: 200 * time.Millisecond,
 	}
 }
@@ -129,11 +134,13 @@ func main() {
 	flag.IntVar(&cfg.ReplayKeys, "keys", cfg.ReplayKeys, "keys recorded, then replayed, by the replays scenario")
 	flag.IntVar(&cfg.Operations, "ops", cfg.Operations, "operations submitted by the end-to-end async and webhook scenarios")
 	flag.IntVar(&cfg.AsyncOps, "async-ops", cfg.AsyncOps, "most operations accepted per async accept round (the queue holds 10000)")
+	flag.IntVar(&cfg.BatchLines, "batch-lines", cfg.BatchLines, "lines of the batch scenario's input file")
+	flag.IntVar(&cfg.BatchLineBytes, "batch-line-bytes", cfg.BatchLineBytes, "about how long each line of the batch scenario's input file is, in bytes (at least 140)")
 	flag.IntVar(&cfg.LiveStreams, "live-streams", cfg.LiveStreams, "keyed streams the streams scenario holds open at once to measure memory")
 	flag.BoolVar(&cfg.Scale, "scale", false, "also seed 10k, then -scale-keys keys and -scale-ops operations, and measure RSS and replay p99 (slow)")
 	flag.IntVar(&cfg.ScaleKeys, "scale-keys", cfg.ScaleKeys, "keys of the large scale run")
 	flag.IntVar(&cfg.ScaleOps, "scale-ops", cfg.ScaleOps, "finished operations seeded by the large scale run")
-	flag.StringVar(&cfg.ProfileDir, "profile", "", "a directory: write CPU, block and mutex profiles of each Mulligan gateway's first round of each scenario there")
+	flag.StringVar(&cfg.ProfileDir, "profile", "", "a directory: write CPU, block and mutex profiles of each Mulligan gateway's first round of each scenario there (and the batch scenario's heap after each phase)")
 	flag.StringVar(&cfg.Postgres, "postgres", "", "a postgres:// DSN: also measure Mulligan storing there, beside Badger (the scale run stays on Badger)")
 	flag.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "PostgreSQL gateway processes on the one database, the load spread round-robin over them (needs -postgres)")
 	flag.StringVar(&cfg.Pooled, "pooled", "", "a postgres:// DSN of the -postgres database through PgBouncer in transaction mode: also measure a gateway storing through it (needs -postgres, which migrates)")

@@ -15,6 +15,9 @@ var metrics = struct {
 	finished *prometheus.CounterVec
 	active   *prometheus.GaugeVec
 	lines    *prometheus.CounterVec
+	// inputRead shows an input file is read about twice (validation, then line creation),
+	// not once per window of lines.
+	inputRead prometheus.Counter
 }{
 	files: prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "mulligan", Name: "batch_files_uploaded_total", Help: "Files uploaded through the Files API.",
@@ -33,11 +36,15 @@ var metrics = struct {
 		Namespace: "mulligan", Name: "batch_lines_finished_total",
 		Help: "Batch lines that reached a final status, by outcome: succeeded, failed, cancelled, expired.",
 	}, []string{"outcome"}),
+	inputRead: prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "mulligan", Name: "batch_input_read_bytes_total",
+		Help: "Bytes read from batch input files, by validation and by line creation.",
+	}),
 }
 
 // Collectors are the batch metrics, for the gateway to register.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{metrics.files, metrics.created, metrics.finished, metrics.active, metrics.lines}
+	return []prometheus.Collector{metrics.files, metrics.created, metrics.finished, metrics.active, metrics.lines, metrics.inputRead}
 }
 
 // CountUploaded counts a file uploaded through the Files API.

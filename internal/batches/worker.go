@@ -30,6 +30,9 @@ type Worker struct {
 	stopOnce sync.Once
 	swept    map[string]time.Time // when each batch's lines were last cut
 	active   map[string]store.BatchStatus
+	cursors  map[string]*cursor // where each batch's input file is read up to
+	passes   uint64             // cursor uses, for dropping the least recent
+	window   int
 }
 
 // Lines is what the worker asks of the runner that executes a storage's lines.
@@ -50,6 +53,8 @@ type Options struct {
 	// Clock paces the passes and decides expiry; nil is the real clock.
 	Clock clockwork.Clock
 	Log   *zap.Logger
+	// Window bounds a batch's lines created and not final; 0 is LineWindow.
+	Window int
 }
 
 // Pacing of the batch worker.
@@ -72,9 +77,13 @@ func New(opts Options) *Worker {
 	if opts.Log == nil {
 		opts.Log = zap.NewNop()
 	}
+	if opts.Window <= 0 {
+		opts.Window = LineWindow
+	}
 	return &Worker{st: opts.Store, clock: opts.Clock, log: opts.Log.Named("batches"), lines: opts.Lines,
 		kickc: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		swept: map[string]time.Time{}, active: map[string]store.BatchStatus{}}
+		swept: map[string]time.Time{}, active: map[string]store.BatchStatus{}, cursors: map[string]*cursor{},
+		window: opts.Window}
 }
 
 // Start begins the passes: one every passEvery, and one soon after each Kick.
@@ -98,6 +107,7 @@ func (w *Worker) Kick() {
 
 func (w *Worker) loop() {
 	defer close(w.done)
+	defer w.dropCursors()
 	t := w.clock.NewTicker(passEvery)
 	defer t.Stop()
 	for {
@@ -157,6 +167,11 @@ func (w *Worker) forgetFinished(seen map[string]store.BatchStatus) {
 	for id := range w.active {
 		if _, still := seen[id]; !still {
 			delete(w.swept, id)
+		}
+	}
+	for id := range w.cursors {
+		if _, still := seen[id]; !still {
+			w.dropCursor(id)
 		}
 	}
 	w.active = seen
@@ -222,32 +237,32 @@ func (w *Worker) readInput(b *store.Batch) (int, []store.BatchError, error) {
 		return 0, nil, err
 	}
 	defer rc.Close()
-	return ValidateLines(rc, b.Endpoint)
+	return ValidateLines(countReads(rc), b.Endpoint)
 }
 
-// createLines stores b's line operations from the first not yet created, in chunks. A chunk
-// another worker stored first (ErrStale) ends this pass: the next one resumes after it.
+// createLines stores b's line operations from the first not yet created, in chunks, reading
+// on from where the last pass stopped (the batch's input cursor). A chunk another worker stored
+// first (ErrStale) ends this pass: the next one resumes after it.
 func (w *Worker) createLines(b *store.Batch) (*store.Batch, error) {
-	rc, err := w.st.OpenFile(b.InputFileID)
+	c, err := w.cursorAt(b)
 	if errors.Is(err, store.ErrNotFound) {
 		return w.failMissingLines(b)
 	}
 	if err != nil {
 		return b, err
 	}
-	defer rc.Close()
-	sc := NewLineScanner(rc)
-	for line := 0; line < b.Created && sc.Scan(); line++ {
-	}
-	for b.Created < b.Counts.Total && b.Created-b.Counts.Completed-b.Counts.Failed < LineWindow {
-		ops, reqs := w.nextChunk(b, sc)
+	for b.Created < b.Counts.Total && b.Created-b.Counts.Completed-b.Counts.Failed < w.window {
+		ops, reqs := w.nextChunk(b, c)
 		if len(ops) == 0 {
-			if err := sc.Err(); err != nil {
+			err := c.sc.Err()
+			w.dropCursor(b.ID)
+			if err != nil {
 				return b, err
 			}
 			return w.failMissingLines(b) // the file no longer holds the lines it was validated with
 		}
 		if b, err = w.addLines(b, ops, reqs); err != nil || b.Status.Final() {
+			w.dropCursor(b.ID) // where the file stands is no longer known
 			return b, err
 		}
 	}
@@ -301,12 +316,16 @@ func (w *Worker) failMissingLines(b *store.Batch) (*store.Batch, error) {
 	return b, nil
 }
 
-// nextChunk reads the next lines of b into operations and their requests.
-func (w *Worker) nextChunk(b *store.Batch, sc lineSource) ([]*store.Operation, []*store.Request) {
+// nextChunk reads the next lines of b from c into operations and their requests.
+func (w *Worker) nextChunk(b *store.Batch, c *cursor) ([]*store.Operation, []*store.Request) {
+	sc := c.sc
 	var ops []*store.Operation
 	var reqs []*store.Request
 	size := 0
-	for line := b.Created + 1; len(ops) < lineChunk && size < chunkBytes && line <= b.Counts.Total && sc.Scan(); line++ {
+	// Up to the window exactly: at most that many lines exist unfinished (docs/batches.md).
+	limit := min(lineChunk, w.window-(b.Created-b.Counts.Completed-b.Counts.Failed))
+	for line := b.Created + 1; len(ops) < limit && size < chunkBytes && line <= b.Counts.Total && sc.Scan(); line++ {
+		c.line++
 		in, bad := ParseLine(sc.Bytes(), b.Endpoint)
 		if bad != nil {
 			break // validated already: the file changed under the batch, which files never do
@@ -317,12 +336,6 @@ func (w *Worker) nextChunk(b *store.Batch, sc lineSource) ([]*store.Operation, [
 		size += len(in.Body)
 	}
 	return ops, reqs
-}
-
-// lineSource is where lines are read from.
-type lineSource interface {
-	Scan() bool
-	Bytes() []byte
 }
 
 // lineOperation is line `line` of b as an operation: queued at urgency 7 in a scope of the

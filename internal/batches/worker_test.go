@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mulligan-gw/mulligan/internal/testkit"
@@ -202,4 +203,64 @@ func TestWorkerStopWaitsForThePassUnderWay(t *testing.T) {
 	if got, _ := f.st.GetBatch(b.ID); got.Status != store.BatchInProgress {
 		t.Fatalf("the batch the stopped pass validated: %s", got.Status)
 	}
+}
+
+// finishLines ends the first n queued lines of batch b from line `from`, as a runner would
+// (here: cut, which counts them failed), and returns the line after the last one ended.
+func (f *fixture) finishLines(t *testing.T, b *store.Batch, from, n int) int {
+	t.Helper()
+	for line := from; line < from+n; line++ {
+		_, err := f.st.Transition(store.LineOperationID(b.ID, line), store.Change{To: store.StatusCanceled, From: store.StatusQueued,
+			Error: &store.OperationError{Code: store.LineCancelled, Message: "test"}})
+		if err != nil {
+			t.Fatalf("ending line %d: %v", line, err)
+		}
+	}
+	return from + n
+}
+
+// TestWorkerReadsAnInputFileOnceWhateverItsWindows: a batch whose lines are created a window at
+// a time, over many passes, reads its input file about twice in all (validation, then line
+// creation), counted by mulligan_batch_input_read_bytes_total; before the input cursor each pass
+// read the file again from its first line (here over 20 times).
+func TestWorkerReadsAnInputFileOnceWhateverItsWindows(t *testing.T) {
+	f := newFixture(t)
+	const n, window, step = 200, 20, 10
+	var content strings.Builder
+	pad := strings.Repeat("x", 8<<10)
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&content, `{"custom_id":"req-%d","method":"POST","url":%q,"body":{"pad":%q}}`+"\n", i, chatPath, pad)
+	}
+	size := content.Len() // 1.6 MB
+	b := f.batch(t, "once", content.String(), 24*time.Hour)
+	before := inputRead(t)
+	w := New(Options{Store: f.st, Lines: f.lines, Clock: f.clock, Log: zaptest.NewLogger(t), Window: window})
+	w.Start()
+	defer w.Stop()
+	next := 1
+	for created := window; ; created = min(created+step, n) {
+		f.awaitBatch(t, w, b.ID, fmt.Sprint(created, " lines created"), func(b *store.Batch) bool { return b.Created == created })
+		if created == n {
+			break
+		}
+		next = f.finishLines(t, b, next, step)
+	}
+	read := inputRead(t) - before
+	// Twice the file, and what the readers buffer ahead (64 KiB each) beyond the last line.
+	if limit := float64(2*size + 256<<10); read > limit {
+		t.Fatalf("read %.0f bytes of a %d-byte input file over %d windows, want at most %.0f: the file is read again per pass",
+			read, size, (n-window)/step+1, limit)
+	}
+	if read < float64(2*size) {
+		t.Fatalf("read %.0f bytes of a %d-byte input file, want at least twice its size (validation, then creation)", read, size)
+	}
+}
+
+// inputRead is mulligan_batch_input_read_bytes_total now.
+func inputRead(t *testing.T) float64 {
+	var m dto.Metric
+	if err := metrics.inputRead.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }
