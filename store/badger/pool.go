@@ -33,6 +33,8 @@ type shared struct {
 	scopeLocks *keyLocks
 	stopGC     chan struct{}
 	gcDone     chan struct{}
+	// residentDone closes when keepResident (resident.go) has stopped.
+	residentDone chan struct{}
 
 	announcer   announcerSlot
 	batchAnn    batchAnnouncerSlot
@@ -81,7 +83,7 @@ func acquire(opts Options) (*shared, error) {
 	sh := &shared{
 		dir: dir, key: bytes.Clone(opts.EncryptionKey), db: db, refs: 1, durable: durable,
 		syncer: newGroupSyncer(durable.sync), locks: newKeyLocks(), opLocks: newKeyLocks(), batchLocks: newKeyLocks(), scopeLocks: newKeyLocks(),
-		stopGC: make(chan struct{}), gcDone: make(chan struct{}),
+		stopGC: make(chan struct{}), gcDone: make(chan struct{}), residentDone: make(chan struct{}),
 		queue: newQueueState(), deadKeptFor: opts.DeadLetterRetention,
 	}
 	if sh.deadKeptFor <= 0 {
@@ -98,6 +100,7 @@ func acquire(opts Options) (*shared, error) {
 		return nil, fmt.Errorf("%w: counting the outbox of %s: %v", store.ErrUnavailable, dir, err)
 	}
 	go sh.collectGarbage()
+	go sh.keepResident(opts.pageOutEvery)
 	pool[dir] = sh
 	return sh, nil
 }
@@ -125,6 +128,7 @@ func release(sh *shared) error {
 	delete(pool, sh.dir)
 	close(sh.stopGC)
 	<-sh.gcDone
+	<-sh.residentDone
 	sh.syncer.stop()
 	// Close makes every write durable: the next open checks nothing written before this.
 	_ = sh.db.Update(func(txn *badger.Txn) error { return setSynced(txn, committedVersion(sh.db)) })
@@ -132,16 +136,17 @@ func release(sh *shared) error {
 }
 
 // badgerOptions tunes Badger for a sidecar: small memtables and caches keep the resident set
-// modest, values above 1 KiB go to the value log so the LSM tree stays small.
+// modest (memory.go), values above 1 KiB go to the value log so the LSM tree stays small.
 func badgerOptions(dir string, opts Options) badger.Options {
+	mem := opts.Memory.withDefaults()
 	o := badger.DefaultOptions(dir).
 		WithSyncWrites(false). // durability comes from the group syncer, one sync per batch (durability.go)
-		WithMemTableSize(16 << 20).
-		WithNumMemtables(3).
-		WithBlockCacheSize(32 << 20).
-		WithIndexCacheSize(16 << 20).
+		WithMemTableSize(mem.MemTableSize).
+		WithNumMemtables(mem.MemTables).
+		WithBlockCacheSize(mem.BlockCache).
+		WithIndexCacheSize(mem.IndexCache).
 		WithValueThreshold(1 << 10).
-		WithValueLogFileSize(256 << 20).
+		WithValueLogFileSize(mem.ValueLogFileSize).
 		WithNumCompactors(2).
 		WithNumGoroutines(2).
 		WithMetricsEnabled(true).      // the value log's byte count spares syncs of an unchanged log (durability.go)

@@ -27,6 +27,12 @@ type Options struct {
 	Logger store.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// pageOutEvery is how often older value logs are paged out (resident.go): 0 is
+	// residentEvery, below 0 never (tests that page out themselves).
+	pageOutEvery time.Duration
+	// Memory sizes Badger's memtables, caches and value-log files; zero fields take
+	// DefaultMemory's. The first handle to open a directory sets it.
+	Memory Memory
 	// DeadLetterRetention is how long a dead letter is kept after it was dead-lettered; zero
 	// means DefaultDeadLetterRetention. The first handle to open a directory sets it.
 	DeadLetterRetention time.Duration
@@ -53,6 +59,9 @@ func Open(opts Options) (*Store, error) {
 	case 0, 16, 24, 32:
 	default:
 		return nil, fmt.Errorf("store: encryption key must be 16, 24 or 32 bytes, got %d", len(opts.EncryptionKey))
+	}
+	if err := opts.Memory.Check(); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
 	}
 	sh, err := acquire(opts)
 	if err != nil {

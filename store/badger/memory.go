@@ -1,0 +1,79 @@
+package badger
+
+import "fmt"
+
+// Memory sizes what Badger holds in memory and maps (docs/backends.md, "Badger's memory"). Its
+// resident share is about MemTables x MemTableSize twice (each memtable's arena, and its log
+// mapped), plus BlockCache and IndexCache, plus the newest value log's pages (at most
+// ValueLogFileSize; older value logs are paged out, resident.go), plus the tables' pages read.
+// None of it grows with what the database holds.
+type Memory struct {
+	// MemTableSize is one memtable's size: writes gather there before a flush to a table.
+	MemTableSize int64
+	// MemTables is how many memtables may exist at once (one written, the others flushing);
+	// writes stall when all are full.
+	MemTables int
+	// BlockCache caches the tables' decompressed blocks.
+	BlockCache int64
+	// IndexCache caches the tables' indexes and bloom filters.
+	IndexCache int64
+	// ValueLogFileSize is the size at which a value log file is finished and the next begun:
+	// values above 1 KiB (results, requests, file chunks) are written there.
+	ValueLogFileSize int64
+}
+
+// DefaultMemory is what a zero Memory field takes: about 200 MiB resident at most for Badger
+// (docs/backends.md).
+var DefaultMemory = Memory{MemTableSize: 16 << 20, MemTables: 3, BlockCache: 32 << 20, IndexCache: 16 << 20, ValueLogFileSize: 64 << 20}
+
+// Bounds of the Memory settings: Badger's own (a value log under 2 GiB, at least 1 MiB), and
+// the least that keeps a database usable.
+const (
+	minMemorySize     = 1 << 20
+	maxMemTableSize   = 1 << 30
+	maxMemTables      = 16
+	maxCacheSize      = 16 << 30
+	maxValueLogFileSz = 2<<30 - 1
+)
+
+// Check reports the first setting out of its bounds (zero fields are unset: the default).
+func (m Memory) Check() error {
+	for _, c := range []struct {
+		name   string
+		v, max int64
+	}{
+		{"memtable_size", m.MemTableSize, maxMemTableSize},
+		{"block_cache", m.BlockCache, maxCacheSize},
+		{"index_cache", m.IndexCache, maxCacheSize},
+		{"value_log_file_size", m.ValueLogFileSize, maxValueLogFileSz},
+	} {
+		if c.v != 0 && (c.v < minMemorySize || c.v > c.max) {
+			return fmt.Errorf("%s must be from 1MiB to %dMiB, got %d bytes", c.name, c.max>>20, c.v)
+		}
+	}
+	if m.MemTables < 0 || m.MemTables > maxMemTables {
+		return fmt.Errorf("memtables must be from 1 to %d, got %d", maxMemTables, m.MemTables)
+	}
+	return nil
+}
+
+// withDefaults is m with DefaultMemory's value in each unset field.
+func (m Memory) withDefaults() Memory {
+	d := DefaultMemory
+	if m.MemTableSize == 0 {
+		m.MemTableSize = d.MemTableSize
+	}
+	if m.MemTables == 0 {
+		m.MemTables = d.MemTables
+	}
+	if m.BlockCache == 0 {
+		m.BlockCache = d.BlockCache
+	}
+	if m.IndexCache == 0 {
+		m.IndexCache = d.IndexCache
+	}
+	if m.ValueLogFileSize == 0 {
+		m.ValueLogFileSize = d.ValueLogFileSize
+	}
+	return m
+}
