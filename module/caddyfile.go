@@ -30,7 +30,12 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //
 //	mulligan {
 //		storage        [badger] <dir> | postgres <dsn> [{
-//			direct <dsn>
+//			direct              <dsn>  (postgres)
+//			memtable_size       <size> (badger, each below: docs/backends.md)
+//			memtables           <n>
+//			block_cache         <size>
+//			index_cache         <size>
+//			value_log_file_size <size>
 //		}]
 //		encryption_key <key>
 //		scope          <placeholder template>|<constant, e.g. shared>
@@ -133,17 +138,25 @@ func (m *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 }
 
 // unmarshalStorage reads `storage <dir>`, `storage badger <dir>` or `storage postgres <dsn>`,
-// the last with an optional block naming the direct DSN (`direct <dsn>`).
+// the last with an optional block naming the direct DSN (`direct <dsn>`), the first two with
+// an optional block sizing Badger's memory.
 func (m *Handler) unmarshalStorage(d *caddyfile.Dispenser) error {
 	args := d.RemainingArgs()
+	postgres := len(args) == 2 && args[0] == BackendPostgres
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		if d.Val() != "direct" {
+		if d.Val() == "direct" {
+			if !postgres {
+				return d.Errf("direct applies to storage postgres <dsn> only")
+			}
+			if err := oneArg(d, &m.StorageDirect); err != nil {
+				return err
+			}
+			continue
+		}
+		if postgres {
 			return d.Errf("unrecognized storage option %q (storage postgres takes direct <dsn>)", d.Val())
 		}
-		if len(args) != 2 || args[0] != BackendPostgres {
-			return d.Errf("direct applies to storage postgres <dsn> only")
-		}
-		if err := oneArg(d, &m.StorageDirect); err != nil {
+		if err := m.unmarshalBadgerMemory(d); err != nil {
 			return err
 		}
 	}
@@ -158,6 +171,27 @@ func (m *Handler) unmarshalStorage(d *caddyfile.Dispenser) error {
 		return d.Errf("storage takes a Badger directory, or badger <dir>, or postgres <dsn>")
 	}
 	return nil
+}
+
+// unmarshalBadgerMemory reads one of `storage badger`'s memory settings (docs/backends.md).
+func (m *Handler) unmarshalBadgerMemory(d *caddyfile.Dispenser) error {
+	if m.StorageMemory == nil {
+		m.StorageMemory = new(BadgerMemory)
+	}
+	mem := m.StorageMemory
+	switch d.Val() {
+	case "memtable_size":
+		return sizeArg(d, &mem.MemTableSize)
+	case "memtables":
+		return intArg(d, &mem.MemTables, 1)
+	case "block_cache":
+		return sizeArg(d, &mem.BlockCache)
+	case "index_cache":
+		return sizeArg(d, &mem.IndexCache)
+	case "value_log_file_size":
+		return sizeArg(d, &mem.ValueLogFileSize)
+	}
+	return d.Errf("unrecognized storage option %q (storage badger takes memtable_size, memtables, block_cache, index_cache, value_log_file_size)", d.Val())
 }
 
 func (c *IdempotencyConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {

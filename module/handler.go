@@ -44,6 +44,11 @@ type Handler struct {
 	// (docs/backends.md, "Through PgBouncer"). Placeholders are expanded.
 	StorageDirect string `json:"storage_direct,omitempty"`
 
+	// StorageMemory sizes Badger's memory: its memtables, caches and value-log files
+	// (docs/backends.md, "Badger's memory"). Storage-wide, like durability: blocks on one
+	// storage must not set it differently, and it applies when the storage opens. Badger only.
+	StorageMemory *BadgerMemory `json:"storage_memory,omitempty"`
+
 	// EncryptionKey turns on encryption at rest in Badger with a 16, 24 or 32-byte AES key, written in one
 	// unambiguous encoding: "hex:<hex digits>", "base64:<standard base64>", or the raw bytes
 	// (optionally "raw:<bytes>"). A bare string of 32, 48 or 64 hex digits is refused as ambiguous.
@@ -168,6 +173,9 @@ func (h *Handler) storageWideSettings() map[string]string {
 	if h.StorageDirect != "" {
 		out["direct"] = caddy.NewReplacer().ReplaceAll(h.StorageDirect, "")
 	}
+	for name, v := range h.StorageMemory.explicit() {
+		out[name] = v
+	}
 	return out
 }
 
@@ -184,8 +192,12 @@ func (h *Handler) spec(key []byte) (storageSpec, error) {
 	if backend == BackendPostgres && len(key) > 0 {
 		return storageSpec{}, fmt.Errorf("encryption_key applies to Badger storage only; PostgreSQL encrypts at rest on its own side")
 	}
+	mem, err := h.StorageMemory.badger(backend)
+	if err != nil {
+		return storageSpec{}, err
+	}
 	return storageSpec{backend: backend, location: location, direct: direct, sync: h.Durability == DurabilitySync, key: key,
-		concurrency: h.Async.Concurrency, takeover: time.Duration(h.Async.Takeover)}, nil
+		concurrency: h.Async.Concurrency, takeover: time.Duration(h.Async.Takeover), memory: mem}, nil
 }
 
 func (h *Handler) setDefaults() {

@@ -49,6 +49,7 @@ type storageSpec struct {
 
 	concurrency int
 	takeover    time.Duration
+	memory      badger.Memory // Badger's sizes (storage_memory); zero fields take the defaults
 }
 
 // where identifies the storage itself: blocks naming the same one share it.
@@ -98,7 +99,7 @@ func openStorage(set storageSpec, log *zap.Logger) (*storage, error) {
 		}
 		be = pg
 	default:
-		st, err := badger.Open(badger.Options{Dir: set.location, EncryptionKey: set.key, Sync: set.sync,
+		st, err := badger.Open(badger.Options{Dir: set.location, EncryptionKey: set.key, Sync: set.sync, Memory: set.memory,
 			Logger: storeLogger{log.Named("badger").Sugar()}})
 		if err != nil {
 			return nil, fmt.Errorf("mulligan: %w", err)
@@ -210,6 +211,8 @@ func (u *storageRef) join(b blockSpec) error {
 			u.set.key = b.set.key
 		case "direct":
 			u.set.direct = b.set.direct
+		default:
+			u.set.memory = mergeMemory(u.set.memory, b.set.memory, name)
 		}
 	}
 	if b.webhooks == nil {
