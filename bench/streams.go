@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -206,7 +207,7 @@ func (h *harness) liveStreamMemory(ctx context.Context) (Row, error) {
 		if err != nil {
 			return row, fmt.Errorf("%s: %w", g.name, err)
 		}
-		notes = append(notes, fmt.Sprintf("%s RSS %s idle, %s with them live", g.name, mib(before), mib(during)))
+		notes = append(notes, fmt.Sprintf("%s RSS %s idle, %s with them live (%s anonymous)", g.name, mib(before), mib(during.rss), mib(during.anon)))
 	}
 	row.Note = strings.Join(notes, "; ")
 	return row, nil
@@ -214,7 +215,7 @@ func (h *harness) liveStreamMemory(ctx context.Context) (Row, error) {
 
 // holdStreams opens cfg.LiveStreams held streams on g, measures g's RSS once every one of them has
 // delivered its first event, then releases them and waits for them to end.
-func (h *harness) holdStreams(ctx context.Context, g *gateway) (int64, error) {
+func (h *harness) holdStreams(ctx context.Context, g *gateway) (held, error) {
 	ctx, cancel := context.WithTimeout(ctx, liveStreamWait)
 	defer cancel()
 	var started sync.WaitGroup
@@ -237,10 +238,30 @@ func (h *harness) holdStreams(ctx context.Context, g *gateway) (int64, error) {
 	}
 	started.Wait()
 	rss, err := g.rssBytes()
+	anon, _ := g.procStatus("RssAnon")
+	h.liveProfiles(ctx, g)
 	h.source.releaseAll()
 	ended.Wait()
 	if e, _ := failed.Load().(error); e != nil {
-		return 0, e
+		return held{}, e
 	}
-	return rss, err
+	return held{rss: rss, anon: anon}, err
+}
+
+// held is a gateway's resident memory with the streams live: all of it, and its anonymous part
+// (the heap, stacks; the rest is files mapped: the binary, Badger's logs).
+type held struct{ rss, anon int64 }
+
+// liveProfiles writes a Mulligan gateway's heap and goroutines with the streams live to
+// ProfileDir/streams-live.<gateway>.{heap,goroutine}.pprof, when -profile is set.
+func (h *harness) liveProfiles(ctx context.Context, g *gateway) {
+	if h.cfg.ProfileDir == "" || g == h.plain || g.admin == "" {
+		return
+	}
+	for _, kind := range []string{"heap", "goroutine"} {
+		name := fmt.Sprintf("streams-live.%s.%s.pprof", g.name, kind)
+		if err := fetchProfile(ctx, g.admin+"/debug/pprof/"+kind, filepath.Join(h.cfg.ProfileDir, name)); err != nil {
+			h.logf("profile %s: %v", name, err)
+		}
+	}
 }

@@ -149,6 +149,42 @@ func TestCaddyfileStoragePostgresTakesADirectDSN(t *testing.T) {
 	}
 }
 
+// TestCaddyfileStorageBadgerTakesItsMemorySettings: the block under storage badger sizes
+// Badger's memory (docs/backends.md, "Badger's memory"), each setting storage-wide.
+func TestCaddyfileStorageBadgerTakesItsMemorySettings(t *testing.T) {
+	var h Handler
+	err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`mulligan {
+		storage badger /var/lib/mulligan {
+			memtable_size       8MiB
+			memtables           2
+			block_cache         16MiB
+			index_cache         4MiB
+			value_log_file_size 32MiB
+		}
+	}`))
+	want := BadgerMemory{MemTableSize: 8 << 20, MemTables: 2, BlockCache: 16 << 20, IndexCache: 4 << 20, ValueLogFileSize: 32 << 20}
+	if err != nil || h.StorageMemory == nil || *h.StorageMemory != want {
+		t.Fatalf("%v: %+v, want %+v", err, h.StorageMemory, want)
+	}
+	if got := h.storageWideSettings(); got["memtables"] != "2" || got["value_log_file_size"] != "33554432" {
+		t.Fatalf("storage-wide settings %v, want the memory settings among them", got)
+	}
+	for _, tc := range []struct {
+		mem     BadgerMemory
+		backend string
+		want    string
+	}{
+		{BadgerMemory{MemTables: 17}, BackendBadger, "memtables must be from 1 to 16, got 17"},
+		{BadgerMemory{ValueLogFileSize: 4 << 30}, BackendBadger, "value_log_file_size must be from 1MiB to 2047MiB"},
+		{BadgerMemory{BlockCache: 512}, BackendBadger, "block_cache must be from 1MiB"},
+		{BadgerMemory{MemTableSize: 8 << 20}, BackendPostgres, "apply to storage badger only"},
+	} {
+		if _, err := tc.mem.badger(tc.backend); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v on %s: %v, want %q", tc.mem, tc.backend, err, tc.want)
+		}
+	}
+}
+
 // TestCaddyfileRejectsMistakes checks each mistake's message, so a case cannot pass because the
 // parser tripped over something else.
 func TestCaddyfileRejectsMistakes(t *testing.T) {
@@ -165,6 +201,10 @@ func TestCaddyfileRejectsMistakes(t *testing.T) {
 		{"mulligan {\n storage /var/lib/m {\n direct postgres://db/m\n }\n}", "direct applies to storage postgres <dsn> only"},
 		{"mulligan {\n storage postgres postgres://pgbouncer/m {\n direct\n }\n}", "wrong argument count"},
 		{"mulligan {\n storage postgres postgres://pgbouncer/m {\n session postgres://db/m\n }\n}", `unrecognized storage option "session" (storage postgres takes direct <dsn>)`},
+		{"mulligan {\n storage postgres postgres://pgbouncer/m {\n memtables 2\n }\n}", `unrecognized storage option "memtables" (storage postgres takes direct <dsn>)`},
+		{"mulligan {\n storage /var/lib/m {\n memtables 0\n }\n}", `memtables must be a whole number of at least 1, got "0"`},
+		{"mulligan {\n storage /var/lib/m {\n block_cache lots\n }\n}", `invalid size "lots"`},
+		{"mulligan {\n storage badger /var/lib/m {\n cache 1GiB\n }\n}", `unrecognized storage option "cache" (storage badger takes memtable_size, memtables, block_cache, index_cache, value_log_file_size)`},
 		{"mulligan {\n async {\n mode sometimes\n }\n}", `mode must be prefer, always or after <duration>, got "sometimes"`},
 		{"mulligan {\n async {\n concurrency 0\n }\n}", `concurrency must be a whole number of at least 1, got "0"`},
 		{"mulligan {\n webhooks {\n endpoint a https://x.example.com\n }\n}", `endpoint "a" needs a secret`},

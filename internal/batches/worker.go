@@ -330,7 +330,7 @@ func (w *Worker) nextChunk(b *store.Batch, c *cursor) ([]*store.Operation, []*st
 		if bad != nil {
 			break // validated already: the file changed under the batch, which files never do
 		}
-		req := store.LineRequest(b, in.Method, in.URL, append([]byte(nil), in.Body...))
+		req := store.LineRequest(b, in.Method, in.URL, in.Body) // Body is Unmarshal's copy, not the scanner's buffer
 		ops = append(ops, w.lineOperation(b, line, *in.CustomID, req))
 		reqs = append(reqs, req)
 		size += len(in.Body)
