@@ -11,15 +11,15 @@ import (
 // BadgerMemory sizes Badger's memory (docs/backends.md, "Badger's memory"): `storage badger
 // <dir> { memtable_size ... }`. A zero field takes the default.
 type BadgerMemory struct {
-	// MemTableSize is one memtable's size. Default: 16 MiB.
+	// MemTableSize is one memtable's size. Default: 8 MiB.
 	MemTableSize int64 `json:"memtable_size,omitempty"`
 	// MemTables is how many memtables may exist at once (1 to 16). Default: 3.
 	MemTables int `json:"memtables,omitempty"`
-	// BlockCache caches the tables' blocks. Default: 32 MiB.
+	// BlockCache caches the tables' blocks. Default: 16 MiB.
 	BlockCache int64 `json:"block_cache,omitempty"`
-	// IndexCache caches the tables' indexes and bloom filters. Default: 16 MiB.
+	// IndexCache caches the tables' indexes and bloom filters. Default: 8 MiB.
 	IndexCache int64 `json:"index_cache,omitempty"`
-	// ValueLogFileSize is the size of one value-log file (1 MiB to 2 GiB). Default: 64 MiB.
+	// ValueLogFileSize is the size of one value-log file (1 MiB to 2 GiB). Default: 32 MiB.
 	ValueLogFileSize int64 `json:"value_log_file_size,omitempty"`
 }
 

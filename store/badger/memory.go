@@ -22,9 +22,9 @@ type Memory struct {
 	ValueLogFileSize int64
 }
 
-// DefaultMemory is what a zero Memory field takes: about 200 MiB resident at most for Badger
+// DefaultMemory is what a zero Memory field takes: about 105 MiB resident at most for Badger
 // (docs/backends.md).
-var DefaultMemory = Memory{MemTableSize: 16 << 20, MemTables: 3, BlockCache: 32 << 20, IndexCache: 16 << 20, ValueLogFileSize: 64 << 20}
+var DefaultMemory = Memory{MemTableSize: 8 << 20, MemTables: 3, BlockCache: 16 << 20, IndexCache: 8 << 20, ValueLogFileSize: 32 << 20}
 
 // Bounds of the Memory settings: Badger's own (a value log under 2 GiB, at least 1 MiB), and
 // the least that keeps a database usable.
