@@ -2,6 +2,7 @@ package batches
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -263,4 +264,38 @@ func inputRead(t *testing.T) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestWorkerChunkFitsTheSmallestMemtable: the largest transaction the gateway writes, a chunk
+// of 500 lines whose bodies stay in Badger's tree (just under its 1 KiB value threshold), with
+// a creator's headers, fits the smallest memtable_size allowed (a transaction must fit in 15 %
+// of a memtable, docs/backends.md).
+func TestWorkerChunkFitsTheSmallestMemtable(t *testing.T) {
+	f := newFixture(t)
+	st, err := badger.Open(badger.Options{Dir: t.TempDir(), Now: f.clock.Now, Memory: badger.Memory{MemTableSize: badger.MinMemTableSize}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	f.st = st
+	var content strings.Builder
+	pad := strings.Repeat("x", 550) // with the headers, a request just under the threshold
+	for i := 1; i <= lineChunk; i++ {
+		fmt.Fprintf(&content, `{"custom_id":"%s-%d","method":"POST","url":%q,"body":{"pad":%q}}`+"\n", strings.Repeat("c", 400), i, chatPath, pad)
+	}
+	b := f.batch(t, "big", content.String(), 24*time.Hour)
+	if _, err := st.UpdateBatch(b.ID, func(b *store.Batch) error {
+		b.Template = &store.Request{Host: "gw.example.com", Header: http.Header{"Authorization": {"Bearer " + strings.Repeat("k", 200)},
+			"User-Agent": {"OpenAI/JS 5.0"}, "Content-Type": {"application/json"}}}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	w := f.worker(nil)
+	w.Start()
+	defer w.Stop()
+	got := f.awaitBatch(t, w, b.ID, "the chunk of 500 lines created", func(b *store.Batch) bool { return b.Created == lineChunk })
+	if got.Status != store.BatchInProgress {
+		t.Fatalf("batch %s", got.Status)
+	}
 }

@@ -27,8 +27,12 @@ type Memory struct {
 var DefaultMemory = Memory{MemTableSize: 8 << 20, MemTables: 3, BlockCache: 16 << 20, IndexCache: 8 << 20, ValueLogFileSize: 32 << 20}
 
 // Bounds of the Memory settings: Badger's own (a value log under 2 GiB, at least 1 MiB), and
-// the least that keeps a database usable.
+// the least that keeps a database usable. A transaction must fit in 15 % of a memtable, and the
+// largest the gateway writes is a chunk of a batch's lines (500 operations with their
+// requests, about 1 MB when their bodies are just under the value threshold): MinMemTableSize
+// holds it (internal/batches' TestWorkerChunkFitsTheSmallestMemtable).
 const (
+	MinMemTableSize   = 8 << 20
 	minMemorySize     = 1 << 20
 	maxMemTableSize   = 1 << 30
 	maxMemTables      = 16
@@ -39,16 +43,16 @@ const (
 // Check reports the first setting out of its bounds (zero fields are unset: the default).
 func (m Memory) Check() error {
 	for _, c := range []struct {
-		name   string
-		v, max int64
+		name        string
+		v, min, max int64
 	}{
-		{"memtable_size", m.MemTableSize, maxMemTableSize},
-		{"block_cache", m.BlockCache, maxCacheSize},
-		{"index_cache", m.IndexCache, maxCacheSize},
-		{"value_log_file_size", m.ValueLogFileSize, maxValueLogFileSz},
+		{"memtable_size", m.MemTableSize, MinMemTableSize, maxMemTableSize},
+		{"block_cache", m.BlockCache, minMemorySize, maxCacheSize},
+		{"index_cache", m.IndexCache, minMemorySize, maxCacheSize},
+		{"value_log_file_size", m.ValueLogFileSize, minMemorySize, maxValueLogFileSz},
 	} {
-		if c.v != 0 && (c.v < minMemorySize || c.v > c.max) {
-			return fmt.Errorf("%s must be from 1MiB to %dMiB, got %d bytes", c.name, c.max>>20, c.v)
+		if c.v != 0 && (c.v < c.min || c.v > c.max) {
+			return fmt.Errorf("%s must be from %dMiB to %dMiB, got %d bytes", c.name, c.min>>20, c.max>>20, c.v)
 		}
 	}
 	if m.MemTables < 0 || m.MemTables > maxMemTables {

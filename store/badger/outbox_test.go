@@ -69,18 +69,21 @@ func TestStatusChangeAndItsEventAreOneWrite(t *testing.T) {
 func putTestEvents(t *testing.T, st *Store, n int) []string {
 	t.Helper()
 	ids := make([]string, n)
-	err := st.update(func(txn *badger.Txn) error {
-		for i := range ids {
-			ids[i] = fmt.Sprintf("evt_%06d", i)
-			ev := &store.Event{ID: ids[i], Endpoint: "e", URL: "https://x.example.com/", OccurredAt: time.Now(), State: store.EventPending, NextAttempt: time.Now()}
-			if err := st.sh.putEvent(txn, ev, nil); err != nil {
-				return err
+	// A thousand a transaction: a transaction must fit in 15 % of a memtable (Badger's bound).
+	for from := 0; from < n; from += 1000 {
+		err := st.update(func(txn *badger.Txn) error {
+			for i := from; i < min(from+1000, n); i++ {
+				ids[i] = fmt.Sprintf("evt_%06d", i)
+				ev := &store.Event{ID: ids[i], Endpoint: "e", URL: "https://x.example.com/", OccurredAt: time.Now(), State: store.EventPending, NextAttempt: time.Now()}
+				if err := st.sh.putEvent(txn, ev, nil); err != nil {
+					return err
+				}
 			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	return ids
 }
