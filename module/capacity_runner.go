@@ -84,7 +84,7 @@ func (r *runner) enqueueSeat(op *store.Operation) *pendingSeat {
 }
 
 func operationAsk(op *store.Operation) seatAsk {
-	return seatAsk{urgency: store.ClampUrgency(op.Urgency), scope: op.Scope, since: op.SubmittedAt, queued: true}
+	return seatAsk{Urgency: store.ClampUrgency(op.Urgency), Scope: op.Scope, Since: op.SubmittedAt, Queued: true}
 }
 
 // takePending hands the execution of id its place in the order, once.

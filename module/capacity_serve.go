@@ -13,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/mulligan-gw/mulligan/internal/capacity"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -76,7 +77,7 @@ func (h *Handler) syncSeatWait(r *http.Request) time.Duration {
 
 // liveAsk is a live request's place in the order.
 func liveAsk(r *http.Request, scope string, now time.Time) seatAsk {
-	return seatAsk{urgency: urgencyOf(r.Header.Values("Priority")), scope: scope, since: now}
+	return seatAsk{Urgency: capacity.UrgencyOf(r.Header.Values("Priority")), Scope: scope, Since: now}
 }
 
 // seated wraps the rest of the route: each call it sends upstream holds a seat while it runs.

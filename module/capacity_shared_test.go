@@ -117,7 +117,7 @@ func TestCapacitySeatTakenWithSharedIsReleasedAfterAReloadDropsShared(t *testing
 	p := newSeatPool("test|/ops", "test", "test", "/ops", CapacityConfig{Limit: 1})
 	defer p.Destruct()
 	shareThrough(p, st)
-	s, err := p.acquire(context.Background(), seatAsk{scope: "a", since: time.Now()}, time.Second)
+	s, err := p.acquire(context.Background(), seatAsk{Scope: "a", Since: time.Now()}, time.Second)
 	if err != nil || s.shared == nil {
 		t.Fatalf("taking a seat with a shared one: %v %v", err, s.shared)
 	}
@@ -226,7 +226,7 @@ func TestCapacitySharedSeatWaitersLookForASeatOneAtATime(t *testing.T) {
 	var wg sync.WaitGroup
 	for range waiters {
 		wg.Go(func() {
-			if _, err := p.acquire(ctx, seatAsk{scope: "a", since: time.Now()}, 0); err == nil {
+			if _, err := p.acquire(ctx, seatAsk{Scope: "a", Since: time.Now()}, 0); err == nil {
 				t.Error("a waiter got the seat the other replica holds")
 			}
 		})
@@ -259,7 +259,7 @@ func TestCapacitySharedSeatWhoseReleaseFailedComesBack(t *testing.T) {
 	p := newSeatPool("test|/ops", "test", "test", "/ops", CapacityConfig{Limit: 1})
 	defer p.Destruct()
 	shareThroughFor(p, st, time.Second)
-	s, err := p.acquire(context.Background(), seatAsk{scope: "a", since: time.Now()}, 10*time.Second)
+	s, err := p.acquire(context.Background(), seatAsk{Scope: "a", Since: time.Now()}, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func TestCapacitySharedSeatGoesToTheLocalWaitersInTheOrderTheyCame(t *testing.T)
 	seats := make(chan got, 3)
 	for i := range 3 {
 		go func() {
-			s, err := p.acquire(context.Background(), seatAsk{scope: "a", since: time.Now()}, 0)
+			s, err := p.acquire(context.Background(), seatAsk{Scope: "a", Since: time.Now()}, 0)
 			if err != nil {
 				t.Error(err)
 			}

@@ -236,33 +236,6 @@ func TestCapacitySaturatedCallThatMayBecomeAsyncIsQueued(t *testing.T) {
 	}
 }
 
-func TestUrgencyOfPriorityHeader(t *testing.T) {
-	for _, c := range []struct {
-		values []string
-		want   int
-	}{
-		{nil, 3},
-		{[]string{"u=0"}, 0},
-		{[]string{"u=7, i"}, 7},
-		{[]string{"i, u=1;x=2"}, 1},       // parameters ignored
-		{[]string{"u=5, foo=\"bar\""}, 5}, // unknown members ignored
-		{[]string{"u=2", "u=6"}, 6},       // lines join; the last u counts
-		{[]string{"u=8"}, 3},              // out of range
-		{[]string{"u=-1"}, 3},
-		{[]string{"u=1.5"}, 3}, // not an integer
-		{[]string{"u=\"1\""}, 3},
-		{[]string{"u=1,"}, 3}, // not a dictionary: the whole header is ignored
-		{[]string{"U=1"}, 3},
-		{[]string{"u=1 x"}, 3},
-		{[]string{"x=(a b), u=2"}, 2}, // an inner list
-		{[]string{"x=(a b, u=2"}, 3},
-	} {
-		if got := urgencyOf(c.values); got != c.want {
-			t.Errorf("Priority %q: urgency %d, want %d", c.values, got, c.want)
-		}
-	}
-}
-
 func TestCapacityValidationRefusesWhatItCannotHonour(t *testing.T) {
 	for _, tc := range []struct {
 		cfg  CapacityConfig
@@ -316,21 +289,19 @@ func TestCapacityTurnsHoldOnlyWaitingScopes(t *testing.T) {
 	p := newSeatPool("test|/ops", "test", "test", "/ops", CapacityConfig{Limit: 1})
 	defer p.Destruct()
 	for i := range 100 { // a hundred callers, one call each
-		s, err := p.acquire(context.Background(), seatAsk{scope: fmt.Sprint("tenant-", i), since: time.Now()}, time.Second)
+		s, err := p.acquire(context.Background(), seatAsk{Scope: fmt.Sprint("tenant-", i), Since: time.Now()}, time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.release(false)
 	}
-	held, _ := p.acquire(context.Background(), seatAsk{scope: "held", since: time.Now()}, time.Second)
-	if _, err := p.acquire(context.Background(), seatAsk{scope: "refused", since: time.Now()}, time.Millisecond); !errors.Is(err, errNoSeat) {
+	held, _ := p.acquire(context.Background(), seatAsk{Scope: "held", Since: time.Now()}, time.Second)
+	if _, err := p.acquire(context.Background(), seatAsk{Scope: "refused", Since: time.Now()}, time.Millisecond); !errors.Is(err, errNoSeat) {
 		t.Fatalf("with the one seat held: %v, want errNoSeat", err)
 	}
 	held.release(false)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.turns) != 0 {
-		t.Fatalf("%d scopes remembered with nobody waiting; want none", len(p.turns))
+	if n := p.Remembered(); n != 0 {
+		t.Fatalf("%d scopes remembered with nobody waiting; want none", n)
 	}
 }
 
@@ -342,10 +313,8 @@ func TestCapacityPassthroughCallWaitsUnderItsHashedScope(t *testing.T) {
 	go func() { waiter <- g.post(chatPath, "", chat("waits"), "Authorization", "Bearer s3cret") }()
 	var scope string
 	testkit.WaitFor(t, 5*time.Second, "a call waiting for a seat", func() bool {
-		pool.mu.Lock()
-		defer pool.mu.Unlock()
-		if len(pool.waiting) == 1 {
-			scope = pool.waiting[0].ask.scope
+		if waiting := pool.Waiting(); len(waiting) == 1 {
+			scope = waiting[0].Scope
 		}
 		return scope != ""
 	})
@@ -355,25 +324,5 @@ func TestCapacityPassthroughCallWaitsUnderItsHashedScope(t *testing.T) {
 	holder.Wait()
 	if r := <-waiter; r.err != nil || r.StatusCode != http.StatusOK {
 		t.Fatalf("the waiting call: %v %s", r.err, r.body)
-	}
-}
-
-func TestCapacityDrainRateForgetsReleasesOlderThanAMinute(t *testing.T) {
-	var d drainRate
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for i := range 10 { // a fast burst long ago: ten releases in a second
-		d.record(start.Add(time.Duration(i) * 100 * time.Millisecond))
-	}
-	now := start.Add(10 * time.Minute)
-	d.record(now.Add(-20 * time.Second)) // then two releases 10s apart, lately
-	d.record(now.Add(-10 * time.Second))
-	if got := d.perSecond(now); got != 0.1 {
-		t.Fatalf("rate %v/s; want 0.1/s from the last minute's releases only", got)
-	}
-	if got := d.timeFor(3, now); got != 30*time.Second {
-		t.Fatalf("3 releases take %v; want 30s", got)
-	}
-	if got := d.timeFor(1<<40, now); got != 5*time.Minute {
-		t.Fatalf("a huge backlog takes %v; want the 5 minute ceiling", got)
 	}
 }

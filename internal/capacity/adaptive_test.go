@@ -1,4 +1,4 @@
-package module
+package capacity
 
 import (
 	"testing"
@@ -15,13 +15,13 @@ func slottedLatency(base time.Duration, slots, inFlight int) time.Duration {
 }
 
 func TestAdaptiveLimitFindsTheUpstreamSlotsWithoutStarvingIt(t *testing.T) {
-	a := newAdaptiveLimit(1, 64)
+	a := NewAdaptive(1, 64)
 	const slots = 4
 	// Saturating load: the gateway always has work waiting, so the limit is always in use.
 	var sum, n, busy int
 	for i := range 3000 {
-		limit := a.current()
-		a.update(slottedLatency(100*time.Millisecond, slots, limit), false, limit)
+		limit := a.Current()
+		a.Update(slottedLatency(100*time.Millisecond, slots, limit), false, limit)
 		if i >= 1000 {
 			sum += limit
 			n++
@@ -40,36 +40,36 @@ func TestAdaptiveLimitFindsTheUpstreamSlotsWithoutStarvingIt(t *testing.T) {
 }
 
 func TestAdaptiveLimitCutsOnOverloadAndStaysInItsBounds(t *testing.T) {
-	a := newAdaptiveLimit(2, 10)
+	a := NewAdaptive(2, 10)
 	for range 200 {
-		a.update(50*time.Millisecond, false, a.current())
+		a.Update(50*time.Millisecond, false, a.Current())
 	}
-	if a.current() != 10 {
-		t.Fatalf("with latency at its floor the limit grew to %d; want the max 10", a.current())
+	if a.Current() != 10 {
+		t.Fatalf("with latency at its floor the limit grew to %d; want the max 10", a.Current())
 	}
-	before := a.current()
-	a.update(time.Second, true, before)
-	if a.current() >= before {
-		t.Fatalf("a 503 left the limit at %d", a.current())
+	before := a.Current()
+	a.Update(time.Second, true, before)
+	if a.Current() >= before {
+		t.Fatalf("a 503 left the limit at %d", a.Current())
 	}
 	for range 100 {
-		a.update(time.Second, true, a.current())
+		a.Update(time.Second, true, a.Current())
 	}
-	if a.current() != 2 {
-		t.Fatalf("after many overloads the limit is %d; want the min 2", a.current())
+	if a.Current() != 2 {
+		t.Fatalf("after many overloads the limit is %d; want the min 2", a.Current())
 	}
 }
 
 func TestAdaptiveLimitDoesNotGrowWithoutTraffic(t *testing.T) {
-	a := newAdaptiveLimit(1, 64)
+	a := NewAdaptive(1, 64)
 	for range 50 {
-		a.update(10*time.Millisecond, false, 1)
+		a.Update(10*time.Millisecond, false, 1)
 	}
-	grown := a.current()
+	grown := a.Current()
 	for range 200 {
-		a.update(10*time.Millisecond, false, 1) // one call at a time: nothing says more seats help
+		a.Update(10*time.Millisecond, false, 1) // one call at a time: nothing says more seats help
 	}
-	if a.current() > max(grown, 2) {
-		t.Fatalf("one call at a time grew the limit from %d to %d", grown, a.current())
+	if a.Current() > max(grown, 2) {
+		t.Fatalf("one call at a time grew the limit from %d to %d", grown, a.Current())
 	}
 }

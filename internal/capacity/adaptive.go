@@ -1,11 +1,11 @@
-package module
+package capacity
 
 import (
 	"math"
 	"time"
 )
 
-// adaptiveLimit is `limit auto`: a gradient limit in the manner of Netflix's concurrency-limits
+// Adaptive is `limit auto`: a gradient limit in the manner of Netflix's concurrency-limits
 // Gradient2 and Envoy's adaptive concurrency filter (docs/capacity.md). It compares the latency
 // of calls now with the upstream's floor (its latency with no queue): while they match it grows
 // by a little queue allowance; as a queue forms inside the model server the latency rises and
@@ -16,7 +16,7 @@ import (
 // its minimum for a few calls, so the model server's own queue drains and the calls that follow
 // show its latency without a queue. Kept from calls under load instead, the floor would climb
 // with the very queue it is meant to detect.
-type adaptiveLimit struct {
+type Adaptive struct {
 	min, max float64
 	limit    float64
 	short    float64 // recent latency, seconds (exponentially weighted)
@@ -44,31 +44,31 @@ const (
 	probeSamples   = 5   // calls a floor measurement takes
 )
 
-func newAdaptiveLimit(lo, hi int) *adaptiveLimit {
-	a := &adaptiveLimit{}
-	a.bound(lo, hi)
+func NewAdaptive(lo, hi int) *Adaptive {
+	a := &Adaptive{}
+	a.Bound(lo, hi)
 	a.limit = a.min
 	return a
 }
 
-// bound sets the range, moving the limit into it.
-func (a *adaptiveLimit) bound(lo, hi int) {
+// Bound sets the range, moving the limit into it.
+func (a *Adaptive) Bound(lo, hi int) {
 	a.min, a.max = float64(lo), float64(hi)
 	a.limit = min(max(a.limit, a.min), a.max)
 }
 
-func (a *adaptiveLimit) current() int { return int(a.limit) }
+func (a *Adaptive) Current() int { return int(a.limit) }
 
-// update takes one finished call (its latency, whether the upstream was overloaded, and how
+// Update takes one finished call (its latency, whether the upstream was overloaded, and how
 // many calls were in flight with it) and returns the new limit.
-func (a *adaptiveLimit) update(rtt time.Duration, overloaded bool, inFlight int) int {
+func (a *Adaptive) Update(rtt time.Duration, overloaded bool, inFlight int) int {
 	secs := max(rtt.Seconds(), 1e-6)
 	if a.probing(secs, inFlight) {
-		return a.current()
+		return a.Current()
 	}
 	if overloaded {
 		a.limit = max(a.min, a.limit*adaptBackoff)
-		return a.current()
+		return a.Current()
 	}
 	if a.floor == 0 || secs < a.floor {
 		a.floor = secs
@@ -81,15 +81,15 @@ func (a *adaptiveLimit) update(rtt time.Duration, overloaded bool, inFlight int)
 	gradient := min(max(adaptTolerance*a.floor/a.short, 0.5), 1)
 	next := a.limit*gradient + max(1, math.Sqrt(a.limit)/2)
 	if float64(inFlight) < a.limit/2 && next > a.limit {
-		return a.current() // too little traffic to learn that more seats would help
+		return a.Current() // too little traffic to learn that more seats would help
 	}
 	a.limit = min(max(a.limit*(1-adaptSmoothing)+next*adaptSmoothing, a.min), a.max)
-	return a.current()
+	return a.Current()
 }
 
 // probing runs the floor measurement: it starts one every probeEvery calls and reports whether
 // this call belonged to one.
-func (a *adaptiveLimit) probing(secs float64, inFlight int) bool {
+func (a *Adaptive) probing(secs float64, inFlight int) bool {
 	a.calls++
 	if a.probe.left == 0 {
 		if a.calls%probeEvery != 0 || a.limit <= a.min {
