@@ -151,7 +151,7 @@ func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *st
 	if seatLapsed(actx) && ctx.Err() == nil {
 		r.log.Warn("the attempt's shared seat could not be renewed; the attempt was cut", operationFields(op)...)
 	}
-	s.release(overloaded(res.status, ctx.Err()))
+	s.release(attemptSample(res, ctx.Err()))
 	return res, nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/capacity"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/postgres"
@@ -122,7 +123,7 @@ func TestCapacitySeatTakenWithSharedIsReleasedAfterAReloadDropsShared(t *testing
 		t.Fatalf("taking a seat with a shared one: %v %v", err, s.shared)
 	}
 	shareThrough(p, nil) // a reload without `shared`
-	s.release(false)
+	s.release(capacity.Sample{})
 	if snap := p.snapshot(); snap.InUse != 0 {
 		t.Fatalf("%d local seats in use after the release; want 0", snap.InUse)
 	}
@@ -264,7 +265,7 @@ func TestCapacitySharedSeatWhoseReleaseFailedComesBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy.Cut()
-	s.release(false) // fails: the database is out of reach
+	s.release(capacity.Sample{}) // fails: the database is out of reach
 	proxy.Restore()
 	if n := p.snapshot().InUse; n != 0 {
 		t.Fatalf("%d local seats in use after the release; want 0", n)
@@ -319,6 +320,6 @@ func TestCapacitySharedSeatGoesToTheLocalWaitersInTheOrderTheyCame(t *testing.T)
 		if g.i != want {
 			t.Fatalf("waiter %d got the freed seat before waiter %d", g.i, want)
 		}
-		g.s.release(false)
+		g.s.release(capacity.Sample{})
 	}
 }

@@ -141,16 +141,16 @@ func (s *seat) watch(ctx context.Context) (_ context.Context, stop func()) {
 // abandon takes w out of the order for good: a seat granted to it and never taken is freed.
 func (p *seatPool) abandon(w *seatWaiter) { p.Abandon(w) }
 
-// release gives the seat back, telling the adaptive limit how the call went: overloaded is a
-// 429 or 503 answer or a timeout (docs/capacity.md).
-func (s *seat) release(overloaded bool) {
+// release gives the seat back, telling the adaptive limit how the call went (docs/capacity.md,
+// "limit auto").
+func (s *seat) release(sample capacity.Sample) {
 	s.once.Do(func() {
 		p := s.pool
 		if s.shared != nil {
 			// After the local seat is back: a failed give must not leak it.
 			defer s.from.give(s.shared)
 		}
-		p.Release(s.start, overloaded)
+		p.Release(s.start, sample)
 		kickRunners(p.where) // a seat may be free for queued work
 	})
 }

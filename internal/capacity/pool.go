@@ -173,15 +173,16 @@ func (p *Pool) forgetIdleLocked(scope string) {
 }
 
 // Release gives back a seat whose call started at start, telling the adaptive limit how the
-// call went: overloaded is a 429 or 503 answer or a timeout (docs/capacity.md).
-func (p *Pool) Release(start time.Time, overloaded bool) {
+// call went (docs/capacity.md); the pool fills in the sample's latency and calls in flight.
+func (p *Pool) Release(start time.Time, s Sample) {
 	now := p.clock.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.inUse--
 	p.drain.Record(now)
 	if p.adapt != nil {
-		p.limit = p.adapt.Update(now.Sub(start), overloaded, p.inUse+1)
+		s.Latency, s.InFlight = now.Sub(start), p.inUse+1
+		p.limit = p.adapt.Update(s)
 	}
 	p.grantLocked()
 }

@@ -38,7 +38,7 @@ func order(t *testing.T, clock *clockwork.FakeClock, asks []Ask) []int {
 	}
 	var got []int
 	for range asks {
-		p.Release(clock.Now(), false)
+		p.Release(clock.Now(), Sample{Status: 200})
 		for i, w := range ws {
 			if granted(w) && !contains(got, i) {
 				got = append(got, i)
