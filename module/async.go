@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/capacity"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -70,7 +71,7 @@ func (c *converter) newOperation(kr *keyedRequest, status store.Status) *store.O
 		Method: kr.r.Method, Path: kr.r.URL.Path, IdempotencyKey: kr.key, SubmittedAt: now, UpdatedAt: now,
 		Retention: time.Duration(c.cfg.Retention), Type: c.cfg.Type, Metadata: kr.metadata,
 		Traceparent: kr.trace.parent, Tracestate: kr.trace.state,
-		Urgency: urgencyOf(kr.r.Header.Values("Priority")), QueueDeadline: queueDeadline(c.capacity, kr.r, now),
+		Urgency: capacity.UrgencyOf(kr.r.Header.Values("Priority")), QueueDeadline: queueDeadline(c.capacity, kr.r, now),
 	}
 	if op.Type == "" {
 		op.Type = op.Path

@@ -84,7 +84,7 @@ func (r *runner) enqueueSeat(op *store.Operation) *pendingSeat {
 }
 
 func operationAsk(op *store.Operation) seatAsk {
-	return seatAsk{urgency: store.ClampUrgency(op.Urgency), scope: op.Scope, since: op.SubmittedAt, queued: true}
+	return seatAsk{Urgency: store.ClampUrgency(op.Urgency), Scope: op.Scope, Since: op.SubmittedAt, Queued: true}
 }
 
 // takePending hands the execution of id its place in the order, once.
@@ -151,7 +151,7 @@ func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *st
 	if seatLapsed(actx) && ctx.Err() == nil {
 		r.log.Warn("the attempt's shared seat could not be renewed; the attempt was cut", operationFields(op)...)
 	}
-	s.release(overloaded(res.status, ctx.Err()))
+	s.release(attemptSample(res, ctx.Err()))
 	return res, nil
 }
 

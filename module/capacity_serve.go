@@ -13,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/mulligan-gw/mulligan/internal/capacity"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -76,7 +77,7 @@ func (h *Handler) syncSeatWait(r *http.Request) time.Duration {
 
 // liveAsk is a live request's place in the order.
 func liveAsk(r *http.Request, scope string, now time.Time) seatAsk {
-	return seatAsk{urgency: urgencyOf(r.Header.Values("Priority")), scope: scope, since: now}
+	return seatAsk{Urgency: capacity.UrgencyOf(r.Header.Values("Priority")), Scope: scope, Since: now}
 }
 
 // seated wraps the rest of the route: each call it sends upstream holds a seat while it runs.
@@ -93,8 +94,8 @@ func (h *Handler) seated(next caddyhttp.Handler, scope string) caddyhttp.Handler
 			}
 		}
 		ctx, stop := s.watch(r.Context())
-		sw := &statusWriter{ResponseWriter: w, cut: ctx}
-		defer func() { s.release(overloaded(sw.status, r.Context().Err())) }()
+		sw := &statusWriter{ResponseWriter: w, cut: ctx, now: h.now}
+		defer func() { s.release(sw.sample(s.start, r.Context().Err())) }()
 		err := next.ServeHTTP(sw, r.WithContext(ctx))
 		stop()
 		if sw.status == 0 && seatLapsed(ctx) {
@@ -135,6 +136,22 @@ func (h *Handler) saturated(w http.ResponseWriter, r *http.Request, err error) {
 func overloaded(status int, ctxErr error) bool {
 	return status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable ||
 		(status == 0 && errors.Is(ctxErr, context.DeadlineExceeded))
+}
+
+// attemptSample is how an operation's attempt tells the adaptive limit how it went: its status
+// and the generation's length from the recorded answer's usage (docs/capacity.md).
+func attemptSample(res attemptResult, ctxErr error) capacity.Sample {
+	out := capacity.Sample{Status: res.status, Overloaded: overloaded(res.status, ctxErr)}
+	if res.status >= 200 && res.status < 300 {
+		out.Tokens = capacity.CompletionTokens(res.body)
+		out.Stream = isEventStream(res.header)
+	}
+	return out
+}
+
+// isEventStream reports whether an answer is server-sent events.
+func isEventStream(h http.Header) bool {
+	return strings.HasPrefix(strings.ToLower(strings.TrimSpace(h.Get("Content-Type"))), "text/event-stream")
 }
 
 // reserveSeat takes a seat for a call in `after` mode, waiting no longer than its window or
@@ -179,7 +196,7 @@ func (t *seatTicket) take() *seat {
 // drop gives the seat back if no call took it.
 func (t *seatTicket) drop() {
 	if s := t.take(); s != nil {
-		s.release(false)
+		s.release(capacity.Sample{}) // no call: nothing for the limit to learn
 	}
 }
 
@@ -218,6 +235,21 @@ type statusWriter struct {
 	http.ResponseWriter
 	status int
 	cut    context.Context
+
+	// What the adaptive limit reads of the answer (docs/capacity.md, "limit auto").
+	now       func() time.Time
+	firstByte time.Time
+	stream    bool
+	tokens    capacity.TokenScanner
+}
+
+// sample is how the call that started at start went, for the adaptive limit.
+func (w *statusWriter) sample(start time.Time, ctxErr error) capacity.Sample {
+	out := capacity.Sample{Status: w.status, Overloaded: overloaded(w.status, ctxErr), Stream: w.stream, Tokens: w.tokens.Tokens()}
+	if !w.firstByte.IsZero() {
+		out.FirstByte = w.firstByte.Sub(start)
+	}
+	return out
 }
 
 // dropped reports whether a first write comes after the cut, and is not passed on.
@@ -231,6 +263,7 @@ func (w *statusWriter) WriteHeader(code int) {
 	}
 	if w.status == 0 && code >= 200 {
 		w.status = code
+		w.stream = isEventStream(w.Header())
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
@@ -241,6 +274,13 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	}
 	if w.status == 0 {
 		w.status = http.StatusOK
+		w.stream = isEventStream(w.Header())
+	}
+	if w.firstByte.IsZero() && len(b) > 0 && w.now != nil {
+		w.firstByte = w.now()
+	}
+	if w.status >= 200 && w.status < 300 {
+		_, _ = w.tokens.Write(b)
 	}
 	return w.ResponseWriter.Write(b)
 }

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/capacity"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/postgres"
@@ -117,12 +118,12 @@ func TestCapacitySeatTakenWithSharedIsReleasedAfterAReloadDropsShared(t *testing
 	p := newSeatPool("test|/ops", "test", "test", "/ops", CapacityConfig{Limit: 1})
 	defer p.Destruct()
 	shareThrough(p, st)
-	s, err := p.acquire(context.Background(), seatAsk{scope: "a", since: time.Now()}, time.Second)
+	s, err := p.acquire(context.Background(), seatAsk{Scope: "a", Since: time.Now()}, time.Second)
 	if err != nil || s.shared == nil {
 		t.Fatalf("taking a seat with a shared one: %v %v", err, s.shared)
 	}
 	shareThrough(p, nil) // a reload without `shared`
-	s.release(false)
+	s.release(capacity.Sample{})
 	if snap := p.snapshot(); snap.InUse != 0 {
 		t.Fatalf("%d local seats in use after the release; want 0", snap.InUse)
 	}
@@ -226,7 +227,7 @@ func TestCapacitySharedSeatWaitersLookForASeatOneAtATime(t *testing.T) {
 	var wg sync.WaitGroup
 	for range waiters {
 		wg.Go(func() {
-			if _, err := p.acquire(ctx, seatAsk{scope: "a", since: time.Now()}, 0); err == nil {
+			if _, err := p.acquire(ctx, seatAsk{Scope: "a", Since: time.Now()}, 0); err == nil {
 				t.Error("a waiter got the seat the other replica holds")
 			}
 		})
@@ -259,12 +260,12 @@ func TestCapacitySharedSeatWhoseReleaseFailedComesBack(t *testing.T) {
 	p := newSeatPool("test|/ops", "test", "test", "/ops", CapacityConfig{Limit: 1})
 	defer p.Destruct()
 	shareThroughFor(p, st, time.Second)
-	s, err := p.acquire(context.Background(), seatAsk{scope: "a", since: time.Now()}, 10*time.Second)
+	s, err := p.acquire(context.Background(), seatAsk{Scope: "a", Since: time.Now()}, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	proxy.Cut()
-	s.release(false) // fails: the database is out of reach
+	s.release(capacity.Sample{}) // fails: the database is out of reach
 	proxy.Restore()
 	if n := p.snapshot().InUse; n != 0 {
 		t.Fatalf("%d local seats in use after the release; want 0", n)
@@ -303,7 +304,7 @@ func TestCapacitySharedSeatGoesToTheLocalWaitersInTheOrderTheyCame(t *testing.T)
 	seats := make(chan got, 3)
 	for i := range 3 {
 		go func() {
-			s, err := p.acquire(context.Background(), seatAsk{scope: "a", since: time.Now()}, 0)
+			s, err := p.acquire(context.Background(), seatAsk{Scope: "a", Since: time.Now()}, 0)
 			if err != nil {
 				t.Error(err)
 			}
@@ -319,6 +320,6 @@ func TestCapacitySharedSeatGoesToTheLocalWaitersInTheOrderTheyCame(t *testing.T)
 		if g.i != want {
 			t.Fatalf("waiter %d got the freed seat before waiter %d", g.i, want)
 		}
-		g.s.release(false)
+		g.s.release(capacity.Sample{})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -12,8 +13,10 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/capacity"
 	"github.com/mulligan-gw/mulligan/internal/idemkey"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
@@ -236,33 +239,6 @@ func TestCapacitySaturatedCallThatMayBecomeAsyncIsQueued(t *testing.T) {
 	}
 }
 
-func TestUrgencyOfPriorityHeader(t *testing.T) {
-	for _, c := range []struct {
-		values []string
-		want   int
-	}{
-		{nil, 3},
-		{[]string{"u=0"}, 0},
-		{[]string{"u=7, i"}, 7},
-		{[]string{"i, u=1;x=2"}, 1},       // parameters ignored
-		{[]string{"u=5, foo=\"bar\""}, 5}, // unknown members ignored
-		{[]string{"u=2", "u=6"}, 6},       // lines join; the last u counts
-		{[]string{"u=8"}, 3},              // out of range
-		{[]string{"u=-1"}, 3},
-		{[]string{"u=1.5"}, 3}, // not an integer
-		{[]string{"u=\"1\""}, 3},
-		{[]string{"u=1,"}, 3}, // not a dictionary: the whole header is ignored
-		{[]string{"U=1"}, 3},
-		{[]string{"u=1 x"}, 3},
-		{[]string{"x=(a b), u=2"}, 2}, // an inner list
-		{[]string{"x=(a b, u=2"}, 3},
-	} {
-		if got := urgencyOf(c.values); got != c.want {
-			t.Errorf("Priority %q: urgency %d, want %d", c.values, got, c.want)
-		}
-	}
-}
-
 func TestCapacityValidationRefusesWhatItCannotHonour(t *testing.T) {
 	for _, tc := range []struct {
 		cfg  CapacityConfig
@@ -316,21 +292,19 @@ func TestCapacityTurnsHoldOnlyWaitingScopes(t *testing.T) {
 	p := newSeatPool("test|/ops", "test", "test", "/ops", CapacityConfig{Limit: 1})
 	defer p.Destruct()
 	for i := range 100 { // a hundred callers, one call each
-		s, err := p.acquire(context.Background(), seatAsk{scope: fmt.Sprint("tenant-", i), since: time.Now()}, time.Second)
+		s, err := p.acquire(context.Background(), seatAsk{Scope: fmt.Sprint("tenant-", i), Since: time.Now()}, time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.release(false)
+		s.release(capacity.Sample{})
 	}
-	held, _ := p.acquire(context.Background(), seatAsk{scope: "held", since: time.Now()}, time.Second)
-	if _, err := p.acquire(context.Background(), seatAsk{scope: "refused", since: time.Now()}, time.Millisecond); !errors.Is(err, errNoSeat) {
+	held, _ := p.acquire(context.Background(), seatAsk{Scope: "held", Since: time.Now()}, time.Second)
+	if _, err := p.acquire(context.Background(), seatAsk{Scope: "refused", Since: time.Now()}, time.Millisecond); !errors.Is(err, errNoSeat) {
 		t.Fatalf("with the one seat held: %v, want errNoSeat", err)
 	}
-	held.release(false)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.turns) != 0 {
-		t.Fatalf("%d scopes remembered with nobody waiting; want none", len(p.turns))
+	held.release(capacity.Sample{})
+	if n := p.Remembered(); n != 0 {
+		t.Fatalf("%d scopes remembered with nobody waiting; want none", n)
 	}
 }
 
@@ -342,10 +316,8 @@ func TestCapacityPassthroughCallWaitsUnderItsHashedScope(t *testing.T) {
 	go func() { waiter <- g.post(chatPath, "", chat("waits"), "Authorization", "Bearer s3cret") }()
 	var scope string
 	testkit.WaitFor(t, 5*time.Second, "a call waiting for a seat", func() bool {
-		pool.mu.Lock()
-		defer pool.mu.Unlock()
-		if len(pool.waiting) == 1 {
-			scope = pool.waiting[0].ask.scope
+		if waiting := pool.Waiting(); len(waiting) == 1 {
+			scope = waiting[0].Scope
 		}
 		return scope != ""
 	})
@@ -358,22 +330,28 @@ func TestCapacityPassthroughCallWaitsUnderItsHashedScope(t *testing.T) {
 	}
 }
 
-func TestCapacityDrainRateForgetsReleasesOlderThanAMinute(t *testing.T) {
-	var d drainRate
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for i := range 10 { // a fast burst long ago: ten releases in a second
-		d.record(start.Add(time.Duration(i) * 100 * time.Millisecond))
+// What the adaptive limit reads of a sync answer: its status, whether it streams, the time to
+// its first byte and its usage's completion_tokens (docs/capacity.md, "limit auto").
+func TestCapacityStatusWriterTellsTheLimitHowTheAnswerWent(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	start := clock.Now()
+	rec := httptest.NewRecorder()
+	w := &statusWriter{ResponseWriter: rec, now: clock.Now}
+	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	clock.Advance(40 * time.Millisecond)
+	_, _ = w.Write([]byte("data: {\"choices\":[]}\n\n"))
+	clock.Advance(time.Second)
+	_, _ = w.Write([]byte("data: {\"usage\":{\"completion_tokens\":"))
+	_, _ = w.Write([]byte("87}}\n\ndata: [DONE]\n\n"))
+	got := w.sample(start, nil)
+	if want := (capacity.Sample{Status: 200, Stream: true, FirstByte: 40 * time.Millisecond, Tokens: 87}); got != want {
+		t.Fatalf("sample %+v; want %+v", got, want)
 	}
-	now := start.Add(10 * time.Minute)
-	d.record(now.Add(-20 * time.Second)) // then two releases 10s apart, lately
-	d.record(now.Add(-10 * time.Second))
-	if got := d.perSecond(now); got != 0.1 {
-		t.Fatalf("rate %v/s; want 0.1/s from the last minute's releases only", got)
-	}
-	if got := d.timeFor(3, now); got != 30*time.Second {
-		t.Fatalf("3 releases take %v; want 30s", got)
-	}
-	if got := d.timeFor(1<<40, now); got != 5*time.Minute {
-		t.Fatalf("a huge backlog takes %v; want the 5 minute ceiling", got)
+	bad := &statusWriter{ResponseWriter: httptest.NewRecorder(), now: clock.Now}
+	bad.WriteHeader(http.StatusBadRequest)
+	_, _ = bad.Write([]byte(`{"usage":{"completion_tokens":5}}`))
+	if got := bad.sample(start, nil); got.Status != 400 || got.Tokens != 0 || got.Overloaded {
+		t.Fatalf("a 400: %+v; want status 400, no tokens, not overloaded", got)
 	}
 }

@@ -1,4 +1,4 @@
-package module
+package capacity
 
 import (
 	"strconv"
@@ -14,12 +14,12 @@ const (
 	urgencyLeast   = store.LeastUrgent
 )
 
-// urgencyOf reads the urgency of a request's Priority header (RFC 9218 §4.1): a Structured
+// UrgencyOf reads the urgency of a request's Priority header (RFC 9218 §4.1): a Structured
 // Field dictionary (RFC 8941 §3.2) whose member u is an integer from 0 to 7. Several header
 // lines make one dictionary; of a key given twice the last value counts. Unknown members and
 // parameters are ignored, and a header that does not parse, or a u that is not such an
 // integer, leaves the default (RFC 9218 §4: a malformed signal is ignored, never an error).
-func urgencyOf(values []string) int {
+func UrgencyOf(values []string) int {
 	if len(values) == 0 {
 		return urgencyDefault
 	}

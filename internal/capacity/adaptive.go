@@ -1,0 +1,201 @@
+package capacity
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// Adaptive is `limit auto`, in the manner of Netflix's concurrency-limits Gradient2 and Envoy's
+// adaptive concurrency filter (docs/capacity.md): it estimates how many calls wait inside the
+// model server's own queue and steers the limit so that a small allowance of them do, which
+// keeps every slot busy and the server's queue short. A 429 or 503 answer or a timeout cuts it
+// multiplicatively (AIMD's decrease).
+//
+// The estimate is Little's law: of the calls in flight, the share that waits in the server's
+// queue is the time they spend waiting over the time they take (both exponentially weighted).
+// A call's wait is its signal less the signal's floor (its value with no queue), the signal
+// chosen per answer so that the length of a generation does not read as a queue: the time to
+// the first byte of an event stream (the wait for a slot plus the prefill, whatever the length
+// of what follows); else the latency over the answer's usage.completion_tokens, times those
+// tokens; else the whole latency. Each kind keeps its own floor. Only 2xx answers are samples:
+// a 4xx, a 500 or a cut call says nothing about the queue. A sample below its floor (a cached
+// or tiny answer, too fast to have waited) waited nothing: it never lowers the floor, and never
+// shrinks the limit.
+//
+// The floor is measured as Envoy measures its minRTT: every probeEvery samples the limit drops
+// to its minimum for a few calls, so the model server's own queue drains and the calls that
+// follow show the signal without a queue; the floor is their median, so one stray fast answer
+// cannot set it. Kept from calls under load instead, the floor would climb with the very queue
+// it is meant to detect.
+type Adaptive struct {
+	min, max float64
+	limit    float64
+	floors   [kindCount]floor
+	wait     float64 // recent wait in the server's queue, seconds (exponentially weighted)
+	took     float64 // recent latency, seconds (exponentially weighted)
+	samples  int
+	probe    probe
+}
+
+// signalKind is which latency signal an answer gave.
+type signalKind int
+
+const (
+	kindFirstEvent signalKind = iota // time to the first byte of an event stream
+	kindPerToken                     // latency per output token (usage.completion_tokens)
+	kindLatency                      // the whole latency
+	kindCount
+)
+
+// floor is one kind's signal without a queue, in seconds (per token for kindPerToken).
+type floor struct {
+	value float64   // 0 until measured
+	boot  []float64 // the first samples, until there are enough to set value
+}
+
+// probe is a floor measurement under way.
+type probe struct {
+	left  int         // samples still to take; 0: not probing
+	got   [][]float64 // per kind (signalKind), the samples taken with the queue drained
+	saved float64     // the limit to return to
+}
+
+// Tuning of the adaptive limit (docs/capacity.md).
+const (
+	adaptSmoothing = 0.2 // weight of a new estimate in the limit
+	adaptShortEWMA = 0.1 // weight of a new sample in the recent wait and latency
+	adaptBackoff   = 0.9 // the cut on an overloaded answer
+	probeEvery     = 500 // samples between floor measurements
+	probeSamples   = 7   // calls a floor measurement takes
+)
+
+// Sample is how one call that held a seat went, as the limit reads it.
+type Sample struct {
+	Latency    time.Duration // from the seat's call start to the end of its answer
+	FirstByte  time.Duration // to the first byte of the answer's body; 0: not known
+	Stream     bool          // the answer is an event stream
+	Tokens     int           // the answer's usage.completion_tokens; 0: not known
+	Status     int           // the answer's status; 0: none
+	Overloaded bool          // a 429 or 503 answer, or no answer before the deadline
+	InFlight   int           // calls in flight with it, itself included
+}
+
+// kind picks the sample's signal and its value in seconds; false: the answer says nothing
+// about the model server's queue.
+func (s Sample) kind() (signalKind, float64, bool) {
+	if s.Status < 200 || s.Status > 299 {
+		return 0, 0, false
+	}
+	switch {
+	case s.Stream && s.FirstByte > 0:
+		return kindFirstEvent, max(s.FirstByte.Seconds(), 1e-6), true
+	case s.Tokens > 0:
+		return kindPerToken, max(s.Latency.Seconds(), 1e-6) / float64(s.Tokens), true
+	}
+	return kindLatency, max(s.Latency.Seconds(), 1e-6), true
+}
+
+// waited is how long the call waited in the server's queue by its signal v over the floor.
+func (s Sample) waited(kind signalKind, v, floor float64) float64 {
+	w := max(v-floor, 0)
+	if kind == kindPerToken {
+		w *= float64(s.Tokens)
+	}
+	return min(w, max(s.Latency.Seconds(), 1e-6))
+}
+
+// NewAdaptive returns a limit between lo and hi, starting at lo.
+func NewAdaptive(lo, hi int) *Adaptive {
+	a := &Adaptive{}
+	a.Bound(lo, hi)
+	a.limit = a.min
+	return a
+}
+
+// Bound sets the range, moving the limit into it.
+func (a *Adaptive) Bound(lo, hi int) {
+	a.min, a.max = float64(lo), float64(hi)
+	a.limit = min(max(a.limit, a.min), a.max)
+}
+
+// Current is the limit now.
+func (a *Adaptive) Current() int { return int(a.limit) }
+
+// Update takes one finished call and returns the new limit.
+func (a *Adaptive) Update(s Sample) int {
+	if s.Overloaded {
+		if a.probe.left == 0 {
+			a.limit = max(a.min, a.limit*adaptBackoff)
+		} else {
+			a.probe.saved = max(a.min, a.probe.saved*adaptBackoff)
+		}
+		return a.Current()
+	}
+	kind, v, ok := s.kind()
+	if !ok {
+		return a.Current()
+	}
+	if a.probing(kind, v, s.InFlight) {
+		return a.Current()
+	}
+	f := &a.floors[kind]
+	if f.value == 0 {
+		// Not measured yet: the first calls of a kind set its floor, as a probe would.
+		if f.boot = append(f.boot, v); len(f.boot) < probeSamples {
+			return a.Current()
+		}
+		f.value, f.boot = median(f.boot), nil
+	}
+	took := max(s.Latency.Seconds(), 1e-6)
+	if a.took == 0 {
+		a.wait, a.took = s.waited(kind, v, f.value), took
+	} else {
+		a.wait += adaptShortEWMA * (s.waited(kind, v, f.value) - a.wait)
+		a.took += adaptShortEWMA * (took - a.took)
+	}
+	queued := float64(s.InFlight) * min(a.wait/a.took, 1) // Little's law
+	next := a.limit - queued + max(1, math.Sqrt(a.limit)/2)
+	if float64(s.InFlight) < a.limit/2 && next > a.limit {
+		return a.Current() // too little traffic to learn that more seats would help
+	}
+	a.limit = min(max(a.limit*(1-adaptSmoothing)+next*adaptSmoothing, a.min), a.max)
+	return a.Current()
+}
+
+// probing runs the floor measurement: it starts one every probeEvery samples and reports
+// whether this sample belonged to one.
+func (a *Adaptive) probing(kind signalKind, v float64, inFlight int) bool {
+	a.samples++
+	if a.probe.left == 0 {
+		if a.samples%probeEvery != 0 || a.limit <= a.min {
+			return false
+		}
+		a.probe = probe{left: probeSamples, got: make([][]float64, kindCount), saved: a.limit}
+		a.limit = a.min
+		return true
+	}
+	if float64(inFlight) <= a.min { // a call that ran with the queue drained
+		a.probe.got[kind] = append(a.probe.got[kind], v)
+		a.probe.left--
+	}
+	if a.probe.left == 0 {
+		for k, got := range a.probe.got {
+			if len(got) > 0 {
+				a.floors[k].value = median(got)
+			}
+		}
+		a.limit, a.wait, a.took = a.probe.saved, 0, 0
+	}
+	return true
+}
+
+// median of xs (not empty); xs is reordered.
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
+}

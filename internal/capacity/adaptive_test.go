@@ -1,0 +1,317 @@
+package capacity
+
+import (
+	"container/heap"
+	"context"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+// slottedLatency models a model server with slots and a first-come queue behind them: a call
+// takes base while it holds a slot, and waits its turn behind the calls queued before it.
+func slottedLatency(base time.Duration, slots, inFlight int) time.Duration {
+	if inFlight <= slots {
+		return base
+	}
+	return base * time.Duration(inFlight) / time.Duration(slots)
+}
+
+func ok(latency time.Duration, inFlight int) Sample {
+	return Sample{Latency: latency, Status: 200, InFlight: inFlight}
+}
+
+func TestAdaptiveLimitFindsTheUpstreamSlotsWithoutStarvingIt(t *testing.T) {
+	a := NewAdaptive(1, 64)
+	const slots = 4
+	// Saturating load: the gateway always has work waiting, so the limit is always in use.
+	var sum, n, busy int
+	for i := range 3000 {
+		limit := a.Current()
+		a.Update(ok(slottedLatency(100*time.Millisecond, slots, limit), limit))
+		if i >= 1000 {
+			sum += limit
+			n++
+			if limit >= slots {
+				busy++
+			}
+		}
+	}
+	mean := float64(sum) / float64(n)
+	// A queue inside the server shorter than its slots on average, and every slot busy (the
+	// limit at least the slots) at least 90 % of the time: the floor probes cost the rest.
+	if mean < slots || mean > 2*slots || float64(busy) < 0.9*float64(n) {
+		t.Fatalf("the limit averaged %.1f and filled the slots %d of %d calls; want %d..%d and 90 %%", mean, busy, n, slots, 2*slots)
+	}
+	t.Logf("limit averaged %.2f for %d slots; slots full for %.1f %% of calls", mean, slots, 100*float64(busy)/float64(n))
+}
+
+func TestAdaptiveLimitCutsOnOverloadAndStaysInItsBounds(t *testing.T) {
+	a := NewAdaptive(2, 10)
+	for range 200 {
+		a.Update(ok(50*time.Millisecond, a.Current()))
+	}
+	if a.Current() != 10 {
+		t.Fatalf("with latency at its floor the limit grew to %d; want the max 10", a.Current())
+	}
+	before := a.Current()
+	a.Update(Sample{Latency: time.Second, Status: 503, Overloaded: true, InFlight: before})
+	if a.Current() >= before {
+		t.Fatalf("a 503 left the limit at %d", a.Current())
+	}
+	for range 100 {
+		a.Update(Sample{Latency: time.Second, Status: 429, Overloaded: true, InFlight: a.Current()})
+	}
+	if a.Current() != 2 {
+		t.Fatalf("after many overloads the limit is %d; want the min 2", a.Current())
+	}
+}
+
+func TestAdaptiveLimitDoesNotGrowWithoutTraffic(t *testing.T) {
+	a := NewAdaptive(1, 64)
+	for range 50 {
+		a.Update(ok(10*time.Millisecond, 1))
+	}
+	grown := a.Current()
+	for range 200 {
+		a.Update(ok(10*time.Millisecond, 1)) // one call at a time: nothing says more seats help
+	}
+	if a.Current() > max(grown, 2) {
+		t.Fatalf("one call at a time grew the limit from %d to %d", grown, a.Current())
+	}
+}
+
+// Answers that say nothing about the queue are not samples: a flood of instant 400s, 401s and
+// 500s neither lowers the floor nor moves the limit, and a stray instant 2xx does not become
+// the floor.
+func TestAdaptiveLimitIgnoresAnswersThatSayNothingAboutTheQueue(t *testing.T) {
+	a := NewAdaptive(1, 64)
+	for range 300 {
+		a.Update(ok(100*time.Millisecond, a.Current()))
+	}
+	before, floor := a.Current(), a.floors[kindLatency].value
+	for i := range 1000 {
+		a.Update(Sample{Latency: time.Millisecond, Status: []int{400, 401, 404, 422, 500}[i%5], InFlight: a.Current()})
+	}
+	if a.Current() != before || a.floors[kindLatency].value != floor {
+		t.Fatalf("1000 instant 4xx/500 answers moved the limit %d -> %d, the floor %v -> %v", before, a.Current(), floor, a.floors[kindLatency].value)
+	}
+	for range 50 {
+		a.Update(ok(time.Millisecond, a.Current())) // cached or tiny answers
+	}
+	if a.floors[kindLatency].value != floor || a.Current() < before {
+		t.Fatalf("instant 2xx answers moved the floor %v -> %v or shrank the limit %d -> %d", floor, a.floors[kindLatency].value, before, a.Current())
+	}
+}
+
+// simulation is a model server with slots and its own first-come queue behind a Pool with
+// `limit auto`, on a fake clock: the gateway always has work waiting.
+type simulation struct {
+	clock *clockwork.FakeClock
+	pool  *Pool
+	slots int
+	rng   *rand.Rand
+
+	running int
+	queue   []*simCall // inside the model server
+	events  eventHeap
+	waiters []*simCall // at the gateway, each enqueued in the pool
+
+	busy, window time.Duration // slot time used, and 4 × the time measured
+	limits       []int
+
+	job     func(rng *rand.Rand) simJob // the next call of the backlog
+	noise   time.Duration               // another tenant's instant 400 every noise; 0: none
+	noiseAt time.Time
+}
+
+type simJob struct {
+	service time.Duration // time holding a slot
+	prefill time.Duration // from the slot to the first event
+	tokens  int           // usage.completion_tokens; 0: not reported
+	stream  bool
+	status  int
+	slot    bool // takes a slot of the model server (a validation error does not)
+}
+
+type simCall struct {
+	simJob
+	w          *Waiter
+	start      time.Time // granted a seat: sent upstream
+	firstEvent time.Time
+}
+
+type simEvent struct {
+	at   time.Time
+	call *simCall
+	done bool // the call ends; else it reaches a slot
+}
+
+type eventHeap []simEvent
+
+func (h eventHeap) Len() int           { return len(h) }
+func (h eventHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h eventHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)        { *h = append(*h, x.(simEvent)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// run simulates d of saturating load and returns the slots' utilisation after the first
+// quarter (the limit's warm-up).
+func (s *simulation) run(t *testing.T, d time.Duration) float64 {
+	t.Helper()
+	begin := s.clock.Now()
+	warm := begin.Add(d / 4)
+	s.noiseAt = begin
+	for s.clock.Now().Before(begin.Add(d)) {
+		for len(s.waiters) < 64 { // the backlog at the gateway
+			s.enqueue(s.job(s.rng), "backlog")
+		}
+		s.startGranted()
+		next := s.events[0].at
+		if s.noise > 0 && s.noiseAt.Before(next) {
+			next = s.noiseAt
+		}
+		s.advance(next, warm)
+		if s.noise > 0 && !s.clock.Now().Before(s.noiseAt) {
+			s.enqueue(simJob{service: 3 * time.Millisecond, status: 400}, "noise")
+			s.noiseAt = s.noiseAt.Add(s.noise)
+			continue
+		}
+		e := heap.Pop(&s.events).(simEvent)
+		if !e.done {
+			e.call.firstEvent = s.clock.Now().Add(e.call.prefill)
+			heap.Push(&s.events, simEvent{at: s.clock.Now().Add(e.call.service), call: e.call, done: true})
+			continue
+		}
+		if e.call.slot {
+			s.running--
+			if len(s.queue) > 0 {
+				c := s.queue[0]
+				s.queue = s.queue[1:]
+				s.running++
+				heap.Push(&s.events, simEvent{at: s.clock.Now(), call: c})
+			}
+		}
+		sample := Sample{Status: e.call.status, Tokens: e.call.tokens, Stream: e.call.stream}
+		if e.call.stream {
+			sample.FirstByte = e.call.firstEvent.Sub(e.call.start)
+		}
+		s.pool.Release(e.call.start, sample)
+		if !s.clock.Now().Before(warm) {
+			s.limits = append(s.limits, s.pool.Snapshot().Limit)
+		}
+	}
+	return float64(s.busy) / float64(s.window)
+}
+
+// advance moves the clock to at, counting the busy slot time past warm.
+func (s *simulation) advance(at, warm time.Time) {
+	if d := at.Sub(s.clock.Now()); d > 0 {
+		if !s.clock.Now().Before(warm) {
+			s.busy += time.Duration(s.running) * d
+			s.window += time.Duration(s.slots) * d
+		}
+		s.clock.Advance(d)
+	}
+}
+
+func (s *simulation) enqueue(j simJob, scope string) {
+	c := &simCall{simJob: j}
+	c.w = s.pool.Enqueue(Ask{Scope: scope, Since: s.clock.Now()})
+	s.waiters = append(s.waiters, c)
+}
+
+// startGranted sends upstream every waiter the pool granted a seat.
+func (s *simulation) startGranted() {
+	kept := s.waiters[:0]
+	for _, c := range s.waiters {
+		if !granted(c.w) {
+			kept = append(kept, c)
+			continue
+		}
+		start, err := s.pool.Await(context.Background(), c.w, 0)
+		if err != nil {
+			panic(err)
+		}
+		c.start = start
+		switch {
+		case !c.slot:
+			c.firstEvent = start.Add(c.service)
+			heap.Push(&s.events, simEvent{at: start.Add(c.service), call: c, done: true})
+		case s.running < s.slots:
+			s.running++
+			heap.Push(&s.events, simEvent{at: start, call: c})
+		default:
+			s.queue = append(s.queue, c)
+		}
+	}
+	s.waiters = kept
+}
+
+// generation is a call of n output tokens at 10 ms each after a 20 ms prefill: 5..500 tokens,
+// 70 ms to 5 s, log-uniform (lengths vary a hundredfold and more).
+func generation(stream bool) func(*rand.Rand) simJob {
+	return func(rng *rand.Rand) simJob {
+		n := int(math.Round(5 * math.Pow(100, rng.Float64())))
+		prefill := 20 * time.Millisecond
+		return simJob{service: prefill + time.Duration(n)*10*time.Millisecond, prefill: prefill, tokens: n,
+			stream: stream, status: 200, slot: true}
+	}
+}
+
+func newSimulation(slots int, job func(*rand.Rand) simJob) *simulation {
+	clock := clockwork.NewFakeClockAt(t0)
+	return &simulation{clock: clock, pool: NewPool(clock, Config{Auto: true, Min: 1, Max: 64}), slots: slots,
+		rng: rand.New(rand.NewPCG(1, 2)), job: job}
+}
+
+func meanOf(xs []int) float64 {
+	sum := 0
+	for _, x := range xs {
+		sum += x
+	}
+	return float64(sum) / float64(max(len(xs), 1))
+}
+
+// `limit auto` keeps a 4-slot model server busy while work waits, whatever the mix of
+// generation lengths and however many instant errors another tenant causes (docs/capacity.md).
+func TestAdaptiveLimitKeepsSlotsBusyForMixedLengthsAndFastErrors(t *testing.T) {
+	tiny := func(rng *rand.Rand) simJob { // one call in a hundred a cached, instant answer
+		if rng.IntN(100) == 0 {
+			return simJob{service: 3 * time.Millisecond, prefill: time.Millisecond, tokens: 1, status: 200, slot: true}
+		}
+		return generation(false)(rng)
+	}
+	for _, c := range []struct {
+		name  string
+		job   func(*rand.Rand) simJob
+		noise time.Duration
+	}{
+		{"answers with usage", generation(false), 0},
+		{"event streams", generation(true), 0},
+		{"answers with usage, instant 400s every 20ms", generation(false), 20 * time.Millisecond},
+		{"event streams, instant 400s every 20ms", generation(true), 20 * time.Millisecond},
+		{"answers with usage, 1 in 100 instant", tiny, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newSimulation(4, c.job)
+			s.noise = c.noise
+			u := s.run(t, 2*time.Hour)
+			t.Logf("slots busy %.1f %% while work waited; limit averaged %.1f", 100*u, meanOf(s.limits))
+			if u < 0.9 {
+				t.Fatalf("slots busy %.1f %% while work waited; want at least 90 %%", 100*u)
+			}
+			if m := meanOf(s.limits); m > 3*float64(s.slots) {
+				t.Fatalf("the limit averaged %.1f for %d slots: the model server's own queue grew long", m, s.slots)
+			}
+		})
+	}
+}

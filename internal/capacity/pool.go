@@ -1,0 +1,368 @@
+// Package capacity holds the leaves of the gateway's capacity (docs/capacity.md): one
+// upstream's seats in this process and the order its waiters are served in, the adaptive limit
+// of `limit auto`, and the urgency of a request's Priority header. It knows nothing of Caddy,
+// the HTTP handler or the storage's shared seats; the module wires it to them.
+package capacity
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// ErrNoSeat: no seat came free within the call's wait.
+var ErrNoSeat = errors.New("no upstream seat came free in time")
+
+// Ask is who asks for a seat: the order they wait in.
+type Ask struct {
+	Urgency int
+	Scope   string
+	Since   time.Time // when the work began to wait (an operation: when it was submitted)
+	Queued  bool      // an operation claimed from the durable queue, not a live sync call
+}
+
+// Waiter is one ask waiting in the pool.
+type Waiter struct {
+	Ask     Ask
+	ready   chan struct{} // closed when granted
+	granted bool
+	taken   bool // the seat went to the caller (or was given back unused)
+}
+
+// Config is how many seats a pool has: Limit, or with Auto a limit that adapts between Min and
+// Max (docs/capacity.md).
+type Config struct {
+	Limit    int
+	Auto     bool
+	Min, Max int
+}
+
+// Pool is one upstream's seats in this process, and the one order its waiters are served in:
+// effective urgency (urgency raised one level per store.AgingStep waited), then the scope that
+// was served least recently, then the oldest.
+type Pool struct {
+	clock clockwork.Clock
+
+	mu      sync.Mutex
+	limit   int
+	inUse   int
+	waiting []*Waiter
+	turns   map[string]uint64 // scope with waiters -> number of the grant it got last
+	grants  uint64
+	queued  int // waiters that are operations from the durable queue
+	adapt   *Adaptive
+	drain   DrainRate
+	stats   counters
+}
+
+// counters are a pool's totals since the process started.
+type counters struct {
+	refused       int64 // sync calls that found no seat within their wait
+	queueTimeouts int64 // operations failed QUEUE_TIMEOUT
+}
+
+// NewPool returns a pool of cfg's seats on clock.
+func NewPool(clock clockwork.Clock, cfg Config) *Pool {
+	p := &Pool{clock: clock, turns: map[string]uint64{}}
+	p.Configure(cfg)
+	return p
+}
+
+// Configure applies a (re)loaded block's settings; seats in use stay in use.
+func (p *Pool) Configure(cfg Config) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case !cfg.Auto:
+		p.adapt, p.limit = nil, cfg.Limit
+	case p.adapt == nil:
+		p.adapt = NewAdaptive(cfg.Min, cfg.Max)
+		p.limit = p.adapt.Current()
+	default:
+		p.adapt.Bound(cfg.Min, cfg.Max)
+		p.limit = p.adapt.Current()
+	}
+	p.grantLocked()
+}
+
+// Enqueue puts ask in the order, granting it a seat at once when one is free and nobody waits.
+func (p *Pool) Enqueue(ask Ask) *Waiter {
+	w := &Waiter{Ask: ask, ready: make(chan struct{})}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.waiting) == 0 && p.inUse < p.limit {
+		p.grantToLocked(w)
+		return w
+	}
+	p.waiting = append(p.waiting, w)
+	if ask.Queued {
+		p.queued++
+	}
+	return w
+}
+
+// Await waits for w's seat up to wait (zero: until ctx ends) and returns when the seat's call
+// starts; on failure w leaves the order.
+func (p *Pool) Await(ctx context.Context, w *Waiter, wait time.Duration) (time.Time, error) {
+	var expired <-chan time.Time
+	if wait > 0 {
+		t := p.clock.NewTimer(wait)
+		defer t.Stop()
+		expired = t.Chan()
+	}
+	var err error
+	select {
+	case <-w.ready:
+	case <-expired:
+		err = ErrNoSeat
+	case <-ctx.Done():
+		err = context.Cause(ctx)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !w.granted {
+		p.dropLocked(w)
+		return time.Time{}, err
+	}
+	w.taken = true // granted, perhaps in the same instant the wait ended: the seat is the caller's
+	return p.clock.Now(), nil
+}
+
+// Abandon takes w out of the order for good: a seat granted to it and never taken is freed.
+func (p *Pool) Abandon(w *Waiter) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case !w.granted:
+		p.dropLocked(w)
+	case !w.taken:
+		w.taken = true
+		p.inUse--
+		p.grantLocked()
+	}
+}
+
+func (p *Pool) dropLocked(w *Waiter) {
+	for i, x := range p.waiting {
+		if x == w {
+			p.waiting = append(p.waiting[:i], p.waiting[i+1:]...)
+			if w.Ask.Queued {
+				p.queued--
+			}
+			p.forgetIdleLocked(w.Ask.Scope)
+			return
+		}
+	}
+}
+
+// forgetIdleLocked drops the turn of a scope nobody of which waits any more, so the map holds
+// only the scopes waiting (scopes are as many as callers). A scope that comes back counts as
+// not served lately: it goes before the scopes with a backlog, as a light tenant should.
+func (p *Pool) forgetIdleLocked(scope string) {
+	for _, x := range p.waiting {
+		if x.Ask.Scope == scope {
+			return
+		}
+	}
+	delete(p.turns, scope)
+}
+
+// Release gives back a seat whose call started at start, telling the adaptive limit how the
+// call went (docs/capacity.md); the pool fills in the sample's latency and calls in flight.
+func (p *Pool) Release(start time.Time, s Sample) {
+	now := p.clock.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inUse--
+	p.drain.Record(now)
+	if p.adapt != nil {
+		s.Latency, s.InFlight = now.Sub(start), p.inUse+1
+		p.limit = p.adapt.Update(s)
+	}
+	p.grantLocked()
+}
+
+// GiveBack returns a seat that was never used for a call: it tells the limit nothing.
+func (p *Pool) GiveBack() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inUse--
+	p.grantLocked()
+}
+
+// grantLocked gives free seats to the next waiters in order.
+func (p *Pool) grantLocked() {
+	for p.inUse < p.limit && len(p.waiting) > 0 {
+		w := p.waiting[p.nextLocked(p.clock.Now())]
+		p.dropLocked(w)
+		p.grantToLocked(w)
+	}
+}
+
+// grantToLocked gives w a seat.
+func (p *Pool) grantToLocked(w *Waiter) {
+	p.inUse++
+	p.grants++
+	p.turns[w.Ask.Scope] = p.grants
+	p.forgetIdleLocked(w.Ask.Scope)
+	w.granted = true
+	close(w.ready)
+}
+
+// nextLocked picks the waiter served next: the lowest effective urgency, then the scope whose
+// last seat is the longest ago (scopes take turns), then the oldest.
+func (p *Pool) nextLocked(now time.Time) int {
+	best := 0
+	for i := 1; i < len(p.waiting); i++ {
+		if p.before(p.waiting[i], p.waiting[best], now) {
+			best = i
+		}
+	}
+	return best
+}
+
+func (p *Pool) before(a, b *Waiter, now time.Time) bool {
+	if ua, ub := effectiveUrgency(a.Ask, now), effectiveUrgency(b.Ask, now); ua != ub {
+		return ua < ub
+	}
+	if ta, tb := p.turns[a.Ask.Scope], p.turns[b.Ask.Scope]; ta != tb {
+		return ta < tb
+	}
+	return a.Ask.Since.Before(b.Ask.Since)
+}
+
+// effectiveUrgency is the ask's urgency raised by waiting, as the durable queue raises it
+// (store.AgingStep per level), so a steady stream of more urgent work cannot starve it.
+func effectiveUrgency(a Ask, now time.Time) int {
+	return store.EffectiveUrgency(a.Urgency, now.Sub(a.Since))
+}
+
+// RoomForQueued reports whether the runner should claim one more operation for this pool: a
+// seat is free for it, or no operation from the durable queue waits here yet. Keeping one
+// claimed operation waiting stands the durable queue's head in this order, so a freed seat goes
+// to it when it is more urgent than the live sync calls waiting (docs/capacity.md).
+func (p *Pool) RoomForQueued() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.inUse+len(p.waiting) < p.limit || p.queued == 0
+}
+
+// RetryAfter estimates when a refused call may find a seat: the work waiting ahead of it over
+// the measured drain rate, between 1s and 5 minutes.
+func (p *Pool) RetryAfter() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.drain.TimeFor(len(p.waiting)+1, p.clock.Now())
+}
+
+// Snapshot is a pool's state for metrics and /mulligan/stats.
+type Snapshot struct {
+	Limit          int     `json:"limit"`
+	Auto           bool    `json:"auto"`
+	InUse          int     `json:"in_use"`
+	Waiting        [8]int  `json:"waiting_by_urgency"`
+	DrainPerSecond float64 `json:"drain_per_second"`
+	Refused        int64   `json:"refused"`
+	QueueTimeouts  int64   `json:"queue_timeouts"`
+}
+
+// Snapshot reads the pool's state.
+func (p *Pool) Snapshot() Snapshot {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := Snapshot{Limit: p.limit, Auto: p.adapt != nil, InUse: p.inUse, DrainPerSecond: p.drain.PerSecond(p.clock.Now()),
+		Refused: p.stats.refused, QueueTimeouts: p.stats.queueTimeouts}
+	for _, w := range p.waiting {
+		s.Waiting[store.ClampUrgency(w.Ask.Urgency)]++
+	}
+	return s
+}
+
+// Waiting lists the asks waiting, in no particular order.
+func (p *Pool) Waiting() []Ask {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]Ask, len(p.waiting))
+	for i, w := range p.waiting {
+		out[i] = w.Ask
+	}
+	return out
+}
+
+// Remembered is how many scopes the pool keeps a turn for (only the scopes waiting).
+func (p *Pool) Remembered() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.turns)
+}
+
+// CountRefusal counts a sync call answered 503 UPSTREAM_SATURATED (a call queued instead is
+// not refused).
+func (p *Pool) CountRefusal() {
+	p.mu.Lock()
+	p.stats.refused++
+	p.mu.Unlock()
+}
+
+// CountQueueTimeout counts an operation failed QUEUE_TIMEOUT.
+func (p *Pool) CountQueueTimeout() {
+	p.mu.Lock()
+	p.stats.queueTimeouts++
+	p.mu.Unlock()
+}
+
+// DrainRate measures how fast seats come free: the last drainSamples releases.
+type DrainRate struct {
+	times [drainSamples]time.Time
+	n     int
+}
+
+const drainSamples = 64
+
+// Record notes a release at at.
+func (d *DrainRate) Record(at time.Time) {
+	d.times[d.n%drainSamples] = at
+	d.n++
+}
+
+// drainWindow is how far back a release still tells the drain rate: older samples describe a
+// load that is gone.
+const drainWindow = time.Minute
+
+// PerSecond is the releases per second over the samples of the last drainWindow (0 with fewer
+// than two: the rate is not known).
+func (d *DrainRate) PerSecond(now time.Time) float64 {
+	k := 0
+	var newest, oldest time.Time
+	for i := d.n - 1; i >= 0 && i >= d.n-drainSamples; i-- {
+		t := d.times[i%drainSamples]
+		if now.Sub(t) > drainWindow {
+			break
+		}
+		if k == 0 {
+			newest = t
+		}
+		oldest, k = t, k+1
+	}
+	span := newest.Sub(oldest)
+	if k < 2 || span <= 0 {
+		return 0
+	}
+	return float64(k-1) / span.Seconds()
+}
+
+// TimeFor is how long n more releases take at the measured rate, between 1s and 5 minutes;
+// clamped in float, since n over a tiny rate overflows a Duration.
+func (d *DrainRate) TimeFor(n int, now time.Time) time.Duration {
+	rate := d.PerSecond(now)
+	if rate <= 0 {
+		return time.Second
+	}
+	secs := min(max(float64(n)/rate, 1), 300)
+	return time.Duration(secs * float64(time.Second))
+}
