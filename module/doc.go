@@ -22,5 +22,5 @@
 //	batches and files   batches*.go, batch_*.go, files.go
 //	storage             storage.go (open storages, shared by configs), app.go, postgres.go
 //	operators           admin.go, metrics.go, metrics_zero.go, health.go, logging.go, trace.go
-//	errors              errors.go (the one error writer and its catalogue)
+//	errors              internal/apierr (the one error writer and its catalogue)
 package module

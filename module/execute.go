@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/webhook"
 )
@@ -65,7 +66,7 @@ func (r *runner) execute(parent context.Context, ex *execution, op *store.Operat
 		var err error
 		if req, err = r.st.LoadRequest(op.ID); err != nil {
 			log.Error("loading the operation's request", zap.Error(err))
-			change := store.Change{To: store.StatusFailed, Error: catalogueError(CodeWorkerLost, "The stored request could not be read.")}
+			change := store.Change{To: store.StatusFailed, Error: apierr.Failure(apierr.CodeWorkerLost, "The stored request could not be read.")}
 			if !errors.Is(err, store.ErrNotFound) {
 				change = store.Change{To: store.StatusQueued} // storage trouble: another attempt later
 			}
@@ -151,8 +152,8 @@ func outcome(ctx, parent context.Context, res attemptResult, retryOn map[int]boo
 	if res.status != 0 && !res.over {
 		result = &store.Response{Status: res.status, Header: res.header, Body: res.body}
 	}
-	failed := func(code ErrorCode, msg string) store.Change {
-		return store.Change{To: store.StatusFailed, Error: catalogueError(code, msg), Result: result}
+	failed := func(code apierr.Code, msg string) store.Change {
+		return store.Change{To: store.StatusFailed, Error: apierr.Failure(code, msg), Result: result}
 	}
 	switch cause := context.Cause(parent); {
 	case errors.Is(cause, errLeaseLost):
@@ -164,24 +165,24 @@ func outcome(ctx, parent context.Context, res attemptResult, retryOn map[int]boo
 	}
 	switch {
 	case res.panicked != nil:
-		return failed(CodeUpstreamError, "A handler of the route failed while serving the operation."), false
+		return failed(apierr.CodeUpstreamError, "A handler of the route failed while serving the operation."), false
 	case res.over:
-		return failed(CodeResultTooLarge, "The upstream response was larger than max_result."), false
+		return failed(apierr.CodeResultTooLarge, "The upstream response was larger than max_result."), false
 	case errors.Is(context.Cause(ctx), context.DeadlineExceeded):
-		return failed(CodeOperationTimeout, "The upstream call did not finish within the operation timeout."), false
+		return failed(apierr.CodeOperationTimeout, "The upstream call did not finish within the operation timeout."), false
 	case res.status == 0:
-		return failed(CodeUpstreamUnavailable, "The upstream could not be reached."), true
+		return failed(apierr.CodeUpstreamUnavailable, "The upstream could not be reached."), true
 	case res.status >= 200 && res.status < 300:
 		return store.Change{To: store.StatusSucceeded, Result: result}, false
 	}
 	msg := fmt.Sprintf("The upstream answered %d.", res.status)
 	switch retry := retryOn[res.status]; {
 	case res.status == 408 || res.status == 429 || res.status == 502 || res.status == 503 || res.status == 504:
-		return failed(CodeUpstreamUnavailable, msg), retry
+		return failed(apierr.CodeUpstreamUnavailable, msg), retry
 	case res.status >= 500:
-		return failed(CodeUpstreamError, msg), retry
+		return failed(apierr.CodeUpstreamError, msg), retry
 	default:
-		return failed(CodeUpstreamRejected, msg), retry
+		return failed(apierr.CodeUpstreamRejected, msg), retry
 	}
 }
 

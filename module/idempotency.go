@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/fingerprint"
 	"github.com/mulligan-gw/mulligan/internal/idemkey"
 	"github.com/mulligan-gw/mulligan/internal/sse"
@@ -84,19 +85,19 @@ func (g *gate) keyOf(w http.ResponseWriter, r *http.Request) (string, bool) {
 	switch {
 	case len(values) == 0 && g.required:
 		countRequest(outcomeRejected)
-		writeError(w, apiError{Code: CodeKeyRequired, Message: fmt.Sprintf("%s %s requires an %s header.", r.Method, r.URL.Path, g.header)})
+		apierr.Write(w, apierr.Error{Code: apierr.CodeKeyRequired, Message: fmt.Sprintf("%s %s requires an %s header.", r.Method, r.URL.Path, g.header)})
 		return "", false
 	case len(values) == 0:
 		return "", true
 	case len(values) > 1:
 		countRequest(outcomeRejected)
-		writeError(w, apiError{Code: CodeKeyInvalid, Message: fmt.Sprintf("Send exactly one %s header.", g.header)})
+		apierr.Write(w, apierr.Error{Code: apierr.CodeKeyInvalid, Message: fmt.Sprintf("Send exactly one %s header.", g.header)})
 		return "", false
 	}
 	key, err := idemkey.Parse(values[0])
 	if err != nil {
 		countRequest(outcomeRejected)
-		writeError(w, apiError{Code: CodeKeyInvalid, Message: err.Error() + "; send 1 to 255 printable ASCII characters."})
+		apierr.Write(w, apierr.Error{Code: apierr.CodeKeyInvalid, Message: err.Error() + "; send 1 to 255 printable ASCII characters."})
 		return "", false
 	}
 	return key, true
@@ -167,20 +168,20 @@ func (g *gate) readBody(w http.ResponseWriter, r *http.Request, budget *byteBudg
 			budget.give(reserved)
 			log.Debug("reading the request body", zap.Error(err))
 			countRequest(outcomeRejected)
-			writeError(w, apiError{Code: CodeInvalidRequest, Message: "The request body could not be read; send it again."})
+			apierr.Write(w, apierr.Error{Code: apierr.CodeInvalidRequest, Message: "The request body could not be read; send it again."})
 			return nil, 0, errAnswered
 		}
 	}
 	budget.give(reserved)
 	countRequest(outcomeBusy)
-	writeError(w, apiError{Code: CodeBusy, RetryAfter: time.Second, Details: map[string]any{"max_buffered": budget.limit},
+	apierr.Write(w, apierr.Error{Code: apierr.CodeBusy, RetryAfter: time.Second, Details: map[string]any{"max_buffered": budget.limit},
 		Message: "The gateway is holding as many request bodies as it may; retry shortly."})
 	return nil, 0, errAnswered
 }
 
 func (g *gate) tooLarge(w http.ResponseWriter) error {
 	countRequest(outcomeRejected)
-	writeError(w, apiError{Code: CodeRequestTooLarge, Message: fmt.Sprintf("The request body is over the %d-byte limit.", g.maxBody),
+	apierr.Write(w, apierr.Error{Code: apierr.CodeRequestTooLarge, Message: fmt.Sprintf("The request body is over the %d-byte limit.", g.maxBody),
 		Details: map[string]any{"max_body": g.maxBody}})
 	return errAnswered
 }
@@ -258,11 +259,11 @@ func (g *gate) answer(w http.ResponseWriter, kr *keyedRequest, claim store.Claim
 		replay(w, claim.Record)
 	case store.Mismatch:
 		countRequest(outcomeMismatch)
-		writeError(w, apiError{Code: CodeKeyReused, Status: g.mismatch,
+		apierr.Write(w, apierr.Error{Code: apierr.CodeKeyReused, Status: g.mismatch,
 			Message: "This Idempotency-Key was used with a different request; use a new key for a new request."})
 	default:
 		countRequest(outcomeInProgress)
-		writeError(w, apiError{Code: CodeInProgress, RetryAfter: time.Second, Details: operationDetails(claim.Record),
+		apierr.Write(w, apierr.Error{Code: apierr.CodeInProgress, RetryAfter: time.Second, Details: apierr.OperationDetails(claim.Record),
 			Message: "A request with this Idempotency-Key is still being processed; retry later."})
 	}
 }
@@ -325,7 +326,7 @@ func (g *gate) awaitFlight(kr *keyedRequest, deadline time.Time, w *waiting) boo
 func (g *gate) storageFailed(w http.ResponseWriter, kr *keyedRequest, err error) error {
 	countRequest(outcomeStorage)
 	kr.log.Error("storage unavailable", zap.Error(err))
-	writeError(w, apiError{Code: CodeStorage, Message: "The gateway's storage is unavailable; retry shortly.", RetryAfter: time.Second})
+	apierr.Write(w, apierr.Error{Code: apierr.CodeStorage, Message: "The gateway's storage is unavailable; retry shortly.", RetryAfter: time.Second})
 	return nil
 }
 
