@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
+	"github.com/mulligan-gw/mulligan/internal/capture"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -186,7 +187,7 @@ func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st store.Bac
 	countSubmitted(op)
 	run.accepted()
 	kr.log.Info("operation accepted", zap.String("operation_id", op.ID), zap.String("type", op.Type), zap.String("new_status", string(op.Status)))
-	writeResponse(w, resp)
+	capture.WriteResponse(w, resp)
 	return nil
 }
 
@@ -259,7 +260,7 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 	countSubmitted(op)
 	run.launchConverted(op, ctx, cancel, first)
 	kr.log.Info("call converted to an operation", zap.String("operation_id", op.ID), zap.String("type", op.Type), zap.String("new_status", string(op.Status)))
-	writeResponse(w, resp)
+	capture.WriteResponse(w, resp)
 	return nil
 }
 
@@ -325,7 +326,7 @@ func (c *converter) answerInWindow(w http.ResponseWriter, kr *keyedRequest, st s
 	case res.status == 0:
 		apierr.Write(w, apierr.Error{Code: apierr.CodeUpstreamUnavailable, RetryAfter: time.Second, Message: errUpstreamUnreachable.Error() + "."})
 	default:
-		writeResponse(w, store.Response{Status: res.status, Header: res.header, Body: res.body})
+		capture.WriteResponse(w, store.Response{Status: res.status, Header: res.header, Body: res.body})
 	}
 }
 
@@ -344,8 +345,8 @@ func ownVars(ctx context.Context) context.Context {
 func (c *converter) attemptNext(ctx context.Context, kr *keyedRequest, next caddyhttp.Handler, stream *opStream) attemptResult {
 	up := kr.r.WithContext(ctx) // ctx carries the call's deadline
 	setBody(up, kr.body)
-	rec := newBufferWriter(c.cfg.MaxResult)
-	rec.stream = stream
+	rec := capture.NewBuffer(c.cfg.MaxResult)
+	rec.Stream = stream
 	res := serveRecorded(rec, func() error { return next.ServeHTTP(rec, up) })
 	if res.status != 0 && !res.over {
 		stream.finish(streamWhole)
@@ -362,7 +363,7 @@ func (c *converter) relayLive(w http.ResponseWriter, kr *keyedRequest, st store.
 	defer cancel(nil)
 	countRequest(outcomeNew)
 	status, header := s.head()
-	setRecordedHeader(w.Header(), header)
+	capture.SetRecordedHeader(w.Header(), header)
 	w.Header().Del("Content-Length")
 	w.WriteHeader(status)
 	broken := relayEvents(w, kr.r, s, 0)

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
+	"github.com/mulligan-gw/mulligan/internal/capture"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/webhook"
 )
@@ -31,6 +32,11 @@ type attemptResult struct {
 	// stack where: the attempt failed, the process goes on.
 	panicked any
 	stack    []byte
+}
+
+// resultOf is the attempt's result of an answer a capture writer recorded.
+func resultOf(r capture.Recorded) attemptResult {
+	return attemptResult{status: r.Status, header: r.Header, body: r.Body, over: r.Over}
 }
 
 // Retry pacing of upstream attempts: exponential with full jitter, honouring Retry-After.
@@ -260,10 +266,11 @@ func (r *runner) attempt(ctx context.Context, op *store.Operation, req *store.Re
 	hr.Header = req.Header.Clone()
 	injectTrace(hr)
 	hr.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(req.Body)), nil }
-	rec := newBufferWriter(limit)
-	rec.stream = r.streams.start(op.ID, r.recordingFor(ctx, op.ID))
+	rec := capture.NewBuffer(limit)
+	stream := r.streams.start(op.ID, r.recordingFor(ctx, op.ID))
+	rec.Stream = stream
 	res := serveRecorded(rec, func() error { srv.ServeHTTP(rec, hr); return nil })
-	r.streams.end(op.ID, rec.stream, res.status != 0 && !res.over)
+	r.streams.end(op.ID, stream, res.status != 0 && !res.over)
 	return res
 }
 
@@ -272,14 +279,14 @@ func (r *runner) attempt(ctx context.Context, op *store.Operation, req *store.Re
 // recover on a real connection; here it means the attempt ended without a whole response. Any
 // other panic is this goroutine's, with no net/http above it to recover it: it becomes a failed
 // attempt, never a dead process.
-func serveRecorded(rec *bufferWriter, serve func() error) (res attemptResult) {
+func serveRecorded(rec *capture.Buffer, serve func() error) (res attemptResult) {
 	defer func() {
 		if v := recover(); v != nil {
 			if v != http.ErrAbortHandler {
 				res = attemptResult{panicked: v, stack: debug.Stack()}
 				return
 			}
-			res = rec.result()
+			res = resultOf(rec.Result())
 			if !res.over {
 				res = attemptResult{}
 			}
@@ -288,5 +295,5 @@ func serveRecorded(rec *bufferWriter, serve func() error) (res attemptResult) {
 	if err := serve(); err != nil {
 		return attemptResult{}
 	}
-	return rec.result()
+	return resultOf(rec.Result())
 }

@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
+	"github.com/mulligan-gw/mulligan/internal/capture"
 	"github.com/mulligan-gw/mulligan/internal/fingerprint"
 	"github.com/mulligan-gw/mulligan/internal/idemkey"
 	"github.com/mulligan-gw/mulligan/internal/sse"
@@ -22,8 +22,8 @@ import (
 )
 
 const (
-	headerExpires  = "Idempotency-Expires"
-	headerReplayed = "Idempotent-Replayed"
+	headerExpires  = capture.HeaderExpires
+	headerReplayed = capture.HeaderReplayed
 	// pollInterval paces a waiting duplicate whose original is not held by this process
 	// (a claim left by a crashed gateway).
 	pollInterval = 50 * time.Millisecond
@@ -256,7 +256,7 @@ func (g *gate) answer(w http.ResponseWriter, kr *keyedRequest, claim store.Claim
 		}
 		countRequest(outcomeReplayed)
 		kr.log.Debug("replaying recorded response")
-		replay(w, claim.Record)
+		capture.Replay(w, claim.Record)
 	case store.Mismatch:
 		countRequest(outcomeMismatch)
 		apierr.Write(w, apierr.Error{Code: apierr.CodeKeyReused, Status: g.mismatch,
@@ -339,8 +339,8 @@ func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handl
 	up := kr.r.WithContext(ctx)
 	setBody(up, kr.body)
 
-	tee := newTeeWriter(w, g.maxResult)
-	tee.trailers = []string{headerExpires} // a stream says until when it replays at its end
+	tee := capture.NewTee(w, g.maxResult)
+	tee.Trailers = []string{headerExpires} // a stream says until when it replays at its end
 	stream := g.newStreamRecording(tee, kr, st, token)
 	defer func() {
 		// reverse_proxy panics with http.ErrAbortHandler when the upstream breaks off its body
@@ -354,13 +354,13 @@ func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handl
 		}
 	}()
 	err := next.ServeHTTP(tee, up)
-	if tee.streaming {
+	if tee.Streaming() {
 		return stream.end(err)
 	}
-	if err == nil && tee.status == 0 {
+	if err == nil && !tee.Written() {
 		tee.WriteHeader(http.StatusOK) // the handler wrote nothing: net/http's implicit 200
 	}
-	res := attemptResult{status: tee.status, header: tee.header, body: tee.body.Bytes(), over: tee.overran}
+	res := resultOf(tee.Recorded())
 	if err != nil {
 		res.status = 0
 	}
@@ -368,7 +368,7 @@ func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handl
 		w.Header().Set(headerExpires, expires.UTC().Format(http.TimeFormat)) // a trailer if streamed
 	}
 	if err == nil {
-		tee.release() // only now that the record is durable
+		tee.Release() // only now that the record is durable
 	}
 	return err
 }
@@ -405,37 +405,4 @@ func setBody(r *http.Request, body []byte) {
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-}
-
-// replay writes a recorded response byte for byte, marked as a replay.
-func replay(w http.ResponseWriter, rec *store.Record) {
-	h := w.Header()
-	h.Set(headerReplayed, "true")
-	h.Set(headerExpires, rec.ExpiresAt.UTC().Format(http.TimeFormat))
-	writeResponse(w, *rec.Response)
-}
-
-// setRecordedHeader sets a recorded (or buffered) upstream answer's header on h, the client's,
-// so that it goes out as the live answer went: Caddy presets `Server: Caddy` on every response,
-// and reverse_proxy deletes it when it relays an upstream's answer (it adds Via instead), so a
-// relayed answer has a Server header only when the upstream sent one. A replay, a result and
-// an answer buffered for the client go out the same way: Server only when it was recorded.
-func setRecordedHeader(h, recorded http.Header) {
-	if _, ok := recorded["Server"]; !ok {
-		h.Del("Server")
-	}
-	for k, v := range recorded {
-		h[k] = v
-	}
-}
-
-// writeResponse writes a recorded response whole, over the headers already set (the gateway's
-// own, which recorded ones never carry).
-func writeResponse(w http.ResponseWriter, resp store.Response) {
-	h := w.Header()
-	setRecordedHeader(h, resp.Header)
-	h.Del("Transfer-Encoding")
-	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
-	w.WriteHeader(resp.Status)
-	_, _ = w.Write(resp.Body)
 }

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
+	"github.com/mulligan-gw/mulligan/internal/capture"
 	"github.com/mulligan-gw/mulligan/internal/idemkey"
 	"github.com/mulligan-gw/mulligan/internal/sse"
 	"github.com/mulligan-gw/mulligan/store"
@@ -157,7 +158,7 @@ func (h *Handler) getResult(q *opsRequest, id string) {
 		q.fail(err)
 		return
 	}
-	writeResponse(q.w, *res)
+	capture.WriteResponse(q.w, *res)
 }
 
 func (h *Handler) listOperations(q *opsRequest) {
