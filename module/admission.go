@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -100,7 +101,7 @@ func (a *admission) pendingOf(scope string) int {
 }
 
 // rateLimitedError is the 429 a scope over max_per_scope gets.
-func rateLimitedError(limit int) apiError {
-	return apiError{Code: CodeRateLimited, RetryAfter: rateLimitedRetry, Details: map[string]any{"max_per_scope": limit},
+func rateLimitedError(limit int) apierr.Error {
+	return apierr.Error{Code: apierr.CodeRateLimited, RetryAfter: rateLimitedRetry, Details: map[string]any{"max_per_scope": limit},
 		Message: fmt.Sprintf("This caller already has %d operations queued or running; retry when one finishes.", limit)}
 }

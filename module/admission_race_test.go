@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 )
 
 // Many concurrent submits of one scope never pass max_per_scope: the count and the write are
@@ -22,7 +23,7 @@ func TestConcurrentSubmitsNeverPassMaxPerScope(t *testing.T) {
 			key := fmt.Sprintf("k%d", i)
 			r := g.post(chatPath, key, chat("async "+key), "Prefer", "respond-async", "Authorization", "Bearer alice")
 			if r.StatusCode == http.StatusTooManyRequests {
-				expectError(t, r, 429, CodeRateLimited, true)
+				expectError(t, r, 429, apierr.CodeRateLimited, true)
 			}
 			statuses <- r.StatusCode
 		})

@@ -1,6 +1,7 @@
 package module
 
 import (
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ func TestScopeOverMaxPerScopeIsRateLimited(t *testing.T) {
 	_, first := g.submit(t, "a1", alice...)
 	g.submit(t, "a2", alice...)
 	r := g.post(chatPath, "a3", chat("async a3"), append([]string{"Prefer", "respond-async"}, alice...)...)
-	expectError(t, r, 429, CodeRateLimited, true)
+	expectError(t, r, 429, apierr.CodeRateLimited, true)
 	if r.Header.Get("Retry-After") == "" || !strings.Contains(string(r.body), "2 operations queued or running") {
 		t.Fatalf("429 without Retry-After or its reason: %v %s", r.Header, r.body)
 	}
@@ -35,7 +36,7 @@ func TestMaxPerScopeCountsWhatTheStoreHolds(t *testing.T) {
 	// as after a restart.
 	g.reload("async {\n max_per_scope 2\n concurrency 1\n}")
 	r := g.post(chatPath, "a3", chat("async a3"), append([]string{"Prefer", "respond-async"}, alice...)...)
-	expectError(t, r, 429, CodeRateLimited, true)
+	expectError(t, r, 429, apierr.CodeRateLimited, true)
 }
 
 func TestReadinessProbesDoNotWriteToTheStore(t *testing.T) {

@@ -12,7 +12,9 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/capacity"
+	"github.com/mulligan-gw/mulligan/internal/capture"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -41,7 +43,7 @@ const headerCallback = "Callback-Url"
 func (c *converter) callbackFor(w http.ResponseWriter, r *http.Request, bodyURL string) (*store.Callback, bool) {
 	raw := r.Header.Get(headerCallback)
 	if raw != "" && bodyURL != "" && raw != bodyURL {
-		writeError(w, apiError{Code: CodeInvalidRequest, Details: map[string]any{"callback_url": raw, "body_callback_url": bodyURL},
+		apierr.Write(w, apierr.Error{Code: apierr.CodeInvalidRequest, Details: map[string]any{"callback_url": raw, "body_callback_url": bodyURL},
 			Message: "The Callback-Url header and the body's callback.url name different URLs; send one of them."})
 		return nil, false
 	}
@@ -58,7 +60,7 @@ func (c *converter) callbackFor(w http.ResponseWriter, r *http.Request, bodyURL 
 		}
 		return &store.Callback{Endpoint: ep.name, URL: target}, true
 	}
-	writeError(w, apiError{Code: CodeCallbackNotAllow, Details: map[string]any{"callback_url": raw},
+	apierr.Write(w, apierr.Error{Code: apierr.CodeCallbackNotAllow, Details: map[string]any{"callback_url": raw},
 		Message: "The callback URL matches no configured webhook endpoint."})
 	return nil, false
 }
@@ -126,7 +128,7 @@ func (c *converter) accepted(op *store.Operation, expires time.Time) store.Respo
 	})
 	h := http.Header{}
 	h.Set("Location", l.Self)
-	h.Set("Retry-After", retryAfterValue(pollAfter))
+	h.Set("Retry-After", apierr.RetryAfterValue(pollAfter))
 	h.Set("Preference-Applied", "respond-async")
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
@@ -151,7 +153,7 @@ func (c *converter) keyAccept(kr *keyedRequest, op *store.Operation, token strin
 func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st store.Backend, run *runner) error {
 	if n := run.queued.Load(); n >= int64(c.cfg.Queue) && !c.recorded(kr, st) {
 		countRequest(outcomeQueueFull)
-		writeError(w, apiError{Code: CodeQueueFull, RetryAfter: 5 * time.Second, Details: map[string]any{"queue": c.cfg.Queue},
+		apierr.Write(w, apierr.Error{Code: apierr.CodeQueueFull, RetryAfter: 5 * time.Second, Details: map[string]any{"queue": c.cfg.Queue},
 			Message: "The operation queue is full; retry later."})
 		return nil
 	}
@@ -186,7 +188,7 @@ func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st store.Bac
 	countSubmitted(op)
 	run.accepted()
 	kr.log.Info("operation accepted", zap.String("operation_id", op.ID), zap.String("type", op.Type), zap.String("new_status", string(op.Status)))
-	writeResponse(w, resp)
+	capture.WriteResponse(w, resp)
 	return nil
 }
 
@@ -259,7 +261,7 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 	countSubmitted(op)
 	run.launchConverted(op, ctx, cancel, first)
 	kr.log.Info("call converted to an operation", zap.String("operation_id", op.ID), zap.String("type", op.Type), zap.String("new_status", string(op.Status)))
-	writeResponse(w, resp)
+	capture.WriteResponse(w, resp)
 	return nil
 }
 
@@ -289,7 +291,7 @@ func (c *converter) admit(w http.ResponseWriter, kr *keyedRequest, st store.Back
 // rateLimited answers 429 RATE_LIMITED: the caller's scope is at max_per_scope.
 func (c *converter) rateLimited(w http.ResponseWriter) {
 	countRequest(outcomeRateLimited)
-	writeError(w, rateLimitedError(c.cfg.MaxPerScope))
+	apierr.Write(w, rateLimitedError(c.cfg.MaxPerScope))
 }
 
 // recorded reports whether the request's key already has a live record: its retry is answered
@@ -316,16 +318,16 @@ func (c *converter) answerInWindow(w http.ResponseWriter, kr *keyedRequest, st s
 	switch {
 	case res.panicked != nil: // a buggy handler of the route: the outcome table's UPSTREAM_ERROR
 		kr.log.Error("a handler panicked serving the call", zap.Any("panic", res.panicked), zap.ByteString("stack", res.stack))
-		writeError(w, apiError{Code: CodeUpstreamError, RetryAfter: time.Second, Message: "A handler of the route failed while serving the call."})
+		apierr.Write(w, apierr.Error{Code: apierr.CodeUpstreamError, RetryAfter: time.Second, Message: "A handler of the route failed while serving the call."})
 	case res.over:
-		writeError(w, apiError{Code: CodeResultTooLarge, Details: map[string]any{"max_result": c.cfg.MaxResult},
+		apierr.Write(w, apierr.Error{Code: apierr.CodeResultTooLarge, Details: map[string]any{"max_result": c.cfg.MaxResult},
 			Message: fmt.Sprintf("The upstream response is over the %d-byte max_result.", c.cfg.MaxResult)})
 	case res.status == 0 && errors.Is(ctxErr, context.DeadlineExceeded):
-		writeError(w, apiError{Code: CodeOperationTimeout, RetryAfter: time.Second, Message: "The upstream call did not finish within the async timeout."})
+		apierr.Write(w, apierr.Error{Code: apierr.CodeOperationTimeout, RetryAfter: time.Second, Message: "The upstream call did not finish within the async timeout."})
 	case res.status == 0:
-		writeError(w, apiError{Code: CodeUpstreamUnavailable, RetryAfter: time.Second, Message: errUpstreamUnreachable.Error() + "."})
+		apierr.Write(w, apierr.Error{Code: apierr.CodeUpstreamUnavailable, RetryAfter: time.Second, Message: errUpstreamUnreachable.Error() + "."})
 	default:
-		writeResponse(w, store.Response{Status: res.status, Header: res.header, Body: res.body})
+		capture.WriteResponse(w, store.Response{Status: res.status, Header: res.header, Body: res.body})
 	}
 }
 
@@ -344,8 +346,8 @@ func ownVars(ctx context.Context) context.Context {
 func (c *converter) attemptNext(ctx context.Context, kr *keyedRequest, next caddyhttp.Handler, stream *opStream) attemptResult {
 	up := kr.r.WithContext(ctx) // ctx carries the call's deadline
 	setBody(up, kr.body)
-	rec := newBufferWriter(c.cfg.MaxResult)
-	rec.stream = stream
+	rec := capture.NewBuffer(c.cfg.MaxResult)
+	rec.Stream = stream
 	res := serveRecorded(rec, func() error { return next.ServeHTTP(rec, up) })
 	if res.status != 0 && !res.over {
 		stream.finish(streamWhole)
@@ -362,7 +364,7 @@ func (c *converter) relayLive(w http.ResponseWriter, kr *keyedRequest, st store.
 	defer cancel(nil)
 	countRequest(outcomeNew)
 	status, header := s.head()
-	setRecordedHeader(w.Header(), header)
+	capture.SetRecordedHeader(w.Header(), header)
 	w.Header().Del("Content-Length")
 	w.WriteHeader(status)
 	broken := relayEvents(w, kr.r, s, 0)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
@@ -154,18 +155,18 @@ func TestCancelQueuedRunningAndFinalOperations(t *testing.T) {
 		t.Fatalf("cancel running: %d %s", c.StatusCode, c.body)
 	}
 	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().Abandoned == 1", func() bool { return g.model.Stats().Abandoned == 1 })
-	expectError(t, g.post(running.Links.Cancel, "", ""), 409, CodeAlreadyFinal, false)
+	expectError(t, g.post(running.Links.Cancel, "", ""), 409, apierr.CodeAlreadyFinal, false)
 	if n := g.model.Stats().ByKey["queued"]; n != 0 {
 		t.Fatalf("a canceled queued operation reached the upstream %d times", n)
 	}
-	expectError(t, g.get(queued.Links.Result), 404, CodeOperationNotFound, false)
+	expectError(t, g.get(queued.Links.Result), 404, apierr.CodeOperationNotFound, false)
 }
 
 func TestResultBeforeTheEndIs409(t *testing.T) {
 	g := startGateway(t, modelserver.Config{Latency: 5 * time.Second}, "")
 	_, op := g.submit(t, "")
 	r := g.get(op.Links.Result)
-	expectError(t, r, 409, CodeNotFinished, true)
+	expectError(t, r, 409, apierr.CodeNotFinished, true)
 	if r.Header.Get("Retry-After") == "" {
 		t.Fatal("no Retry-After")
 	}
@@ -206,7 +207,7 @@ func TestFullQueueAnswers503(t *testing.T) {
 	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	g.submit(t, "b")
 	r := g.post(chatPath, "c", chat("c"), "Prefer", "respond-async")
-	expectError(t, r, 503, CodeQueueFull, true)
+	expectError(t, r, 503, apierr.CodeQueueFull, true)
 	if r.Header.Get("Retry-After") == "" {
 		t.Fatal("no Retry-After")
 	}
@@ -220,7 +221,7 @@ func TestKeyedRetryOfAnAcceptedRequestIsReplayedWhenTheQueueIsFull(t *testing.T)
 	g.submit(t, "a")
 	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	first, op := g.submit(t, "b")
-	expectError(t, g.post(chatPath, "c", chat("async c"), "Prefer", "respond-async"), 503, CodeQueueFull, true)
+	expectError(t, g.post(chatPath, "c", chat("async c"), "Prefer", "respond-async"), 503, apierr.CodeQueueFull, true)
 	again := g.post(chatPath, "b", chat("async b"), "Prefer", "respond-async")
 	if again.err != nil || again.StatusCode != http.StatusAccepted || again.Header.Get(headerReplayed) != "true" || string(again.body) != string(first.body) {
 		t.Fatalf("the retry of accepted operation %s got %v replayed=%q: %s", op.OperationID, again.Status, again.Header.Get(headerReplayed), again.body)
@@ -233,15 +234,15 @@ func TestAnotherScopesOperationIsNotFound(t *testing.T) {
 	g.await(t, op.OperationID, "Authorization", "Bearer alice")
 	foreign := g.get(op.StatusURL, "Authorization", "Bearer bob")
 	missing := g.get("/v1/operations/op_doesnotexist", "Authorization", "Bearer bob")
-	expectError(t, foreign, 404, CodeOperationNotFound, false)
-	expectError(t, missing, 404, CodeOperationNotFound, false)
-	var a, b errorBody
+	expectError(t, foreign, 404, apierr.CodeOperationNotFound, false)
+	expectError(t, missing, 404, apierr.CodeOperationNotFound, false)
+	var a, b apierr.Body
 	_ = json.Unmarshal(foreign.body, &a)
 	_ = json.Unmarshal(missing.body, &b)
 	if strings.ReplaceAll(a.Error.Message, op.OperationID, "X") != strings.ReplaceAll(b.Error.Message, "op_doesnotexist", "X") {
 		t.Fatalf("the answers differ: %q vs %q", a.Error.Message, b.Error.Message)
 	}
-	expectError(t, g.post(op.Links.Cancel, "", "", "Authorization", "Bearer bob"), 404, CodeOperationNotFound, false)
+	expectError(t, g.post(op.Links.Cancel, "", "", "Authorization", "Bearer bob"), 404, apierr.CodeOperationNotFound, false)
 	if list := g.get("/v1/operations", "Authorization", "Bearer bob"); strings.Contains(string(list.body), op.OperationID) {
 		t.Fatal("bob's list shows alice's operation")
 	}
@@ -308,7 +309,7 @@ func TestListShowsTheCallersOperationsNewestFirst(t *testing.T) {
 	if len(page.Operations) != 1 || page.Operations[0].OperationID != ids[0] {
 		t.Fatalf("second page: %+v", page)
 	}
-	expectError(t, g.get("/v1/operations?status=bogus"), 400, CodeInvalidRequest, false)
+	expectError(t, g.get("/v1/operations?status=bogus"), 400, apierr.CodeInvalidRequest, false)
 }
 
 // A cancel asked for by a client is not an error (docs/operating.md): canceling a running

@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
@@ -20,12 +21,12 @@ func TestAnswersWithinTheWindowThatAreNotWholeFailInTheErrorSchema(t *testing.T)
 		key       string
 		headers   []string
 		status    int
-		code      ErrorCode
+		code      apierr.Code
 		retryable bool
 	}{
-		{"an answer over max_result", "big", []string{"X-Mock-Body-Bytes", "4096"}, 502, CodeResultTooLarge, false},
-		{"a keyless answer over max_result", "", []string{"X-Mock-Body-Bytes", "4096"}, 502, CodeResultTooLarge, false},
-		{"a dropped connection", "drop", []string{"X-Mock-Fail", "drop"}, 502, CodeUpstreamUnavailable, true},
+		{"an answer over max_result", "big", []string{"X-Mock-Body-Bytes", "4096"}, 502, apierr.CodeResultTooLarge, false},
+		{"a keyless answer over max_result", "", []string{"X-Mock-Body-Bytes", "4096"}, 502, apierr.CodeResultTooLarge, false},
+		{"a dropped connection", "drop", []string{"X-Mock-Fail", "drop"}, 502, apierr.CodeUpstreamUnavailable, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := g.post(chatPath, tc.key, chat("x"), tc.headers...)
@@ -45,7 +46,7 @@ func TestAnswersWithinTheWindowThatAreNotWholeFailInTheErrorSchema(t *testing.T)
 func TestCallOverTheTimeoutWithinTheWindowIsOperationTimeout(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "async {\n mode after 10s\n timeout 500ms\n}")
 	r := g.post(chatPath, "k", chat("x"), "X-Mock-Latency", "5s")
-	expectError(t, r, http.StatusGatewayTimeout, CodeOperationTimeout, true)
+	expectError(t, r, http.StatusGatewayTimeout, apierr.CodeOperationTimeout, true)
 	if !strings.Contains(string(r.body), "within the async timeout") {
 		t.Fatalf("the timeout does not say so: %s", r.body)
 	}
@@ -64,7 +65,7 @@ func TestPanickingHandlerWithinTheWindowIsUpstreamError(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 			r = g.post(chatPath, key, chat("x"))
 		}
-		expectError(t, r, http.StatusBadGateway, CodeUpstreamError, true)
+		expectError(t, r, http.StatusBadGateway, apierr.CodeUpstreamError, true)
 		if !strings.Contains(string(r.body), "A handler of the route failed") {
 			t.Fatalf("the answer does not say a handler failed: %s", r.body)
 		}
@@ -77,7 +78,7 @@ func TestAfterModeKeyStaysClaimedForTheWholeCall(t *testing.T) {
 	go func() { first <- g.post(chatPath, "k", chat("x"), "X-Mock-Latency", "4s") }()
 	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	time.Sleep(1500 * time.Millisecond) // past the lease: what is being tested is a clock
-	expectError(t, g.post(chatPath, "k", chat("x"), "X-Mock-Latency", "4s"), 409, CodeInProgress, true)
+	expectError(t, g.post(chatPath, "k", chat("x"), "X-Mock-Latency", "4s"), 409, apierr.CodeInProgress, true)
 	if r := <-first; r.StatusCode != http.StatusAccepted {
 		t.Fatalf("the first call's conversion: %v %s", r.Status, r.body)
 	}
@@ -93,7 +94,7 @@ func TestFirstAttemptOverTheTimeoutInAfterModeIsOperationTimeout(t *testing.T) {
 		t.Fatalf("not converted: %v %s", r.Status, r.body)
 	}
 	op := g.await(t, decodeOp(t, r).OperationID)
-	if op.Status != "failed" || op.Error == nil || op.Error.Code != string(CodeOperationTimeout) {
+	if op.Status != "failed" || op.Error == nil || op.Error.Code != string(apierr.CodeOperationTimeout) {
 		t.Fatalf("operation ended %s %+v, want failed with OPERATION_TIMEOUT", op.Status, op.Error)
 	}
 	if n := g.model.Stats().Received; n != 1 || op.Attempts != 1 {

@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/batches"
 	"github.com/mulligan-gw/mulligan/store"
 )
@@ -145,7 +146,7 @@ func (a *batchCall) loadBatch(id string) *store.Batch {
 	case err != nil:
 		a.fail(err)
 	case b == nil:
-		a.openAIError(apiError{Code: CodeBatchNotFound, Param: param("batch_id"), Message: "No such Batch object: " + id})
+		a.openAIError(apierr.Error{Code: apierr.CodeBatchNotFound, Param: param("batch_id"), Message: "No such Batch object: " + id})
 	}
 	return b
 }
@@ -195,7 +196,7 @@ func (a *batchCall) cancelBatch(id string) {
 		return
 	}
 	if b.Status.Final() && b.Status != store.BatchCancelled {
-		a.openAIError(apiError{Code: CodeBatchAlreadyFinal, Param: param("batch_id"),
+		a.openAIError(apierr.Error{Code: apierr.CodeBatchAlreadyFinal, Param: param("batch_id"),
 			Message: "Cannot cancel a batch with status " + string(b.Status) + "."})
 		return
 	}

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/batches"
 	"github.com/mulligan-gw/mulligan/store"
 )
@@ -81,7 +82,7 @@ func (a *batchCall) routeFiles(id, action string) {
 	case action == "content":
 		a.notAllowed("GET")
 	default:
-		a.openAIError(apiError{Code: CodeFileNotFound, Message: "No such route: " + a.r.URL.Path})
+		a.openAIError(apierr.Error{Code: apierr.CodeFileNotFound, Message: "No such route: " + a.r.URL.Path})
 	}
 }
 
@@ -103,34 +104,34 @@ func (a *batchCall) routeBatches(id, action string) {
 	case action == "cancel":
 		a.notAllowed("POST")
 	default:
-		a.openAIError(apiError{Code: CodeBatchNotFound, Message: "No such route: " + a.r.URL.Path})
+		a.openAIError(apierr.Error{Code: apierr.CodeBatchNotFound, Message: "No such route: " + a.r.URL.Path})
 	}
 }
 
 // openAIError answers e through the one error writer, with OpenAI's type beside the
 // gateway's fields, so the official SDKs raise their own error classes (docs/batches.md).
-func (a *batchCall) openAIError(e apiError) {
+func (a *batchCall) openAIError(e apierr.Error) {
 	if e.Type == "" {
 		e.Type = "invalid_request_error"
-		if catalogue[e.Code].status >= 500 {
+		if apierr.Status(e.Code) >= 500 {
 			e.Type = "server_error"
 		}
 	}
-	writeError(a.w, e)
+	apierr.Write(a.w, e)
 }
 
 func (a *batchCall) invalid(message, p string) {
-	a.openAIError(apiError{Code: CodeInvalidRequest, Message: message, Param: param(p)})
+	a.openAIError(apierr.Error{Code: apierr.CodeInvalidRequest, Message: message, Param: param(p)})
 }
 
 func (a *batchCall) notAllowed(allow string) {
 	a.w.Header().Set("Allow", allow)
-	a.openAIError(apiError{Code: CodeMethodNotAllowed, Message: "Use " + allow + " here."})
+	a.openAIError(apierr.Error{Code: apierr.CodeMethodNotAllowed, Message: "Use " + allow + " here."})
 }
 
 func (a *batchCall) fail(err error) {
 	a.log.Error("storage unavailable", zap.Error(err))
-	a.openAIError(apiError{Code: CodeStorage, Message: "The gateway's storage is unavailable; retry shortly.", RetryAfter: time.Second})
+	a.openAIError(apierr.Error{Code: apierr.CodeStorage, Message: "The gateway's storage is unavailable; retry shortly.", RetryAfter: time.Second})
 }
 
 func param(p string) *string {
@@ -170,7 +171,7 @@ func (a *batchCall) outputOf(id string) (b *store.Batch, kind string, ok bool) {
 				a.fail(err)
 				return nil, k, true
 			case b == nil || !b.Status.Final():
-				a.openAIError(apiError{Code: CodeFileNotFound, Param: param("file_id"), Message: "No such File object: " + id})
+				a.openAIError(apierr.Error{Code: apierr.CodeFileNotFound, Param: param("file_id"), Message: "No such File object: " + id})
 				return nil, k, true
 			}
 			return b, k, true

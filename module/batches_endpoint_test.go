@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 )
 
 // TestBatchEndpointMustBeAPlainPathUnderThePrefix: an endpoint outside the prefix, inside the
@@ -21,7 +22,7 @@ func TestBatchEndpointMustBeAPlainPathUnderThePrefix(t *testing.T) {
 	for _, ep := range []string{"/admin", "/v1/chat/completions/../x", "//host/v1/files", "/v1//chat/completions",
 		"/v1/chat/completions/", "/v1/chat%2fcompletions", "/v1/chat/completions?x=1", "/v1/files", "/v1/batches/b", "/v1"} {
 		body := fmt.Sprintf(`{"input_file_id":%q,"endpoint":%q,"completion_window":"24h"}`, f.ID, ep)
-		expectOpenAIError(t, g.post("/v1/batches", "", body), http.StatusBadRequest, CodeInvalidRequest, "endpoint must be the path each line is sent to")
+		expectOpenAIError(t, g.post("/v1/batches", "", body), http.StatusBadRequest, apierr.CodeInvalidRequest, "endpoint must be the path each line is sent to")
 	}
 	body := fmt.Sprintf(`{"input_file_id":%q,"endpoint":"/v1/embeddings","completion_window":"24h"}`, f.ID)
 	if b := decodeBatch(t, g.post("/v1/batches", "", body)); b.Status != "validating" && b.Status != "in_progress" && b.Status != "failed" {

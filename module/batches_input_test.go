@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/batches"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store/badger"
@@ -30,7 +31,7 @@ func TestBatchWhoseInputFileWentAwayStillEndsWhenCancelled(t *testing.T) {
 	testkit.WaitFor(t, 5*time.Second, `up.count("slow 1") == 1`, func() bool { return up.count("slow 1") == 1 })
 
 	del, _ := http.NewRequest("DELETE", g.base+"/v1/files/"+f.ID, nil)
-	expectOpenAIError(t, g.do(del), http.StatusBadRequest, CodeInvalidRequest, "is the input of batch "+b.ID)
+	expectOpenAIError(t, g.do(del), http.StatusBadRequest, apierr.CodeInvalidRequest, "is the input of batch "+b.ID)
 	st, err := badger.Open(badger.Options{Dir: g.dir + "/badger"}) // the gateway's own database, shared
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/batches"
 	"github.com/mulligan-gw/mulligan/internal/idemkey"
 	"github.com/mulligan-gw/mulligan/store"
@@ -76,14 +77,14 @@ func TestCallersWithoutCredentialsListNoFilesOrBatchesAsNoOperations(t *testing.
 	if c := g.get("/v1/files/" + *b.OutputFileID + "/content"); !strings.Contains(string(c.body), `"custom_id":"req-3"`) {
 		t.Fatalf("the anonymous batch's output: %s", c.body)
 	}
-	expectError(t, g.post("/v1/operations/"+op.OperationID+"/cancel", "", ""), 409, CodeAlreadyFinal, false)
-	expectOpenAIError(t, g.post("/v1/batches/"+b.ID+"/cancel", "", ""), http.StatusConflict, CodeBatchAlreadyFinal, "completed")
+	expectError(t, g.post("/v1/operations/"+op.OperationID+"/cancel", "", ""), 409, apierr.CodeAlreadyFinal, false)
+	expectOpenAIError(t, g.post("/v1/batches/"+b.ID+"/cancel", "", ""), http.StatusConflict, apierr.CodeBatchAlreadyFinal, "completed")
 	// Another scope reaches none of them, as for an operation.
-	expectError(t, g.get("/v1/operations/"+op.OperationID, alice...), 404, CodeOperationNotFound, false)
-	expectOpenAIError(t, g.get("/v1/files/"+fileID, alice...), http.StatusNotFound, CodeFileNotFound, fileID)
-	expectOpenAIError(t, g.get("/v1/files/"+*b.OutputFileID+"/content", alice...), http.StatusNotFound, CodeFileNotFound, *b.OutputFileID)
-	expectOpenAIError(t, g.get("/v1/batches/"+b.ID, alice...), http.StatusNotFound, CodeBatchNotFound, b.ID)
-	expectOpenAIError(t, g.deleteFile(fileID, alice...), http.StatusNotFound, CodeFileNotFound, fileID)
+	expectError(t, g.get("/v1/operations/"+op.OperationID, alice...), 404, apierr.CodeOperationNotFound, false)
+	expectOpenAIError(t, g.get("/v1/files/"+fileID, alice...), http.StatusNotFound, apierr.CodeFileNotFound, fileID)
+	expectOpenAIError(t, g.get("/v1/files/"+*b.OutputFileID+"/content", alice...), http.StatusNotFound, apierr.CodeFileNotFound, *b.OutputFileID)
+	expectOpenAIError(t, g.get("/v1/batches/"+b.ID, alice...), http.StatusNotFound, apierr.CodeBatchNotFound, b.ID)
+	expectOpenAIError(t, g.deleteFile(fileID, alice...), http.StatusNotFound, apierr.CodeFileNotFound, fileID)
 	if r := g.deleteFile(fileID); r.StatusCode != 200 || !strings.Contains(string(r.body), `"deleted":true`) {
 		t.Fatalf("DELETE of its own file by id without credentials: %v %s", r.Status, r.body)
 	}
@@ -102,13 +103,13 @@ func TestAScopesStoredFilesAreBoundedInBytesAndCount(t *testing.T) {
 	alice, bob := []string{"Authorization", "Bearer alice"}, []string{"Authorization", "Bearer bob"}
 	first := g.uploadID(t, strings.Repeat("a", 1500), alice...)
 	over := g.uploadFile(t, strings.Repeat("b", 1000), "batch", alice...)
-	expectOpenAIError(t, over, http.StatusBadRequest, CodeFileQuota, "over its quota (2 files, 2048 bytes together)")
+	expectOpenAIError(t, over, http.StatusBadRequest, apierr.CodeFileQuota, "over its quota (2 files, 2048 bytes together)")
 	if list := g.get("/v1/files", alice...); strings.Count(string(list.body), `"object":"file"`) != 1 {
 		t.Fatalf("alice's files after a refused upload: %s", list.body)
 	}
 	g.uploadID(t, strings.Repeat("c", 1500), bob...)
 	g.uploadID(t, strings.Repeat("d", 548), alice...) // exactly the bytes left: the refused upload kept none
-	expectOpenAIError(t, g.uploadFile(t, "", "batch", alice...), http.StatusBadRequest, CodeFileQuota, "delete files")
+	expectOpenAIError(t, g.uploadFile(t, "", "batch", alice...), http.StatusBadRequest, apierr.CodeFileQuota, "delete files")
 	if r := g.deleteFile(first, alice...); r.StatusCode != 200 {
 		t.Fatalf("delete: %v %s", r.Status, r.body)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
@@ -235,7 +236,7 @@ func TestBatchRunsEveryLineOnceWithUpstreamRejectionsInTheErrorFile(t *testing.T
 
 // expectOpenAIError checks an answer of the Files and Batches API: the gateway's error schema
 // with OpenAI's type, and a message saying what is wrong.
-func expectOpenAIError(t *testing.T, r result, status int, code ErrorCode, message string) {
+func expectOpenAIError(t *testing.T, r result, status int, code apierr.Code, message string) {
 	t.Helper()
 	expectError(t, r, status, code, false)
 	var e struct {
@@ -250,15 +251,15 @@ func expectOpenAIError(t *testing.T, r result, status int, code ErrorCode, messa
 func TestFilesAndBatchesOverTheirLimitsAreRefused(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "batches /v1 {\n max_file_size 1KiB\n max_requests 3\n}\n")
 	who := []string{"Authorization", "Bearer a"} // a caller without credentials lists nothing
-	expectOpenAIError(t, g.uploadFile(t, strings.Repeat("x", 2048), "batch", who...), http.StatusRequestEntityTooLarge, CodeRequestTooLarge, "max_file_size")
-	expectOpenAIError(t, g.uploadFile(t, batchInput(1, func(int) string { return "x" }), "fine-tune", who...), http.StatusBadRequest, CodeInvalidRequest, `purpose "batch"`)
+	expectOpenAIError(t, g.uploadFile(t, strings.Repeat("x", 2048), "batch", who...), http.StatusRequestEntityTooLarge, apierr.CodeRequestTooLarge, "max_file_size")
+	expectOpenAIError(t, g.uploadFile(t, batchInput(1, func(int) string { return "x" }), "fine-tune", who...), http.StatusBadRequest, apierr.CodeInvalidRequest, `purpose "batch"`)
 	up := g.uploadFile(t, batchInput(4, func(int) string { return "x" }), "batch", who...)
 	var f struct{ ID string }
 	_ = json.Unmarshal(up.body, &f)
 	body := fmt.Sprintf(`{"input_file_id":%q,"endpoint":"/v1/chat/completions","completion_window":"24h"}`, f.ID)
-	expectOpenAIError(t, g.post("/v1/batches", "", body, who...), http.StatusBadRequest, CodeInvalidRequest, "max_requests")
-	expectOpenAIError(t, g.post("/v1/batches", "", strings.Replace(body, "24h", "2 days", 1), who...), http.StatusBadRequest, CodeInvalidRequest, "completion_window")
-	expectOpenAIError(t, g.get("/v1/batches/batch_missing", who...), http.StatusNotFound, CodeBatchNotFound, "batch_missing")
+	expectOpenAIError(t, g.post("/v1/batches", "", body, who...), http.StatusBadRequest, apierr.CodeInvalidRequest, "max_requests")
+	expectOpenAIError(t, g.post("/v1/batches", "", strings.Replace(body, "24h", "2 days", 1), who...), http.StatusBadRequest, apierr.CodeInvalidRequest, "completion_window")
+	expectOpenAIError(t, g.get("/v1/batches/batch_missing", who...), http.StatusNotFound, apierr.CodeBatchNotFound, "batch_missing")
 	if list := g.get("/v1/files", who...); list.StatusCode != 200 || !strings.Contains(string(list.body), `"object":"list"`) || strings.Count(string(list.body), `"object":"file"`) != 1 {
 		t.Fatalf("files list after one accepted upload: %s", list.body)
 	}
@@ -276,17 +277,17 @@ func TestUploadsAreBoundedAroundTheFile(t *testing.T) {
 			_ = mw.WriteField("purpose", "batch")
 		}
 	}
-	expectOpenAIError(t, g.uploadParts(t, file(strings.Repeat("n", 300)+".jsonl"), who...), http.StatusBadRequest, CodeInvalidRequest, "name is over 255 bytes")
+	expectOpenAIError(t, g.uploadParts(t, file(strings.Repeat("n", 300)+".jsonl"), who...), http.StatusBadRequest, apierr.CodeInvalidRequest, "name is over 255 bytes")
 	expectOpenAIError(t, g.uploadParts(t, func(mw *multipart.Writer) {
 		for i := range 20 {
 			_ = mw.WriteField(fmt.Sprint("extra", i), "x")
 		}
 		file("input.jsonl")(mw)
-	}, who...), http.StatusBadRequest, CodeInvalidRequest, "more than 16 parts")
+	}, who...), http.StatusBadRequest, apierr.CodeInvalidRequest, "more than 16 parts")
 	expectOpenAIError(t, g.uploadParts(t, func(mw *multipart.Writer) {
 		_ = mw.WriteField("padding", strings.Repeat("p", 100<<10))
 		file("input.jsonl")(mw)
-	}, who...), http.StatusRequestEntityTooLarge, CodeRequestTooLarge, "max_file_size")
+	}, who...), http.StatusRequestEntityTooLarge, apierr.CodeRequestTooLarge, "max_file_size")
 	if list := g.get("/v1/files", who...); list.StatusCode != 200 || strings.Contains(string(list.body), `"object":"file"`) {
 		t.Fatalf("files after refused uploads: %s", list.body)
 	}
@@ -303,7 +304,7 @@ func TestBatchWebhookIsSignedAndLinesSendNoOperationEvents(t *testing.T) {
 	_ = json.Unmarshal(g.uploadFile(t, batchInput(1, func(int) string { return "x" }), "batch").body, &f)
 	refused := g.post("/v1/batches", "", fmt.Sprintf(`{"input_file_id":%q,"endpoint":"/v1/chat/completions","completion_window":"24h"}`, f.ID),
 		"Callback-Url", "https://elsewhere.example.com/hook")
-	expectError(t, refused, http.StatusUnprocessableEntity, CodeCallbackNotAllow, false)
+	expectError(t, refused, http.StatusUnprocessableEntity, apierr.CodeCallbackNotAllow, false)
 	b = g.awaitBatch(t, b.ID)
 	testkit.WaitFor(t, 5*time.Second, "rc.delivered() >= 1", func() bool { return rc.delivered() >= 1 })
 	if ops := g.get("/v1/operations"); strings.Contains(string(ops.body), "op_batch_") {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
@@ -39,7 +40,7 @@ func TestUnreadableBodyIsRejectedInTheErrorSchema(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "")
 	resp, body := rawRequest(t, strings.TrimPrefix(g.base, "http://"), "POST "+chatPath+" HTTP/1.1\r\nHost: 127.0.0.1\r\n"+
 		"Idempotency-Key: k\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n")
-	expectError(t, result{Response: resp, body: body}, 400, CodeInvalidRequest, false)
+	expectError(t, result{Response: resp, body: body}, 400, apierr.CodeInvalidRequest, false)
 	if n := g.model.Stats().Received; n != 0 {
 		t.Fatalf("the unreadable request reached the upstream %d times", n)
 	}
@@ -53,7 +54,7 @@ func TestBodiesOverMaxBufferedGet503(t *testing.T) {
 	go func() { held <- g.post(chatPath, "held", body, "X-Mock-Latency", "3s") }()
 	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	busy := g.post(chatPath, "busy", body)
-	expectError(t, busy, 503, CodeBusy, true)
+	expectError(t, busy, 503, apierr.CodeBusy, true)
 	if r := <-held; r.err != nil || r.StatusCode != 200 {
 		t.Fatalf("the held request: %v %v", r.err, r.Status)
 	}
@@ -109,5 +110,5 @@ func TestBodyOfMaxBodyFitsAMaxBufferedOfMaxBody(t *testing.T) {
 			}
 		})
 	}
-	expectError(t, g.post(chatPath, "over", body+" "), 413, CodeRequestTooLarge, false)
+	expectError(t, g.post(chatPath, "over", body+" "), 413, apierr.CodeRequestTooLarge, false)
 }

@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -196,6 +197,6 @@ func (r *runner) dropStale() {
 		countFinal(final)
 		r.courier.kick()
 		r.log.Info("operation transition", operationFields(final, zap.String("old_status", string(store.StatusQueued)),
-			zap.String("new_status", string(final.Status)), zap.String("error_code", string(CodeQueueTimeout)))...)
+			zap.String("new_status", string(final.Status)), zap.String("error_code", string(apierr.CodeQueueTimeout)))...)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/capacity"
 	"github.com/mulligan-gw/mulligan/store"
 )
@@ -21,19 +22,8 @@ import (
 // max_queue_wait, in seconds (docs/capacity.md).
 const headerMaxQueueWait = "Max-Queue-Wait"
 
-// CodeUpstreamSaturated: no upstream seat came free within capacity.wait (docs/api.md).
-const CodeUpstreamSaturated ErrorCode = "UPSTREAM_SATURATED"
-
-// CodeQueueTimeout: an operation waited in the queue past its deadline (docs/capacity.md).
-const CodeQueueTimeout ErrorCode = store.QueueTimeoutCode
-
 // outcomeSaturated counts sync calls refused 503 UPSTREAM_SATURATED.
 const outcomeSaturated = "saturated"
-
-func init() {
-	catalogue[CodeUpstreamSaturated] = errorSpec{http.StatusServiceUnavailable, true}
-	failureRetryable[CodeQueueTimeout] = true
-}
 
 // provisionCapacity joins the process-wide seats of the block's upstream (docs/capacity.md).
 func (h *Handler) provisionCapacity(set storageSpec) error {
@@ -126,7 +116,7 @@ func (h *Handler) saturated(w http.ResponseWriter, r *http.Request, err error) {
 	countRequest(outcomeSaturated)
 	h.seats.countRefusal()
 	snap := h.seats.snapshot()
-	writeError(w, apiError{Code: CodeUpstreamSaturated, RetryAfter: h.seats.retryAfter(),
+	apierr.Write(w, apierr.Error{Code: apierr.CodeUpstreamSaturated, RetryAfter: h.seats.retryAfter(),
 		Details: map[string]any{"limit": snap.Limit, "in_use": snap.InUse},
 		Message: "Every upstream seat stayed busy for as long as this call may wait; retry after the time given."})
 }
@@ -223,7 +213,7 @@ func queueDeadline(cfg *CapacityConfig, r *http.Request, now time.Time) time.Tim
 
 // queueTimedOut is the change failing an operation that waited past its queue deadline.
 func queueTimedOut() store.Change {
-	return store.Change{To: store.StatusFailed, Error: catalogueError(CodeQueueTimeout,
+	return store.Change{To: store.StatusFailed, Error: apierr.Failure(apierr.CodeQueueTimeout,
 		"The operation waited in the queue past its deadline (max_queue_wait or Max-Queue-Wait) and was never sent upstream.")}
 }
 

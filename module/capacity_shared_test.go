@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/capacity"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store"
@@ -82,7 +83,7 @@ func TestCapacitySharedSeatStorageFailureAnswers503AndIsNotRecorded(t *testing.T
 	pool := gatewayPool(t, g)
 	shareThrough(pool, closedSharedSeats(t))
 	for range 2 { // the retry gets the same answer, not a recorded one
-		expectError(t, g.post(chatPath, "k-down", chat("down")), http.StatusServiceUnavailable, CodeStorage, true)
+		expectError(t, g.post(chatPath, "k-down", chat("down")), http.StatusServiceUnavailable, apierr.CodeStorage, true)
 	}
 	if st := g.model.Stats(); st.Received != 0 {
 		t.Fatalf("the model server received %d calls; none may pass without a shared seat", st.Received)
@@ -170,7 +171,7 @@ func TestCapacitySharedSeatThatCannotBeRenewedCutsItsCall(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("the call went on with its shared seat unrenewable for 15s (lease 1s)")
 	}
-	expectError(t, r, http.StatusServiceUnavailable, CodeStorage, true)
+	expectError(t, r, http.StatusServiceUnavailable, apierr.CodeStorage, true)
 	testkit.WaitFor(t, 5*time.Second, "the model server sees the call abandoned", func() bool { return g.model.Stats().Abandoned == 1 })
 }
 

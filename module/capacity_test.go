@@ -16,6 +16,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/capacity"
 	"github.com/mulligan-gw/mulligan/internal/idemkey"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
@@ -154,7 +155,7 @@ func TestCapacityStaleOperationFailsQueueTimeoutWithoutReachingTheUpstream(t *te
 	_, stale := g.submit(t, "stale", "Max-Queue-Wait", "1")
 	for _, id := range []string{head.OperationID, stale.OperationID} {
 		got := g.await(t, id)
-		if got.Status != "failed" || got.Error == nil || got.Error.Code != string(CodeQueueTimeout) || !got.Error.Retryable {
+		if got.Status != "failed" || got.Error == nil || got.Error.Code != string(apierr.CodeQueueTimeout) || !got.Error.Retryable {
 			t.Fatalf("stale operation: %+v %+v", got, got.Error)
 		}
 	}
@@ -174,7 +175,7 @@ func TestCapacityStaleOperationFailsQueueTimeoutWithoutReachingTheUpstream(t *te
 	for _, ev := range rc.events {
 		operation, _ := ev["operation"].(map[string]any)
 		failure, _ := operation["error"].(map[string]any)
-		if ev["event_type"] != "operation.failed" || failure["code"] != string(CodeQueueTimeout) {
+		if ev["event_type"] != "operation.failed" || failure["code"] != string(apierr.CodeQueueTimeout) {
 			t.Fatalf("event: %v", ev)
 		}
 	}
@@ -201,7 +202,7 @@ func TestCapacitySaturatedSyncCallGets503WithRetryAfterAfterItsWait(t *testing.T
 	began := time.Now()
 	r := g.post(chatPath, "k-saturated", chat("refused"))
 	waited := time.Since(began)
-	expectError(t, r, http.StatusServiceUnavailable, CodeUpstreamSaturated, true)
+	expectError(t, r, http.StatusServiceUnavailable, apierr.CodeUpstreamSaturated, true)
 	if waited < 300*time.Millisecond || waited > 1200*time.Millisecond {
 		t.Errorf("answered after %v; want about the 300ms wait", waited)
 	}

@@ -23,5 +23,5 @@
 //	                    checks, output assembly, events and metrics are internal/batches
 //	storage             storage.go (open storages, shared by configs), app.go, postgres.go
 //	operators           admin.go, metrics.go, metrics_zero.go, health.go, logging.go, trace.go
-//	errors              errors.go (the one error writer and its catalogue)
+//	errors              internal/apierr (the one error writer and its catalogue)
 package module

@@ -12,6 +12,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/apierr"
+	"github.com/mulligan-gw/mulligan/internal/capture"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/webhook"
 )
@@ -30,6 +32,11 @@ type attemptResult struct {
 	// stack where: the attempt failed, the process goes on.
 	panicked any
 	stack    []byte
+}
+
+// resultOf is the attempt's result of an answer a capture writer recorded.
+func resultOf(r capture.Recorded) attemptResult {
+	return attemptResult{status: r.Status, header: r.Header, body: r.Body, over: r.Over}
 }
 
 // Retry pacing of upstream attempts: exponential with full jitter, honouring Retry-After.
@@ -65,7 +72,7 @@ func (r *runner) execute(parent context.Context, ex *execution, op *store.Operat
 		var err error
 		if req, err = r.st.LoadRequest(op.ID); err != nil {
 			log.Error("loading the operation's request", zap.Error(err))
-			change := store.Change{To: store.StatusFailed, Error: catalogueError(CodeWorkerLost, "The stored request could not be read.")}
+			change := store.Change{To: store.StatusFailed, Error: apierr.Failure(apierr.CodeWorkerLost, "The stored request could not be read.")}
 			if !errors.Is(err, store.ErrNotFound) {
 				change = store.Change{To: store.StatusQueued} // storage trouble: another attempt later
 			}
@@ -151,8 +158,8 @@ func outcome(ctx, parent context.Context, res attemptResult, retryOn map[int]boo
 	if res.status != 0 && !res.over {
 		result = &store.Response{Status: res.status, Header: res.header, Body: res.body}
 	}
-	failed := func(code ErrorCode, msg string) store.Change {
-		return store.Change{To: store.StatusFailed, Error: catalogueError(code, msg), Result: result}
+	failed := func(code apierr.Code, msg string) store.Change {
+		return store.Change{To: store.StatusFailed, Error: apierr.Failure(code, msg), Result: result}
 	}
 	switch cause := context.Cause(parent); {
 	case errors.Is(cause, errLeaseLost):
@@ -164,24 +171,24 @@ func outcome(ctx, parent context.Context, res attemptResult, retryOn map[int]boo
 	}
 	switch {
 	case res.panicked != nil:
-		return failed(CodeUpstreamError, "A handler of the route failed while serving the operation."), false
+		return failed(apierr.CodeUpstreamError, "A handler of the route failed while serving the operation."), false
 	case res.over:
-		return failed(CodeResultTooLarge, "The upstream response was larger than max_result."), false
+		return failed(apierr.CodeResultTooLarge, "The upstream response was larger than max_result."), false
 	case errors.Is(context.Cause(ctx), context.DeadlineExceeded):
-		return failed(CodeOperationTimeout, "The upstream call did not finish within the operation timeout."), false
+		return failed(apierr.CodeOperationTimeout, "The upstream call did not finish within the operation timeout."), false
 	case res.status == 0:
-		return failed(CodeUpstreamUnavailable, "The upstream could not be reached."), true
+		return failed(apierr.CodeUpstreamUnavailable, "The upstream could not be reached."), true
 	case res.status >= 200 && res.status < 300:
 		return store.Change{To: store.StatusSucceeded, Result: result}, false
 	}
 	msg := fmt.Sprintf("The upstream answered %d.", res.status)
 	switch retry := retryOn[res.status]; {
 	case res.status == 408 || res.status == 429 || res.status == 502 || res.status == 503 || res.status == 504:
-		return failed(CodeUpstreamUnavailable, msg), retry
+		return failed(apierr.CodeUpstreamUnavailable, msg), retry
 	case res.status >= 500:
-		return failed(CodeUpstreamError, msg), retry
+		return failed(apierr.CodeUpstreamError, msg), retry
 	default:
-		return failed(CodeUpstreamRejected, msg), retry
+		return failed(apierr.CodeUpstreamRejected, msg), retry
 	}
 }
 
@@ -259,10 +266,11 @@ func (r *runner) attempt(ctx context.Context, op *store.Operation, req *store.Re
 	hr.Header = req.Header.Clone()
 	injectTrace(hr)
 	hr.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(req.Body)), nil }
-	rec := newBufferWriter(limit)
-	rec.stream = r.streams.start(op.ID, r.recordingFor(ctx, op.ID))
+	rec := capture.NewBuffer(limit)
+	stream := r.streams.start(op.ID, r.recordingFor(ctx, op.ID))
+	rec.Stream = stream
 	res := serveRecorded(rec, func() error { srv.ServeHTTP(rec, hr); return nil })
-	r.streams.end(op.ID, rec.stream, res.status != 0 && !res.over)
+	r.streams.end(op.ID, stream, res.status != 0 && !res.over)
 	return res
 }
 
@@ -271,14 +279,14 @@ func (r *runner) attempt(ctx context.Context, op *store.Operation, req *store.Re
 // recover on a real connection; here it means the attempt ended without a whole response. Any
 // other panic is this goroutine's, with no net/http above it to recover it: it becomes a failed
 // attempt, never a dead process.
-func serveRecorded(rec *bufferWriter, serve func() error) (res attemptResult) {
+func serveRecorded(rec *capture.Buffer, serve func() error) (res attemptResult) {
 	defer func() {
 		if v := recover(); v != nil {
 			if v != http.ErrAbortHandler {
 				res = attemptResult{panicked: v, stack: debug.Stack()}
 				return
 			}
-			res = rec.result()
+			res = resultOf(rec.Result())
 			if !res.over {
 				res = attemptResult{}
 			}
@@ -287,5 +295,5 @@ func serveRecorded(rec *bufferWriter, serve func() error) (res attemptResult) {
 	if err := serve(); err != nil {
 		return attemptResult{}
 	}
-	return rec.result()
+	return resultOf(rec.Result())
 }

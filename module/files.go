@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/batches"
 	"github.com/mulligan-gw/mulligan/store"
 )
@@ -126,7 +127,7 @@ var errTooManyParts = errors.New("too many parts")
 // over maxUploadParts, or malformed.
 func (a *batchCall) unreadable(err error) {
 	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-		a.openAIError(apiError{Code: CodeRequestTooLarge, Param: param("file"),
+		a.openAIError(apierr.Error{Code: apierr.CodeRequestTooLarge, Param: param("file"),
 			Message: "The upload is over max_file_size (" + strconv.FormatInt(a.cfg.MaxFileSize, 10) + " bytes) and its form fields."})
 		return
 	}
@@ -148,11 +149,11 @@ func (a *batchCall) storeUpload(f *store.File, part io.Reader) bool {
 	err := a.st.CreateFile(f, part, a.cfg.fileLimits())
 	switch {
 	case errors.Is(err, store.ErrTooLarge):
-		a.openAIError(apiError{Code: CodeRequestTooLarge, Param: param("file"),
+		a.openAIError(apierr.Error{Code: apierr.CodeRequestTooLarge, Param: param("file"),
 			Message: "The file is over max_file_size (" + strconv.FormatInt(a.cfg.MaxFileSize, 10) + " bytes)."})
 		return false
 	case errors.Is(err, store.ErrFileQuota):
-		a.openAIError(apiError{Code: CodeFileQuota, Param: param("file"),
+		a.openAIError(apierr.Error{Code: apierr.CodeFileQuota, Param: param("file"),
 			Message: "The files stored in your scope would be over its quota (" + strconv.Itoa(a.cfg.MaxScopeFiles) + " files, " +
 				strconv.FormatInt(a.cfg.MaxScopeBytes, 10) + " bytes together); delete files you no longer need, or wait for them to expire.",
 			Details: map[string]any{"max_scope_files": a.cfg.MaxScopeFiles, "max_scope_bytes": a.cfg.MaxScopeBytes}})
@@ -296,7 +297,7 @@ func (a *batchCall) loadFile(id string) *store.File {
 	f, err := a.st.GetFile(id)
 	switch {
 	case errors.Is(err, store.ErrNotFound) || (err == nil && (f.Scope != a.scope || !a.now.Before(f.ExpiresAt))):
-		a.openAIError(apiError{Code: CodeFileNotFound, Param: param("file_id"), Message: "No such File object: " + id})
+		a.openAIError(apierr.Error{Code: apierr.CodeFileNotFound, Param: param("file_id"), Message: "No such File object: " + id})
 		return nil
 	case err != nil:
 		a.fail(err)

@@ -18,6 +18,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store/badger"
 )
@@ -164,7 +165,7 @@ type result struct {
 }
 
 func (r result) errorCode() string {
-	var e errorBody
+	var e apierr.Body
 	_ = json.Unmarshal(r.body, &e)
 	return string(e.Error.Code)
 }
@@ -221,12 +222,12 @@ func chat(content string) string {
 const chatPath = "/v1/chat/completions"
 
 // expectError checks a gateway answer against the error schema (docs/api.md, Errors).
-func expectError(t *testing.T, r result, status int, code ErrorCode, retryable bool) {
+func expectError(t *testing.T, r result, status int, code apierr.Code, retryable bool) {
 	t.Helper()
 	if r.err != nil {
 		t.Fatalf("request failed: %v", r.err)
 	}
-	var e errorBody
+	var e apierr.Body
 	if err := json.Unmarshal(r.body, &e); err != nil {
 		t.Fatalf("not the error schema: %s", r.body)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/idemkey"
 	"github.com/mulligan-gw/mulligan/store"
 )
@@ -412,7 +413,7 @@ func (h *Handler) callerOf(r *http.Request) caller {
 func (h *Handler) storageFailed(w http.ResponseWriter, err error) {
 	countRequest(outcomeStorage)
 	h.logger.Error("storage unavailable", zap.String("request_id", w.Header().Get(headerRequestID)), zap.Error(err))
-	writeError(w, apiError{Code: CodeStorage, Message: "The gateway's storage is unavailable; retry shortly.", RetryAfter: time.Second})
+	apierr.Write(w, apierr.Error{Code: apierr.CodeStorage, Message: "The gateway's storage is unavailable; retry shortly.", RetryAfter: time.Second})
 }
 
 // storeLogger gives the storage backends' log lines to Caddy's logger.

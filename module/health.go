@@ -1,6 +1,7 @@
 package module
 
 import (
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"net/http"
 	"time"
 )
@@ -38,12 +39,12 @@ func (h *Handler) serveHealth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !run.alive() {
-		writeError(w, apiError{Code: CodeStorage, RetryAfter: time.Second, Message: "The operation runner is not running."})
+		apierr.Write(w, apierr.Error{Code: apierr.CodeStorage, RetryAfter: time.Second, Message: "The operation runner is not running."})
 		return
 	}
 	limit := h.Async.Queue
 	if q := run.queued.Load(); q >= int64(limit) {
-		writeError(w, apiError{Code: CodeQueueFull, RetryAfter: 5 * time.Second, Details: map[string]any{"queued": q, "queue": limit},
+		apierr.Write(w, apierr.Error{Code: apierr.CodeQueueFull, RetryAfter: 5 * time.Second, Details: map[string]any{"queued": q, "queue": limit},
 			Message: "The operation queue is full."})
 		return
 	}

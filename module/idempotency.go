@@ -7,9 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"time"
 
+	"github.com/mulligan-gw/mulligan/internal/apierr"
+	"github.com/mulligan-gw/mulligan/internal/capture"
 	"github.com/mulligan-gw/mulligan/internal/fingerprint"
 	"github.com/mulligan-gw/mulligan/internal/idemkey"
 	"github.com/mulligan-gw/mulligan/internal/sse"
@@ -21,8 +22,8 @@ import (
 )
 
 const (
-	headerExpires  = "Idempotency-Expires"
-	headerReplayed = "Idempotent-Replayed"
+	headerExpires  = capture.HeaderExpires
+	headerReplayed = capture.HeaderReplayed
 	// pollInterval paces a waiting duplicate whose original is not held by this process
 	// (a claim left by a crashed gateway).
 	pollInterval = 50 * time.Millisecond
@@ -84,19 +85,19 @@ func (g *gate) keyOf(w http.ResponseWriter, r *http.Request) (string, bool) {
 	switch {
 	case len(values) == 0 && g.required:
 		countRequest(outcomeRejected)
-		writeError(w, apiError{Code: CodeKeyRequired, Message: fmt.Sprintf("%s %s requires an %s header.", r.Method, r.URL.Path, g.header)})
+		apierr.Write(w, apierr.Error{Code: apierr.CodeKeyRequired, Message: fmt.Sprintf("%s %s requires an %s header.", r.Method, r.URL.Path, g.header)})
 		return "", false
 	case len(values) == 0:
 		return "", true
 	case len(values) > 1:
 		countRequest(outcomeRejected)
-		writeError(w, apiError{Code: CodeKeyInvalid, Message: fmt.Sprintf("Send exactly one %s header.", g.header)})
+		apierr.Write(w, apierr.Error{Code: apierr.CodeKeyInvalid, Message: fmt.Sprintf("Send exactly one %s header.", g.header)})
 		return "", false
 	}
 	key, err := idemkey.Parse(values[0])
 	if err != nil {
 		countRequest(outcomeRejected)
-		writeError(w, apiError{Code: CodeKeyInvalid, Message: err.Error() + "; send 1 to 255 printable ASCII characters."})
+		apierr.Write(w, apierr.Error{Code: apierr.CodeKeyInvalid, Message: err.Error() + "; send 1 to 255 printable ASCII characters."})
 		return "", false
 	}
 	return key, true
@@ -167,20 +168,20 @@ func (g *gate) readBody(w http.ResponseWriter, r *http.Request, budget *byteBudg
 			budget.give(reserved)
 			log.Debug("reading the request body", zap.Error(err))
 			countRequest(outcomeRejected)
-			writeError(w, apiError{Code: CodeInvalidRequest, Message: "The request body could not be read; send it again."})
+			apierr.Write(w, apierr.Error{Code: apierr.CodeInvalidRequest, Message: "The request body could not be read; send it again."})
 			return nil, 0, errAnswered
 		}
 	}
 	budget.give(reserved)
 	countRequest(outcomeBusy)
-	writeError(w, apiError{Code: CodeBusy, RetryAfter: time.Second, Details: map[string]any{"max_buffered": budget.limit},
+	apierr.Write(w, apierr.Error{Code: apierr.CodeBusy, RetryAfter: time.Second, Details: map[string]any{"max_buffered": budget.limit},
 		Message: "The gateway is holding as many request bodies as it may; retry shortly."})
 	return nil, 0, errAnswered
 }
 
 func (g *gate) tooLarge(w http.ResponseWriter) error {
 	countRequest(outcomeRejected)
-	writeError(w, apiError{Code: CodeRequestTooLarge, Message: fmt.Sprintf("The request body is over the %d-byte limit.", g.maxBody),
+	apierr.Write(w, apierr.Error{Code: apierr.CodeRequestTooLarge, Message: fmt.Sprintf("The request body is over the %d-byte limit.", g.maxBody),
 		Details: map[string]any{"max_body": g.maxBody}})
 	return errAnswered
 }
@@ -255,14 +256,14 @@ func (g *gate) answer(w http.ResponseWriter, kr *keyedRequest, claim store.Claim
 		}
 		countRequest(outcomeReplayed)
 		kr.log.Debug("replaying recorded response")
-		replay(w, claim.Record)
+		capture.Replay(w, claim.Record)
 	case store.Mismatch:
 		countRequest(outcomeMismatch)
-		writeError(w, apiError{Code: CodeKeyReused, Status: g.mismatch,
+		apierr.Write(w, apierr.Error{Code: apierr.CodeKeyReused, Status: g.mismatch,
 			Message: "This Idempotency-Key was used with a different request; use a new key for a new request."})
 	default:
 		countRequest(outcomeInProgress)
-		writeError(w, apiError{Code: CodeInProgress, RetryAfter: time.Second, Details: operationDetails(claim.Record),
+		apierr.Write(w, apierr.Error{Code: apierr.CodeInProgress, RetryAfter: time.Second, Details: apierr.OperationDetails(claim.Record),
 			Message: "A request with this Idempotency-Key is still being processed; retry later."})
 	}
 }
@@ -325,7 +326,7 @@ func (g *gate) awaitFlight(kr *keyedRequest, deadline time.Time, w *waiting) boo
 func (g *gate) storageFailed(w http.ResponseWriter, kr *keyedRequest, err error) error {
 	countRequest(outcomeStorage)
 	kr.log.Error("storage unavailable", zap.Error(err))
-	writeError(w, apiError{Code: CodeStorage, Message: "The gateway's storage is unavailable; retry shortly.", RetryAfter: time.Second})
+	apierr.Write(w, apierr.Error{Code: apierr.CodeStorage, Message: "The gateway's storage is unavailable; retry shortly.", RetryAfter: time.Second})
 	return nil
 }
 
@@ -338,8 +339,8 @@ func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handl
 	up := kr.r.WithContext(ctx)
 	setBody(up, kr.body)
 
-	tee := newTeeWriter(w, g.maxResult)
-	tee.trailers = []string{headerExpires} // a stream says until when it replays at its end
+	tee := capture.NewTee(w, g.maxResult)
+	tee.Trailers = []string{headerExpires} // a stream says until when it replays at its end
 	stream := g.newStreamRecording(tee, kr, st, token)
 	defer func() {
 		// reverse_proxy panics with http.ErrAbortHandler when the upstream breaks off its body
@@ -353,13 +354,13 @@ func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handl
 		}
 	}()
 	err := next.ServeHTTP(tee, up)
-	if tee.streaming {
+	if tee.Streaming() {
 		return stream.end(err)
 	}
-	if err == nil && tee.status == 0 {
+	if err == nil && !tee.Written() {
 		tee.WriteHeader(http.StatusOK) // the handler wrote nothing: net/http's implicit 200
 	}
-	res := attemptResult{status: tee.status, header: tee.header, body: tee.body.Bytes(), over: tee.overran}
+	res := resultOf(tee.Recorded())
 	if err != nil {
 		res.status = 0
 	}
@@ -367,7 +368,7 @@ func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handl
 		w.Header().Set(headerExpires, expires.UTC().Format(http.TimeFormat)) // a trailer if streamed
 	}
 	if err == nil {
-		tee.release() // only now that the record is durable
+		tee.Release() // only now that the record is durable
 	}
 	return err
 }
@@ -404,37 +405,4 @@ func setBody(r *http.Request, body []byte) {
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-}
-
-// replay writes a recorded response byte for byte, marked as a replay.
-func replay(w http.ResponseWriter, rec *store.Record) {
-	h := w.Header()
-	h.Set(headerReplayed, "true")
-	h.Set(headerExpires, rec.ExpiresAt.UTC().Format(http.TimeFormat))
-	writeResponse(w, *rec.Response)
-}
-
-// setRecordedHeader sets a recorded (or buffered) upstream answer's header on h, the client's,
-// so that it goes out as the live answer went: Caddy presets `Server: Caddy` on every response,
-// and reverse_proxy deletes it when it relays an upstream's answer (it adds Via instead), so a
-// relayed answer has a Server header only when the upstream sent one. A replay, a result and
-// an answer buffered for the client go out the same way: Server only when it was recorded.
-func setRecordedHeader(h, recorded http.Header) {
-	if _, ok := recorded["Server"]; !ok {
-		h.Del("Server")
-	}
-	for k, v := range recorded {
-		h[k] = v
-	}
-}
-
-// writeResponse writes a recorded response whole, over the headers already set (the gateway's
-// own, which recorded ones never carry).
-func writeResponse(w http.ResponseWriter, resp store.Response) {
-	h := w.Header()
-	setRecordedHeader(h, resp.Header)
-	h.Del("Transfer-Encoding")
-	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
-	w.WriteHeader(resp.Status)
-	_, _ = w.Write(resp.Body)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
@@ -59,7 +60,7 @@ func TestQuotedKeyIsTheSameKey(t *testing.T) {
 func TestInvalidKeysAreRejected(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "")
 	for _, key := range []string{strings.Repeat("k", 256), `"open`, "caf\u00e9"} {
-		expectError(t, g.post(chatPath, key, chat("x")), 400, CodeKeyInvalid, false)
+		expectError(t, g.post(chatPath, key, chat("x")), 400, apierr.CodeKeyInvalid, false)
 	}
 	if n := g.model.Stats().Received; n != 0 {
 		t.Fatalf("an invalid key reached the upstream %d times", n)
@@ -68,7 +69,7 @@ func TestInvalidKeysAreRejected(t *testing.T) {
 
 func TestRequiredKeyIsEnforcedOnCoveredMethodsOnly(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "idempotency {\n required\n}")
-	expectError(t, g.post(chatPath, "", chat("x")), 400, CodeKeyRequired, false)
+	expectError(t, g.post(chatPath, "", chat("x")), 400, apierr.CodeKeyRequired, false)
 	req, _ := http.NewRequest("GET", g.base+"/healthz", nil)
 	if r := g.do(req); r.StatusCode != 200 {
 		t.Fatalf("GET without a key: %d", r.StatusCode)
@@ -88,7 +89,7 @@ func TestDuplicateWithDifferentBodyIsRejected(t *testing.T) {
 	for _, status := range []int{409, 422} {
 		g := startGateway(t, modelserver.Config{}, "idempotency {\n mismatch_status "+itoa(status)+"\n}")
 		g.post(chatPath, "k", chat("one"))
-		expectError(t, g.post(chatPath, "k", chat("two")), status, CodeKeyReused, false)
+		expectError(t, g.post(chatPath, "k", chat("two")), status, apierr.CodeKeyReused, false)
 		if n := g.model.Stats().Received; n != 1 {
 			t.Fatalf("upstream ran %d times", n)
 		}
@@ -126,7 +127,7 @@ func TestInFlightDuplicateGets409WithRetryAfter(t *testing.T) {
 	go func() { done <- g.post(chatPath, "k", chat("slow")) }()
 	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	r := g.post(chatPath, "k", chat("slow"))
-	expectError(t, r, 409, CodeInProgress, true)
+	expectError(t, r, 409, apierr.CodeInProgress, true)
 	if r.Header.Get("Retry-After") == "" {
 		t.Fatal("no Retry-After")
 	}
@@ -194,7 +195,7 @@ func TestKeyedRequestOutlivesItsClient(t *testing.T) {
 
 func TestOversizedBodyIs413AndBodiesReachUpstreamIntact(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "idempotency {\n max_body 1KiB\n}")
-	expectError(t, g.post(chatPath, "k", chat(strings.Repeat("x", 2000))), 413, CodeRequestTooLarge, false)
+	expectError(t, g.post(chatPath, "k", chat(strings.Repeat("x", 2000))), 413, apierr.CodeRequestTooLarge, false)
 	r := g.post(chatPath, "k2", chat("intact body"))
 	if r.StatusCode != 200 || !bytes.Contains(r.body, []byte("intact body")) && !bytes.Contains(r.body, []byte("ydob tcatni")) {
 		t.Fatalf("the upstream did not get the body: %s", r.body)
@@ -264,7 +265,7 @@ func TestStorageFailureAnswers503(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "")
 	g.post(chatPath, "k", chat("x"))
 	closeStorages() // the database goes away under the running config
-	expectError(t, g.post(chatPath, "k", chat("x")), 503, CodeStorage, true)
+	expectError(t, g.post(chatPath, "k", chat("x")), 503, apierr.CodeStorage, true)
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

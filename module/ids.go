@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/idemkey"
 )
 
@@ -25,7 +26,7 @@ func newID(prefix string, now time.Time) string {
 	return prefix + crockford.EncodeToString(b[:])
 }
 
-const headerRequestID = "X-Request-Id"
+const headerRequestID = apierr.HeaderRequestID
 
 // requestID returns the client's X-Request-Id when it is a sane token, else a fresh id.
 func requestID(r *http.Request, now time.Time) string {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 )
 
 // listed reads a list answer's operation ids and cursor.
@@ -54,8 +55,8 @@ func TestLookupByKeyFindsOnlyTheCallersOperation(t *testing.T) {
 		})
 	}
 	r := lookup("", alice)
-	expectError(t, r, 400, CodeInvalidRequest, false)
-	var e errorBody
+	expectError(t, r, 400, apierr.CodeInvalidRequest, false)
+	var e apierr.Body
 	_ = json.Unmarshal(r.body, &e)
 	if e.Error.Message != "the idempotency key is empty; send 1 to 255 printable ASCII characters in idempotency_key." {
 		t.Fatalf("message %q", e.Error.Message)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
@@ -154,13 +155,13 @@ func TestRetryableErrorsCarryRetryAfterSecondsInDetails(t *testing.T) {
 		name        string
 		r           result
 		status      int
-		code        ErrorCode
+		code        apierr.Code
 		seconds     int
 		operationID string
 	}{
-		{"a result not there yet", g.get(queued.Links.Result), 409, CodeNotFinished, 2, queued.OperationID},
-		{"a full queue", g.post(chatPath, "c", chat("c"), "Prefer", "respond-async"), 503, CodeQueueFull, 5, ""},
-		{"a key in flight", g.post(chatPath, "sync", chat("sync")), 409, CodeInProgress, 1, ""},
+		{"a result not there yet", g.get(queued.Links.Result), 409, apierr.CodeNotFinished, 2, queued.OperationID},
+		{"a full queue", g.post(chatPath, "c", chat("c"), "Prefer", "respond-async"), 503, apierr.CodeQueueFull, 5, ""},
+		{"a key in flight", g.post(chatPath, "sync", chat("sync")), 409, apierr.CodeInProgress, 1, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			expectError(t, tc.r, tc.status, tc.code, true)
@@ -207,12 +208,12 @@ func TestCallbackUrlFromTheBodyIsUsedUnderTheSameAllowList(t *testing.T) {
 			}
 			r := g.post(chatPath, "", tc.body, headers...)
 			if tc.status != 202 {
-				code := CodeCallbackNotAllow
+				code := apierr.CodeCallbackNotAllow
 				if tc.status == 400 {
-					code = CodeInvalidRequest
+					code = apierr.CodeInvalidRequest
 				}
 				expectError(t, r, tc.status, code, false)
-				var e errorBody
+				var e apierr.Body
 				_ = json.Unmarshal(r.body, &e)
 				if e.Error.Message != tc.message {
 					t.Fatalf("message %q, want %q", e.Error.Message, tc.message)

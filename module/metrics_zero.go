@@ -1,6 +1,7 @@
 package module
 
 import (
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/webhook"
 )
@@ -15,9 +16,9 @@ var attemptResults = []webhook.Result{webhook.Delivered, webhook.RetryLater, web
 // finalOutcomes are the final statuses and error codes of the outcome table (docs/api.md).
 var finalOutcomes = [][2]string{
 	{string(store.StatusSucceeded), ""}, {string(store.StatusCanceled), ""},
-	{string(store.StatusFailed), string(CodeUpstreamRejected)}, {string(store.StatusFailed), string(CodeUpstreamUnavailable)},
-	{string(store.StatusFailed), string(CodeUpstreamError)}, {string(store.StatusFailed), string(CodeOperationTimeout)},
-	{string(store.StatusFailed), string(CodeResultTooLarge)}, {string(store.StatusFailed), string(CodeWorkerLost)},
+	{string(store.StatusFailed), string(apierr.CodeUpstreamRejected)}, {string(store.StatusFailed), string(apierr.CodeUpstreamUnavailable)},
+	{string(store.StatusFailed), string(apierr.CodeUpstreamError)}, {string(store.StatusFailed), string(apierr.CodeOperationTimeout)},
+	{string(store.StatusFailed), string(apierr.CodeResultTooLarge)}, {string(store.StatusFailed), string(apierr.CodeWorkerLost)},
 }
 
 func init() {

@@ -17,6 +17,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
@@ -114,14 +115,14 @@ func TestReadinessFollowsTheStoreAndTheQueue(t *testing.T) {
 	g.submit(t, "")
 	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	_, queued := g.submit(t, "")
-	expectError(t, g.get(pathReady), 503, CodeQueueFull, true)
+	expectError(t, g.get(pathReady), 503, apierr.CodeQueueFull, true)
 	g.post(queued.Links.Cancel, "", "")
 	if r := g.get(pathReady); r.StatusCode != 200 {
 		t.Fatalf("not ready again once the queue drained: %d %s", r.StatusCode, r.body)
 	}
 
 	closeStorages()
-	expectError(t, g.get(pathReady), 503, CodeStorage, true)
+	expectError(t, g.get(pathReady), 503, apierr.CodeStorage, true)
 	// A config that opens the storage differently gets a handle of its own.
 	g.reload("durability relaxed\nasync {\n concurrency 1\n queue 2\n}")
 	if r := g.get(pathReady); r.StatusCode != 200 {

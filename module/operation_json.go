@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"mime"
 	"net/http"
-	"strconv"
 	"time"
 
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/fingerprint"
 
 	"github.com/mulligan-gw/mulligan/store"
@@ -165,13 +165,4 @@ func compactJSON(b []byte) json.RawMessage {
 const pollAfter = 2 * time.Second
 
 // writeJSON writes v with status; the one encoder for the operations API.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, _ := json.Marshal(v)
-	body = append(body, '\n')
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { apierr.WriteJSON(w, status, v) }

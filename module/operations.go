@@ -9,6 +9,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/apierr"
+	"github.com/mulligan-gw/mulligan/internal/capture"
 	"github.com/mulligan-gw/mulligan/internal/idemkey"
 	"github.com/mulligan-gw/mulligan/internal/sse"
 	"github.com/mulligan-gw/mulligan/store"
@@ -64,11 +66,11 @@ func (h *Handler) serveOperations(w http.ResponseWriter, r *http.Request, st sto
 
 func methodNotAllowed(w http.ResponseWriter, allow string) {
 	w.Header().Set("Allow", allow)
-	writeError(w, apiError{Code: CodeMethodNotAllowed, Message: "Use " + allow + " here."})
+	apierr.Write(w, apierr.Error{Code: apierr.CodeMethodNotAllowed, Message: "Use " + allow + " here."})
 }
 
 func notFound(w http.ResponseWriter, id string) {
-	writeError(w, apiError{Code: CodeOperationNotFound, Message: "No operation " + id + "."})
+	apierr.Write(w, apierr.Error{Code: apierr.CodeOperationNotFound, Message: "No operation " + id + "."})
 }
 
 // load returns the operation if it exists in the caller's scope; otherwise it answers 404,
@@ -88,7 +90,7 @@ func (q *opsRequest) load(id string) *store.Operation {
 
 func (q *opsRequest) fail(err error) {
 	q.log.Error("storage unavailable", zap.Error(err))
-	writeError(q.w, apiError{Code: CodeStorage, Message: "The gateway's storage is unavailable; retry shortly.", RetryAfter: time.Second})
+	apierr.Write(q.w, apierr.Error{Code: apierr.CodeStorage, Message: "The gateway's storage is unavailable; retry shortly.", RetryAfter: time.Second})
 }
 
 func (h *Handler) getOperation(q *opsRequest, id string) {
@@ -110,7 +112,7 @@ func (h *Handler) writeOperation(q *opsRequest, status int, op *store.Operation)
 		}
 	}
 	if !op.Status.Final() {
-		q.w.Header().Set("Retry-After", retryAfterValue(pollAfter))
+		q.w.Header().Set("Retry-After", apierr.RetryAfterValue(pollAfter))
 	}
 	v := viewOf(h.conv.prefix, op, result, now)
 	v.QueuePosition = queuePosition(q.st, op)
@@ -142,13 +144,13 @@ func (h *Handler) getResult(q *opsRequest, id string) {
 		}
 	}
 	if !cur.Status.Final() {
-		writeError(q.w, apiError{Code: CodeNotFinished, RetryAfter: pollAfter, Details: map[string]any{"operation_id": id},
+		apierr.Write(q.w, apierr.Error{Code: apierr.CodeNotFinished, RetryAfter: pollAfter, Details: map[string]any{"operation_id": id},
 			Message: "The operation is " + string(cur.Status) + "; its result is not there yet."})
 		return
 	}
 	res, err := q.st.LoadResult(id)
 	if errors.Is(err, store.ErrNotFound) || cur.Result == nil {
-		writeError(q.w, apiError{Code: CodeOperationNotFound, Details: map[string]any{"status": cur.Status},
+		apierr.Write(q.w, apierr.Error{Code: apierr.CodeOperationNotFound, Details: map[string]any{"status": cur.Status},
 			Message: "Operation " + id + " has no upstream response (it is " + string(cur.Status) + ")."})
 		return
 	}
@@ -156,21 +158,21 @@ func (h *Handler) getResult(q *opsRequest, id string) {
 		q.fail(err)
 		return
 	}
-	writeResponse(q.w, *res)
+	capture.WriteResponse(q.w, *res)
 }
 
 func (h *Handler) listOperations(q *opsRequest) {
 	v := q.r.URL.Query()
 	status := store.Status(v.Get("status"))
 	if status != "" && !status.Valid() {
-		writeError(q.w, apiError{Code: CodeInvalidRequest, Message: "status must be one of queued, running, succeeded, failed, canceled, expired."})
+		apierr.Write(q.w, apierr.Error{Code: apierr.CodeInvalidRequest, Message: "status must be one of queued, running, succeeded, failed, canceled, expired."})
 		return
 	}
 	limit := 50
 	if s := v.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > 100 {
-			writeError(q.w, apiError{Code: CodeInvalidRequest, Message: "limit must be a whole number from 1 to 100."})
+			apierr.Write(q.w, apierr.Error{Code: apierr.CodeInvalidRequest, Message: "limit must be a whole number from 1 to 100."})
 			return
 		}
 		limit = n
@@ -179,7 +181,7 @@ func (h *Handler) listOperations(q *opsRequest) {
 	if v.Has("idempotency_key") {
 		key, err := idemkey.Parse(v.Get("idempotency_key"))
 		if err != nil {
-			writeError(q.w, apiError{Code: CodeInvalidRequest, Message: err.Error() + "; send 1 to 255 printable ASCII characters in idempotency_key."})
+			apierr.Write(q.w, apierr.Error{Code: apierr.CodeInvalidRequest, Message: err.Error() + "; send 1 to 255 printable ASCII characters in idempotency_key."})
 			return
 		}
 		list = withKey(list, key)
@@ -258,7 +260,7 @@ func (h *Handler) cancelOperation(q *opsRequest, id string) {
 // alreadyFinal answers a cancel of an operation that ended without it.
 func (h *Handler) alreadyFinal(q *opsRequest, op *store.Operation) {
 	st := op.As(h.now()).Status
-	writeError(q.w, apiError{Code: CodeAlreadyFinal, Details: map[string]any{"status": st},
+	apierr.Write(q.w, apierr.Error{Code: apierr.CodeAlreadyFinal, Details: map[string]any{"status": st},
 		Message: "The operation is already " + string(st) + "."})
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/capture"
 	"github.com/mulligan-gw/mulligan/internal/sse"
 	"github.com/mulligan-gw/mulligan/store"
 )
@@ -35,8 +36,8 @@ func newOpStream() *opStream {
 	return &opStream{changed: make(chan struct{}), begun: make(chan struct{})}
 }
 
-// begin sets the answer's status and headers; it reports whether the answer is an event stream.
-func (s *opStream) begin(status int, header http.Header) bool {
+// Open sets the answer's status and headers; it reports whether the answer is an event stream.
+func (s *opStream) Open(status int, header http.Header) bool {
 	if !sse.IsEventStream(header.Get("Content-Type")) {
 		return false
 	}
@@ -73,8 +74,8 @@ func (s *opStream) notify() {
 	s.changed = make(chan struct{})
 }
 
-// write adds upstream bytes: each event they complete is numbered and published.
-func (s *opStream) write(p []byte) {
+// Write adds upstream bytes: each event they complete is numbered and published.
+func (s *opStream) Write(p []byte) {
 	s.mu.Lock()
 	from := len(s.events)
 	s.split.Push(p, func(block []byte) {
@@ -228,10 +229,10 @@ func (h *Handler) followResult(q *opsRequest, op *store.Operation) bool {
 			return false
 		}
 		s := newOpStream()
-		if !s.begin(res.Status, res.Header) {
+		if !s.Open(res.Status, res.Header) {
 			return false
 		}
-		s.write(res.Body)
+		s.Write(res.Body)
 		s.finish(streamWhole)
 		src = s
 		status, header = s.head()
@@ -244,7 +245,7 @@ func (h *Handler) followResult(q *opsRequest, op *store.Operation) bool {
 	if id != "" {
 		after, _ = src.find(id)
 	}
-	setRecordedHeader(q.w.Header(), header)
+	capture.SetRecordedHeader(q.w.Header(), header)
 	q.w.Header().Del("Content-Length")
 	q.w.WriteHeader(status)
 	if relayEvents(q.w, q.r, src, after) {

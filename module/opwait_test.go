@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
@@ -60,13 +61,13 @@ func TestFollowingARunningOperationBeforeItsAnswerBeginsWaitsForIt(t *testing.T)
 // result request without Accept: text/event-stream still gets 409 at once.
 func TestFollowerOfAnOperationCanceledBeforeItsStreamGetsTheFinalAnswer(t *testing.T) {
 	_, g, queued := queuedBehindAHeldOne(t)
-	expectError(t, g.get("/v1/operations/"+queued.OperationID+"/result"), 409, CodeNotFinished, true)
+	expectError(t, g.get("/v1/operations/"+queued.OperationID+"/result"), 409, apierr.CodeNotFinished, true)
 	answer := g.followInBackground(queued.OperationID)
 	testkit.WaitFor(t, 5*time.Second, "resultWaiters.Load() == 1", func() bool { return resultWaiters.Load() == 1 })
 	if c := g.post(queued.Links.Cancel, "", ""); c.StatusCode != 200 {
 		t.Fatalf("cancel: %d %s", c.StatusCode, c.body)
 	}
-	expectError(t, <-answer, 404, CodeOperationNotFound, false)
+	expectError(t, <-answer, 404, apierr.CodeOperationNotFound, false)
 }
 
 // queuedBehindAHeldOne starts a gateway with one runner slot in front of an upstream that holds

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 )
 
 // storm sends n identical keyed requests at once per key and tallies the answers.
@@ -28,7 +29,7 @@ func storm(g *gateway, keys, perKey int) map[string]int {
 					outcome = "replayed"
 				case r.StatusCode == 200:
 					outcome = "first"
-				case r.StatusCode == 409 && r.errorCode() == string(CodeInProgress):
+				case r.StatusCode == 409 && r.errorCode() == string(apierr.CodeInProgress):
 					outcome = "in-progress"
 				default:
 					outcome = fmt.Sprintf("status %d %s", r.StatusCode, r.body)

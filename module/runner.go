@@ -12,6 +12,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/capture"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -96,7 +97,7 @@ var (
 	errCanceledByUser = fmt.Errorf("canceled by request (%w)", context.Canceled)
 	errRunnerStopping = errors.New("the gateway is stopping")
 	errLeaseLost      = errors.New("the operation's lease was lost to another worker")
-	errResultTooLarge = errors.New("the upstream response is over max_result")
+	errResultTooLarge = capture.ErrTooLarge
 )
 
 // defaultGrace applies when the config sets no grace_period.

@@ -14,6 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
@@ -41,7 +42,7 @@ func TestPanickingHandlerFailsTheOperationNotTheProcess(t *testing.T) {
 	}
 	_, op := g.submit(t, "panics")
 	final := g.await(t, op.OperationID)
-	if final.Status != "failed" || final.Error == nil || final.Error.Code != string(CodeUpstreamError) || final.Attempts != 1 {
+	if final.Status != "failed" || final.Error == nil || final.Error.Code != string(apierr.CodeUpstreamError) || final.Attempts != 1 {
 		t.Fatalf("operation: %s attempts=%d %+v, want failed UPSTREAM_ERROR after one attempt", final.Status, final.Attempts, final.Error)
 	}
 	if r := g.get(pathLive); r.StatusCode != 200 {
@@ -77,7 +78,7 @@ func TestCancelRacingCompletionNeverAnswersASuccess(t *testing.T) {
 	t.Logf("cancel answers around completion: %v", counts)
 	for outcome, k := range counts {
 		switch outcome {
-		case "200 canceled", "409 " + string(CodeAlreadyFinal), "202 running":
+		case "200 canceled", "409 " + string(apierr.CodeAlreadyFinal), "202 running":
 		default:
 			t.Errorf("%d cancels answered %s", k, outcome)
 		}

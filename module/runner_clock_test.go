@@ -11,6 +11,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/badger"
@@ -216,7 +217,7 @@ func TestUpstreamRetryAfterIsHonouredUpToTheTimeout(t *testing.T) {
 	t.Run("timeout 5s", func(t *testing.T) {
 		lr, _, _, first := answeredRetryAfter(t, 5*time.Second)
 		op := lr.await(t, "op_1")
-		if op.Status != store.StatusFailed || op.Error == nil || op.Error.Code != string(CodeUpstreamUnavailable) || op.Attempts != 1 {
+		if op.Status != store.StatusFailed || op.Error == nil || op.Error.Code != string(apierr.CodeUpstreamUnavailable) || op.Attempts != 1 {
 			t.Fatalf("%s %+v after %d attempts, want failed UPSTREAM_UNAVAILABLE after 1", op.Status, op.Error, op.Attempts)
 		}
 		if !op.FinishedAt.Equal(first.at) {
@@ -251,7 +252,7 @@ func TestRetryableFailuresAreRetriedWithinTheBackoffThenFail(t *testing.T) {
 	}
 	call.answer <- http.StatusServiceUnavailable
 	op := lr.await(t, "op_1")
-	if op.Status != store.StatusFailed || op.Error == nil || op.Error.Code != string(CodeUpstreamUnavailable) || op.Attempts != 3 {
+	if op.Status != store.StatusFailed || op.Error == nil || op.Error.Code != string(apierr.CodeUpstreamUnavailable) || op.Attempts != 3 {
 		t.Fatalf("%s %+v after %d attempts, want failed UPSTREAM_UNAVAILABLE after 3", op.Status, op.Error, op.Attempts)
 	}
 }

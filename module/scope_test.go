@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 )
 
 func TestTenantsAreKeptApartByDefault(t *testing.T) {
@@ -23,7 +24,7 @@ func TestTenantsAreKeptApartByDefault(t *testing.T) {
 		g.get("/v1/operations/"+op.OperationID+"/result", bob...),
 		g.post("/v1/operations/"+op.OperationID+"/cancel", "", "", bob...),
 	} {
-		expectError(t, r, 404, CodeOperationNotFound, false)
+		expectError(t, r, 404, apierr.CodeOperationNotFound, false)
 	}
 	for name, who := range map[string][]string{"bob": bob, "an anonymous caller": nil} {
 		list := g.get("/v1/operations", who...)

@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store/badger"
 )
@@ -72,7 +73,7 @@ func TestEachBlockKeepsItsSettingsOnASharedStorage(t *testing.T) {
 	_, opA := a.submit(t, "site-a", "X-Mock-Latency", "2500ms")
 	_, opB := b.submit(t, "site-b", "X-Mock-Latency", "2500ms")
 	finalA, finalB := a.await(t, opA.OperationID), b.await(t, opB.OperationID)
-	if finalA.Status != "failed" || finalA.Error == nil || finalA.Error.Code != string(CodeOperationTimeout) {
+	if finalA.Status != "failed" || finalA.Error == nil || finalA.Error.Code != string(apierr.CodeOperationTimeout) {
 		t.Fatalf("site A's operation: %s %+v, want failed OPERATION_TIMEOUT", finalA.Status, finalA.Error)
 	}
 	if finalB.Status != "succeeded" {

@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/capture"
 	"github.com/mulligan-gw/mulligan/internal/sse"
 	"github.com/mulligan-gw/mulligan/store"
 )
@@ -266,7 +267,7 @@ type streamRecording struct {
 	kr    *keyedRequest
 	st    store.StreamRecorder
 	token string
-	tee   *teeWriter
+	tee   *capture.Tee
 	live  *liveStream
 	split sse.Splitter
 	seq   uint64
@@ -276,21 +277,21 @@ type streamRecording struct {
 
 // newStreamRecording prepares tee to record an event-stream answer event by event (every
 // backend records streams: store.StreamRecorder).
-func (g *gate) newStreamRecording(tee *teeWriter, kr *keyedRequest, st store.Backend, token string) *streamRecording {
+func (g *gate) newStreamRecording(tee *capture.Tee, kr *keyedRequest, st store.Backend, token string) *streamRecording {
 	rec := &streamRecording{g: g, kr: kr, token: token, tee: tee}
-	rec.st, tee.streams = st, rec
+	rec.st, tee.Streams = st, rec
 	return rec
 }
 
-// open starts recording when the answer is an event stream the policy records; it reports
+// Open starts recording when the answer is an event stream the policy records; it reports
 // whether it did. A stream the store cannot record is relayed unrecorded (the key is then
 // released at the end).
-func (r *streamRecording) open(status int, header http.Header) bool {
+func (r *streamRecording) Open(status int, header http.Header) bool {
 	if !r.g.policy.records(status) || !sse.IsEventStream(header.Get("Content-Type")) {
 		return false
 	}
 	header.Del("Content-Length") // ids are added: the length changes
-	r.tee.client.Header().Del("Content-Length")
+	r.tee.Client().Header().Del("Content-Length")
 	keep := r.g.lease + r.g.ttl + time.Minute // the record replays for ttl after the stream ends
 	r.live = newLiveStream(r.st, r.kr.recordKey, store.KeyHolder(r.token), status, header, keep)
 	r.g.streams.add(r.live)
@@ -299,12 +300,12 @@ func (r *streamRecording) open(status int, header http.Header) bool {
 	return true
 }
 
-// write splits upstream bytes into events and relays each with its id. What one upstream
+// Write splits upstream bytes into events and relays each with its id. What one upstream
 // write completed is flushed at once: a live upstream sends its events one write at a time.
 //
 // The events are handed to the live stream before the client sees them: a client that drops
 // and comes back at once with Last-Event-ID must find the event it names.
-func (r *streamRecording) write(p []byte) {
+func (r *streamRecording) Write(p []byte) {
 	var batch []store.StreamEvent
 	var relay [][]byte
 	r.split.Push(p, func(block []byte) {
@@ -322,13 +323,13 @@ func (r *streamRecording) write(p []byte) {
 		r.live.add(batch)
 	}
 	for _, data := range relay {
-		r.tee.toClient(data)
+		r.tee.ToClient(data)
 	}
 	if int64(r.split.Buffered()) > r.g.maxResult { // one event larger than a whole record
 		r.live.stopRecording()
-		r.tee.toClient(r.split.Rest())
+		r.tee.ToClient(r.split.Rest())
 	}
-	r.tee.flushClient()
+	r.tee.FlushClient()
 }
 
 // end ends the stream: recorded whole and finished when the upstream ended it (err nil), else
@@ -336,8 +337,8 @@ func (r *streamRecording) write(p []byte) {
 func (r *streamRecording) end(err error) error {
 	r.ended = true
 	if rest := r.split.Rest(); len(rest) > 0 {
-		r.tee.toClient(rest) // an unterminated last event is relayed, not recorded as one
-		r.tee.flushClient()
+		r.tee.ToClient(rest) // an unterminated last event is relayed, not recorded as one
+		r.tee.FlushClient()
 	}
 	if err != nil || !r.live.drain() {
 		r.abort()
@@ -349,7 +350,7 @@ func (r *streamRecording) end(err error) error {
 		r.abort()
 		return err
 	}
-	r.tee.client.Header().Set(headerExpires, expires.UTC().Format(http.TimeFormat)) // the trailer declared with the headers
+	r.tee.Client().Header().Set(headerExpires, expires.UTC().Format(http.TimeFormat)) // the trailer declared with the headers
 	r.g.streams.remove(r.live)
 	r.live.finish(streamWhole)
 	r.kr.log.Debug("stream recorded for replay", zap.Uint64("events", r.seq), zap.Int64("bytes", r.bytes))

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/mulligan-gw/mulligan/internal/capture"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -90,7 +91,7 @@ func (g *gate) joinStream(w http.ResponseWriter, kr *keyedRequest, st store.Back
 		after, _ = js.src.find(id) // an unknown id resumes from the start
 	}
 	h := w.Header()
-	setRecordedHeader(h, js.header)
+	capture.SetRecordedHeader(h, js.header)
 	h.Set(headerReplayed, "true")
 	if !js.expires.IsZero() {
 		h.Set(headerExpires, js.expires.UTC().Format(http.TimeFormat))

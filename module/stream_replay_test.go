@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/badger"
 )
@@ -67,8 +68,8 @@ func TestStreamedReplayIsNeverEmptyWhenItsEventsCannotBeRead(t *testing.T) {
 	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error { t.Error("upstream called"); return nil })
 	_ = g.claimAndRun(w, kr, next, fs)
 	t.Logf("status %d, replayed %q, content-type %q, body %q", w.Code, w.Header().Get(headerReplayed), w.Header().Get("Content-Type"), w.Body.String())
-	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), string(CodeStorage)) {
-		t.Fatalf("a recorded stream that could not be read was answered %d %q replayed=%q, want 503 %s", w.Code, w.Body.String(), w.Header().Get(headerReplayed), CodeStorage)
+	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), string(apierr.CodeStorage)) {
+		t.Fatalf("a recorded stream that could not be read was answered %d %q replayed=%q, want 503 %s", w.Code, w.Body.String(), w.Header().Get(headerReplayed), apierr.CodeStorage)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -70,7 +71,7 @@ func (r *runner) resolveLost(op *store.Operation, c store.Change, msg string) {
 	case !op.CancelRequestedAt.IsZero():
 		c.To = store.StatusCanceled
 	case execOf(op).OnCrash == CrashFail:
-		c.To, c.Error = store.StatusFailed, catalogueError(CodeWorkerLost, "The gateway stopped while this operation was running.")
+		c.To, c.Error = store.StatusFailed, apierr.Failure(apierr.CodeWorkerLost, "The gateway stopped while this operation was running.")
 	}
 	final, err := r.st.Transition(op.ID, c)
 	switch {

@@ -16,6 +16,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
@@ -141,7 +142,7 @@ func TestCallbackUrlOutsideTheEndpointsIsRefusedBeforeAnything(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "webhooks {\n endpoint hooks "+rc.srv.URL+"/hooks/* {\n secret "+secretA+"\n }\n allow_private\n}")
 	for _, url := range []string{"https://evil.example.com/hooks/x", rc.srv.URL + "/other", rc.srv.URL + "/hooks/../admin", "not a url"} {
 		r := g.post(chatPath, "", chat("x"), "Prefer", "respond-async", "Callback-Url", url)
-		expectError(t, r, 422, CodeCallbackNotAllow, false)
+		expectError(t, r, 422, apierr.CodeCallbackNotAllow, false)
 	}
 	if n := g.model.Stats().Received; n != 0 {
 		t.Fatalf("a refused request reached the upstream %d times", n)
