@@ -282,3 +282,31 @@ func TestCaddyfileParsesResponses(t *testing.T) {
 		}
 	}
 }
+
+func TestResponsesWebhooksAreOpenAIsSignedPerStandardWebhooks(t *testing.T) {
+	rc := newReceiver(t, secretA, nil)
+	g := startGateway(t, modelserver.Config{}, webhooksBlock(rc.srv.URL, "", secretA)+"\n"+responsesBlock)
+	done := g.createResponse(t, `{"input":"hook me","background":true}`, alice...)
+	g.awaitResponse(t, done.ID, alice...)
+	hdr := append([]string{"X-Mock-Latency", "30s"}, alice...)
+	cut := g.createResponse(t, `{"input":"cut me","background":true}`, hdr...)
+	decodeResponse(t, g.responseCall("POST", "/v1/responses/"+cut.ID+"/cancel", alice...))
+	failed := g.createResponse(t, `{"input":"fail me","background":true}`, append([]string{"X-Mock-Status", "400"}, alice...)...)
+	g.awaitResponse(t, failed.ID, alice...)
+	testkit.WaitFor(t, 10*time.Second, "three deliveries", func() bool { return rc.delivered() == 3 })
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	want := map[string]string{done.ID: "response.completed", cut.ID: "response.cancelled", failed.ID: "response.failed"}
+	for _, ev := range rc.events {
+		data, _ := ev["data"].(map[string]any)
+		id, _ := data["id"].(string)
+		evID, _ := ev["id"].(string)
+		if ev["object"] != "event" || ev["type"] != want[id] || !strings.HasPrefix(evID, "evt_") || ev["created_at"] == nil || len(data) != 1 {
+			t.Errorf("event %v, want type %s", ev, want[id])
+		}
+		delete(want, id)
+	}
+	if len(want) != 0 || rc.badSigs != 0 {
+		t.Fatalf("not delivered: %v; bad signatures: %d", want, rc.badSigs)
+	}
+}
