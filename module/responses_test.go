@@ -310,3 +310,18 @@ func TestResponsesWebhooksAreOpenAIsSignedPerStandardWebhooks(t *testing.T) {
 		t.Fatalf("not delivered: %v; bad signatures: %d", want, rc.badSigs)
 	}
 }
+
+func TestResponsesCreateWithAKeyReplaysTheSameResponse(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, responsesBlock)
+	body := `{"input":"once","background":true}`
+	first := decodeResponse(t, g.post("/v1/responses", "create-1", body, alice...))
+	again := decodeResponse(t, g.post("/v1/responses", "create-1", body, alice...))
+	if again.ID != first.ID {
+		t.Fatalf("a retry with the key created %s, want %s", again.ID, first.ID)
+	}
+	g.awaitResponse(t, first.ID, alice...)
+	expectError(t, g.post("/v1/responses", "create-1", `{"input":"other","background":true}`, alice...), http.StatusConflict, apierr.CodeKeyReused, false)
+	if st := g.model.Stats(); st.Received != 1 {
+		t.Fatalf("the model server ran %d times, want once", st.Received)
+	}
+}
