@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/internal/batches"
+	"github.com/mulligan-gw/mulligan/internal/responses"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -21,6 +22,9 @@ var eventTypes = map[store.Status]string{
 // announce is every storage's announcer: the event for op's new status, written in the same
 // transaction, when the operation has a callback and its block delivers that event type.
 func announce(op *store.Operation, result *store.Response) *store.Event {
+	if op.Kind == responses.Kind {
+		return announceResponse(op, result)
+	}
 	typ := eventTypes[op.Status]
 	ex := execOf(op)
 	if op.Callback == nil || typ == "" || !slices.Contains(ex.Events, typ) {
@@ -51,6 +55,9 @@ type eventEnvelope struct {
 }
 
 func renderEvent(ev *store.Event, attempt int) ([]byte, error) {
+	if responses.IsWebhookType(ev.Type) {
+		return renderResponseEvent(ev)
+	}
 	env := eventEnvelope{EventID: ev.ID, EventType: ev.Type, EventVersion: "1.0",
 		OccurredAt: ev.OccurredAt.UTC(), DeliveryAttempt: attempt, Operation: ev.Operation}
 	if batches.IsEvent(ev.Type) {

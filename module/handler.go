@@ -85,6 +85,9 @@ type Handler struct {
 	// Batches serves the OpenAI Files and Batches API under a prefix (docs/batches.md); nil:
 	// not served.
 	Batches *BatchesConfig `json:"batches,omitempty"`
+	// Responses serves the Responses API's background mode under a prefix
+	// (docs/responses.md); nil: not served, requests pass through.
+	Responses *ResponsesConfig `json:"responses,omitempty"`
 
 	storage *storageRef
 	gate    *gate
@@ -223,6 +226,7 @@ func (h *Handler) setDefaults() {
 		h.Capacity.setDefaults()
 	}
 	h.Batches.setDefaults()
+	h.Responses.setDefaults(h.Async)
 }
 
 // Validate checks the configuration for errors that defaults cannot fix.
@@ -242,6 +246,9 @@ func (h *Handler) Validate() error {
 		}
 	}
 	if err := h.Batches.validate(); err != nil {
+		return err
+	}
+	if err := h.Responses.validate(); err != nil {
 		return err
 	}
 	return h.Idempotency.validate()
@@ -315,6 +322,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	if h.Batches.covers(r.URL.Path) {
 		h.serveBatchesAPI(w, r)
+		return nil
+	}
+	if h.Responses.covers(r.URL.Path) && h.serveResponses(w, r) {
 		return nil
 	}
 	isOps := h.isOperationsPath(r.URL.Path)
