@@ -47,6 +47,8 @@ const (
 	opUrgency
 	opQueueDeadline
 	opBatch
+	opKind
+	opEcho
 )
 
 // EncodeOperation is the stored form of op (DecodeOperation reads it). ScopeLimit is not
@@ -108,6 +110,11 @@ func EncodeOperation(op *Operation) []byte {
 			b = appendInt(b, 2, int64(l.Line))
 			return appendString(b, 3, l.CustomID)
 		})
+	}
+	b = appendString(b, opKind, op.Kind)
+	if len(op.Echo) > 0 {
+		b = protowire.AppendTag(b, opEcho, protowire.BytesType)
+		b = protowire.AppendBytes(b, op.Echo)
 	}
 	return b
 }
@@ -214,6 +221,10 @@ func (op *Operation) setField(f field) {
 	case opBatch:
 		op.Batch = new(BatchLine)
 		f.message(op.Batch.setField)
+	case opKind:
+		op.Kind = f.string()
+	case opEcho:
+		op.Echo = f.bytes()
 	}
 }
 

@@ -24,8 +24,9 @@ func filled(t testing.TB) *Operation {
 }
 
 var (
-	timeType = reflect.TypeFor[time.Time]()
-	rawType  = reflect.TypeFor[json.RawMessage]()
+	timeType  = reflect.TypeFor[time.Time]()
+	rawType   = reflect.TypeFor[json.RawMessage]()
+	bytesType = reflect.TypeFor[[]byte]()
 )
 
 func fill(t testing.TB, v reflect.Value, n *int) {
@@ -36,6 +37,9 @@ func fill(t testing.TB, v reflect.Value, n *int) {
 		return
 	case rawType: // JSON, as the JSON form of a record needs it
 		v.SetBytes(fmt.Appendf(nil, `{"n":%d}`, *n))
+		return
+	case bytesType:
+		v.SetBytes(fmt.Appendf(nil, "bytes %d", *n))
 		return
 	}
 	switch v.Kind() {
