@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/mulligan-gw/mulligan/internal/capture"
 	"github.com/mulligan-gw/mulligan/internal/responses"
@@ -38,7 +37,7 @@ func (a *respCall) follow(op *store.Operation, after int64) {
 				select {
 				case <-a.r.Context().Done():
 					return
-				case <-time.After(streamPollMax):
+				case <-a.h.clock.After(streamPollMax):
 				}
 				if cur, _ = a.st.GetOperation(op.ID); cur == nil {
 					return
