@@ -148,7 +148,11 @@ func (rl *relay) from(src eventSource) {
 		evs, end, wait, err := src.next(cursor)
 		switch {
 		case err != nil || end == streamBrokeOff:
-			if rl.send(responses.LostEvent(rl.seq)) {
+			ev := responses.LostEvent(rl.seq)
+			if o := rl.ended(); o != nil {
+				ev = responses.TerminalEvent(o, rl.seq)
+			}
+			if rl.send(ev) {
 				_ = rl.rc.Flush()
 			}
 			return
@@ -174,6 +178,38 @@ func (rl *relay) from(src eventSource) {
 		case <-wait:
 		case <-rl.a.r.Context().Done():
 			return
+		}
+	}
+}
+
+// settleWait is how long a follower whose attempt broke off waits for the response to settle
+// before it reads the attempt as lost.
+const settleWait = 2 * time.Second
+
+// ended is, after the followed attempt broke off, the final object of a response that ended
+// with it: cancelled (the cancel cut the call) or failed (no retry left). It is nil when the
+// response goes on (another attempt runs, or will) or succeeded by another attempt: the
+// follower then reads the attempt as lost.
+func (rl *relay) ended() responses.Object {
+	deadline := time.Now().Add(settleWait)
+	for {
+		op, err := rl.a.st.GetOperation(rl.op.ID)
+		switch {
+		case err != nil:
+			return nil
+		case op.Status == store.StatusCanceled || op.Status == store.StatusFailed:
+			o, err := rl.a.object(op)
+			if err != nil {
+				return nil
+			}
+			return o
+		case op.Status.Final() || time.Now().After(deadline):
+			return nil
+		}
+		select {
+		case <-rl.a.r.Context().Done():
+			return nil
+		case <-time.After(pollInterval):
 		}
 	}
 }

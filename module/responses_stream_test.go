@@ -206,3 +206,21 @@ func TestResponsesStreamBeginsWhileQueued(t *testing.T) {
 		t.Fatalf("then %q ending %+v", text, rest[len(rest)-1])
 	}
 }
+
+// A follower of a response cancelled mid-stream gets its end: response.cancelled, numbered on.
+func TestResponsesStreamOfACancelledResponseEndsCancelled(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, responsesBlock)
+	s := g.createStream(t, `{"input":"a b c d e f g h i j","stream":true,"background":true}`, append([]string{"X-Mock-Chunk-Delay", "1s"}, alice...)...)
+	head := readRespEvents(t, s, 6)
+	id := head[0].Response.ID
+	decodeResponse(t, g.responseCall("POST", "/v1/responses/"+id+"/cancel", alice...))
+	rest := readRespEvents(t, s, 0)
+	if len(rest) == 0 {
+		t.Fatal("the stream ended without an event")
+	}
+	last := rest[len(rest)-1]
+	checkRespEvents(t, append(head, rest...), 0, id)
+	if last.Type != "response.cancelled" || last.Response.Status != "cancelled" {
+		t.Fatalf("after the cancel: %+v", rest)
+	}
+}
