@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 
@@ -180,7 +179,7 @@ func (a *AdminAPI) operations(w http.ResponseWriter, r *http.Request, run *runne
 	}
 	views := make([]operationView, 0, len(ops))
 	for _, op := range ops {
-		views = append(views, viewOf(execOf(op).Prefix, op, nil, time.Now()))
+		views = append(views, viewOf(execOf(op).Prefix, op, nil, run.clock.Now()))
 	}
 	return adminJSON(w, map[string]any{"operations": views, "next_after": next})
 }

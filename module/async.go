@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
@@ -28,7 +29,7 @@ type converter struct {
 	gate     *gate
 	calls    slots      // `after`-mode calls under way, bounded by concurrency
 	quota    *admission // nil unless max_per_scope is set
-	now      func() time.Time
+	clock    clockwork.Clock
 	// capacity is the block's capacity settings (nil without): queue deadlines.
 	capacity *CapacityConfig
 }
@@ -67,7 +68,7 @@ func (c *converter) callbackFor(w http.ResponseWriter, r *http.Request, bodyURL 
 
 // newOperation is the operation a request becomes, not stored yet.
 func (c *converter) newOperation(kr *keyedRequest, status store.Status) *store.Operation {
-	now := c.now()
+	now := c.clock.Now()
 	op := &store.Operation{
 		ID: newID("op_", now), Scope: kr.scope, Status: status, Version: 1,
 		Method: kr.r.Method, Path: kr.r.URL.Path, IdempotencyKey: kr.key, SubmittedAt: now, UpdatedAt: now,
@@ -220,10 +221,10 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 		return nil
 	}
 	defer leave()
-	deadline := c.now().Add(time.Duration(c.cfg.Timeout))
+	deadline := c.clock.Now().Add(time.Duration(c.cfg.Timeout))
 	token := ""
 	if kr.key != "" {
-		claim, err := st.ClaimKey(kr.recordKey, kr.fp, time.Until(deadline))
+		claim, err := st.ClaimKey(kr.recordKey, kr.fp, c.clock.Until(deadline))
 		if err != nil {
 			c.calls.release()
 			return c.gate.storageFailed(w, kr, err)
@@ -238,7 +239,7 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 		token = claim.Token
 	}
 	base, cancel := context.WithCancelCause(ownVars(context.WithoutCancel(kr.r.Context())))
-	ctx, stop := context.WithDeadline(base, deadline)
+	ctx, stop := withDeadline(base, c.clock, deadline)
 	// The slot is free again when the call's context ends: when it is answered here, or when
 	// the runner settles the converted operation (it cancels the context then), or at the deadline.
 	context.AfterFunc(ctx, func() { stop(); c.calls.release() })
@@ -246,7 +247,7 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 	stream := newOpStream()
 	go func() { first <- c.attemptNext(ctx, kr, next, stream) }()
 
-	t := time.NewTimer(window)
+	t := c.clock.NewTimer(window)
 	defer t.Stop()
 	select {
 	case res := <-first:
@@ -256,7 +257,7 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 		return nil
 	case <-stream.begun:
 		return c.relayLive(w, kr, st, token, stream, first, cancel)
-	case <-t.C:
+	case <-t.Chan():
 	case <-kr.r.Context().Done(): // the client left: convert, so the call's outcome is kept
 	}
 	op := c.newOperation(kr, store.StatusRunning)

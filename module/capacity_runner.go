@@ -116,7 +116,7 @@ func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *st
 	}
 	var wait time.Duration
 	if first && !op.QueueDeadline.IsZero() {
-		if wait = time.Until(op.QueueDeadline); wait <= 0 {
+		if wait = r.clock.Until(op.QueueDeadline); wait <= 0 {
 			if pending != nil {
 				pending.pool.abandon(pending.w)
 			}
@@ -159,7 +159,7 @@ func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *st
 // expiredInQueue fails a just-claimed operation whose queue deadline has passed, before it
 // reaches the upstream; it reports whether it did.
 func (r *runner) expiredInQueue(op *store.Operation) bool {
-	if op.QueueDeadline.IsZero() || time.Now().Before(op.QueueDeadline) {
+	if op.QueueDeadline.IsZero() || r.clock.Now().Before(op.QueueDeadline) {
 		return false
 	}
 	r.queueTimeout(op)
@@ -181,7 +181,7 @@ const staleEvery = time.Second
 // dropStale fails queued operations past their queue deadline, so that they fail at their
 // deadline even while nothing is claimed, and never reach the upstream.
 func (r *runner) dropStale() {
-	ops, err := r.st.StaleQueued(time.Now(), 100)
+	ops, err := r.st.StaleQueued(r.clock.Now(), 100)
 	if err != nil {
 		r.log.Warn("looking for stale queued operations", zap.Error(err))
 		return

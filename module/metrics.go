@@ -3,7 +3,6 @@ package module
 import (
 	"errors"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -186,7 +185,7 @@ func (runnerCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(running), name)
 		age := 0.0
 		if !oldest.IsZero() {
-			age = time.Since(oldest).Seconds()
+			age = r.clock.Since(oldest).Seconds()
 		}
 		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, age, name)
 		if pending, dead, err := r.st.CountEvents(); err == nil {

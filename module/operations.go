@@ -266,14 +266,14 @@ func (h *Handler) alreadyFinal(q *opsRequest, op *store.Operation) {
 
 // awaitCancel stops id's execution and waits up to cancelWait for it to become final.
 func (h *Handler) awaitCancel(q *opsRequest, id string) (*store.Operation, error) {
-	deadline := time.NewTimer(cancelWait)
+	deadline := h.clock.NewTimer(cancelWait)
 	defer deadline.Stop()
 	for {
 		done := q.run.cancel(id)
 		if done != nil {
 			select {
 			case <-done:
-			case <-deadline.C:
+			case <-deadline.Chan():
 			}
 			return q.st.GetOperation(id)
 		}
@@ -284,9 +284,9 @@ func (h *Handler) awaitCancel(q *opsRequest, id string) (*store.Operation, error
 			return op, err
 		}
 		select {
-		case <-deadline.C:
+		case <-deadline.Chan():
 			return op, nil
-		case <-time.After(20 * time.Millisecond):
+		case <-h.clock.After(20 * time.Millisecond):
 		}
 	}
 }

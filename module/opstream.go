@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/capture"
@@ -262,6 +263,7 @@ func (h *Handler) followResult(q *opsRequest, op *store.Operation) bool {
 // taken over can neither replace nor write into the running attempt's stream, and followers
 // read a stream whose holder lost the operation as aborted. A nil *opRecording records nothing.
 type opRecording struct {
+	clock  clockwork.Clock
 	st     store.StreamRecorder
 	id     string
 	holder store.StreamHolder
@@ -279,9 +281,9 @@ func (r *runner) recordingFor(ctx context.Context, id string) *opRecording {
 	}
 	keep := time.Hour
 	if dl, ok := ctx.Deadline(); ok {
-		keep = time.Until(dl) + 30*time.Second
+		keep = r.clock.Until(dl) + 30*time.Second
 	}
-	return &opRecording{st: r.shared, id: id, holder: store.OperationHolder(r.worker), keep: keep + time.Minute,
+	return &opRecording{clock: r.clock, st: r.shared, id: id, holder: store.OperationHolder(r.worker), keep: keep + time.Minute,
 		log: newReqLog(r.log, zap.String("operation_id", id))}
 }
 
@@ -321,7 +323,7 @@ func (o *opRecording) end(whole bool) {
 		return
 	}
 	if o.live.drain() && whole {
-		err := o.st.FinishStream([]byte(o.id), o.holder, time.Now().Add(time.Minute))
+		err := o.st.FinishStream([]byte(o.id), o.holder, o.clock.Now().Add(time.Minute))
 		if err == nil {
 			return
 		}

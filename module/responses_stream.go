@@ -59,7 +59,7 @@ func (a *respCall) follow(op *store.Operation, after int64) {
 			select {
 			case <-a.r.Context().Done():
 				return
-			case <-time.After(streamPollMax):
+			case <-a.h.clock.After(streamPollMax):
 			}
 			if cur, _ = a.st.GetOperation(op.ID); cur == nil {
 				return
@@ -191,7 +191,7 @@ const settleWait = 2 * time.Second
 // response goes on (another attempt runs, or will) or succeeded by another attempt: the
 // follower then reads the attempt as lost.
 func (rl *relay) ended() responses.Object {
-	deadline := time.Now().Add(settleWait)
+	deadline := rl.a.h.now().Add(settleWait)
 	for {
 		op, err := rl.a.st.GetOperation(rl.op.ID)
 		switch {
@@ -203,13 +203,13 @@ func (rl *relay) ended() responses.Object {
 				return nil
 			}
 			return o
-		case op.Status.Final() || time.Now().After(deadline):
+		case op.Status.Final() || rl.a.h.now().After(deadline):
 			return nil
 		}
 		select {
 		case <-rl.a.r.Context().Done():
 			return nil
-		case <-time.After(pollInterval):
+		case <-rl.a.h.clock.After(pollInterval):
 		}
 	}
 }

@@ -2,7 +2,8 @@ package module
 
 import (
 	"encoding/json"
-	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/mulligan-gw/mulligan/internal/responses"
 	"github.com/mulligan-gw/mulligan/store"
@@ -15,7 +16,7 @@ import (
 
 // announceResponse is the event of a response's move to a final status, written in the
 // transition's own transaction; nil for other moves or without a callback.
-func announceResponse(op *store.Operation, result *store.Response) *store.Event {
+func announceResponse(clock clockwork.Clock, op *store.Operation, result *store.Response) *store.Event {
 	if op.Callback == nil || !op.Status.Final() {
 		return nil
 	}
@@ -29,7 +30,7 @@ func announceResponse(op *store.Operation, result *store.Response) *store.Event 
 	if typ == "" {
 		return nil
 	}
-	now := time.Now()
+	now := clock.Now()
 	data, _ := json.Marshal(map[string]string{"id": op.ID})
 	return &store.Event{
 		ID: newID("evt_", now), Type: typ, OperationID: op.ID, Version: op.Version,

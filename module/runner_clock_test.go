@@ -34,7 +34,7 @@ func newLoopRunner(t *testing.T, clock clockwork.Clock, handler http.Handler, cf
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.SetAnnouncer(announce)
+	st.SetAnnouncer(announcer(clock))
 	r := newRunner(st, storageSpec{concurrency: cfg.concurrency, takeover: cfg.takeover}, clock, zap.NewNop())
 	cfg.dispatch = func(*store.Operation) http.Handler { return handler }
 	r.configure(testConfigOwner, cfg)
@@ -407,5 +407,39 @@ func TestSettlingExecutionsAreBoundedByConcurrency(t *testing.T) {
 	lr.executionEnded("b", exs[1])
 	if pooled, settling := counts(); pooled != 0 || settling != 0 {
 		t.Fatalf("after all ends: pooled %d, settling %d", pooled, settling)
+	}
+}
+
+// TestQueueDeadlinesAreReadOnTheRunnersClock: an operation's queue deadline passes when the
+// runner's clock passes it, not the wall clock. On a clock an hour behind the wall, an
+// operation due within a minute is claimed and run, and one left queued is failed
+// QUEUE_TIMEOUT only once the clock moves past its deadline.
+func TestQueueDeadlinesAreReadOnTheRunnersClock(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond))
+	up, calls, _ := gatedUpstream(clock, "")
+	lr := newLoopRunner(t, clock, up, runnerConfig{concurrency: 1})
+	deadline := clock.Now().Add(time.Minute)
+	for _, id := range []string{"op_run", "op_wait"} {
+		ex := testExecution(time.Minute, 0)
+		lr.queue(t, &store.Operation{ID: id, Exec: &ex, QueueDeadline: deadline}, nil, chat(id))
+	}
+
+	lr.dropStale()
+	if op, err := lr.st.GetOperation("op_wait"); err != nil || op.Status != store.StatusQueued {
+		t.Fatalf("before its deadline on the runner's clock: %+v, %v; want it still queued", op, err)
+	}
+	if !lr.claimNext() {
+		t.Fatal("nothing claimed")
+	}
+	receive(t, calls, "the call of the operation claimed before its deadline").answer <- http.StatusOK
+	if op := lr.await(t, "op_run"); op.Status != store.StatusSucceeded {
+		t.Fatalf("op_run: %s, want succeeded", op.Status)
+	}
+
+	clock.Advance(2 * time.Minute)
+	lr.dropStale()
+	op, err := lr.st.GetOperation("op_wait")
+	if err != nil || op.Status != store.StatusFailed || op.Error == nil || op.Error.Code != string(apierr.CodeQueueTimeout) {
+		t.Fatalf("past its deadline: %+v, %v; want failed %s", op, err, apierr.CodeQueueTimeout)
 	}
 }

@@ -107,7 +107,7 @@ func openStorage(set storageSpec, log *zap.Logger) (*storage, error) {
 		st.SetSyncObserver(func(n int) { metrics.fsyncBatch.Observe(float64(n)) })
 		be = st
 	}
-	be.SetAnnouncer(announce)
+	be.SetAnnouncer(announcer(realClock))
 	// The batch hooks go in before the runner begins: a line it finishes is counted with them.
 	be.SetBatchAnnouncer(batches.Announcer(realClock, newID))
 	be.SetBatchLineSizer(batches.LineBytes)
@@ -257,11 +257,11 @@ func (u *storageRef) acquire() (*storage, func(), error) {
 	select {
 	case <-u.ready:
 	default:
-		t := time.NewTimer(storeStartWait)
+		t := realClock.NewTimer(storeStartWait)
 		defer t.Stop()
 		select {
 		case <-u.ready:
-		case <-t.C:
+		case <-t.Chan():
 			return nil, nil, store.ErrUnavailable
 		}
 	}
