@@ -90,6 +90,17 @@ func (h *harness) responses(ctx context.Context) ([]Row, error) {
 	}
 	defer mull.stop()
 
+	rows := []Row{h.respFirstEvent(ctx, plain, mull)}
+	if err := ctx.Err(); err != nil {
+		return rows, err
+	}
+	row, err := h.respMemory(ctx, up, plain, src)
+	return append(rows, row), err
+}
+
+// respFirstEvent measures the time to the upstream's first event through plain Caddy (a direct
+// stream) and through Mulligan (a background one), in interleaved rounds.
+func (h *harness) respFirstEvent(ctx context.Context, plain, mull *gateway) Row {
 	var ps, ms sample
 	for r := range h.cfg.Rounds {
 		sides := []struct {
@@ -106,21 +117,23 @@ func (h *harness) responses(ctx context.Context) ([]Row, error) {
 			side.s.add(s)
 		}
 	}
-	rows := []Row{{Scenario: "responses: time to first event, one client (background stream vs direct stream)",
+	return Row{Scenario: "responses: time to first event, one client (background stream vs direct stream)",
 		Plain: resultOf(ps), Mulligan: []*Result{resultOf(ms)},
 		Note: fmt.Sprintf("req/s: streams/s; p50/p99: time to the upstream's first event; Mulligan (Badger, responses /v1) adds %s at p50, %s at p99",
-			signed(ms.percentile(50)-ps.percentile(50)), signed(ms.percentile(99)-ps.percentile(99)))}}
-	if err := ctx.Err(); err != nil {
-		return rows, err
-	}
-	// Every live stream is a running operation: the memory's gateway runs that many at once.
+			signed(ms.percentile(50)-ps.percentile(50)), signed(ms.percentile(99)-ps.percentile(99)))}
+}
+
+// respMemory reads plain Caddy's and a Mulligan gateway's memory with LiveStreams streams live.
+// Every live background stream is a running operation: that gateway's runner runs that many at
+// once.
+func (h *harness) respMemory(ctx context.Context, up string, plain *gateway, src *respSource) (Row, error) {
+	row := Row{Scenario: fmt.Sprintf("responses: %d concurrent background streams live", h.cfg.LiveStreams)}
 	extra := fmt.Sprintf("\t\tresponses /v1\n\t\tasync {\n\t\t\tconcurrency %d\n\t\t}\n", h.cfg.LiveStreams+64)
 	wide, err := h.startGateway(ctx, "responses-wide", func(int) string { return mulliganSite(up, h.badgerDir("responses-wide"), extra) })
 	if err != nil {
-		return rows, err
+		return row, err
 	}
 	defer wide.stop()
-	row := Row{Scenario: fmt.Sprintf("responses: %d concurrent background streams live", h.cfg.LiveStreams)}
 	var notes []string
 	for _, side := range []struct {
 		g  *gateway
@@ -128,16 +141,16 @@ func (h *harness) responses(ctx context.Context) ([]Row, error) {
 	}{{plain, false}, {wide, true}} {
 		before, err := side.g.rssBytes()
 		if err != nil {
-			return append(rows, row), err
+			return row, err
 		}
 		during, err := h.holdResponses(ctx, side.g, side.bg, src)
 		if err != nil {
-			return append(rows, row), fmt.Errorf("%s: %w", side.g.name, err)
+			return row, fmt.Errorf("%s: %w", side.g.name, err)
 		}
 		notes = append(notes, fmt.Sprintf("%s RSS %s idle, %s with them live (%s anonymous)", side.g.name, mib(before), mib(during.rss), mib(during.anon)))
 	}
 	row.Note = strings.Join(notes, "; ")
-	return append(rows, row), nil
+	return row, nil
 }
 
 // respStep is one client creating streamed responses for a round (background ones when bg) and
