@@ -118,12 +118,9 @@ func (a *respCall) create() bool {
 	req.Body = c.Upstream
 	req.Header.Del("Content-Length")
 	req.Header.Set("Content-Type", "application/json")
-	resp, ok, err := h.conv.enqueue(a.w, kr, a.st, a.run, op, req, a.createdAnswer)
+	resp, ok, _ := h.conv.enqueue(a.w, kr, a.st, a.run, op, req, a.createdAnswer)
 	if !ok {
-		return true
-	}
-	if err != nil {
-		return true
+		return true // answered already: a full queue or scope, a key's record, the storage failing
 	}
 	a.log.Info("background response accepted", zap.String("response_id", op.ID))
 	if c.Stream {

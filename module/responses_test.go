@@ -246,6 +246,15 @@ func TestResponsesUpstreamFailureIsAFailedResponse(t *testing.T) {
 	if done := g.awaitResponse(t, j.ID, alice...); done.Status != "completed" || done.ID != j.ID || done.text() != "You said: answer json" {
 		t.Fatalf("answered as JSON: %+v", done)
 	}
+	evs := readRespEvents(t, g.followResponse(t, j.ID, "", alice...), 0)
+	if len(evs) != 2 || evs[0].Type != "response.queued" || evs[1].Type != "response.completed" || evs[1].Response.ID != j.ID || evs[1].Seq != 1 {
+		t.Fatalf("the stream of a response answered as JSON: %+v", evs)
+	}
+	// A failed one's stream ends with its failure.
+	evs = readRespEvents(t, g.followResponse(t, o.ID, "", alice...), 0)
+	if len(evs) != 2 || evs[1].Type != "response.failed" || evs[1].Response.Status != "failed" {
+		t.Fatalf("the stream of a failed response: %+v", evs)
+	}
 }
 
 func TestResponsesRefusesMalformedCreates(t *testing.T) {
@@ -323,5 +332,22 @@ func TestResponsesCreateWithAKeyReplaysTheSameResponse(t *testing.T) {
 	expectError(t, g.post("/v1/responses", "create-1", `{"input":"other","background":true}`, alice...), http.StatusConflict, apierr.CodeKeyReused, false)
 	if st := g.model.Stats(); st.Received != 1 {
 		t.Fatalf("the model server ran %d times, want once", st.Received)
+	}
+}
+
+func TestResponsesWebhookGoesToTheCallbackUrl(t *testing.T) {
+	rc := newReceiver(t, secretA, nil)
+	g := startGateway(t, modelserver.Config{}, "webhooks {\n endpoint hooks "+rc.srv.URL+"/hooks/* {\n secret "+secretA+"\n }\n allow_private\n}\n"+responsesBlock)
+	expectError(t, g.post("/v1/responses", "", `{"input":"x","background":true}`, append([]string{"Callback-Url", "https://evil.example.com/hooks/x"}, alice...)...),
+		http.StatusUnprocessableEntity, apierr.CodeCallbackNotAllow, false)
+	quiet := g.createResponse(t, `{"input":"no hook","background":true}`, alice...)
+	hooked := g.createResponse(t, `{"input":"hook","background":true}`, append([]string{"Callback-Url", rc.srv.URL + "/hooks/agent-7"}, alice...)...)
+	g.awaitResponse(t, quiet.ID, alice...)
+	g.awaitResponse(t, hooked.ID, alice...)
+	testkit.WaitFor(t, 10*time.Second, "the delivery", func() bool { return rc.delivered() == 1 })
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if data, _ := rc.events[0]["data"].(map[string]any); data["id"] != hooked.ID || rc.events[0]["type"] != "response.completed" {
+		t.Fatalf("delivered %v, want %s's response.completed alone", rc.events, hooked.ID)
 	}
 }
