@@ -227,4 +227,20 @@ func TestBackgroundResponseResumesOnAnotherReplica(t *testing.T) {
 		st := model.Stats()
 		return st.InFlight == 0 && st.Abandoned == 1
 	})
+
+	// Deleted on one replica, it is gone on every one; another scope never saw it.
+	if status, got := rs[0].awaitResponse(t, id, auth...); status != "completed" || got != want {
+		t.Fatalf("retrieved on replica 0: %s %q", status, got)
+	}
+	if resp, _, err := rs[1].send("GET", "/v1/responses/"+id, "", "", "Authorization", "Bearer other"); err != nil || resp.StatusCode != 404 {
+		t.Fatalf("another scope's retrieve: %v %v", err, resp)
+	}
+	if resp, b, err := rs[2].send("DELETE", "/v1/responses/"+id, "", "", auth...); err != nil || resp.StatusCode != 200 || !strings.Contains(string(b), `"deleted":true`) {
+		t.Fatalf("delete: %v %v %s", err, resp, b)
+	}
+	for i, r := range rs {
+		if resp, b, err := r.send("GET", "/v1/responses/"+id, "", "", auth...); err != nil || resp.StatusCode != 404 || !strings.Contains(string(b), "RESPONSE_NOT_FOUND") {
+			t.Fatalf("replica %d after the delete: %v %v %s", i, err, resp, b)
+		}
+	}
 }
