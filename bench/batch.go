@@ -73,8 +73,9 @@ type batchRun struct {
 	h                          *harness
 	g                          *gateway
 	idle                       int64
-	upload, running, download  int64 // peak RSS over idle in each phase
-	peak, peakAnon             int64 // peak RSS and peak anonymous RSS (heap, stacks), absolute, over the whole scenario
+	upload, running, download  int64            // peak RSS over idle in each phase
+	peak, peakAnon             int64            // peak RSS and peak anonymous RSS (heap, stacks), absolute, over the whole scenario
+	peakKinds                  map[string]int64 // the resident set at the peak, by what it maps (resident.go)
 	runFor                     time.Duration
 	unloaded, loaded           sample
 	completed, failed, fileLen int
@@ -130,6 +131,12 @@ func (m *batchRun) peakDuring(fn func() error) int64 {
 		for {
 			if rss, err := m.g.rssBytes(); err == nil && rss > peak.Load() {
 				peak.Store(rss)
+				if rss > m.peak { // the scenario's peak so far: what it is made of
+					m.peak = rss
+					if kinds, err := m.g.residentByKind(); err == nil {
+						m.peakKinds = kinds
+					}
+				}
 			}
 			if anon, err := m.g.procStatus("RssAnon"); err == nil && anon > m.peakAnon {
 				m.peakAnon = anon // this goroutine alone writes it while fn runs
@@ -257,9 +264,9 @@ func (m *batchRun) downloadOutput(ctx context.Context, id string) error {
 func (m *batchRun) row() Row {
 	capacity := float64(batchSlots) / batchLatency.Seconds()
 	rate := float64(m.completed+m.failed) / m.runFor.Seconds()
-	note := fmt.Sprintf("%d lines (%.1f MB), %d slots x %s = %.0f lines/s capacity: %.0f lines/s (%.0f%%); RSS over idle: upload %s, run %s, download %s (peak %s, of it anonymous %s; idle %s); interactive p99 %s unloaded, %s during the batch (%.1fx)",
+	note := fmt.Sprintf("%d lines (%.1f MB), %d slots x %s = %.0f lines/s capacity: %.0f lines/s (%.0f%%); RSS over idle: upload %s, run %s, download %s (peak %s, of it anonymous %s; idle %s; at the peak: %s); interactive p99 %s unloaded, %s during the batch (%.1fx)",
 		m.h.cfg.BatchLines, float64(m.fileLen)/1e6, batchSlots, batchLatency, capacity, rate, 100*rate/capacity,
-		mib(m.upload), mib(m.running), mib(m.download), mib(m.peak), mib(m.peakAnon), mib(m.idle), m.unloaded.percentile(99), m.loaded.percentile(99),
+		mib(m.upload), mib(m.running), mib(m.download), mib(m.peak), mib(m.peakAnon), mib(m.idle), formatKinds(m.peakKinds), m.unloaded.percentile(99), m.loaded.percentile(99),
 		float64(m.loaded.percentile(99))/float64(max(m.unloaded.percentile(99), 1)))
 	m.h.logf("batch: %s", note)
 	return Row{Scenario: fmt.Sprintf("batch (%dk lines)", m.h.cfg.BatchLines/1000), Mulligan: []*Result{resultOf(m.loaded)}, Note: note}
