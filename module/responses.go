@@ -81,6 +81,11 @@ func (h *Handler) serveResponses(w http.ResponseWriter, r *http.Request) bool {
 // response object, queued, or with stream true its events as they come.
 func (a *respCall) create() bool {
 	h := a.h
+	if a.r.ContentLength > h.gate.maxBody {
+		// Too large to store as a response: it goes on as it would without the block (the
+		// gate refuses it with a key; a background one the upstream refuses).
+		return false
+	}
 	key, ok := h.gate.keyOf(a.w, a.r)
 	if !ok {
 		return true

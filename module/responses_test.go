@@ -351,3 +351,18 @@ func TestResponsesWebhookGoesToTheCallbackUrl(t *testing.T) {
 		t.Fatalf("delivered %v, want %s's response.completed alone", rc.events, hooked.ID)
 	}
 }
+
+// A body over max_body is not the gateway's to store: it goes on as without the block.
+func TestResponsesOverMaxBodyPassThrough(t *testing.T) {
+	up := &respUpstream{}
+	g := startGatewayWith(t, gatewaySetup{wrap: up.wrap, mulligan: "idempotency {\n max_body 1KiB\n}\n" + responsesBlock})
+	big := `{"input":"` + strings.Repeat("x ", 1000) + `"}`
+	o := decodeResponse(t, g.post("/v1/responses", "", big, alice...))
+	if !strings.HasPrefix(o.ID, "resp_ms") || o.Status != "completed" || len(up.calls()) != 1 {
+		t.Fatalf("a large request without background: %+v, %d upstream calls", o, len(up.calls()))
+	}
+	r := g.post("/v1/responses", "", `{"background":true,"input":"`+strings.Repeat("x ", 1000)+`"}`, alice...)
+	if r.StatusCode != http.StatusBadRequest || !strings.Contains(string(r.body), "background_unsupported") {
+		t.Fatalf("a large background request: %v %s, want the upstream's refusal", r.Response, r.body)
+	}
+}
