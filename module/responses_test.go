@@ -366,3 +366,19 @@ func TestResponsesOverMaxBodyPassThrough(t *testing.T) {
 		t.Fatalf("a large background request: %v %s, want the upstream's refusal", r.Response, r.body)
 	}
 }
+
+// A poll of a running response shows the output streamed so far.
+func TestResponsesInProgressShowsTheOutputSoFar(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, responsesBlock)
+	s := g.createStream(t, `{"input":"a b c d e f g h","background":true,"stream":true}`, append([]string{"X-Mock-Chunk-Delay", "300ms"}, alice...)...)
+	evs := readRespEvents(t, s, 7) // queued, created, in_progress, item, part, two deltas
+	id := evs[0].Response.ID
+	o := decodeResponse(t, g.get("/v1/responses/"+id, alice...))
+	if o.Status != "in_progress" || !strings.HasPrefix("You said: a b c d e f g h", o.text()) || len(o.text()) < len("You said:") {
+		t.Fatalf("polled while running: %s %q", o.Status, o.text())
+	}
+	readRespEvents(t, s, 0)
+	if done := g.awaitResponse(t, id, alice...); done.text() != "You said: a b c d e f g h" {
+		t.Fatalf("completed: %q", done.text())
+	}
+}

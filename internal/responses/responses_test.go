@@ -99,3 +99,22 @@ func TestWebhookTypes(t *testing.T) {
 		}
 	}
 }
+
+func TestPartialFoldsTheOutputSoFar(t *testing.T) {
+	var p Partial
+	for _, ev := range []string{
+		`{"type":"response.created","response":{"id":"r"}}`,
+		`{"type":"response.output_item.added","output_index":0,"item":{"id":"m","type":"message","content":[]}}`,
+		`{"type":"response.content_part.added","output_index":0,"content_index":0,"part":{"type":"output_text","text":""}}`,
+		`{"type":"response.output_text.delta","output_index":0,"content_index":0,"delta":"Hel"}`,
+		`{"type":"response.output_text.delta","output_index":0,"content_index":0,"delta":"lo"}`,
+		`{"type":"response.output_text.delta","output_index":7,"content_index":0,"delta":"lost"}`,
+		`{"type":"response.output_item.added","output_index":99999,"item":{}}`,
+	} {
+		p.Add([]byte("data: " + ev + "\n\n"))
+	}
+	b, _ := json.Marshal(p.Output())
+	if string(b) != `[{"content":[{"text":"Hello","type":"output_text"}],"id":"m","type":"message"}]` {
+		t.Fatalf("output %s", b)
+	}
+}
