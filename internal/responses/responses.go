@@ -190,7 +190,8 @@ func UpstreamError(body []byte) (code, message string, ok bool) {
 
 // Event is one recorded upstream event as the gateway relays it: renumbered with seq, any
 // response object in it made the gateway's, written as "event: <type>" and one data line. ok
-// is false for an event without a JSON object (a comment, "[DONE]"): it is not relayed.
+// is false for an event without a JSON object (a comment, "[DONE]") or a type: it is not
+// relayed.
 func Event(block []byte, seq int64, id string, createdAt int64) (out []byte, typ string, ok bool) {
 	typ, data := parseBlock(block)
 	if data == nil {
@@ -199,8 +200,8 @@ func Event(block []byte, seq int64, id string, createdAt int64) (out []byte, typ
 	if t, isStr := data["type"].(string); isStr && t != "" {
 		typ = t
 	}
-	if typ == "" {
-		return nil, "", false
+	if typ == "" || strings.ContainsAny(typ, "\r\n") {
+		return nil, "", false // a type that would break the framing is not an event to relay
 	}
 	data["type"], data["sequence_number"] = typ, seq
 	if o, isObj := data["response"].(map[string]any); isObj {

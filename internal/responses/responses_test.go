@@ -118,3 +118,29 @@ func TestPartialFoldsTheOutputSoFar(t *testing.T) {
 		t.Fatalf("output %s", b)
 	}
 }
+
+// FuzzUpstreamEvents feeds arbitrary upstream bytes to everything that reads them: none may
+// panic, and an event relayed is always one event with the gateway's id.
+func FuzzUpstreamEvents(f *testing.F) {
+	f.Add([]byte("event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"x\"}}\n\n"))
+	f.Add([]byte("data: {\"type\":\"response.output_text.delta\",\"output_index\":-1,\"content_index\":1e99,\"delta\":3}\n\n"))
+	f.Add([]byte("data: {\"type\":\"response.output_item.added\",\"output_index\":0,\"item\":{\"content\":\"no\"}}\n\ndata: {\"type\":\"response.content_part.added\",\"output_index\":0,\"content_index\":0,\"part\":{}}\n\n"))
+	f.Add([]byte(": comment\n\ndata: [DONE]\n\n"))
+	f.Add([]byte("data: {\"type\":\"a\\n\\nevent: forged\"}\n\n"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var p Partial
+		var split sseSplit
+		split.each(body, func(block []byte) {
+			p.Add(block)
+			if out, _, ok := Event(block, 3, "resp_gw", 1); ok && strings.Count(string(out), "\n\n") != 1 {
+				t.Fatalf("relayed %q as %q", block, out)
+			}
+		})
+		_ = p.Output()
+		Final("text/event-stream", body)
+		Final("application/json", body)
+		Count(body)
+		_, _ = ParseCreate(body)
+		UpstreamError(body)
+	})
+}
