@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -90,15 +89,7 @@ func (h *rawHooks) find(typ, id string) *rawHook {
 
 func runSDKScript(t *testing.T, ctx context.Context, node, script string, args ...string) []byte {
 	t.Helper()
-	out, err := exec.CommandContext(ctx, node, append([]string{script}, args...)...).Output()
-	if err != nil {
-		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = ee.Stderr
-		}
-		t.Fatalf("the SDK script failed: %v\n%s\n%s", err, out, stderr)
-	}
-	return out
+	return testkit.RunSDKScript(t, ctx, node, script, args...)
 }
 
 func TestOpenAINodeSDKRunsBackgroundResponses(t *testing.T) {

@@ -351,3 +351,34 @@ func TestResponsesWebhookGoesToTheCallbackUrl(t *testing.T) {
 		t.Fatalf("delivered %v, want %s's response.completed alone", rc.events, hooked.ID)
 	}
 }
+
+// A body over max_body is not the gateway's to store: it goes on as without the block.
+func TestResponsesOverMaxBodyPassThrough(t *testing.T) {
+	up := &respUpstream{}
+	g := startGatewayWith(t, gatewaySetup{wrap: up.wrap, mulligan: "idempotency {\n max_body 1KiB\n}\n" + responsesBlock})
+	big := `{"input":"` + strings.Repeat("x ", 1000) + `"}`
+	o := decodeResponse(t, g.post("/v1/responses", "", big, alice...))
+	if !strings.HasPrefix(o.ID, "resp_ms") || o.Status != "completed" || len(up.calls()) != 1 {
+		t.Fatalf("a large request without background: %+v, %d upstream calls", o, len(up.calls()))
+	}
+	r := g.post("/v1/responses", "", `{"background":true,"input":"`+strings.Repeat("x ", 1000)+`"}`, alice...)
+	if r.StatusCode != http.StatusBadRequest || !strings.Contains(string(r.body), "background_unsupported") {
+		t.Fatalf("a large background request: %v %s, want the upstream's refusal", r.Response, r.body)
+	}
+}
+
+// A poll of a running response shows the output streamed so far.
+func TestResponsesInProgressShowsTheOutputSoFar(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, responsesBlock)
+	s := g.createStream(t, `{"input":"a b c d e f g h","background":true,"stream":true}`, append([]string{"X-Mock-Chunk-Delay", "300ms"}, alice...)...)
+	evs := readRespEvents(t, s, 7) // queued, created, in_progress, item, part, two deltas
+	id := evs[0].Response.ID
+	o := decodeResponse(t, g.get("/v1/responses/"+id, alice...))
+	if o.Status != "in_progress" || !strings.HasPrefix("You said: a b c d e f g h", o.text()) || len(o.text()) < len("You said:") {
+		t.Fatalf("polled while running: %s %q", o.Status, o.text())
+	}
+	readRespEvents(t, s, 0)
+	if done := g.awaitResponse(t, id, alice...); done.text() != "You said: a b c d e f g h" {
+		t.Fatalf("completed: %q", done.text())
+	}
+}

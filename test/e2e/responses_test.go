@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -227,4 +229,62 @@ func TestBackgroundResponseResumesOnAnotherReplica(t *testing.T) {
 		st := model.Stats()
 		return st.InFlight == 0 && st.Abandoned == 1
 	})
+
+	// Deleted on one replica, it is gone on every one; another scope never saw it.
+	if status, got := rs[0].awaitResponse(t, id, auth...); status != "completed" || got != want {
+		t.Fatalf("retrieved on replica 0: %s %q", status, got)
+	}
+	if resp, _, err := rs[1].send("GET", "/v1/responses/"+id, "", "", "Authorization", "Bearer other"); err != nil || resp.StatusCode != 404 {
+		t.Fatalf("another scope's retrieve: %v %v", err, resp)
+	}
+	if resp, b, err := rs[2].send("DELETE", "/v1/responses/"+id, "", "", auth...); err != nil || resp.StatusCode != 200 || !strings.Contains(string(b), `"deleted":true`) {
+		t.Fatalf("delete: %v %v %s", err, resp, b)
+	}
+	for i, r := range rs {
+		if resp, b, err := r.send("GET", "/v1/responses/"+id, "", "", auth...); err != nil || resp.StatusCode != 404 || !strings.Contains(string(b), "RESPONSE_NOT_FOUND") {
+			t.Fatalf("replica %d after the delete: %v %v %s", i, err, resp, b)
+		}
+	}
+}
+
+// The official openai SDK creates a streamed background response on one replica, drops it
+// after three deltas, and resumes it on another with responses.retrieve(id, {stream: true,
+// starting_after}): every later event once, numbered on, the text whole, the model run once.
+func TestOpenAINodeSDKResumesABackgroundStreamOnAnotherReplica(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	node, script := testkit.InstallSDKScript(t, ctx, filepath.Join(testkit.ModuleRoot(), "module", "testdata", "openai_responses.cjs"))
+	dsn := pgtest.Database(t)
+	model, upstream := startModelServer(t, modelserver.Config{})
+	rs := startReplicas(t, 2, upstream, dsn, "responses /v1")
+	type sdkEvent struct {
+		Type, Delta, ID string
+		Seq             int
+	}
+	var got struct {
+		Stream struct {
+			ID          string
+			First, Rest []sdkEvent
+		}
+	}
+	out := testkit.RunSDKScript(t, ctx, node, script, "resume", rs[0].base+"/v1", rs[1].base+"/v1")
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("the script printed %q: %v", out, err)
+	}
+	s := got.Stream
+	events := func(in []sdkEvent) []respEvent {
+		out := make([]respEvent, len(in))
+		for i, e := range in {
+			out[i] = respEvent{Type: e.Type, Seq: e.Seq, Delta: e.Delta}
+			out[i].Response.ID = e.ID
+		}
+		return out
+	}
+	text := textOf(t, events(s.First), 0, s.ID) + textOf(t, events(s.Rest), len(s.First), s.ID)
+	if want := "You said: one two three four five six seven eight"; text != want || s.Rest[len(s.Rest)-1].Type != "response.completed" {
+		t.Fatalf("dropped on one replica and resumed on the other: %q, want %q", text, want)
+	}
+	if runs := model.Stats().Received; runs != 1 {
+		t.Fatalf("the model ran %d times, want 1", runs)
+	}
 }
