@@ -23,7 +23,6 @@ type Ask struct {
 	Urgency int
 	Scope   string
 	Since   time.Time // when the work began to wait (an operation: when it was submitted)
-	Queued  bool      // an operation claimed from the durable queue, not a live sync call
 }
 
 // Waiter is one ask waiting in the pool.
@@ -54,7 +53,6 @@ type Pool struct {
 	waiting []*Waiter
 	turns   map[string]uint64 // scope with waiters -> number of the grant it got last
 	grants  uint64
-	queued  int // waiters that are operations from the durable queue
 	adapt   *Adaptive
 	drain   DrainRate
 	stats   counters
@@ -100,9 +98,6 @@ func (p *Pool) Enqueue(ask Ask) *Waiter {
 		return w
 	}
 	p.waiting = append(p.waiting, w)
-	if ask.Queued {
-		p.queued++
-	}
 	return w
 }
 
@@ -151,9 +146,6 @@ func (p *Pool) dropLocked(w *Waiter) {
 	for i, x := range p.waiting {
 		if x == w {
 			p.waiting = append(p.waiting[:i], p.waiting[i+1:]...)
-			if w.Ask.Queued {
-				p.queued--
-			}
 			p.forgetIdleLocked(w.Ask.Scope)
 			return
 		}
@@ -240,16 +232,6 @@ func (p *Pool) before(a, b *Waiter, now time.Time) bool {
 // (store.AgingStep per level), so a steady stream of more urgent work cannot starve it.
 func effectiveUrgency(a Ask, now time.Time) int {
 	return store.EffectiveUrgency(a.Urgency, now.Sub(a.Since))
-}
-
-// RoomForQueued reports whether the runner should claim one more operation for this pool: a
-// seat is free for it, or no operation from the durable queue waits here yet. Keeping one
-// claimed operation waiting stands the durable queue's head in this order, so a freed seat goes
-// to it when it is more urgent than the live sync calls waiting (docs/capacity.md).
-func (p *Pool) RoomForQueued() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.inUse+len(p.waiting) < p.limit || p.queued == 0
 }
 
 // RetryAfter estimates when a refused call may find a seat: the work waiting ahead of it over

@@ -125,7 +125,7 @@ func TestPoolWaitEndsAtItsDeadlineOnTheClock(t *testing.T) {
 func TestPoolAbandonedGrantFreesItsSeatForTheNext(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(t0)
 	p := NewPool(clock, Config{Limit: 1})
-	first := p.Enqueue(Ask{Scope: "a", Since: t0, Queued: true})
+	first := p.Enqueue(Ask{Scope: "a", Since: t0})
 	second := p.Enqueue(Ask{Scope: "b", Since: t0})
 	if !granted(first) || granted(second) {
 		t.Fatal("want the first granted, the second waiting")
@@ -140,23 +140,6 @@ func TestPoolAbandonedGrantFreesItsSeatForTheNext(t *testing.T) {
 	p.Abandon(second) // taken: abandoning it changes nothing
 	if s := p.Snapshot(); s.InUse != 1 {
 		t.Fatalf("%d seats in use; want the taken one", s.InUse)
-	}
-}
-
-func TestPoolRoomForQueuedKeepsOneClaimedOperationWaiting(t *testing.T) {
-	clock := clockwork.NewFakeClockAt(t0)
-	p := NewPool(clock, Config{Limit: 1})
-	p.Enqueue(Ask{Scope: "a", Since: t0})
-	if !p.RoomForQueued() {
-		t.Fatal("with no operation waiting, the runner should claim one")
-	}
-	w := p.Enqueue(Ask{Scope: "b", Since: t0, Queued: true})
-	if p.RoomForQueued() {
-		t.Fatal("with a claimed operation already waiting and no seat free, the runner claims another")
-	}
-	p.Abandon(w)
-	if !p.RoomForQueued() {
-		t.Fatal("the abandoned operation still counts as waiting")
 	}
 }
 

@@ -76,6 +76,54 @@ func claimInOrder(ctx context.Context, tx pgx.Tx, now time.Time) (*store.Operati
 	return nil, nil // every candidate was being taken: the caller's next claim looks again
 }
 
+// NextQueued returns the operation ClaimNext would claim now, left queued (see store.Queue).
+func (s *Store) NextQueued() (*store.Operation, error) {
+	var out *store.Operation
+	err := s.query(func(ctx context.Context, db querier) error {
+		op, err := scanOp(db.QueryRow(ctx, `SELECT `+opColumns+` FROM operations WHERE id = (SELECT n.id FROM (`+
+			nextInOrderSQL+`) n)`, s.now(), agingStep, []string{}))
+		if isNotFound(err) {
+			return nil
+		}
+		out = op
+		return err
+	})
+	return out, err
+}
+
+// ClaimQueued moves queued operation id to running, held by worker, as ClaimNext would were it
+// next (see store.Queue).
+func (s *Store) ClaimQueued(id, worker string, lease time.Duration) (*store.Operation, error) {
+	if !storable(id) {
+		return nil, nil
+	}
+	var out *store.Operation
+	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
+		now := s.now()
+		op, err := scanOp(tx.QueryRow(ctx, `SELECT `+opColumns+` FROM operations o WHERE o.id = $2 AND `+claimable+`
+			FOR UPDATE SKIP LOCKED`, now, id))
+		if isNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO queue_turns (scope, turn) VALUES ($1, nextval('queue_turn_seq'))
+			ON CONFLICT (scope) DO UPDATE SET turn = excluded.turn`, op.Scope); err != nil {
+			return err
+		}
+		// As every claim, it waits for the WAL's flush (ClaimNext).
+		store.Apply(op, store.Change{To: store.StatusRunning}, now)
+		op.Holder, op.LeaseUntil = worker, now.Add(lease)
+		if err := s.write(ctx, tx, op, nil); err != nil {
+			return err
+		}
+		out = op
+		return nil
+	})
+	return out, err
+}
+
 // StaleQueued returns up to limit queued operations whose QueueDeadline is before now, the
 // longest overdue first (see store.Queue).
 func (s *Store) StaleQueued(now time.Time, limit int) ([]*store.Operation, error) {
