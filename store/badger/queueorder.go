@@ -53,7 +53,7 @@ func (p place) before(o place) bool {
 type queueOrder struct {
 	groups  map[string]*[store.LeastUrgent + 1][]string // scope -> urgency -> ids, oldest first; ids no longer queued are dropped when reached
 	members map[string]struct{}                         // the ids in groups
-	turns   map[string]int64                            // scope -> the turn of its latest claim; absent: never served
+	turns   map[string]int64                            // scope -> the turn of its latest claim (store.TurnAt); absent: not served since it had work
 	turn    int64
 }
 
@@ -102,7 +102,7 @@ func (o *queueOrder) next(queued map[string]waiting, now time.Time) (id string, 
 	if !ok {
 		return "", false
 	}
-	return o.takeAt(scope, u, i), true
+	return o.takeAt(scope, u, i, now), true
 }
 
 // peek is the id next would take, left in the order.
@@ -116,7 +116,7 @@ func (o *queueOrder) peek(queued map[string]waiting, now time.Time) (id string, 
 
 // take takes w out of the order, as next would when w is first, and gives its scope the latest
 // turn; false when w is not in the order.
-func (o *queueOrder) take(w waiting) bool {
+func (o *queueOrder) take(w waiting, now time.Time) bool {
 	g := o.groups[w.scope]
 	if g == nil {
 		return false
@@ -125,7 +125,7 @@ func (o *queueOrder) take(w waiting) bool {
 	if !found {
 		return false
 	}
-	o.takeAt(w.scope, w.urgency, i)
+	o.takeAt(w.scope, w.urgency, i, now)
 	return true
 }
 
@@ -142,7 +142,11 @@ func (o *queueOrder) best(queued map[string]waiting, now time.Time) (bestScope s
 				continue
 			}
 			w := queued[g[u][i]]
-			p := place{store.EffectiveUrgency(u, now.Sub(w.since)), o.turns[scope], w.id}
+			turn, served := o.turns[scope]
+			if !served {
+				turn = store.ArrivalTurn(w.since) // a scope new to the queue waits its turn from when it came
+			}
+			p := place{store.EffectiveUrgency(u, now.Sub(w.since)), turn, w.id}
 			if bestI < 0 || p.before(best) {
 				best, bestScope, bestU, bestI = p, scope, u, i
 			}
@@ -155,13 +159,13 @@ func (o *queueOrder) best(queued map[string]waiting, now time.Time) (bestScope s
 }
 
 // takeAt takes the id at i of scope's group u out of the order and gives the scope the latest
-// turn.
-func (o *queueOrder) takeAt(scope string, u, i int) string {
+// turn, at now.
+func (o *queueOrder) takeAt(scope string, u, i int, now time.Time) string {
 	g := o.groups[scope]
 	id := g[u][i]
 	g[u] = slices.Delete(g[u], i, i+1)
 	delete(o.members, id)
-	o.turn++
+	o.turn = store.TurnAt(now, o.turn)
 	o.turns[scope] = o.turn
 	return id
 }
@@ -217,8 +221,14 @@ func (s *Store) QueuePosition(id string) (int, error) {
 		}
 		sq := scopes[w.scope]
 		if sq == nil {
-			sq = &store.ScopeQueue{Scope: w.scope, Turn: q.order.turns[w.scope]}
+			turn, served := q.order.turns[w.scope]
+			if !served {
+				turn = store.ArrivalTurn(w.since)
+			}
+			sq = &store.ScopeQueue{Scope: w.scope, Turn: turn}
 			scopes[w.scope] = sq
+		} else if _, served := q.order.turns[w.scope]; !served {
+			sq.Turn = min(sq.Turn, store.ArrivalTurn(w.since))
 		}
 		countWaiting(sq, w, me, level, now)
 	}
@@ -317,7 +327,7 @@ func (s *Store) ClaimQueued(id, worker string, lease time.Duration) (*store.Oper
 	q.live(worker, s.now().Add(lease))
 	q.mu.Lock()
 	w, ok := q.queued[id]
-	ok = ok && !w.stale(s.now()) && q.order.take(w)
+	ok = ok && !w.stale(s.now()) && q.order.take(w, s.now())
 	q.mu.Unlock()
 	if !ok {
 		return nil, nil

@@ -11,7 +11,7 @@ import (
 )
 
 // The capacity order on PostgreSQL (docs/backends.md, "The capacity order"), the same as Badger's:
-// effective urgency, then the scopes' turns (queue_turns), then oldest first.
+// effective urgency, then the scopes' turns (queue_turns; store.TurnAt), then oldest first.
 
 // effectiveSQL is store.EffectiveUrgency in SQL for a row of operations (alias o) at $1, with
 // store.AgingStep in seconds as $2: the clamped urgency (0..7) less the steps waited, but no
@@ -36,7 +36,19 @@ const nextInOrderSQL = `WITH RECURSIVE heads AS (
 		ORDER BY o.scope, o.urgency, o.id LIMIT 1) n
 )
 SELECT o.id, o.scope FROM heads o LEFT JOIN queue_turns t ON t.scope = o.scope
-ORDER BY ` + effectiveSQL + `, coalesce(t.turn, 0), o.id LIMIT 1`
+ORDER BY ` + effectiveSQL + `, coalesce(t.turn, ` + arrivalTurnSQL + `), o.id LIMIT 1`
+
+// arrivalTurnSQL is store.ArrivalTurn of a row o: the turn of a scope without one, in
+// microseconds since the epoch, as claims give them (takeTurnSQL).
+const arrivalTurnSQL = `(floor(extract(epoch FROM o.submitted_at) * 1000000)::bigint - 1)`
+
+// takeTurnSQL gives scope $1 the turn of a claim at $2 (store.TurnAt, in microseconds): the
+// claim's time, or just after the latest turn given when that is later. The sequence keeps the
+// latest; setval is not transactional, so two claims at once may share a turn (their ids then
+// decide).
+const takeTurnSQL = `INSERT INTO queue_turns (scope, turn)
+	VALUES ($1, setval('queue_turn_seq', greatest(nextval('queue_turn_seq'), $2::bigint)))
+	ON CONFLICT (scope) DO UPDATE SET turn = excluded.turn`
 
 // claimTries bounds how many rows one claim passes over because other claimers hold them: more
 // than the workers claiming at once on every replica, or a claim would answer "none" with work
@@ -69,8 +81,7 @@ func claimInOrder(ctx context.Context, tx pgx.Tx, now time.Time) (*store.Operati
 		if err != nil {
 			return nil, err
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO queue_turns (scope, turn) VALUES ($1, nextval('queue_turn_seq'))
-			ON CONFLICT (scope) DO UPDATE SET turn = excluded.turn`, scope)
+		_, err = tx.Exec(ctx, takeTurnSQL, scope, now.UnixMicro())
 		return op, err
 	}
 	return nil, nil // every candidate was being taken: the caller's next claim looks again
@@ -108,8 +119,7 @@ func (s *Store) ClaimQueued(id, worker string, lease time.Duration) (*store.Oper
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO queue_turns (scope, turn) VALUES ($1, nextval('queue_turn_seq'))
-			ON CONFLICT (scope) DO UPDATE SET turn = excluded.turn`, op.Scope); err != nil {
+		if _, err := tx.Exec(ctx, takeTurnSQL, op.Scope, now.UnixMicro()); err != nil {
 			return err
 		}
 		// As every claim, it waits for the WAL's flush (ClaimNext).
@@ -166,11 +176,11 @@ func (s *Store) QueuedByUrgency() ([8]int, error) {
 
 // positionSQL counts, per scope with claimable work at $1, the queued operations before and at
 // the effective urgency $3 of operation $4 of scope $5 (see store.ScopeQueue).
-const positionSQL = `SELECT q.scope, coalesce(t.turn, 0),
+const positionSQL = `SELECT q.scope, coalesce(t.turn, min(q.arrival)),
 		count(*) FILTER (WHERE q.e < $3), count(*) FILTER (WHERE q.e = $3),
 		coalesce(min(q.id) FILTER (WHERE q.e = $3), ''),
 		count(*) FILTER (WHERE q.e = $3 AND q.scope = $5 AND q.id < $4)
-	FROM (SELECT o.scope, o.id, ` + effectiveSQL + ` AS e FROM operations o WHERE ` + claimable + `) q
+	FROM (SELECT o.scope, o.id, ` + effectiveSQL + ` AS e, ` + arrivalTurnSQL + ` AS arrival FROM operations o WHERE ` + claimable + `) q
 	LEFT JOIN queue_turns t ON t.scope = q.scope
 	GROUP BY q.scope, t.turn`
 

@@ -21,6 +21,29 @@ var capacityTests = []test{
 	{"PositionsEstimateTheClaimOrder", testQueuePositions},
 	{"ConcurrentClaimersTakeEachOperationOnceAcrossScopesAndUrgencies", testOrderedClaimsAreExclusive},
 	{"LookingThenClaimingByIDKeepsTheClaimOrder", testPeekThenClaim},
+	{"NewScopesTakeTheirTurnBehindABacklogNotAheadOfIt", testNewScopesWaitTheirTurn},
+}
+
+// A tenant with a backlog against a new scope (a fresh credential) per call, two arriving for
+// every claim: each new scope counts as served when it came, so the backlog's turn, older,
+// still comes (it got 3 of the first 11 claims; a scope without a turn used to go first always,
+// and the backlog got none after its first).
+func testNewScopesWaitTheirTurn(t *testing.T, e *env) {
+	b := e.open()
+	e.acceptAt(t, b, "honest", 0, 6, store.DefaultUrgency, time.Time{})
+	honest := 0
+	for i := range 11 {
+		e.clock.Advance(time.Millisecond)
+		e.acceptAt(t, b, "minted-"+fmt.Sprint(2*i), 100+2*i, 1, store.DefaultUrgency, time.Time{})
+		e.acceptAt(t, b, "minted-"+fmt.Sprint(2*i+1), 101+2*i, 1, store.DefaultUrgency, time.Time{})
+		op := must(b.ClaimNext("w1", time.Minute))(t)
+		if op != nil && op.Scope == "honest" {
+			honest++
+		}
+	}
+	if honest < 3 {
+		t.Fatalf("the backlog got %d of 11 claims; want at least 3", honest)
+	}
 }
 
 // The runner under capacity looks at the next operation, takes a seat in its place, then claims
