@@ -132,7 +132,9 @@ func (p *seatPool) standIn(head *store.Operation) (*seat, error) {
 }
 
 func operationAsk(op *store.Operation) seatAsk {
-	return seatAsk{Urgency: store.ClampUrgency(op.Urgency), Scope: op.Scope, Since: op.SubmittedAt}
+	// Its stored urgency is the one it competes at across tenants (storedUrgency): trusted.
+	return seatAsk{Urgency: store.ClampUrgency(op.Urgency), Trusted: true, Scope: op.Scope, Key: op.FairKey,
+		Weight: op.Weight, Since: op.SubmittedAt}
 }
 
 // takePending hands the execution of id the seat it was claimed with, once.
