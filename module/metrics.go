@@ -193,7 +193,7 @@ func (runnerCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(dead), name)
 		}
 		ch <- prometheus.MustNewConstMetric(descSize, prometheus.GaugeValue, float64(s.be.Size()), name)
-		for endpoint, state := range r.courier.breakerStates() {
+		for endpoint, state := range r.courier.Breakers() {
 			ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, breakerValue[state], name, endpoint)
 		}
 	}

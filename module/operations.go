@@ -218,7 +218,7 @@ func (h *Handler) cancelOperation(q *opsRequest, id string) {
 		if err == nil {
 			countFinal(canceled)
 			q.run.countMoved(canceled, -1)
-			q.run.courier.kick()
+			q.run.courier.Kick()
 			q.log.Info("operation transition", operationFields(op, zap.String("old_status", "queued"), zap.String("new_status", "canceled"))...)
 			h.writeOperation(q, http.StatusOK, canceled)
 			return

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/capture"
+	"github.com/mulligan-gw/mulligan/internal/courier"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -27,8 +28,8 @@ type runner struct {
 	name    string // the storage, as operators see it
 	where   string // the storage, as seat pools name it
 	log     *zap.Logger
-	clock   clockwork.Clock // real in production; a test's fake moves leases, retries and polls
-	courier *courier
+	clock   clockwork.Clock  // real in production; a test's fake moves leases, retries and polls
+	courier *courier.Courier // the storage's: the runner kicks it and hands it the config's endpoints
 
 	mu      sync.Mutex
 	cfg     runnerConfig
@@ -107,14 +108,13 @@ const defaultGrace = 5 * time.Second
 // that keeps every property without LISTEN/NOTIFY).
 const pollEvery = time.Second
 
-func newRunner(st store.Backend, set storageSpec, clock clockwork.Clock, log *zap.Logger) *runner {
+func newRunner(st store.Backend, set storageSpec, clock clockwork.Clock, log *zap.Logger, deliveries *courier.Courier) *runner {
 	r := &runner{
 		st: st, worker: newID("wrk_", clock.Now()), name: set.name(), where: set.where(), log: log.Named("runner"), clock: clock,
 		cfg:     runnerConfig{concurrency: set.concurrency, takeover: set.takeover, grace: defaultGrace},
 		running: map[string]*execution{}, wake: make(chan struct{}, 1), renewNow: make(chan struct{}, 1),
-		stopping: make(chan struct{}), stopped: make(chan struct{}),
+		stopping: make(chan struct{}), stopped: make(chan struct{}), courier: deliveries,
 	}
-	r.courier = newCourier(st, r.worker, clock, log)
 	if set.backend == BackendPostgres {
 		r.shared = st
 	}
@@ -168,7 +168,8 @@ func (r *runner) release(owner any) {
 func (r *runner) apply(c runnerConfig) {
 	r.cfg = c
 	r.mu.Unlock()
-	r.courier.configure(c.endpoints)
+	zeroWebhookCounters(c.endpoints)
+	r.courier.Configure(courierEndpoints(c.endpoints))
 	r.kick()
 }
 
@@ -181,13 +182,14 @@ func (r *runner) config() runnerConfig {
 // shutdown stops claiming. When the process goes on working this storage under another handle
 // (shared), running executions are left to finish (drain, in the background), still held by
 // this runner's leases: a reload never hands back or repeats a call under way. Otherwise they
-// get the grace period, then are handed back to the queue; the courier gets what is left of it.
-// It reports whether it is done (false: the caller drains).
-func (r *runner) shutdown(shared bool) bool {
+// get the grace period, then are handed back to the queue. It reports whether it is done
+// (false: the caller drains), and the end of the grace period, what is left of which the
+// storage gives its courier.
+func (r *runner) shutdown(shared bool) (time.Time, bool) {
 	close(r.stopping)
 	r.claims.Wait()
 	if shared {
-		return false
+		return time.Time{}, false
 	}
 	deadline := r.clock.Now().Add(r.config().grace)
 	finished := make(chan struct{})
@@ -199,16 +201,13 @@ func (r *runner) shutdown(shared bool) bool {
 		<-finished
 	}
 	r.endBeats()
-	r.courier.flush(deadline)
-	r.courier.stop()
-	return true
+	return deadline, true
 }
 
 // drain waits for the executions under way, then stops the rest.
 func (r *runner) drain() {
 	r.inFlight.Wait()
 	r.endBeats()
-	r.courier.stop()
 }
 
 func (r *runner) endBeats() {
@@ -470,11 +469,12 @@ func (r *runner) stats() map[string]any {
 	running, pooled, cfg := len(r.running), r.pooled, r.cfg
 	r.mu.Unlock()
 	pending, dead, _ := r.st.CountEvents()
+	hooks := r.courier.Stats()
 	out := map[string]any{
 		"storage": r.name, "worker": r.worker, "queued": r.queued.Load(), "running": running,
 		"running_from_queue": pooled, "concurrency": cfg.concurrency, "takeover": cfg.takeover.String(),
-		"webhooks": map[string]any{"pending": pending, "dead_letters": dead, "endpoints": r.courier.endpointStates(),
-			"delivering": r.courier.delivering(), "passes": r.courier.passes.Load()},
+		"webhooks": map[string]any{"pending": pending, "dead_letters": dead, "endpoints": hooks.Endpoints,
+			"delivering": hooks.Delivering, "passes": hooks.Passes},
 	}
 	if c := r.capacityStats(); c != nil {
 		out["capacity"] = c
