@@ -140,57 +140,69 @@ func (c *converter) accepted(op *store.Operation, expires time.Time) store.Respo
 	return store.Response{Status: http.StatusAccepted, Header: h, Body: append(body, '\n')}
 }
 
-// keyAccept ties op's acceptance to the request's key, if it has one.
-func (c *converter) keyAccept(kr *keyedRequest, op *store.Operation, token string) (*store.KeyAccept, store.Response) {
+// keyAccept ties op's acceptance to the request's key, if it has one; answer is the answer
+// sent and recorded for it.
+func (c *converter) keyAccept(kr *keyedRequest, op *store.Operation, token string, answer func(*store.Operation, time.Time) store.Response) (*store.KeyAccept, store.Response) {
 	if kr.key == "" {
-		return nil, c.accepted(op, time.Time{})
+		return nil, answer(op, time.Time{})
 	}
 	expires := c.gate.expiry()
-	resp := c.accepted(op, expires)
+	resp := answer(op, expires)
 	return &store.KeyAccept{Key: kr.recordKey, Fingerprint: kr.fp, Token: token, Response: resp, Expires: expires}, resp
 }
 
 // accept stores the request as a queued operation (durably, with its key) and answers 202.
 func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st store.Backend, run *runner) error {
+	resp, ok, err := c.enqueue(w, kr, st, run, c.newOperation(kr, store.StatusQueued), storedRequest(kr), c.accepted)
+	if ok {
+		capture.WriteResponse(w, resp)
+	}
+	return err
+}
+
+// enqueue stores op, queued, with the request req it will send (durably, with the request's
+// key, whose record is answer's), and returns the answer to send; ok is false when it has
+// answered the client itself (the queue or the scope is full, the key has a record, the
+// storage failed).
+func (c *converter) enqueue(w http.ResponseWriter, kr *keyedRequest, st store.Backend, run *runner, op *store.Operation, req *store.Request,
+	answer func(*store.Operation, time.Time) store.Response) (resp store.Response, ok bool, err error) {
 	if n := run.queued.Load(); n >= int64(c.cfg.Queue) && !c.recorded(kr, st) {
 		countRequest(outcomeQueueFull)
 		apierr.Write(w, apierr.Error{Code: apierr.CodeQueueFull, RetryAfter: 5 * time.Second, Details: map[string]any{"queue": c.cfg.Queue},
 			Message: "The operation queue is full; retry later."})
-		return nil
+		return resp, false, nil
 	}
-	op := c.newOperation(kr, store.StatusQueued)
 	if c.quota != nil {
 		if op.ScopeLimit = c.quota.room(kr.scope); op.ScopeLimit <= 0 && !c.recorded(kr, st) {
 			c.rateLimited(w)
-			return nil
+			return resp, false, nil
 		}
 	}
 	span := startAccept(kr)
-	ka, resp := c.keyAccept(kr, op, "")
-	claim, err := st.AcceptOperation(op, storedRequest(kr), ka)
+	ka, resp := c.keyAccept(kr, op, "", answer)
+	claim, err := st.AcceptOperation(op, req, ka)
 	if err != nil || claim.Outcome != store.Claimed {
 		endAccept(span, nil)
 	}
 	if errors.Is(err, store.ErrScopeFull) {
 		c.rateLimited(w)
-		return nil
+		return resp, false, nil
 	}
 	if err != nil {
-		return c.gate.storageFailed(w, kr, err)
+		return resp, false, c.gate.storageFailed(w, kr, err)
 	}
 	if claim.Outcome != store.Claimed {
 		if !c.gate.joinStream(w, kr, st, claim) {
 			c.gate.answer(w, kr, claim)
 		}
-		return nil
+		return resp, false, nil
 	}
 	defer endAccept(span, op)
 	countRequest(outcomeAccepted)
 	countSubmitted(op)
 	run.accepted()
 	kr.log.Info("operation accepted", zap.String("operation_id", op.ID), zap.String("type", op.Type), zap.String("new_status", string(op.Status)))
-	capture.WriteResponse(w, resp)
-	return nil
+	return resp, true, nil
 }
 
 // runThenConvert runs the request and answers it directly if the upstream finishes within
@@ -251,7 +263,7 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 	op := c.newOperation(kr, store.StatusRunning)
 	op.Holder, op.LeaseUntil = run.worker, op.StartedAt.Add(run.config().takeover) // held by this runner, as a claimed one
 	span := startAccept(kr)
-	ka, resp := c.keyAccept(kr, op, token)
+	ka, resp := c.keyAccept(kr, op, token, c.accepted)
 	if _, err := st.AcceptOperation(op, storedRequest(kr), ka); err != nil {
 		endAccept(span, nil)
 		cancel(err)

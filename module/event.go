@@ -8,6 +8,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/mulligan-gw/mulligan/internal/batches"
+	"github.com/mulligan-gw/mulligan/internal/responses"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -28,6 +29,9 @@ func announcer(clock clockwork.Clock) store.Announcer {
 }
 
 func announce(clock clockwork.Clock, op *store.Operation, result *store.Response) *store.Event {
+	if op.Kind == responses.Kind {
+		return announceResponse(clock, op, result)
+	}
 	typ := eventTypes[op.Status]
 	ex := execOf(op)
 	if op.Callback == nil || typ == "" || !slices.Contains(ex.Events, typ) {
@@ -58,6 +62,9 @@ type eventEnvelope struct {
 }
 
 func renderEvent(ev *store.Event, attempt int) ([]byte, error) {
+	if responses.IsWebhookType(ev.Type) {
+		return renderResponseEvent(ev)
+	}
 	env := eventEnvelope{EventID: ev.ID, EventType: ev.Type, EventVersion: "1.0",
 		OccurredAt: ev.OccurredAt.UTC(), DeliveryAttempt: attempt, Operation: ev.Operation}
 	if batches.IsEvent(ev.Type) {

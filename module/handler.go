@@ -86,6 +86,9 @@ type Handler struct {
 	// Batches serves the OpenAI Files and Batches API under a prefix (docs/batches.md); nil:
 	// not served.
 	Batches *BatchesConfig `json:"batches,omitempty"`
+	// Responses serves the Responses API's background mode under a prefix
+	// (docs/responses.md); nil: not served, requests pass through.
+	Responses *ResponsesConfig `json:"responses,omitempty"`
 
 	storage *storageRef
 	gate    *gate
@@ -224,6 +227,7 @@ func (h *Handler) setDefaults() {
 		h.Capacity.setDefaults()
 	}
 	h.Batches.setDefaults()
+	h.Responses.setDefaults(h.Async)
 }
 
 // Validate checks the configuration for errors that defaults cannot fix.
@@ -243,6 +247,9 @@ func (h *Handler) Validate() error {
 		}
 	}
 	if err := h.Batches.validate(); err != nil {
+		return err
+	}
+	if err := h.Responses.validate(); err != nil {
 		return err
 	}
 	return h.Idempotency.validate()
@@ -319,6 +326,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	if h.Batches.covers(r.URL.Path) {
 		h.serveBatchesAPI(w, r)
+		return nil
+	}
+	if h.Responses.covers(r.URL.Path) && h.serveResponses(w, r) {
 		return nil
 	}
 	isOps := h.isOperationsPath(r.URL.Path)
