@@ -304,7 +304,7 @@ func (a *respCall) stop(op *store.Operation) (*store.Operation, error) {
 		if err == nil {
 			countFinal(canceled)
 			a.run.countMoved(canceled, -1)
-			a.run.courier.kick()
+			a.run.courier.Kick()
 			a.log.Info("operation transition", operationFields(op, zap.String("old_status", "queued"), zap.String("new_status", "canceled"))...)
 			return canceled, nil
 		}
