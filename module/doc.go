@@ -10,7 +10,8 @@
 //	request path        handler.go (the handler, Provision, ServeHTTP), config.go, caddyfile*.go
 //	idempotency         idempotency.go (gate: claim, run once, record, replay), recorder.go (the
 //	                    tee that records), flights.go (duplicates waiting in process)
-//	keyed streams       stream.go (record and relay), stream_join.go (join, resume)
+//	keyed streams       stream.go (a keyed run's recording), stream_join.go (join, resume); the
+//	                    broadcasts, the store follower and the one relay are internal/streams
 //	async conversion    async.go (accept, after-mode window), prefer.go, metadata.go, admission.go
 //	operations API      operations.go, operation_json.go, lookup.go, opwait.go, opstream.go
 //	runner              runner.go (claim, start, stop), execute.go (an attempt and its result),

@@ -118,7 +118,7 @@ func (h *Handler) writeOperation(q *opsRequest, status int, op *store.Operation)
 	v.QueuePosition = queuePosition(q.st, op)
 	if !op.Status.Final() { // docs/streams.md
 		if s := q.run.streamOf(op.ID); s != nil {
-			v.Progress = s.progress()
+			v.Progress = progressOf(s)
 		} else {
 			v.Progress = q.run.storedProgress(op)
 		}

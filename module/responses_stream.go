@@ -8,6 +8,7 @@ import (
 
 	"github.com/mulligan-gw/mulligan/internal/capture"
 	"github.com/mulligan-gw/mulligan/internal/responses"
+	"github.com/mulligan-gw/mulligan/internal/streams"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -62,7 +63,7 @@ func (a *respCall) follow(op *store.Operation, after int64) {
 
 // liveSource is the running attempt's stream of op, here or on another replica; nil when
 // none has begun.
-func (a *respCall) liveSource(op *store.Operation) eventSource {
+func (a *respCall) liveSource(op *store.Operation) streams.Source {
 	if s := a.run.streamOf(op.ID); s != nil {
 		return s
 	}
@@ -75,7 +76,7 @@ func (a *respCall) liveSource(op *store.Operation) eventSource {
 // finalSource is the stream of a finished op: its recorded answer's events, or, when it has
 // none (it failed or was cancelled before its answer, or the upstream answered JSON), its
 // final object as one terminal event; and how many events the stream has in all.
-func (a *respCall) finalSource(op *store.Operation) (eventSource, int64, error) {
+func (a *respCall) finalSource(op *store.Operation) (streams.Source, int64, error) {
 	var res *store.Response
 	if op.Result != nil {
 		var err error
@@ -86,7 +87,7 @@ func (a *respCall) finalSource(op *store.Operation) (eventSource, int64, error) 
 	s := newOpStream()
 	if res != nil && op.Status == store.StatusSucceeded && s.Open(res.Status, res.Header) {
 		s.Write(res.Body)
-		s.finish(streamWhole)
+		s.Finish(streams.Whole)
 		return s, 1 + responses.Count(res.Body), nil
 	}
 	o, err := a.object(op)
@@ -97,14 +98,14 @@ func (a *respCall) finalSource(op *store.Operation) (eventSource, int64, error) 
 	h.Set("Content-Type", "text/event-stream")
 	s.Open(http.StatusOK, h)
 	s.Write(responses.TerminalEvent(o, 0))
-	s.finish(streamWhole)
+	s.Finish(streams.Whole)
 	return s, 2, nil
 }
 
 // relay writes op's stream after sequence number after: the queued event, then src's events
 // as they come, each flushed; when src breaks off (the attempt was lost), an error event ends
 // it.
-func (a *respCall) relay(op *store.Operation, src eventSource, after int64) {
+func (a *respCall) relay(op *store.Operation, src streams.Source, after int64) {
 	responses.EventStreamHeader(a.w.Header())
 	a.w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(a.w)
@@ -123,14 +124,14 @@ func (a *respCall) relay(op *store.Operation, src eventSource, after int64) {
 	}
 	_ = rc.Flush()
 	for cursor := uint64(0); ; {
-		evs, end, wait, err := src.next(cursor)
+		evs, end, wait, err := src.Next(cursor)
 		switch {
-		case err != nil || end == streamBrokeOff:
+		case err != nil || end == streams.BrokeOff:
 			if send(responses.LostEvent(seq)) {
 				_ = rc.Flush()
 			}
 			return
-		case end == streamWhole:
+		case end == streams.Whole:
 			return
 		}
 		for _, e := range evs {
