@@ -258,7 +258,7 @@ func (r *runner) claimLoop() {
 // waits for its fsync (durability sync); claims made at once share one (group commit), and a
 // slot that comes free meanwhile starts its own claim at once rather than wait for the others'
 // to end: the async end-to-end profiles showed slots standing empty behind a batch of claims
-// (docs/operating.md).
+// (docs/benchmarks.md).
 func (r *runner) claimFree() {
 	if !r.alive() || !r.roomForQueued() {
 		return
