@@ -85,10 +85,8 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 // storageSpec.name shows it), or the only one when name is empty.
 func runnerFor(name string) (*runner, error) {
 	byName := map[string]*runner{}
-	openStorages.Range(func(_, v any) bool {
-		if s, ok := v.(*storage); ok {
-			byName[s.set.name()] = s.run
-		}
+	eachStorage(func(_ string, s *storage) bool {
+		byName[s.set.name()] = s.run
 		return true
 	})
 	if name != "" {

@@ -168,10 +168,8 @@ func (runnerCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (runnerCollector) Collect(ch chan<- prometheus.Metric) {
 	var list []*storage
-	openStorages.Range(func(_, v any) bool {
-		if s, ok := v.(*storage); ok {
-			list = append(list, s)
-		}
+	eachStorage(func(_ string, s *storage) bool {
+		list = append(list, s)
 		return true
 	})
 	for _, s := range list {

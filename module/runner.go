@@ -463,23 +463,39 @@ func execOf(op *store.Operation) store.Execution {
 		Events: []string{EventSucceeded, EventFailed, EventCanceled}, Prefix: defaultOperationsPath}
 }
 
+// runnerStats is a snapshot of a storage's runner and its outbox: GET /mulligan/stats
+// (docs/operating.md, Admin API).
+type runnerStats struct {
+	Storage          string         `json:"storage"`
+	Worker           string         `json:"worker"`
+	Queued           int64          `json:"queued"`
+	Running          int            `json:"running"`
+	RunningFromQueue int            `json:"running_from_queue"`
+	Concurrency      int            `json:"concurrency"`
+	Takeover         string         `json:"takeover"`
+	Webhooks         webhookStats   `json:"webhooks"`
+	Capacity         map[string]any `json:"capacity,omitempty"` // nil without capacity
+}
+
+// webhookStats is the outbox's counts beside what its courier is doing.
+type webhookStats struct {
+	Pending     int `json:"pending"`
+	DeadLetters int `json:"dead_letters"`
+	courier.Stats
+}
+
 // stats is a snapshot of the runner and its outbox.
-func (r *runner) stats() map[string]any {
+func (r *runner) stats() runnerStats {
 	r.mu.Lock()
 	running, pooled, cfg := len(r.running), r.pooled, r.cfg
 	r.mu.Unlock()
 	pending, dead, _ := r.st.CountEvents()
-	hooks := r.courier.Stats()
-	out := map[string]any{
-		"storage": r.name, "worker": r.worker, "queued": r.queued.Load(), "running": running,
-		"running_from_queue": pooled, "concurrency": cfg.concurrency, "takeover": cfg.takeover.String(),
-		"webhooks": map[string]any{"pending": pending, "dead_letters": dead, "endpoints": hooks.Endpoints,
-			"delivering": hooks.Delivering, "passes": hooks.Passes},
+	return runnerStats{
+		Storage: r.name, Worker: r.worker, Queued: r.queued.Load(), Running: running, RunningFromQueue: pooled,
+		Concurrency: cfg.concurrency, Takeover: cfg.takeover.String(),
+		Webhooks: webhookStats{Pending: pending, DeadLetters: dead, Stats: r.courier.Stats()},
+		Capacity: r.capacityStats(),
 	}
-	if c := r.capacityStats(); c != nil {
-		out["capacity"] = c
-	}
-	return out
 }
 
 // runningSince reports how many operations this runner is executing and when the earliest of

@@ -150,14 +150,21 @@ func (s *storage) Destruct() error {
 	return nil
 }
 
+// eachStorage calls fn with every open storage of the process, and its pool key, until fn
+// returns false: the one walk over the registry.
+func eachStorage(fn func(key string, s *storage) bool) {
+	openStorages.Range(func(k, v any) bool {
+		s, ok := v.(*storage)
+		return !ok || fn(k.(string), s)
+	})
+}
+
 // sharedInProcess reports whether another open handle of this process works the same storage
 // (a reload that changed how it is opened).
 func (s *storage) sharedInProcess() bool {
 	shared := false
-	openStorages.Range(func(_, v any) bool {
-		if o, ok := v.(*storage); ok && o != s && o.set.where() == s.set.where() {
-			shared = true
-		}
+	eachStorage(func(_ string, o *storage) bool {
+		shared = o != s && o.set.where() == s.set.where()
 		return !shared
 	})
 	return shared
@@ -291,9 +298,9 @@ func (u *storageRef) acquire() (*storage, func(), error) {
 // openKeyOf returns the pool key of an open handle on the storage `where`, or "".
 func openKeyOf(where string) string {
 	found := ""
-	openStorages.Range(func(k, v any) bool {
-		if s, ok := v.(*storage); ok && s.set.where() == where {
-			found = k.(string)
+	eachStorage(func(key string, s *storage) bool {
+		if s.set.where() == where {
+			found = key
 		}
 		return found == ""
 	})
