@@ -214,12 +214,8 @@ func (h *Handler) cancelOperation(q *opsRequest, id string) {
 		return
 	}
 	if op.Status == store.StatusQueued {
-		canceled, err := q.st.Transition(id, store.Change{To: store.StatusCanceled})
+		canceled, err := q.run.cancelQueued(op, q.log)
 		if err == nil {
-			countFinal(canceled)
-			q.run.countMoved(canceled, -1)
-			q.run.courier.Kick()
-			q.log.Info("operation transition", operationFields(op, zap.String("old_status", "queued"), zap.String("new_status", "canceled"))...)
 			h.writeOperation(q, http.StatusOK, canceled)
 			return
 		}

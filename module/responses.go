@@ -300,12 +300,8 @@ func (a *respCall) cancel(id string) {
 func (a *respCall) stop(op *store.Operation) (*store.Operation, error) {
 	q := &opsRequest{w: a.w, r: a.r, st: a.st, run: a.run, caller: a.caller, log: a.log}
 	if op.Status == store.StatusQueued {
-		canceled, err := a.st.Transition(op.ID, store.Change{To: store.StatusCanceled})
+		canceled, err := a.run.cancelQueued(op, a.log)
 		if err == nil {
-			countFinal(canceled)
-			a.run.countMoved(canceled, -1)
-			a.run.courier.Kick()
-			a.log.Info("operation transition", operationFields(op, zap.String("old_status", "queued"), zap.String("new_status", "canceled"))...)
 			return canceled, nil
 		}
 		if !errors.Is(err, store.ErrIllegalTransition) {

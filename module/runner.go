@@ -438,6 +438,21 @@ func (r *runner) stopAll(cause error) {
 	}
 }
 
+// cancelQueued cancels queued operation op at once: its final status counted, its event
+// announced, the transition logged. It fails with store.ErrIllegalTransition when op has left
+// the queue meanwhile.
+func (r *runner) cancelQueued(op *store.Operation, log reqLog) (*store.Operation, error) {
+	canceled, err := r.st.Transition(op.ID, store.Change{To: store.StatusCanceled})
+	if err != nil {
+		return nil, err
+	}
+	countFinal(canceled)
+	r.countMoved(canceled, -1)
+	r.courier.Kick()
+	log.Info("operation transition", operationFields(op, zap.String("old_status", "queued"), zap.String("new_status", "canceled"))...)
+	return canceled, nil
+}
+
 // countMoved moves the queued count by d for op entering or leaving the queue; batch lines are
 // not in it (store.Operations.QueueStats).
 func (r *runner) countMoved(op *store.Operation, d int64) {
