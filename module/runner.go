@@ -122,8 +122,8 @@ func newRunner(st store.Backend, set storageSpec, clock clockwork.Clock, log *za
 	return r
 }
 
-// begin starts claiming, renewing and taking over.
-func (r *runner) begin() {
+// Start begins claiming, renewing and taking over; shutdown (or drain) stops it.
+func (r *runner) Start() {
 	r.countQueued()
 	r.claims.Add(1)
 	go r.claimLoop()

@@ -25,7 +25,7 @@ type loopRunner struct {
 	st *badger.Store
 }
 
-// newLoopRunner starts no loop of the runner: a test claims with claimNext, or calls begin for
+// newLoopRunner starts no loop of the runner: a test claims with claimNext, or calls Start for
 // the claim, heartbeat and takeover loops. cfg's zero concurrency and takeover take the
 // defaults; without endpoints the courier is not started.
 func newLoopRunner(t *testing.T, clock clockwork.Clock, handler http.Handler, cfg runnerConfig) *loopRunner {
@@ -303,7 +303,7 @@ func TestSilentWorkersOperationIsTakenOverOnlyAfterItsLease(t *testing.T) {
 	if err != nil || silent == nil {
 		t.Fatalf("claim for the silent worker: %+v %v", silent, err)
 	}
-	lr.begin()
+	lr.Start()
 	var call upstreamCall
 	testkit.WaitFor(t, 20*time.Second, "the takeover runs the operation here", func() bool {
 		select {

@@ -119,7 +119,7 @@ func openStorage(set storageSpec, log *zap.Logger) (*storage, error) {
 	run := newRunner(be, set, realClock, log, deliveries)
 	work := batches.New(batches.Options{Store: be, Lines: batchLines{run}, Clock: realClock, Log: log})
 	deliveries.Start()
-	run.begin()
+	run.Start()
 	work.Start()
 	return &storage{set: set, be: be, run: run, courier: deliveries, batches: work}, nil
 }

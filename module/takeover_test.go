@@ -69,7 +69,7 @@ func TestSlowTakeoverDoesNotDelayRenewals(t *testing.T) {
 	_, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	r.running[mine] = &execution{cancel: cancel, done: make(chan struct{}), leaseUntil: time.Now().Add(time.Minute)}
-	r.begin()
+	r.Start()
 	defer func() { close(h.release); r.shutdown(true); r.endBeats(); r.courier.Stop() }()
 	select {
 	case <-h.entered:
