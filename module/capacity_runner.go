@@ -239,7 +239,7 @@ func (r *runner) dropStale() {
 		r.countMoved(op, -1)
 		r.queueTimeout(op)
 		countFinal(final)
-		r.courier.kick()
+		r.courier.Kick()
 		r.log.Info("operation transition", operationFields(final, zap.String("old_status", string(store.StatusQueued)),
 			zap.String("new_status", string(final.Status)), zap.String("error_code", string(apierr.CodeQueueTimeout)))...)
 	}
