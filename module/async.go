@@ -14,8 +14,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
-	"github.com/mulligan-gw/mulligan/internal/capacity"
 	"github.com/mulligan-gw/mulligan/internal/capture"
+	"github.com/mulligan-gw/mulligan/internal/streams"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -74,8 +74,9 @@ func (c *converter) newOperation(kr *keyedRequest, status store.Status) *store.O
 		Method: kr.r.Method, Path: kr.r.URL.Path, IdempotencyKey: kr.key, SubmittedAt: now, UpdatedAt: now,
 		Retention: time.Duration(c.cfg.Retention), Type: c.cfg.Type, Metadata: kr.metadata,
 		Traceparent: kr.trace.parent, Tracestate: kr.trace.state,
-		Urgency: capacity.UrgencyOf(kr.r.Header.Values("Priority")), QueueDeadline: queueDeadline(c.capacity, kr.r, now),
+		QueueDeadline: queueDeadline(c.capacity, kr.r, now),
 	}
+	op.Urgency, op.FairKey, op.Weight = c.queueAsk(kr, now)
 	if op.Type == "" {
 		op.Type = op.Path
 	}
@@ -255,7 +256,7 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 		countRequest(outcomeNew)
 		c.answerInWindow(w, kr, st, token, res, ctx.Err())
 		return nil
-	case <-stream.begun:
+	case <-stream.Begun():
 		return c.relayLive(w, kr, st, token, stream, first, cancel)
 	case <-t.Chan():
 	case <-kr.r.Context().Done(): // the client left: convert, so the call's outcome is kept
@@ -363,9 +364,9 @@ func (c *converter) attemptNext(ctx context.Context, kr *keyedRequest, next cadd
 	rec.Stream = stream
 	res := serveRecorded(rec, func() error { return next.ServeHTTP(rec, up) })
 	if res.status != 0 && !res.over {
-		stream.finish(streamWhole)
+		stream.Finish(streams.Whole)
 	} else {
-		stream.finish(streamBrokeOff)
+		stream.Finish(streams.BrokeOff)
 	}
 	return res
 }
@@ -376,20 +377,20 @@ func (c *converter) attemptNext(ctx context.Context, kr *keyedRequest, next cadd
 func (c *converter) relayLive(w http.ResponseWriter, kr *keyedRequest, st store.Keys, token string, s *opStream, first <-chan attemptResult, cancel context.CancelCauseFunc) error {
 	defer cancel(nil)
 	countRequest(outcomeNew)
-	status, header := s.head()
+	status, header := s.Head()
 	capture.SetRecordedHeader(w.Header(), header)
 	w.Header().Del("Content-Length")
 	w.WriteHeader(status)
-	broken := relayEvents(w, kr.r, s, 0)
+	broken := streams.Relay(w, kr.r, s, 0)
 	res := <-first
 	if kr.key != "" {
 		if res.status != 0 && !res.over {
-			res.body = s.relayed()
+			res.body = s.Relayed()
 		}
 		c.gate.recordOutcome(st, kr, token, res)
 	}
 	if broken {
-		panic(http.ErrAbortHandler) // see relayEvents
+		panic(http.ErrAbortHandler) // see streams.Relay
 	}
 	return nil
 }

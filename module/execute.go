@@ -241,7 +241,7 @@ func (r *runner) finished(op *store.Operation, log *zap.Logger) {
 	} else {
 		countFinal(op)
 	}
-	r.courier.kick()
+	r.courier.Kick()
 	fields := []zap.Field{zap.String("old_status", string(store.StatusRunning)), zap.String("new_status", string(op.Status)), zap.Int("attempts", op.Attempts)}
 	if !op.FinishedAt.IsZero() && !op.StartedAt.IsZero() {
 		fields = append(fields, zap.Duration("duration", op.FinishedAt.Sub(op.StartedAt)))

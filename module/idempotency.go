@@ -19,6 +19,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/streams"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -27,7 +28,7 @@ const (
 	headerReplayed = capture.HeaderReplayed
 	// pollInterval paces a waiting duplicate whose original is not held by this process
 	// (a claim left by a crashed gateway).
-	pollInterval = 50 * time.Millisecond
+	pollInterval = streams.PollInterval
 )
 
 // gate is the Idempotency-Key gate: claim, run once, record, replay (docs/api.md, Idempotency).

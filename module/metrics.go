@@ -168,10 +168,8 @@ func (runnerCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (runnerCollector) Collect(ch chan<- prometheus.Metric) {
 	var list []*storage
-	openStorages.Range(func(_, v any) bool {
-		if s, ok := v.(*storage); ok {
-			list = append(list, s)
-		}
+	eachStorage(func(_ string, s *storage) bool {
+		list = append(list, s)
 		return true
 	})
 	for _, s := range list {
@@ -193,7 +191,7 @@ func (runnerCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(dead), name)
 		}
 		ch <- prometheus.MustNewConstMetric(descSize, prometheus.GaugeValue, float64(s.be.Size()), name)
-		for endpoint, state := range r.courier.breakerStates() {
+		for endpoint, state := range r.courier.Breakers() {
 			ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, breakerValue[state], name, endpoint)
 		}
 	}

@@ -118,7 +118,7 @@ func (h *Handler) writeOperation(q *opsRequest, status int, op *store.Operation)
 	v.QueuePosition = queuePosition(q.st, op)
 	if !op.Status.Final() { // docs/streams.md
 		if s := q.run.streamOf(op.ID); s != nil {
-			v.Progress = s.progress()
+			v.Progress = progressOf(s)
 		} else {
 			v.Progress = q.run.storedProgress(op)
 		}
@@ -214,12 +214,8 @@ func (h *Handler) cancelOperation(q *opsRequest, id string) {
 		return
 	}
 	if op.Status == store.StatusQueued {
-		canceled, err := q.st.Transition(id, store.Change{To: store.StatusCanceled})
+		canceled, err := q.run.cancelQueued(op, q.log)
 		if err == nil {
-			countFinal(canceled)
-			q.run.countMoved(canceled, -1)
-			q.run.courier.kick()
-			q.log.Info("operation transition", operationFields(op, zap.String("old_status", "queued"), zap.String("new_status", "canceled"))...)
 			h.writeOperation(q, http.StatusOK, canceled)
 			return
 		}

@@ -88,7 +88,7 @@ func (o *opStreams) await(id string) (changed, begun <-chan struct{}) {
 		o.changed = make(chan struct{})
 	}
 	if s := o.m[id]; s != nil {
-		begun = s.begun
+		begun = s.Begun()
 	}
 	return o.changed, begun
 }

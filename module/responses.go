@@ -258,7 +258,7 @@ func (a *respCall) partialOutput(op *store.Operation) []any {
 	}
 	var p responses.Partial
 	for cursor := uint64(0); ; {
-		evs, _, _, err := src.next(cursor)
+		evs, _, _, err := src.Next(cursor)
 		if err != nil || len(evs) == 0 {
 			return p.Output()
 		}
@@ -328,12 +328,8 @@ func (a *respCall) cancel(id string) {
 func (a *respCall) stop(op *store.Operation) (*store.Operation, error) {
 	q := &opsRequest{w: a.w, r: a.r, st: a.st, run: a.run, caller: a.caller, log: a.log}
 	if op.Status == store.StatusQueued {
-		canceled, err := a.st.Transition(op.ID, store.Change{To: store.StatusCanceled})
+		canceled, err := a.run.cancelQueued(op, a.log)
 		if err == nil {
-			countFinal(canceled)
-			a.run.countMoved(canceled, -1)
-			a.run.courier.kick()
-			a.log.Info("operation transition", operationFields(op, zap.String("old_status", "queued"), zap.String("new_status", "canceled"))...)
 			return canceled, nil
 		}
 		if !errors.Is(err, store.ErrIllegalTransition) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mulligan-gw/mulligan/internal/capture"
 	"github.com/mulligan-gw/mulligan/internal/responses"
+	"github.com/mulligan-gw/mulligan/internal/streams"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -71,7 +72,7 @@ func (a *respCall) follow(op *store.Operation, after int64) {
 
 // liveSource is the running attempt's stream of op, here or on another replica; nil when
 // none has begun.
-func (a *respCall) liveSource(op *store.Operation) eventSource {
+func (a *respCall) liveSource(op *store.Operation) streams.Source {
 	if s := a.run.streamOf(op.ID); s != nil {
 		return s
 	}
@@ -84,7 +85,7 @@ func (a *respCall) liveSource(op *store.Operation) eventSource {
 // finalSource is the stream of a finished op: its recorded answer's events, or, when it has
 // none (it failed or was cancelled before its answer, or the upstream answered JSON), its
 // final object as one terminal event; and how many events the stream has in all.
-func (a *respCall) finalSource(op *store.Operation) (eventSource, int64, error) {
+func (a *respCall) finalSource(op *store.Operation) (streams.Source, int64, error) {
 	var res *store.Response
 	if op.Result != nil {
 		var err error
@@ -95,7 +96,7 @@ func (a *respCall) finalSource(op *store.Operation) (eventSource, int64, error) 
 	s := newOpStream()
 	if res != nil && op.Status == store.StatusSucceeded && s.Open(res.Status, res.Header) {
 		s.Write(res.Body)
-		s.finish(streamWhole)
+		s.Finish(streams.Whole)
 		return s, 1 + responses.Count(res.Body), nil
 	}
 	o, err := a.object(op)
@@ -106,7 +107,7 @@ func (a *respCall) finalSource(op *store.Operation) (eventSource, int64, error) 
 	h.Set("Content-Type", "text/event-stream")
 	s.Open(http.StatusOK, h)
 	s.Write(responses.TerminalEvent(o, 0))
-	s.finish(streamWhole)
+	s.Finish(streams.Whole)
 	return s, 2, nil
 }
 
@@ -143,11 +144,11 @@ func (rl *relay) send(b []byte) bool {
 
 // from relays src's events as they come, each flushed; when src breaks off (the attempt was
 // lost), an error event ends the stream.
-func (rl *relay) from(src eventSource) {
+func (rl *relay) from(src streams.Source) {
 	for cursor := uint64(0); ; {
-		evs, end, wait, err := src.next(cursor)
+		evs, end, wait, err := src.Next(cursor)
 		switch {
-		case err != nil || end == streamBrokeOff:
+		case err != nil || end == streams.BrokeOff:
 			ev := responses.LostEvent(rl.seq)
 			if o := rl.ended(); o != nil {
 				ev = responses.TerminalEvent(o, rl.seq)
@@ -156,7 +157,7 @@ func (rl *relay) from(src eventSource) {
 				_ = rl.rc.Flush()
 			}
 			return
-		case end == streamWhole:
+		case end == streams.Whole:
 			return
 		}
 		for _, e := range evs {

@@ -25,9 +25,9 @@ type loopRunner struct {
 	st *badger.Store
 }
 
-// newLoopRunner starts no loop of the runner: a test claims with claimNext, or calls begin for
+// newLoopRunner starts no loop of the runner: a test claims with claimNext, or calls Start for
 // the claim, heartbeat and takeover loops. cfg's zero concurrency and takeover take the
-// defaults; without endpoints the courier is stopped at once.
+// defaults; without endpoints the courier is not started.
 func newLoopRunner(t *testing.T, clock clockwork.Clock, handler http.Handler, cfg runnerConfig) *loopRunner {
 	t.Helper()
 	st, err := badger.Open(badger.Options{Dir: t.TempDir(), Now: clock.Now})
@@ -35,11 +35,11 @@ func newLoopRunner(t *testing.T, clock clockwork.Clock, handler http.Handler, cf
 		t.Fatal(err)
 	}
 	st.SetAnnouncer(announcer(clock))
-	r := newRunner(st, storageSpec{concurrency: cfg.concurrency, takeover: cfg.takeover}, clock, zap.NewNop())
+	r := newRunner(st, storageSpec{concurrency: cfg.concurrency, takeover: cfg.takeover}, clock, zap.NewNop(), newCourier(st, clock, zap.NewNop()))
 	cfg.dispatch = func(*store.Operation) http.Handler { return handler }
 	r.configure(testConfigOwner, cfg)
-	if cfg.endpoints == nil {
-		r.courier.stop() // nothing to deliver: the runner's timers alone are on the clock
+	if cfg.endpoints != nil {
+		r.courier.Start() // without, nothing to deliver: the runner's timers alone are on the clock
 	}
 	lr := &loopRunner{runner: r, st: st}
 	t.Cleanup(func() {
@@ -60,7 +60,7 @@ func (lr *loopRunner) stop() {
 	lr.stopAll(errRunnerStopping)
 	lr.inFlight.Wait()
 	lr.endBeats()
-	lr.courier.stop()
+	lr.courier.Stop()
 }
 
 // accept queues an operation that runs with ex, posting body to the chat path; events about it
@@ -303,7 +303,7 @@ func TestSilentWorkersOperationIsTakenOverOnlyAfterItsLease(t *testing.T) {
 	if err != nil || silent == nil {
 		t.Fatalf("claim for the silent worker: %+v %v", silent, err)
 	}
-	lr.begin()
+	lr.Start()
 	var call upstreamCall
 	testkit.WaitFor(t, 20*time.Second, "the takeover runs the operation here", func() bool {
 		select {
