@@ -288,3 +288,52 @@ func TestOpenAINodeSDKResumesABackgroundStreamOnAnotherReplica(t *testing.T) {
 		t.Fatalf("the model ran %d times, want 1", runs)
 	}
 }
+
+// The replica running a background response dies (SIGKILL) while another replica's client
+// follows its stream from the recording in PostgreSQL: the follower gets stream_attempt_lost,
+// never the next attempt's events after the lost one's; the surviving replica takes the
+// response over and completes it, and its stream then reads whole from that one attempt.
+func TestFollowerOfAKilledReplicasResponseSeesTheAttemptLost(t *testing.T) {
+	dsn := pgtest.Database(t)
+	model, upstream := startModelServer(t, modelserver.Config{ChunkDelay: 200 * time.Millisecond})
+	block := "responses /v1\nasync {\n takeover 3s\n}"
+	auth := []string{"Authorization", "Bearer takeover"}
+	runner := newReplica(t, upstream, dsn, block)
+	runner.start() // alone, it takes the response
+	first := runner.createStreamed(t, auth...)
+	raw, err := sseEvents(bufio.NewReader(first.Body), 6)
+	if err != nil || len(raw) != 6 {
+		t.Fatalf("before the follower: %d events, %v", len(raw), err)
+	}
+	id := respEvents(t, raw)[0].Response.ID
+	survivor := newReplica(t, upstream, dsn, block)
+	survivor.start()
+	follow := survivor.followResponse(t, id, 5, auth...)
+	rd := bufio.NewReader(follow.Body)
+	more, err := sseEvents(rd, 2)
+	if err != nil || len(more) != 2 {
+		t.Fatalf("following on the other replica: %d events, %v", len(more), err)
+	}
+	runner.kill()
+	rest, err := sseEvents(rd, 0)
+	if err != nil {
+		t.Fatalf("after the kill: %v", err)
+	}
+	evs := respEvents(t, append(more, rest...))
+	last := evs[len(evs)-1]
+	textOf(t, evs, 6, id)
+	if last.Type != "error" || last.Code != "stream_attempt_lost" {
+		t.Fatalf("the follower of the killed replica's attempt ended with %+v", last)
+	}
+	want := "You said: " + strings.Join(respWords, " ")
+	if status, text := survivor.awaitResponse(t, id, auth...); status != "completed" || text != want {
+		t.Fatalf("after the takeover: %s %q", status, text)
+	}
+	whole, err := streamed(survivor.followResponse(t, id, -1, auth...))
+	if err != nil || textOf(t, respEvents(t, whole), 0, id) != want {
+		t.Fatalf("the finished stream: %d events, %v", len(whole), err)
+	}
+	if runs := model.Stats().Received; runs != 2 {
+		t.Fatalf("the upstream ran %d times, want 2 (one cut by the kill, one after the takeover)", runs)
+	}
+}
