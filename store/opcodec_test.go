@@ -39,8 +39,9 @@ type filler struct {
 }
 
 var (
-	timeType = reflect.TypeFor[time.Time]()
-	rawType  = reflect.TypeFor[json.RawMessage]()
+	timeType  = reflect.TypeFor[time.Time]()
+	rawType   = reflect.TypeFor[json.RawMessage]()
+	bytesType = reflect.TypeFor[[]byte]()
 )
 
 func (f *filler) fill(v reflect.Value) {
@@ -53,6 +54,9 @@ func (f *filler) fill(v reflect.Value) {
 	case rawType: // JSON, as the JSON form of a record needs it
 		v.SetBytes(fmt.Appendf(nil, `{"n":%d}`, n))
 		return
+	case bytesType:
+		v.SetBytes(fmt.Appendf(nil, "bytes %d", n))
+		return
 	}
 	switch v.Kind() {
 	case reflect.String:
@@ -63,6 +67,8 @@ func (f *filler) fill(v reflect.Value) {
 		v.SetBool(true)
 	case reflect.Uint8: // a byte of a body
 		v.SetUint(uint64('a' + n%26))
+	case reflect.Float64:
+		v.SetFloat(float64(n) + 0.25)
 	case reflect.Slice:
 		s := reflect.MakeSlice(v.Type(), 2, 2)
 		for i := range 2 {

@@ -50,6 +50,10 @@ type Operation struct {
 	Tracestate  string `json:"tracestate,omitempty"`
 	// Urgency is the RFC 9218 urgency the operation waits at: 0 (most urgent) to 7; 3 by default.
 	Urgency int `json:"urgency"`
+	// FairKey is the fairness key its seat is shared by when it is not the scope
+	// (docs/capacity.md, "Fairness"), and Weight the key's weight; zero values: the scope, 1.
+	FairKey string  `json:"fair_key,omitempty"`
+	Weight  float64 `json:"weight,omitempty"`
 	// QueueDeadline is when a still-queued operation stops being worth running: it fails
 	// QUEUE_TIMEOUT without reaching the upstream. Zero: no deadline.
 	QueueDeadline time.Time `json:"queue_deadline,omitzero"`
@@ -59,6 +63,12 @@ type Operation struct {
 	ScopeLimit int `json:"-"`
 	// Batch tags a batch's line operation (docs/batches.md); nil for every other operation.
 	Batch *BatchLine `json:"batch,omitempty"`
+	// Kind is "response" for a background response of the Responses API (docs/responses.md),
+	// empty for every other operation.
+	Kind string `json:"kind,omitempty"`
+	// Echo is, for a background response, the request's fields its response object repeats
+	// (model, instructions, metadata...), compact JSON; nil otherwise.
+	Echo []byte `json:"echo,omitempty"`
 }
 
 // Execution is how an operation is to be run, stored with it so that every reload, restart

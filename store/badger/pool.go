@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -13,11 +14,14 @@ import (
 
 // shared is one open database and the handles counting on it.
 type shared struct {
-	dir    string
-	key    []byte
-	db     *badger.DB
-	refs   int
-	syncer *groupSyncer
+	dir string
+	// through counts the bytes of files written and read through the value logs, which the
+	// page-outs follow (resident.go).
+	through atomic.Int64
+	key     []byte
+	db      *badger.DB
+	refs    int
+	syncer  *groupSyncer
 	// durable knows which commits a sync covered (durability.go); reads compare with it.
 	durable *durableSync
 	locks   *keyLocks

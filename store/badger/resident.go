@@ -17,10 +17,14 @@ import (
 // most residentSlack resident; the newest value log is bounded by value_log_file_size, the
 // memtables' logs by memtables x memtable_size.
 
-// residentCheck is how often the process's resident set is read (one line of /proc/self/statm):
-// the mapped files are paged out as soon as it has grown residentGrowth since they last were,
-// and every residentEvery whatever it did, so a file read or written through at disk speed
-// (a batch's upload, the value-log GC) leaves about residentGrowth behind, not a second's worth.
+// residentCheck is how often the page-outs look: the mapped files are paged out as soon as
+// residentGrowth bytes of files were written or read through the value logs since they last
+// were (the store counts them: a batch's upload, its input read, its output's download), or the
+// process's resident set (one line of /proc/self/statm) has grown residentGrowth, and every
+// residentEvery whatever happened (the value-log GC, compactions), so a file read or written
+// through at disk speed leaves about residentGrowth behind, not a second's worth. The count is
+// what decides for files: the resident set is the whole process's, and the heap it also holds
+// shrinks as it grows, hiding the pages.
 const (
 	residentCheck  = 100 * time.Millisecond
 	residentGrowth = 16 << 20
@@ -46,19 +50,20 @@ func (sh *shared) keepResident(every time.Duration) {
 	}
 	t := time.NewTicker(min(residentCheck, every))
 	defer t.Stop()
-	last, lastRSS := time.Now(), int64(0)
+	last, lastRSS, lastThrough := time.Now(), int64(0), int64(0)
 	for {
 		select {
 		case <-sh.stopGC:
 			return
 		case <-t.C:
 		}
+		through := sh.through.Load()
 		rss, err := residentBytes()
-		if err == nil && rss-lastRSS < residentGrowth && time.Since(last) < every {
+		if through-lastThrough < residentGrowth && (err != nil || rss-lastRSS < residentGrowth) && time.Since(last) < every {
 			continue
 		}
 		sh.pageOutFiles()
-		last = time.Now()
+		last, lastThrough = time.Now(), through
 		if rss, err = residentBytes(); err == nil {
 			lastRSS = rss
 		}

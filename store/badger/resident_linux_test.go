@@ -58,10 +58,11 @@ func TestOlderValueLogsArePagedOutAndReadBackWhole(t *testing.T) {
 	readBack(st)
 }
 
-// A file written at disk speed is paged out each time the resident set has grown
-// residentGrowth, without waiting for the periodic page-out (an hour here): of 48 MiB written,
-// at most residentGrowth stays behind beside residentSlack.
-func TestValueLogsArePagedOutAsTheResidentSetGrows(t *testing.T) {
+// A file written at disk speed is paged out each time residentGrowth bytes of it went through
+// the value logs, without waiting for the periodic page-out (an hour here), whatever the rest
+// of the process's resident set does: of 48 MiB written, at most residentGrowth stays behind
+// beside residentSlack.
+func TestValueLogsArePagedOutAsFilesGoThrough(t *testing.T) {
 	st, err := Open(Options{Dir: t.TempDir(), Sync: true, pageOutEvery: time.Hour, Memory: Memory{ValueLogFileSize: 4 << 20}})
 	if err != nil {
 		t.Fatal(err)
