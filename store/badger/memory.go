@@ -5,8 +5,9 @@ import "fmt"
 // Memory sizes what Badger holds in memory and maps (docs/backends.md, "Badger's memory"). Its
 // resident share is about MemTables x MemTableSize twice (each memtable's arena, and its log
 // mapped), plus BlockCache and IndexCache, plus the newest value log's pages (at most
-// ValueLogFileSize), plus what the older value logs and the tables keep between page-outs
-// (residentSlack and residentGrowth, resident.go). None of it grows with what the database holds.
+// ValueLogFileSize), plus what the older value logs keep between page-outs (residentSlack and
+// residentGrowth, resident.go), plus the tables' pages read (at most the LSM tree's size: keys
+// and values under 1 KiB).
 type Memory struct {
 	// MemTableSize is one memtable's size: writes gather there before a flush to a table.
 	MemTableSize int64

@@ -13,9 +13,12 @@ import (
 // the gateway's heap held 60 MiB (docs/backends.md, "Badger's memory"). The pages are the page
 // cache's, clean once written back, so nothing requires them mapped; paging them out keeps the
 // resident set bounded by Badger's settings rather than by what the database ever held. A value
-// log other than the newest is never written again, nor is a table, so together they keep at
-// most residentSlack resident; the newest value log is bounded by value_log_file_size, the
-// memtables' logs by memtables x memtable_size.
+// log other than the newest is never written again, so together they keep at most residentSlack
+// resident; the newest value log is bounded by value_log_file_size, the memtables' logs by
+// memtables x memtable_size. The tables are left alone: every read of a key goes through them,
+// and a table's pages paged out are dropped from the page cache too, so the next reads would go
+// to the disk (a claim's trip through the queue took twice as long: BenchmarkClaimNextAfterManyOperations);
+// what they keep resident is at most the LSM tree's size, keys and values under 1 KiB.
 
 // residentCheck is how often the page-outs look: the mapped files are paged out as soon as
 // residentGrowth bytes of files were written or read through the value logs since they last
@@ -31,12 +34,11 @@ const (
 	residentEvery  = time.Second
 )
 
-// residentSlack is what the older value logs and the tables may keep resident between them: the
-// values and blocks read often (records replayed, lines about to run) stay, a file read or
-// written through does not.
+// residentSlack is what the older value logs may keep resident between them: the values read
+// often (requests of lines about to run) stay, a file read or written through does not.
 const residentSlack = 4 << 20
 
-// keepResident pages out the database's older value logs and its tables (pageOutFiles) when the
+// keepResident pages out the database's older value logs (pageOutFiles) when the
 // resident set has grown residentGrowth and every `every` (0: residentEvery; below 0: never),
 // until the database closes.
 func (sh *shared) keepResident(every time.Duration) {
@@ -70,9 +72,9 @@ func (sh *shared) keepResident(every time.Duration) {
 	}
 }
 
-// pageOutFiles pages out the mapped tables and value logs but the newest, the most resident
-// first, until what they keep resident is at most residentSlack, and returns the bytes it asked
-// the kernel to page out.
+// pageOutFiles pages out the mapped value logs but the newest, the most resident first, until
+// what they keep resident is at most residentSlack, and returns the bytes it asked the kernel
+// to page out.
 func (sh *shared) pageOutFiles() int64 {
 	maps, err := mappedFiles(sh.dir)
 	if err != nil || len(maps) == 0 {
@@ -87,7 +89,7 @@ func (sh *shared) pageOutFiles() int64 {
 	var done []mapping
 	var total int64
 	for _, m := range maps {
-		if ext := filepath.Ext(m.path); (ext == ".vlog" && m.path != newest) || ext == ".sst" {
+		if filepath.Ext(m.path) == ".vlog" && m.path != newest {
 			done = append(done, m)
 			total += m.resident
 		}

@@ -14,7 +14,7 @@ import (
 
 // TestOlderValueLogsArePagedOutAndReadBackWhole: a file written through several value logs
 // leaves the finished ones' pages resident (Badger writes through its mapping); paging them out
-// leaves them and the tables at most residentSlack resident together, the newest untouched, and
+// leaves them at most residentSlack resident together, the newest untouched, and
 // the file reads back byte for byte, before and after a reopen (docs/backends.md, "Badger's
 // memory").
 func TestOlderValueLogsArePagedOutAndReadBackWhole(t *testing.T) {
@@ -27,13 +27,13 @@ func TestOlderValueLogsArePagedOutAndReadBackWhole(t *testing.T) {
 	content, f := writeBigFile(t, st, 24<<20)
 	files, before := olderResident(t, st)
 	if files < 3 || before <= 2*residentSlack {
-		t.Fatalf("%d older value logs and tables mapped, %d bytes resident: want several, over %d", files, before, 2*residentSlack)
+		t.Fatalf("%d older value logs mapped, %d bytes resident: want several, over %d", files, before, 2*residentSlack)
 	}
 	if out := st.sh.pageOutFiles(); out < residentSlack {
 		t.Fatalf("paged out %d bytes, want the older value logs' pages", out)
 	}
 	if _, after := olderResident(t, st); after > residentSlack {
-		t.Fatalf("the older value logs and the tables keep %d bytes resident after the page-out (before: %d), want at most %d", after, before, residentSlack)
+		t.Fatalf("the older value logs keep %d bytes resident after the page-out (before: %d), want at most %d", after, before, residentSlack)
 	}
 	readBack := func(st *Store) {
 		t.Helper()
@@ -89,8 +89,7 @@ func writeBigFile(t *testing.T, st *Store, size int) ([]byte, *store.File) {
 	return content, f
 }
 
-// olderResident counts the mapped tables and value logs but the newest, and sums what they
-// keep resident.
+// olderResident counts the mapped value logs but the newest, and sums what they keep resident.
 func olderResident(t *testing.T, st *Store) (n int, resident int64) {
 	t.Helper()
 	maps, err := mappedFiles(st.sh.dir)
@@ -104,7 +103,7 @@ func olderResident(t *testing.T, st *Store) (n int, resident int64) {
 		}
 	}
 	for _, m := range maps {
-		if (strings.HasSuffix(m.path, ".vlog") && m.path != newest) || strings.HasSuffix(m.path, ".sst") {
+		if strings.HasSuffix(m.path, ".vlog") && m.path != newest {
 			n++
 			resident += m.resident
 		}
