@@ -222,3 +222,27 @@ func TestConfigsThatCannotRunAreRejected(t *testing.T) {
 		})
 	}
 }
+
+// TestHarnessMeasuresBackgroundResponses runs the responses scenario briefly and checks that
+// every stream was read whole through both gateways, that the added time is reported, and that
+// memory was read with the streams live. It asserts nothing about speed.
+func TestHarnessMeasuresBackgroundResponses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the gateway binary")
+	}
+	cfg := DefaultConfig()
+	cfg.Concurrency, cfg.Duration, cfg.Rounds, cfg.Scenarios, cfg.LiveStreams = 4, 300*time.Millisecond, 2, []string{ScenarioResponses}, 20
+	rep, _ := runBriefly(t, cfg)
+	if len(rep.Rows) != 2 || len(rep.Rows[0].Mulligan) != 1 {
+		t.Fatalf("rows %+v, want the first event's and the memory's", rep.Rows)
+	}
+	r := rep.Rows[0]
+	for side, res := range map[string]*Result{"plain": r.Plain, "responses": r.Mulligan[0]} {
+		if res == nil || res.OK < 2 || res.Errors > 0 || res.P50 <= 0 {
+			t.Errorf("%s: %+v, want every stream read whole", side, res)
+		}
+	}
+	if !strings.Contains(r.Note, " adds ") || strings.Count(rep.Rows[1].Note, " RSS ") != 2 {
+		t.Errorf("notes %q and %q", r.Note, rep.Rows[1].Note)
+	}
+}

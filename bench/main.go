@@ -50,7 +50,7 @@ var AllScenarios = []string{ScenarioPassthrough, ScenarioNewKeys, ScenarioReplay
 
 // ExtraScenarios run only when -scenarios names them: the flood takes minutes, against gateways
 // of its own.
-var ExtraScenarios = []string{ScenarioFlood, ScenarioBatch, ScenarioPace}
+var ExtraScenarios = []string{ScenarioFlood, ScenarioBatch, ScenarioPace, ScenarioResponses}
 
 // knownScenarios is every scenario -scenarios accepts.
 func knownScenarios() []string {

@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
-	"github.com/mulligan-gw/mulligan/internal/capacity"
 	"github.com/mulligan-gw/mulligan/internal/capture"
 	"github.com/mulligan-gw/mulligan/internal/streams"
 	"github.com/mulligan-gw/mulligan/store"
@@ -75,8 +74,9 @@ func (c *converter) newOperation(kr *keyedRequest, status store.Status) *store.O
 		Method: kr.r.Method, Path: kr.r.URL.Path, IdempotencyKey: kr.key, SubmittedAt: now, UpdatedAt: now,
 		Retention: time.Duration(c.cfg.Retention), Type: c.cfg.Type, Metadata: kr.metadata,
 		Traceparent: kr.trace.parent, Tracestate: kr.trace.state,
-		Urgency: capacity.UrgencyOf(kr.r.Header.Values("Priority")), QueueDeadline: queueDeadline(c.capacity, kr.r, now),
+		QueueDeadline: queueDeadline(c.capacity, kr.r, now),
 	}
+	op.Urgency, op.FairKey, op.Weight = c.queueAsk(kr, now)
 	if op.Type == "" {
 		op.Type = op.Path
 	}

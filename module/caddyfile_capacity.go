@@ -13,6 +13,12 @@ import (
 //		shared         <n>
 //		wait           <duration>
 //		max_queue_wait <duration>
+//		fair_key       <placeholder>
+//		class <name> {
+//			header  <field> [<value>]
+//			urgency <0..7>
+//			weight  <n>
+//		}
 //	}
 func (c *CapacityConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
@@ -29,6 +35,10 @@ func (c *CapacityConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = durationArg(d, &c.Wait)
 		case "max_queue_wait":
 			err = durationArg(d, &c.MaxQueueWait)
+		case "fair_key":
+			err = oneArg(d, &c.FairKey)
+		case "class":
+			err = c.unmarshalClass(d)
 		default:
 			err = d.Errf("unrecognized capacity subdirective %q", d.Val())
 		}
@@ -59,5 +69,53 @@ func (c *CapacityConfig) unmarshalLimit(d *caddyfile.Dispenser) error {
 		return d.Errf("limit auto takes a minimum and a maximum, 1 <= min <= max, got %q %q", args[1], args[2])
 	}
 	c.Limit, c.Auto, c.Min, c.Max = 0, true, lo, hi
+	return nil
+}
+
+// unmarshalClass reads "class <name> { header <field> [<value>]; urgency <n>; weight <n> }".
+func (c *CapacityConfig) unmarshalClass(d *caddyfile.Dispenser) error {
+	var cl CapacityClass
+	if !d.NextArg() {
+		return d.Errf("class needs a name")
+	}
+	cl.Name = d.Val()
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		switch d.Val() {
+		case "header":
+			args := d.RemainingArgs()
+			if len(args) < 1 || len(args) > 2 {
+				return d.Errf("class %s: header takes a field name and an optional value", cl.Name)
+			}
+			cl.Header = args[0]
+			if len(args) == 2 {
+				cl.Value = args[1]
+			}
+		case "urgency":
+			var u int
+			if err := intArg(d, &u, 0); err != nil {
+				return err
+			}
+			cl.Urgency = &u
+		case "weight":
+			var s string
+			if err := oneArg(d, &s); err != nil {
+				return err
+			}
+			w, err := strconv.ParseFloat(s, 64)
+			if err != nil {
+				return d.Errf("class %s: weight must be a number, got %q", cl.Name, s)
+			}
+			cl.Weight = w
+		default:
+			return d.Errf("unrecognized class subdirective %q", d.Val())
+		}
+	}
+	if err := cl.validate(); err != nil {
+		return d.Err(err.Error())
+	}
+	c.Classes = append(c.Classes, cl)
 	return nil
 }

@@ -34,6 +34,15 @@ type CapacityConfig struct {
 	// Default: 30s.
 	Wait caddy.Duration `json:"wait,omitempty"`
 
+	// FairKey is the fairness key the seats are shared by: a placeholder such as
+	// {http.request.header.X-Tenant} set by the operator's auth layer. Default: the caller's
+	// scope.
+	FairKey string `json:"fair_key,omitempty"`
+
+	// Classes are requests the operator trusts with an urgency across tenants, or gives a
+	// weight; the first whose header matches applies.
+	Classes []CapacityClass `json:"classes,omitempty"`
+
 	// MaxQueueWait is the longest an operation may wait in the queue: past it, it fails
 	// QUEUE_TIMEOUT without reaching the upstream. A request may ask for less with the
 	// Max-Queue-Wait header. Zero: no bound.
@@ -74,6 +83,19 @@ func (c *CapacityConfig) validate() error {
 		return fmt.Errorf("capacity: limit must be at least 1, got %d", c.Limit)
 	case c.Shared < 0 || c.Wait < 0 || c.MaxQueueWait < 0:
 		return fmt.Errorf("capacity: shared, wait and max_queue_wait must not be negative")
+	}
+	if err := validateFairKey(c.FairKey); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for i := range c.Classes {
+		if err := c.Classes[i].validate(); err != nil {
+			return err
+		}
+		if seen[c.Classes[i].Name] {
+			return fmt.Errorf("capacity: class %q is defined twice", c.Classes[i].Name)
+		}
+		seen[c.Classes[i].Name] = true
 	}
 	return nil
 }

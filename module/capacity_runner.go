@@ -11,17 +11,13 @@ import (
 	"github.com/mulligan-gw/mulligan/store"
 )
 
-// How the runner works with capacity (docs/capacity.md): it claims from the durable queue (in
-// the store's capacity order) only while one of the storage's seat pools has room, keeping at
-// most one claimed operation waiting per pool, so the queue's head stands in the same order
-// as the live sync calls; every attempt then holds a seat, and an operation past its queue
-// deadline fails QUEUE_TIMEOUT without an upstream call.
-
-// pendingSeat is the place a claimed operation took in its pool's order at claim time.
-type pendingSeat struct {
-	pool *seatPool
-	w    *seatWaiter
-}
+// How the runner works with capacity (docs/capacity.md, "Waiting is not running"): the
+// operation at the durable queue's head (in the store's capacity order) stands in its pool's
+// order while it is still queued; once it is granted a seat, the runner claims it, so an
+// operation waiting for a seat stays queued and its started_at is when its call starts. One
+// stand-in waits per runner at a time, so the queue's head meets the live sync calls in one
+// order. Every attempt holds a seat; an operation past its queue deadline fails QUEUE_TIMEOUT
+// without an upstream call.
 
 // lookupSeatPool returns the seats of key, nil when no block has them.
 func lookupSeatPool(key string) *seatPool {
@@ -63,33 +59,86 @@ func (r *runner) poolFor(op *store.Operation) *seatPool {
 	return lookupSeatPool(seatPoolKey(r.where, execOf(op).Prefix))
 }
 
-// roomForQueued reports whether claiming one more operation is worth it: the storage has no
-// capacity block, or one of its pools has room.
-func (r *runner) roomForQueued() bool {
-	pools := seatPoolsOf(r.where)
-	for _, p := range pools {
-		if p.roomForQueued() {
-			return true
-		}
+// standInRefresh is how long the queue's head waits for a seat before the runner looks at the
+// queue again: a more urgent operation may have come, or another replica claimed the head.
+const standInRefresh = 250 * time.Millisecond
+
+// standInTries bounds the looks of one claim that find the head gone when they claim it.
+const standInTries = 8
+
+// claimQueued claims the next queued operation. With capacity it first takes a seat of the
+// pool of the queue's head in the head's place, then claims the head by id, and returns the
+// seat with it; nil when nothing could be claimed now (the claim loop looks again on its next
+// wake-up).
+func (r *runner) claimQueued(takeover time.Duration) (*store.Operation, *seat, error) {
+	if len(seatPoolsOf(r.where)) == 0 {
+		op, err := r.st.ClaimNext(r.worker, takeover)
+		return op, nil, err
 	}
-	return len(pools) == 0
+	var held *seat
+	began := time.Now()
+	for tries := 0; tries < standInTries && r.alive(); {
+		head, err := r.st.NextQueued()
+		if err != nil || head == nil {
+			held.giveBack()
+			return nil, nil, err
+		}
+		pool := r.poolFor(head)
+		if held != nil && held.pool != pool {
+			held.giveBack()
+			held = nil
+		}
+		if pool != nil && held == nil {
+			if held, err = pool.standIn(head); err != nil {
+				return nil, nil, err
+			}
+			if held == nil {
+				continue // no seat yet: look at the head again
+			}
+			capacityMetrics.seatWait.Observe(time.Since(began).Seconds())
+		}
+		op, err := r.st.ClaimQueued(head.ID, r.worker, takeover)
+		if err != nil || op != nil {
+			if op == nil {
+				held.giveBack()
+				held = nil
+			}
+			return op, held, err
+		}
+		tries++ // claimed elsewhere, canceled or stale meanwhile: the next head may use the seat
+	}
+	held.giveBack()
+	return nil, nil, nil
 }
 
-// enqueueSeat puts a just-claimed operation in its pool's order; nil without capacity.
-func (r *runner) enqueueSeat(op *store.Operation) *pendingSeat {
-	p := r.poolFor(op)
-	if p == nil {
-		return nil
+// standIn waits up to standInRefresh for a seat (and a shared one with `shared`) in the place of
+// the queued operation head; nil when none came free meanwhile. A shared seat that cannot be
+// counted is an error: the operation stays queued (shared seats fail closed).
+func (p *seatPool) standIn(head *store.Operation) (*seat, error) {
+	deadline := time.Now().Add(standInRefresh)
+	w := p.enqueue(operationAsk(head))
+	start, err := p.Await(context.Background(), w, standInRefresh)
+	if err != nil {
+		return nil, nil
 	}
-	return &pendingSeat{pool: p, w: p.enqueue(operationAsk(op))}
+	s := &seat{pool: p, start: start}
+	if err := p.acquireShared(context.Background(), s, deadline); err != nil {
+		if errors.Is(err, errNoSeat) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return s, nil
 }
 
 func operationAsk(op *store.Operation) seatAsk {
-	return seatAsk{Urgency: store.ClampUrgency(op.Urgency), Scope: op.Scope, Since: op.SubmittedAt, Queued: true}
+	// Its stored urgency is the one it competes at across tenants (storedUrgency): trusted.
+	return seatAsk{Urgency: store.ClampUrgency(op.Urgency), Trusted: true, Scope: op.Scope, Key: op.FairKey,
+		Weight: op.Weight, Since: op.SubmittedAt}
 }
 
-// takePending hands the execution of id its place in the order, once.
-func (r *runner) takePending(id string) *pendingSeat {
+// takePending hands the execution of id the seat it was claimed with, once.
+func (r *runner) takePending(id string) *seat {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ex := r.running[id]
@@ -101,48 +150,43 @@ func (r *runner) takePending(id string) *pendingSeat {
 	return p
 }
 
-// seatedAttempt runs one attempt holding a seat of op's pool. The first attempt waits no
-// later than the operation's queue deadline. When no attempt ran, halt is where op goes
-// instead: failed QUEUE_TIMEOUT past its deadline, or back to the queue when the shared seats
-// could not be counted (storage trouble is not the upstream's failure, so it costs no attempt).
+// seatedAttempt runs one attempt holding a seat of op's pool: the first, the seat op was
+// claimed with; a retry waits for one. When no attempt ran, halt is where op goes instead:
+// failed QUEUE_TIMEOUT past its deadline, or back to the queue when the shared seats could not
+// be counted (storage trouble is not the upstream's failure, so it costs no attempt).
 func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *store.Request, limit int64, first bool) (res attemptResult, halt *store.Change) {
 	pending := r.takePending(op.ID)
 	pool := r.poolFor(op)
+	if pool == nil || pending != nil && pending.pool != pool {
+		pending.giveBack() // a reload took the block's capacity away, or moved it
+		pending = nil
+	}
 	if pool == nil {
-		if pending != nil {
-			pending.pool.abandon(pending.w)
-		}
 		return r.attempt(ctx, op, req, limit), nil
 	}
-	var wait time.Duration
-	if first && !op.QueueDeadline.IsZero() {
-		if wait = r.clock.Until(op.QueueDeadline); wait <= 0 {
-			if pending != nil {
-				pending.pool.abandon(pending.w)
+	s := pending
+	if s == nil {
+		var wait time.Duration
+		if first && !op.QueueDeadline.IsZero() {
+			if wait = r.clock.Until(op.QueueDeadline); wait <= 0 {
+				timedOut := queueTimedOut()
+				return attemptResult{}, &timedOut
 			}
+		}
+		var err error
+		s, err = pool.acquire(ctx, operationAsk(op), wait)
+		switch {
+		case errors.Is(err, errNoSeat):
 			timedOut := queueTimedOut()
 			return attemptResult{}, &timedOut
+		case err != nil && ctx.Err() == nil:
+			r.log.Warn("taking a shared seat; the operation goes back to the queue", operationFields(op, zap.Error(err))...)
+			return attemptResult{}, &store.Change{To: store.StatusQueued}
+		case err != nil:
+			return attemptResult{}, nil // the execution ended while it waited: outcome says how
 		}
-	}
-	var w *seatWaiter
-	if pending != nil && pending.pool == pool {
-		w = pending.w
 	} else {
-		if pending != nil {
-			pending.pool.abandon(pending.w)
-		}
-		w = pool.enqueue(operationAsk(op))
-	}
-	s, err := pool.awaitAll(ctx, w, wait)
-	switch {
-	case errors.Is(err, errNoSeat):
-		timedOut := queueTimedOut()
-		return attemptResult{}, &timedOut
-	case err != nil && ctx.Err() == nil:
-		r.log.Warn("taking a shared seat; the operation goes back to the queue", operationFields(op, zap.Error(err))...)
-		return attemptResult{}, &store.Change{To: store.StatusQueued}
-	case err != nil:
-		return attemptResult{}, nil // the execution ended while it waited: outcome says how
+		s.start = r.clock.Now() // the claim's write is not the call's latency
 	}
 	// A shared seat that can no longer be renewed cuts the attempt, as an upstream cut would:
 	// another replica may take the seat (docs/capacity.md).

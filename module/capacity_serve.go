@@ -65,9 +65,9 @@ func (h *Handler) syncSeatWait(r *http.Request) time.Duration {
 	return max(wait, time.Millisecond) // wait=0: take a free seat, never wait for one
 }
 
-// liveAsk is a live request's place in the order.
-func liveAsk(r *http.Request, scope string, now time.Time) seatAsk {
-	return seatAsk{Urgency: capacity.UrgencyOf(r.Header.Values("Priority")), Scope: scope, Since: now}
+// liveAsk is a live request's place in the order (capacity_fair.go).
+func (h *Handler) liveAsk(r *http.Request, scope string, now time.Time) seatAsk {
+	return h.Capacity.ask(r, scope, now)
 }
 
 // seated wraps the rest of the route: each call it sends upstream holds a seat while it runs.
@@ -78,7 +78,7 @@ func (h *Handler) seated(next caddyhttp.Handler, scope string) caddyhttp.Handler
 		s := ticketOf(r.Context()).take()
 		if s == nil {
 			var err error
-			if s, err = h.seats.acquire(r.Context(), liveAsk(r, scope, h.now()), h.syncSeatWait(r)); err != nil {
+			if s, err = h.seats.acquire(r.Context(), h.liveAsk(r, scope, h.now()), h.syncSeatWait(r)); err != nil {
 				h.saturated(w, r, err)
 				return nil
 			}
@@ -149,7 +149,7 @@ func isEventStream(h http.Header) bool {
 // left while it waited (docs/capacity.md).
 func (h *Handler) reserveSeat(kr *keyedRequest, window time.Duration) (*seatTicket, bool) {
 	wait := max(min(h.syncSeatWait(kr.r), window), time.Millisecond)
-	s, err := h.seats.acquire(kr.r.Context(), liveAsk(kr.r, kr.scope, h.now()), wait)
+	s, err := h.seats.acquire(kr.r.Context(), h.liveAsk(kr.r, kr.scope, h.now()), wait)
 	if err != nil {
 		return nil, false // not a refusal: the call is queued, unless its client left
 	}

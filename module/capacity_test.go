@@ -2,6 +2,7 @@ package module
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -98,8 +99,10 @@ func TestCapacityUrgentOperationOvertakesTenLowUrgencyOnes(t *testing.T) {
 	}
 	_, op := g.submit(t, "urgent", "Priority", "u=0, i")
 	ids = append(ids, op.OperationID)
-	if view := decodeOp(t, g.get("/v1/operations/"+op.OperationID)); view.Urgency != 0 {
-		t.Fatalf("the urgent operation shows urgency %d", view.Urgency)
+	// A caller's u=0 is trusted to order its own work only: it waits at the default across
+	// tenants, still ahead of the u=6 work (docs/capacity.md, "Fairness").
+	if view := decodeOp(t, g.get("/v1/operations/"+op.OperationID)); view.Urgency != 3 {
+		t.Fatalf("the urgent operation shows urgency %d; want 3", view.Urgency)
 	}
 	// The last low one waits behind the urgent one and the others: its position says so.
 	if view := decodeOp(t, g.get("/v1/operations/"+ids[9])); view.Status != "queued" || view.QueuePosition == nil || *view.QueuePosition < 1 || view.Urgency != 6 {
@@ -354,5 +357,91 @@ func TestCapacityStatusWriterTellsTheLimitHowTheAnswerWent(t *testing.T) {
 	_, _ = bad.Write([]byte(`{"usage":{"completion_tokens":5}}`))
 	if got := bad.sample(start, nil); got.Status != 400 || got.Tokens != 0 || got.Overloaded {
 		t.Fatalf("a 400: %+v; want status 400, no tokens, not overloaded", got)
+	}
+}
+
+// heldUpstream holds every call that reaches the upstream until it is opened, counting them.
+type heldUpstream struct {
+	open     chan struct{}
+	opened   sync.Once
+	mu       sync.Mutex
+	inFlight int
+	most     int
+}
+
+func newHeldUpstream() *heldUpstream { return &heldUpstream{open: make(chan struct{})} }
+
+func (g *heldUpstream) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		g.inFlight++
+		g.most = max(g.most, g.inFlight)
+		g.mu.Unlock()
+		defer func() {
+			g.mu.Lock()
+			g.inFlight--
+			g.mu.Unlock()
+		}()
+		<-g.open
+		next.ServeHTTP(w, r)
+	})
+}
+
+// release lets every call through, now and from now on.
+func (g *heldUpstream) release() { g.opened.Do(func() { close(g.open) }) }
+
+func (g *heldUpstream) counts() (inFlight, most int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.inFlight, g.most
+}
+
+// Waiting is not running: with 2 seats and 5 operations, the 3 waiting for a seat are queued
+// with no started_at, and the gauges say what the upstream sees: 2 calls.
+func TestCapacityOperationWaitingForASeatStaysQueued(t *testing.T) {
+	gt := newHeldUpstream()
+	g := startGatewayWith(t, gatewaySetup{model: modelserver.Config{Slots: 8}, globals: "log {\n level ERROR\n }",
+		mulligan: "async {\n concurrency 8\n}\ncapacity {\n limit 2\n}", wrap: gt.wrap})
+	t.Cleanup(gt.release) // before the gateway stops, which waits for its calls
+	var ids []string
+	for range 5 {
+		_, op := g.submit(t, "")
+		ids = append(ids, op.OperationID)
+	}
+	testkit.WaitFor(t, 10*time.Second, "two calls at the upstream", func() bool { n, _ := gt.counts(); return n == 2 })
+	type view struct {
+		Status      string     `json:"status"`
+		SubmittedAt time.Time  `json:"submitted_at"`
+		StartedAt   *time.Time `json:"started_at"`
+	}
+	statuses := map[string]int{}
+	for _, id := range ids {
+		var v view
+		if r := g.get("/v1/operations/" + id); r.err != nil || json.Unmarshal(r.body, &v) != nil {
+			t.Fatalf("operation %s: %v %s", id, r.err, r.body)
+		}
+		statuses[v.Status]++
+		switch {
+		case v.Status == "queued" && v.StartedAt != nil:
+			t.Errorf("queued operation %s has started_at %v", id, v.StartedAt)
+		case v.Status == "running" && (v.StartedAt == nil || v.StartedAt.Before(v.SubmittedAt)):
+			t.Errorf("running operation %s: started_at %v, submitted_at %v", id, v.StartedAt, v.SubmittedAt)
+		}
+	}
+	if statuses["running"] != 2 || statuses["queued"] != 3 {
+		t.Fatalf("statuses %v while the upstream has 2 calls; want 2 running, 3 queued", statuses)
+	}
+	m := g.scrape(t)
+	if running, inUse := sum(m, "mulligan_operations_running"), sum(m, "mulligan_capacity_seats_in_use"); running != 2 || inUse != 2 {
+		t.Fatalf("mulligan_operations_running %v, mulligan_capacity_seats_in_use %v; want 2 and 2, as the upstream sees", running, inUse)
+	}
+	gt.release()
+	for _, id := range ids {
+		if op := g.await(t, id); op.Status != "succeeded" {
+			t.Errorf("operation %s: %s", id, op.Status)
+		}
+	}
+	if _, most := gt.counts(); most != 2 {
+		t.Fatalf("the upstream saw at most %d calls at once; want 2", most)
 	}
 }

@@ -235,6 +235,7 @@ func (r *runner) finish(parent context.Context, id string, change store.Change, 
 }
 
 func (r *runner) finished(op *store.Operation, log *zap.Logger) {
+	r.streams.settled() // followers waiting for the outcome of an attempt whose stream ended
 	if op.Status == store.StatusQueued {
 		r.countMoved(op, 1)
 	} else {

@@ -100,3 +100,11 @@ func (o *opStreams) signal() {
 		o.changed = nil
 	}
 }
+
+// settled wakes the waiters of await when an operation's outcome is written: a follower that
+// found the attempt's stream ended and the operation still running reads it final at once.
+func (o *opStreams) settled() {
+	o.mu.Lock()
+	o.signal()
+	o.mu.Unlock()
+}

@@ -81,6 +81,11 @@ func (h *Handler) serveResponses(w http.ResponseWriter, r *http.Request) bool {
 // response object, queued, or with stream true its events as they come.
 func (a *respCall) create() bool {
 	h := a.h
+	if a.r.ContentLength > h.gate.maxBody {
+		// Too large to store as a response: it goes on as it would without the block (the
+		// gate refuses it with a key; a background one the upstream refuses).
+		return false
+	}
 	key, ok := h.gate.keyOf(a.w, a.r)
 	if !ok {
 		return true
@@ -118,12 +123,9 @@ func (a *respCall) create() bool {
 	req.Body = c.Upstream
 	req.Header.Del("Content-Length")
 	req.Header.Set("Content-Type", "application/json")
-	resp, ok, err := h.conv.enqueue(a.w, kr, a.st, a.run, op, req, a.createdAnswer)
+	resp, ok, _ := h.conv.enqueue(a.w, kr, a.st, a.run, op, req, a.createdAnswer)
 	if !ok {
-		return true
-	}
-	if err != nil {
-		return true
+		return true // answered already: a full queue or scope, a key's record, the storage failing
 	}
 	a.log.Info("background response accepted", zap.String("response_id", op.ID))
 	if c.Stream {
@@ -229,7 +231,11 @@ func (a *respCall) object(op *store.Operation) (responses.Object, error) {
 	case store.StatusQueued:
 		return base(responses.Queued), nil
 	case store.StatusRunning:
-		return base(responses.InProgress), nil
+		o := base(responses.InProgress)
+		if out := a.partialOutput(op); out != nil {
+			o["output"] = out
+		}
+		return o, nil
 	case store.StatusCanceled:
 		return base(responses.Cancelled), nil
 	}
@@ -241,6 +247,28 @@ func (a *respCall) object(op *store.Operation) (responses.Object, error) {
 		}
 	}
 	return finalObject(op, res, base), nil
+}
+
+// partialOutput is the output the running attempt of op has streamed so far, here or on
+// another replica; nil when none has begun.
+func (a *respCall) partialOutput(op *store.Operation) []any {
+	src := a.liveSource(op)
+	if src == nil {
+		return nil
+	}
+	var p responses.Partial
+	for cursor := uint64(0); ; {
+		evs, _, _, err := src.Next(cursor)
+		if err != nil || len(evs) == 0 {
+			return p.Output()
+		}
+		for _, e := range evs {
+			if e.Seq > cursor {
+				p.Add(e.Data)
+				cursor = e.Seq
+			}
+		}
+	}
 }
 
 // finalObject is the final response object of a finished op whose recorded answer is res

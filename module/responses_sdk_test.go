@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -90,15 +89,7 @@ func (h *rawHooks) find(typ, id string) *rawHook {
 
 func runSDKScript(t *testing.T, ctx context.Context, node, script string, args ...string) []byte {
 	t.Helper()
-	out, err := exec.CommandContext(ctx, node, append([]string{script}, args...)...).Output()
-	if err != nil {
-		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = ee.Stderr
-		}
-		t.Fatalf("the SDK script failed: %v\n%s\n%s", err, out, stderr)
-	}
-	return out
+	return testkit.RunSDKScript(t, ctx, node, script, args...)
 }
 
 func TestOpenAINodeSDKRunsBackgroundResponses(t *testing.T) {
@@ -113,13 +104,36 @@ func TestOpenAINodeSDKRunsBackgroundResponses(t *testing.T) {
 		t.Fatalf("the script printed %q: %v", out, err)
 	}
 
+	checkSDKBackground(t, &got)
+	checkSDKStream(t, &got)
+	c := got.Cancel
+	if c.First != "cancelled" || c.Second != "cancelled" || c.SecondID != c.ID || c.After != "cancelled" {
+		t.Fatalf("cancel: %+v", c)
+	}
+	if got.OtherScope != 404 {
+		t.Fatalf("another API key's retrieve answered %d, want 404", got.OtherScope)
+	}
+	if st := g.model.Stats(); st.Received != 3 || st.Abandoned != 1 {
+		t.Fatalf("the model server got %d calls (%d cut), want 3 (1 cut): one per response", st.Received, st.Abandoned)
+	}
+	checkSDKUnwrap(t, ctx, node, script, hooks, got.Background.Created.ID)
+	testkit.WaitFor(t, 10*time.Second, "the response.cancelled delivery", func() bool { return hooks.find("response.cancelled", c.ID) != nil })
+}
+
+func checkSDKBackground(t *testing.T, got *sdkResponsesRun) {
+	t.Helper()
 	b := got.Background
 	if b.Created.Status != "queued" || !b.Created.Background || !strings.HasPrefix(b.Created.ID, "resp_") ||
 		b.Final.ID != b.Created.ID || b.Final.Status != "completed" || b.Final.Text != "You said: poll me please" || b.Final.Usage.OutputTokens != 5 {
 		t.Fatalf("background: %+v", b)
 	}
 	t.Logf("statuses seen while polling: %v", b.Statuses)
+}
 
+// checkSDKStream checks the stream the SDK dropped and resumed: numbered 0, 1, 2, ... across
+// both reads, the gateway's id throughout, the text whole.
+func checkSDKStream(t *testing.T, got *sdkResponsesRun) {
+	t.Helper()
 	s := got.Stream
 	var text strings.Builder
 	all := append(s.First, s.Rest...)
@@ -137,22 +151,16 @@ func TestOpenAINodeSDKRunsBackgroundResponses(t *testing.T) {
 	if text.String() != "You said: one two three four five six seven eight" || all[len(all)-1].Type != "response.completed" {
 		t.Fatalf("the stream, dropped and resumed, gave %q ending with %+v", text.String(), all[len(all)-1])
 	}
+}
 
-	c := got.Cancel
-	if c.First != "cancelled" || c.Second != "cancelled" || c.SecondID != c.ID || c.After != "cancelled" {
-		t.Fatalf("cancel: %+v", c)
-	}
-	if got.OtherScope != 404 {
-		t.Fatalf("another API key's retrieve answered %d, want 404", got.OtherScope)
-	}
-	if st := g.model.Stats(); st.Received != 3 || st.Abandoned != 1 {
-		t.Fatalf("the model server got %d calls (%d cut), want 3 (1 cut): one per response", st.Received, st.Abandoned)
-	}
-
+// checkSDKUnwrap has the SDK's webhooks.unwrap verify the completed response's event as it was
+// delivered, and refuse it forged.
+func checkSDKUnwrap(t *testing.T, ctx context.Context, node, script string, hooks *rawHooks, id string) {
+	t.Helper()
 	// The completed response's webhook, as delivered, verifies with the SDK's own unwrap.
 	var hook *rawHook
 	testkit.WaitFor(t, 10*time.Second, "the response.completed delivery", func() bool {
-		hook = hooks.find("response.completed", b.Created.ID)
+		hook = hooks.find("response.completed", id)
 		return hook != nil
 	})
 	dir := t.TempDir()
@@ -173,18 +181,15 @@ func TestOpenAINodeSDKRunsBackgroundResponses(t *testing.T) {
 		}
 		Forged string
 	}
-	out = runSDKScript(t, ctx, node, script, "unwrap", secretA, payload, headerFile)
+	out := runSDKScript(t, ctx, node, script, "unwrap", secretA, payload, headerFile)
 	if err := json.Unmarshal(out, &unwrapped); err != nil {
 		t.Fatalf("unwrap printed %q: %v", out, err)
 	}
 	e := unwrapped.Event
-	if e.Object != "event" || e.Type != "response.completed" || e.Data.ID != b.Created.ID || !strings.HasPrefix(e.ID, "evt_") || e.CreatedAt == 0 {
+	if e.Object != "event" || e.Type != "response.completed" || e.Data.ID != id || !strings.HasPrefix(e.ID, "evt_") || e.CreatedAt == 0 {
 		t.Fatalf("unwrapped %+v", e)
 	}
 	if unwrapped.Forged == "accepted" {
 		t.Fatal("a forged payload verified")
-	}
-	if hooks.find("response.cancelled", c.ID) == nil {
-		testkit.WaitFor(t, 10*time.Second, "the response.cancelled delivery", func() bool { return hooks.find("response.cancelled", c.ID) != nil })
 	}
 }

@@ -186,3 +186,41 @@ func TestResponsesStreamOfALostAttemptEndsWithAnError(t *testing.T) {
 	}
 	testkit.WaitFor(t, 5*time.Second, "two attempts", func() bool { return up.runs.Load() == 2 })
 }
+
+// A streamed create that waits for the runner gets its first event, with the id, at once.
+func TestResponsesStreamBeginsWhileQueued(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, "async {\n concurrency 1\n}\n"+responsesBlock)
+	busy := g.createResponse(t, `{"input":"holds the only worker","background":true}`, append([]string{"X-Mock-Latency", "30s"}, alice...)...)
+	testkit.WaitFor(t, 10*time.Second, "the first response runs", func() bool { return g.model.Stats().InFlight == 1 })
+	s := g.createStream(t, `{"input":"wait for me","stream":true,"background":true}`, alice...)
+	first, ok := readRespEvent(t, s)
+	if !ok || first.Type != "response.queued" || first.Response.Status != "queued" || first.Seq != 0 {
+		t.Fatalf("first event while queued: %+v", first)
+	}
+	if st := g.model.Stats(); st.Received != 1 {
+		t.Fatalf("the queued response reached the upstream before its first event: %d calls", st.Received)
+	}
+	decodeResponse(t, g.responseCall("POST", "/v1/responses/"+busy.ID+"/cancel", alice...))
+	rest := readRespEvents(t, s, 0)
+	if text := checkRespEvents(t, rest, 1, first.Response.ID); text != "You said: wait for me" || rest[len(rest)-1].Type != "response.completed" {
+		t.Fatalf("then %q ending %+v", text, rest[len(rest)-1])
+	}
+}
+
+// A follower of a response cancelled mid-stream gets its end: response.cancelled, numbered on.
+func TestResponsesStreamOfACancelledResponseEndsCancelled(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, responsesBlock)
+	s := g.createStream(t, `{"input":"a b c d e f g h i j","stream":true,"background":true}`, append([]string{"X-Mock-Chunk-Delay", "1s"}, alice...)...)
+	head := readRespEvents(t, s, 6)
+	id := head[0].Response.ID
+	decodeResponse(t, g.responseCall("POST", "/v1/responses/"+id+"/cancel", alice...))
+	rest := readRespEvents(t, s, 0)
+	if len(rest) == 0 {
+		t.Fatal("the stream ended without an event")
+	}
+	last := rest[len(rest)-1]
+	checkRespEvents(t, append(head, rest...), 0, id)
+	if last.Type != "response.cancelled" || last.Response.Status != "cancelled" {
+		t.Fatalf("after the cancel: %+v", rest)
+	}
+}

@@ -246,6 +246,15 @@ func TestResponsesUpstreamFailureIsAFailedResponse(t *testing.T) {
 	if done := g.awaitResponse(t, j.ID, alice...); done.Status != "completed" || done.ID != j.ID || done.text() != "You said: answer json" {
 		t.Fatalf("answered as JSON: %+v", done)
 	}
+	evs := readRespEvents(t, g.followResponse(t, j.ID, "", alice...), 0)
+	if len(evs) != 2 || evs[0].Type != "response.queued" || evs[1].Type != "response.completed" || evs[1].Response.ID != j.ID || evs[1].Seq != 1 {
+		t.Fatalf("the stream of a response answered as JSON: %+v", evs)
+	}
+	// A failed one's stream ends with its failure.
+	evs = readRespEvents(t, g.followResponse(t, o.ID, "", alice...), 0)
+	if len(evs) != 2 || evs[1].Type != "response.failed" || evs[1].Response.Status != "failed" {
+		t.Fatalf("the stream of a failed response: %+v", evs)
+	}
 }
 
 func TestResponsesRefusesMalformedCreates(t *testing.T) {
@@ -323,5 +332,53 @@ func TestResponsesCreateWithAKeyReplaysTheSameResponse(t *testing.T) {
 	expectError(t, g.post("/v1/responses", "create-1", `{"input":"other","background":true}`, alice...), http.StatusConflict, apierr.CodeKeyReused, false)
 	if st := g.model.Stats(); st.Received != 1 {
 		t.Fatalf("the model server ran %d times, want once", st.Received)
+	}
+}
+
+func TestResponsesWebhookGoesToTheCallbackUrl(t *testing.T) {
+	rc := newReceiver(t, secretA, nil)
+	g := startGateway(t, modelserver.Config{}, "webhooks {\n endpoint hooks "+rc.srv.URL+"/hooks/* {\n secret "+secretA+"\n }\n allow_private\n}\n"+responsesBlock)
+	expectError(t, g.post("/v1/responses", "", `{"input":"x","background":true}`, append([]string{"Callback-Url", "https://evil.example.com/hooks/x"}, alice...)...),
+		http.StatusUnprocessableEntity, apierr.CodeCallbackNotAllow, false)
+	quiet := g.createResponse(t, `{"input":"no hook","background":true}`, alice...)
+	hooked := g.createResponse(t, `{"input":"hook","background":true}`, append([]string{"Callback-Url", rc.srv.URL + "/hooks/agent-7"}, alice...)...)
+	g.awaitResponse(t, quiet.ID, alice...)
+	g.awaitResponse(t, hooked.ID, alice...)
+	testkit.WaitFor(t, 10*time.Second, "the delivery", func() bool { return rc.delivered() == 1 })
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if data, _ := rc.events[0]["data"].(map[string]any); data["id"] != hooked.ID || rc.events[0]["type"] != "response.completed" {
+		t.Fatalf("delivered %v, want %s's response.completed alone", rc.events, hooked.ID)
+	}
+}
+
+// A body over max_body is not the gateway's to store: it goes on as without the block.
+func TestResponsesOverMaxBodyPassThrough(t *testing.T) {
+	up := &respUpstream{}
+	g := startGatewayWith(t, gatewaySetup{wrap: up.wrap, mulligan: "idempotency {\n max_body 1KiB\n}\n" + responsesBlock})
+	big := `{"input":"` + strings.Repeat("x ", 1000) + `"}`
+	o := decodeResponse(t, g.post("/v1/responses", "", big, alice...))
+	if !strings.HasPrefix(o.ID, "resp_ms") || o.Status != "completed" || len(up.calls()) != 1 {
+		t.Fatalf("a large request without background: %+v, %d upstream calls", o, len(up.calls()))
+	}
+	r := g.post("/v1/responses", "", `{"background":true,"input":"`+strings.Repeat("x ", 1000)+`"}`, alice...)
+	if r.StatusCode != http.StatusBadRequest || !strings.Contains(string(r.body), "background_unsupported") {
+		t.Fatalf("a large background request: %v %s, want the upstream's refusal", r.Response, r.body)
+	}
+}
+
+// A poll of a running response shows the output streamed so far.
+func TestResponsesInProgressShowsTheOutputSoFar(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, responsesBlock)
+	s := g.createStream(t, `{"input":"a b c d e f g h","background":true,"stream":true}`, append([]string{"X-Mock-Chunk-Delay", "300ms"}, alice...)...)
+	evs := readRespEvents(t, s, 7) // queued, created, in_progress, item, part, two deltas
+	id := evs[0].Response.ID
+	o := decodeResponse(t, g.get("/v1/responses/"+id, alice...))
+	if o.Status != "in_progress" || !strings.HasPrefix("You said: a b c d e f g h", o.text()) || len(o.text()) < len("You said:") {
+		t.Fatalf("polled while running: %s %q", o.Status, o.text())
+	}
+	readRespEvents(t, s, 0)
+	if done := g.awaitResponse(t, id, alice...); done.text() != "You said: a b c d e f g h" {
+		t.Fatalf("completed: %q", done.text())
 	}
 }

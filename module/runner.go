@@ -81,7 +81,7 @@ type execution struct {
 	slotFreed  bool            // its upstream work ended: the slot went to the next claim (freeSlot)
 	leaseUntil time.Time       // as last renewed
 	started    time.Time       // when it began running here, for the oldest-running gauge
-	seat       *pendingSeat    // its place in the capacity order, until its first attempt takes it
+	seat       *seat           // the seat it was claimed with (capacity), until its first attempt takes it
 	expiry     clockwork.Timer // stops the execution shortly before its lease ends (see leaseMargin)
 	// after, when set, is the end of an earlier execution of the same operation here, still
 	// winding down when this runner claimed the operation again (its lease ran out and a
@@ -260,15 +260,15 @@ func (r *runner) claimLoop() {
 // to end: the async end-to-end profiles showed slots standing empty behind a batch of claims
 // (docs/benchmarks.md).
 func (r *runner) claimFree() {
-	if !r.alive() || !r.roomForQueued() {
+	if !r.alive() {
 		return
 	}
 	r.mu.Lock()
 	free := r.cfg.concurrency - r.pooled - r.claiming
 	if len(seatPoolsOf(r.where)) > 0 {
-		// With capacity, one claim at a time: each checks the pools' room and takes its place
-		// in their order before the next checks, so that at most one claimed operation waits
-		// per pool (docs/capacity.md); a claim that started one wakes the loop for the next.
+		// With capacity, one claim at a time: the queue's head waits for a seat in its pool's
+		// order before it is claimed (docs/capacity.md, "Waiting is not running"); a claim
+		// that started one wakes the loop for the next.
 		free = min(free, 1-r.claiming)
 	}
 	r.mu.Unlock()
@@ -300,10 +300,10 @@ func (r *runner) claimNext() bool {
 			r.mu.Unlock()
 		}
 	}()
-	if !r.alive() || !r.roomForQueued() {
+	if !r.alive() {
 		return false
 	}
-	op, err := r.st.ClaimNext(r.worker, takeover)
+	op, held, err := r.claimQueued(takeover)
 	if err != nil {
 		r.log.Warn("claiming queued work", zap.Error(err))
 		return false
@@ -315,12 +315,13 @@ func (r *runner) claimNext() bool {
 	r.log.Info("operation transition", operationFields(op, zap.String("old_status", string(store.StatusQueued)),
 		zap.String("new_status", string(op.Status)), zap.Int("attempts", op.Attempts), zap.Duration("queue_wait", op.StartedAt.Sub(op.SubmittedAt)))...)
 	if r.expiredInQueue(op) {
+		held.giveBack()
 		r.kick() // its slot is free again, and more may be queued
 		return true
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	started = true
-	r.start(op, ctx, &execution{cancel: cancel, done: make(chan struct{}), pooled: true, leaseUntil: op.LeaseUntil, seat: r.enqueueSeat(op)}, nil)
+	r.start(op, ctx, &execution{cancel: cancel, done: make(chan struct{}), pooled: true, leaseUntil: op.LeaseUntil, seat: held}, nil)
 	r.kick() // more may be queued, for a slot still free
 	return true
 }
@@ -405,9 +406,7 @@ func (r *runner) executionEnded(id string, ex *execution) {
 	pending := ex.seat
 	ex.seat = nil
 	r.mu.Unlock()
-	if pending != nil { // ended before its first attempt: its place in the order goes
-		pending.pool.abandon(pending.w)
-	}
+	pending.giveBack() // ended before its first attempt: its seat goes to the next
 	ex.cancel(nil)
 	close(ex.done)
 	r.kick()

@@ -138,9 +138,6 @@ func (s *seat) watch(ctx context.Context) (_ context.Context, stop func()) {
 	return s.from.watch(ctx, s.shared)
 }
 
-// abandon takes w out of the order for good: a seat granted to it and never taken is freed.
-func (p *seatPool) abandon(w *seatWaiter) { p.Abandon(w) }
-
 // release gives the seat back, telling the adaptive limit how the call went (docs/capacity.md,
 // "limit auto").
 func (s *seat) release(sample capacity.Sample) {
@@ -155,17 +152,20 @@ func (s *seat) release(sample capacity.Sample) {
 	})
 }
 
-// giveBack returns a seat that was never used for a call: it tells the limit nothing.
+// giveBack returns a seat that was never used for a call, shared seat included: it tells the
+// limit nothing. A nil seat is none.
 func (s *seat) giveBack() {
+	if s == nil {
+		return
+	}
 	s.once.Do(func() {
+		if s.shared != nil {
+			defer s.from.give(s.shared)
+		}
 		s.pool.GiveBack()
 		kickRunners(s.pool.where)
 	})
 }
-
-// roomForQueued reports whether the runner should claim one more operation for this pool
-// (capacity.Pool.RoomForQueued).
-func (p *seatPool) roomForQueued() bool { return p.RoomForQueued() }
 
 // retryAfter estimates when a refused call may find a seat.
 func (p *seatPool) retryAfter() time.Duration { return p.RetryAfter() }

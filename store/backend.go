@@ -90,6 +90,14 @@ type Queue interface {
 	// first), then oldest first. Operations whose QueueDeadline has passed are not claimed. No
 	// operation is held by two workers at once.
 	ClaimNext(worker string, lease time.Duration) (*Operation, error)
+	// NextQueued returns the operation ClaimNext would claim now, left queued; nil when none
+	// is. Under capacity the runner looks at it to take a seat in its place before it claims
+	// (docs/capacity.md, "Waiting is not running").
+	NextQueued() (*Operation, error)
+	// ClaimQueued moves queued operation id to running, held by worker until now+lease, as
+	// ClaimNext would were it next (its scope takes its turn); nil when it is no longer queued,
+	// is held by another claimer, or its QueueDeadline has passed.
+	ClaimQueued(id, worker string, lease time.Duration) (*Operation, error)
 	// StaleQueued returns up to limit queued operations whose QueueDeadline is before now.
 	StaleQueued(now time.Time, limit int) ([]*Operation, error)
 	// QueuePosition estimates how many queued operations will be claimed before id (0 = next).

@@ -39,6 +39,21 @@ type SharedSeats interface {
 	RenewSeats(pool, worker string, seats []string, until time.Time) ([]string, error)
 }
 
+// Turns (docs/backends.md, "The capacity order") are times in microseconds since the epoch:
+// a claim gives its scope TurnAt its time, and a scope with queued work but no turn (new, or
+// forgotten when it had no work left) counts as served when its oldest work came. So a scope seen
+// for the first time takes its turn behind the scopes served before it came, not ahead of every
+// scope with a backlog, and a new identity per call buys no place in front (start-time fair
+// queuing: a new flow starts at the current virtual time).
+
+// TurnAt is the turn of a claim at now, after the latest turn given: now, or just after latest
+// when clocks or claims within one microsecond would not move it on.
+func TurnAt(now time.Time, latest int64) int64 { return max(now.UnixMicro(), latest+1) }
+
+// ArrivalTurn is the turn a scope not yet served counts as having, its oldest work queued at
+// since: just before a claim in the same microsecond, which came after it.
+func ArrivalTurn(since time.Time) int64 { return since.UnixMicro() - 1 }
+
 // ClampUrgency brings u into 0..7: a stored value out of range waits at the nearest bound.
 func ClampUrgency(u int) int { return min(max(u, MostUrgent), LeastUrgent) }
 
@@ -82,8 +97,9 @@ func (op *Operation) UnmarshalJSON(b []byte) error {
 // of the moment.
 type ScopeQueue struct {
 	Scope string
-	// Turn orders the scopes' turns: the scope served least recently (lowest) goes first; 0
-	// for a scope never served (or one whose turn was forgotten when it had no work left).
+	// Turn orders the scopes' turns: the scope served least recently (lowest) goes first; a
+	// scope not served since it had work counts as served when its oldest work came
+	// (ArrivalTurn).
 	Turn int64
 	// Before counts operations at a more urgent effective urgency than the operation's.
 	Before int

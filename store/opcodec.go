@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -49,6 +50,8 @@ const (
 	opBatch
 	opKind
 	opEcho
+	opFairKey
+	opWeight
 )
 
 // EncodeOperation is the stored form of op (DecodeOperation reads it). ScopeLimit is not
@@ -112,6 +115,8 @@ func EncodeOperation(op *Operation) []byte {
 		})
 	}
 	b = appendString(b, opKind, op.Kind)
+	b = appendString(b, opFairKey, op.FairKey)
+	b = appendInt(b, opWeight, int64(math.Float64bits(op.Weight))) // the bits: exact
 	if len(op.Echo) > 0 {
 		b = protowire.AppendTag(b, opEcho, protowire.BytesType)
 		b = protowire.AppendBytes(b, op.Echo)
@@ -223,6 +228,10 @@ func (op *Operation) setField(f field) {
 		f.message(op.Batch.setField)
 	case opKind:
 		op.Kind = f.string()
+	case opFairKey:
+		op.FairKey = f.string()
+	case opWeight:
+		op.Weight = math.Float64frombits(uint64(f.int()))
 	case opEcho:
 		op.Echo = f.bytes()
 	}

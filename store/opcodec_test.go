@@ -49,6 +49,8 @@ func fill(t testing.TB, v reflect.Value, n *int) {
 		v.SetInt(-int64(*n) * 1_000_003) // negative and wide: signs and varint lengths survive
 	case reflect.Bool:
 		v.SetBool(true)
+	case reflect.Float64:
+		v.SetFloat(float64(*n) + 0.25)
 	case reflect.Slice:
 		s := reflect.MakeSlice(v.Type(), 2, 2)
 		for i := range 2 {

@@ -50,6 +50,10 @@ type Operation struct {
 	Tracestate  string `json:"tracestate,omitempty"`
 	// Urgency is the RFC 9218 urgency the operation waits at: 0 (most urgent) to 7; 3 by default.
 	Urgency int `json:"urgency"`
+	// FairKey is the fairness key its seat is shared by when it is not the scope
+	// (docs/capacity.md, "Fairness"), and Weight the key's weight; zero values: the scope, 1.
+	FairKey string  `json:"fair_key,omitempty"`
+	Weight  float64 `json:"weight,omitempty"`
 	// QueueDeadline is when a still-queued operation stops being worth running: it fails
 	// QUEUE_TIMEOUT without reaching the upstream. Zero: no deadline.
 	QueueDeadline time.Time `json:"queue_deadline,omitzero"`

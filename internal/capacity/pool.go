@@ -18,12 +18,14 @@ import (
 // ErrNoSeat: no seat came free within the call's wait.
 var ErrNoSeat = errors.New("no upstream seat came free in time")
 
-// Ask is who asks for a seat: the order they wait in.
+// Ask is who asks for a seat: the order they wait in (docs/capacity.md, "The order").
 type Ask struct {
-	Urgency int
-	Scope   string
+	Urgency int       // RFC 9218's, from the Priority header or the gateway
+	Trusted bool      // Urgency counts across fairness keys: an operator's class or the gateway's own
+	Scope   string    // the caller's scope
+	Key     string    // the fairness key; "" is the scope
+	Weight  float64   // the key's share against weight-1 keys; below 1 is 1
 	Since   time.Time // when the work began to wait (an operation: when it was submitted)
-	Queued  bool      // an operation claimed from the durable queue, not a live sync call
 }
 
 // Waiter is one ask waiting in the pool.
@@ -43,8 +45,8 @@ type Config struct {
 }
 
 // Pool is one upstream's seats in this process, and the one order its waiters are served in:
-// effective urgency (urgency raised one level per store.AgingStep waited), then the scope that
-// was served least recently, then the oldest.
+// the band (trusted urgency, raised one level per store.AgingStep waited), then the fairness
+// keys' turns (fair.go), then the caller's own urgency within its key, then the oldest.
 type Pool struct {
 	clock clockwork.Clock
 
@@ -52,9 +54,8 @@ type Pool struct {
 	limit   int
 	inUse   int
 	waiting []*Waiter
-	turns   map[string]uint64 // scope with waiters -> number of the grant it got last
-	grants  uint64
-	queued  int // waiters that are operations from the durable queue
+	keys    map[string]*keyTurn // fairness key with waiters -> its turn (fair.go)
+	vtime   float64             // the virtual time: the start of the latest turn granted
 	adapt   *Adaptive
 	drain   DrainRate
 	stats   counters
@@ -68,7 +69,7 @@ type counters struct {
 
 // NewPool returns a pool of cfg's seats on clock.
 func NewPool(clock clockwork.Clock, cfg Config) *Pool {
-	p := &Pool{clock: clock, turns: map[string]uint64{}}
+	p := &Pool{clock: clock, keys: map[string]*keyTurn{}}
 	p.Configure(cfg)
 	return p
 }
@@ -95,14 +96,12 @@ func (p *Pool) Enqueue(ask Ask) *Waiter {
 	w := &Waiter{Ask: ask, ready: make(chan struct{})}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.joinLocked(ask)
 	if len(p.waiting) == 0 && p.inUse < p.limit {
 		p.grantToLocked(w)
 		return w
 	}
 	p.waiting = append(p.waiting, w)
-	if ask.Queued {
-		p.queued++
-	}
 	return w
 }
 
@@ -147,29 +146,22 @@ func (p *Pool) Abandon(w *Waiter) {
 	}
 }
 
+// dropLocked takes w, which gave up, out of the order.
 func (p *Pool) dropLocked(w *Waiter) {
-	for i, x := range p.waiting {
-		if x == w {
-			p.waiting = append(p.waiting[:i], p.waiting[i+1:]...)
-			if w.Ask.Queued {
-				p.queued--
-			}
-			p.forgetIdleLocked(w.Ask.Scope)
-			return
-		}
+	if p.removeLocked(w) {
+		p.leaveLocked(w.Ask, false)
 	}
 }
 
-// forgetIdleLocked drops the turn of a scope nobody of which waits any more, so the map holds
-// only the scopes waiting (scopes are as many as callers). A scope that comes back counts as
-// not served lately: it goes before the scopes with a backlog, as a light tenant should.
-func (p *Pool) forgetIdleLocked(scope string) {
-	for _, x := range p.waiting {
-		if x.Ask.Scope == scope {
-			return
+// removeLocked takes w out of the waiting list; false when it was not there.
+func (p *Pool) removeLocked(w *Waiter) bool {
+	for i, x := range p.waiting {
+		if x == w {
+			p.waiting = append(p.waiting[:i], p.waiting[i+1:]...)
+			return true
 		}
 	}
-	delete(p.turns, scope)
+	return false
 }
 
 // Release gives back a seat whose call started at start, telling the adaptive limit how the
@@ -199,23 +191,20 @@ func (p *Pool) GiveBack() {
 func (p *Pool) grantLocked() {
 	for p.inUse < p.limit && len(p.waiting) > 0 {
 		w := p.waiting[p.nextLocked(p.clock.Now())]
-		p.dropLocked(w)
+		p.removeLocked(w)
 		p.grantToLocked(w)
 	}
 }
 
-// grantToLocked gives w a seat.
+// grantToLocked gives w a seat: its key's turn moves on.
 func (p *Pool) grantToLocked(w *Waiter) {
 	p.inUse++
-	p.grants++
-	p.turns[w.Ask.Scope] = p.grants
-	p.forgetIdleLocked(w.Ask.Scope)
+	p.leaveLocked(w.Ask, true)
 	w.granted = true
 	close(w.ready)
 }
 
-// nextLocked picks the waiter served next: the lowest effective urgency, then the scope whose
-// last seat is the longest ago (scopes take turns), then the oldest.
+// nextLocked picks the waiter served next (before, fair.go).
 func (p *Pool) nextLocked(now time.Time) int {
 	best := 0
 	for i := 1; i < len(p.waiting); i++ {
@@ -226,30 +215,10 @@ func (p *Pool) nextLocked(now time.Time) int {
 	return best
 }
 
-func (p *Pool) before(a, b *Waiter, now time.Time) bool {
-	if ua, ub := effectiveUrgency(a.Ask, now), effectiveUrgency(b.Ask, now); ua != ub {
-		return ua < ub
-	}
-	if ta, tb := p.turns[a.Ask.Scope], p.turns[b.Ask.Scope]; ta != tb {
-		return ta < tb
-	}
-	return a.Ask.Since.Before(b.Ask.Since)
-}
-
 // effectiveUrgency is the ask's urgency raised by waiting, as the durable queue raises it
 // (store.AgingStep per level), so a steady stream of more urgent work cannot starve it.
 func effectiveUrgency(a Ask, now time.Time) int {
 	return store.EffectiveUrgency(a.Urgency, now.Sub(a.Since))
-}
-
-// RoomForQueued reports whether the runner should claim one more operation for this pool: a
-// seat is free for it, or no operation from the durable queue waits here yet. Keeping one
-// claimed operation waiting stands the durable queue's head in this order, so a freed seat goes
-// to it when it is more urgent than the live sync calls waiting (docs/capacity.md).
-func (p *Pool) RoomForQueued() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.inUse+len(p.waiting) < p.limit || p.queued == 0
 }
 
 // RetryAfter estimates when a refused call may find a seat: the work waiting ahead of it over
@@ -294,11 +263,11 @@ func (p *Pool) Waiting() []Ask {
 	return out
 }
 
-// Remembered is how many scopes the pool keeps a turn for (only the scopes waiting).
+// Remembered is how many fairness keys the pool keeps a turn for (only the keys waiting).
 func (p *Pool) Remembered() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.turns)
+	return len(p.keys)
 }
 
 // CountRefusal counts a sync call answered 503 UPSTREAM_SATURATED (a call queued instead is

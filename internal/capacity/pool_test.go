@@ -3,6 +3,7 @@ package capacity
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -75,11 +76,11 @@ func TestPoolServesTheMostUrgentThenScopesInTurnThenTheOldest(t *testing.T) {
 		{Urgency: 3, Scope: "a", Since: t0.Add(1)},
 		{Urgency: 3, Scope: "a", Since: t0.Add(2)},
 		{Urgency: 3, Scope: "b", Since: t0.Add(3)},
-		{Urgency: 1, Scope: "c", Since: t0.Add(4)},
+		{Urgency: 1, Scope: "c", Since: t0.Add(4), Trusted: true},
 		{Urgency: 7, Scope: "d", Since: t0.Add(5)},
 	}
-	// c is the most urgent; then a and b alternate (a's oldest first), then a's second, then
-	// the background work.
+	// c is the most urgent (an operator's class: trusted); then a and b alternate (a's oldest
+	// first), then a's second, then the background work.
 	if got, want := order(t, clock, asks), []int{3, 0, 2, 1, 4}; !equal(got, want) {
 		t.Fatalf("seats went to %v; want %v", got, want)
 	}
@@ -91,7 +92,7 @@ func TestPoolAgingRaisesBackgroundWorkUpToTheDefault(t *testing.T) {
 		{Urgency: 3, Scope: "fresh", Since: clock.Now()},
 		{Urgency: 7, Scope: "old", Since: t0},                                  // four steps waited: effectively 3, and older
 		{Urgency: 6, Scope: "young", Since: clock.Now().Add(-store.AgingStep)}, // one step: effectively 5
-		{Urgency: 1, Scope: "urgent", Since: clock.Now()},
+		{Urgency: 1, Scope: "urgent", Since: clock.Now(), Trusted: true},
 	}
 	if got, want := order(t, clock, asks), []int{3, 1, 0, 2}; !equal(got, want) {
 		t.Fatalf("seats went to %v; want %v", got, want)
@@ -125,7 +126,7 @@ func TestPoolWaitEndsAtItsDeadlineOnTheClock(t *testing.T) {
 func TestPoolAbandonedGrantFreesItsSeatForTheNext(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(t0)
 	p := NewPool(clock, Config{Limit: 1})
-	first := p.Enqueue(Ask{Scope: "a", Since: t0, Queued: true})
+	first := p.Enqueue(Ask{Scope: "a", Since: t0})
 	second := p.Enqueue(Ask{Scope: "b", Since: t0})
 	if !granted(first) || granted(second) {
 		t.Fatal("want the first granted, the second waiting")
@@ -143,23 +144,6 @@ func TestPoolAbandonedGrantFreesItsSeatForTheNext(t *testing.T) {
 	}
 }
 
-func TestPoolRoomForQueuedKeepsOneClaimedOperationWaiting(t *testing.T) {
-	clock := clockwork.NewFakeClockAt(t0)
-	p := NewPool(clock, Config{Limit: 1})
-	p.Enqueue(Ask{Scope: "a", Since: t0})
-	if !p.RoomForQueued() {
-		t.Fatal("with no operation waiting, the runner should claim one")
-	}
-	w := p.Enqueue(Ask{Scope: "b", Since: t0, Queued: true})
-	if p.RoomForQueued() {
-		t.Fatal("with a claimed operation already waiting and no seat free, the runner claims another")
-	}
-	p.Abandon(w)
-	if !p.RoomForQueued() {
-		t.Fatal("the abandoned operation still counts as waiting")
-	}
-}
-
 func TestPoolConfigureKeepsSeatsInUseAndGrantsNewRoom(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(t0)
 	p := NewPool(clock, Config{Limit: 1})
@@ -174,3 +158,98 @@ func TestPoolConfigureKeepsSeatsInUseAndGrantsNewRoom(t *testing.T) {
 		t.Fatalf("after switching to auto: %+v; want auto, 2 in use, limit at its min 1", s)
 	}
 }
+
+// fill enqueues asks in a one-seat pool behind a held seat and returns the pool and waiters.
+func fill(t *testing.T, clock *clockwork.FakeClock, asks []Ask) (*Pool, []*Waiter) {
+	t.Helper()
+	p := NewPool(clock, Config{Limit: 1})
+	if !granted(p.Enqueue(Ask{Scope: "holder", Since: clock.Now()})) {
+		t.Fatal("the first ask of an empty pool waits")
+	}
+	ws := make([]*Waiter, len(asks))
+	for i, a := range asks {
+		ws[i] = p.Enqueue(a)
+	}
+	return p, ws
+}
+
+// grantedOf is the index of the one waiter of ws granted since seen, marking it seen.
+func grantedOf(t *testing.T, ws []*Waiter, seen map[int]bool) int {
+	t.Helper()
+	for i, w := range ws {
+		if granted(w) && !seen[i] {
+			seen[i] = true
+			return i
+		}
+	}
+	t.Fatal("a release granted nobody")
+	return -1
+}
+
+// A caller's Priority above the default orders its own key's work, not other tenants': a
+// tenant's u=0 flood does not pass another tenant's default call.
+func TestPoolUntrustedUrgencyOrdersOnlyItsOwnKey(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	asks := []Ask{
+		{Urgency: 3, Scope: "loud", Since: t0.Add(1)},
+		{Urgency: 0, Scope: "loud", Since: t0.Add(2)},
+		{Urgency: 0, Scope: "loud", Since: t0.Add(3)},
+		{Urgency: 3, Scope: "quiet", Since: t0.Add(4)},
+		{Urgency: 5, Scope: "loud", Since: t0.Add(5)},
+	}
+	// loud's u=0 calls go before its own u=3 one, but quiet's call takes the second turn; the
+	// u=5 call yields to everyone's default work, as a caller may always lower its standing.
+	if got, want := order(t, clock, asks), []int{1, 3, 2, 0, 4}; !equal(got, want) {
+		t.Fatalf("seats went to %v; want %v", got, want)
+	}
+}
+
+// A new fairness key per call (minted credentials) starts behind the waiting keys' next turns,
+// not ahead of them (as a key with no turn record did): a tenant's backlog keeps its share of
+// the keys waiting. With one fresh identity per seat freed, its k-th call waits behind at most
+// k fresh ones, so its 6 calls are served within 6 + (1+2+...+6) = 27 seats.
+func TestPoolNewKeysPerCallDoNotStarveABacklog(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	var asks []Ask
+	for i := range 6 {
+		asks = append(asks, Ask{Urgency: 3, Scope: "honest", Since: t0.Add(time.Duration(i))})
+	}
+	p, ws := fill(t, clock, asks)
+	seen := map[int]bool{}
+	honest, releases := 0, 0
+	for ; honest < 6 && releases < 100; releases++ {
+		clock.Advance(time.Millisecond)
+		ws = append(ws, p.Enqueue(Ask{Urgency: 0, Scope: "minted-" + itoa(releases), Since: clock.Now()}))
+		p.Release(clock.Now(), Sample{Status: 200})
+		if grantedOf(t, ws, seen) < 6 {
+			honest++
+		}
+	}
+	if releases > 27 {
+		t.Fatalf("the backlog's 6 calls took %d seats against a new key per call; want at most 27", releases)
+	}
+}
+
+// A key of weight 3 gets three seats to a weight-1 key's one while both have a backlog.
+func TestPoolWeightsShareSeatsBetweenKeys(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	var asks []Ask
+	for i := range 8 {
+		asks = append(asks, Ask{Urgency: 3, Scope: "light", Since: t0.Add(time.Duration(2 * i))},
+			Ask{Urgency: 3, Scope: "heavy", Key: "tenant-heavy", Weight: 3, Since: t0.Add(time.Duration(2*i + 1))})
+	}
+	p, ws := fill(t, clock, asks)
+	seen := map[int]bool{}
+	heavy := 0
+	for range 8 {
+		p.Release(clock.Now(), Sample{Status: 200})
+		if grantedOf(t, ws, seen)%2 == 1 {
+			heavy++
+		}
+	}
+	if heavy != 6 {
+		t.Fatalf("the weight-3 key got %d of 8 seats; want 6", heavy)
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

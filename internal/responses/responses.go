@@ -190,7 +190,8 @@ func UpstreamError(body []byte) (code, message string, ok bool) {
 
 // Event is one recorded upstream event as the gateway relays it: renumbered with seq, any
 // response object in it made the gateway's, written as "event: <type>" and one data line. ok
-// is false for an event without a JSON object (a comment, "[DONE]"): it is not relayed.
+// is false for an event without a JSON object (a comment, "[DONE]") or a type: it is not
+// relayed.
 func Event(block []byte, seq int64, id string, createdAt int64) (out []byte, typ string, ok bool) {
 	typ, data := parseBlock(block)
 	if data == nil {
@@ -199,8 +200,8 @@ func Event(block []byte, seq int64, id string, createdAt int64) (out []byte, typ
 	if t, isStr := data["type"].(string); isStr && t != "" {
 		typ = t
 	}
-	if typ == "" {
-		return nil, "", false
+	if typ == "" || strings.ContainsAny(typ, "\r\n") {
+		return nil, "", false // a type that would break the framing is not an event to relay
 	}
 	data["type"], data["sequence_number"] = typ, seq
 	if o, isObj := data["response"].(map[string]any); isObj {
@@ -332,4 +333,86 @@ func Count(body []byte) int64 {
 // upstream begins (docs/responses.md).
 func QueuedEvent(o Object) []byte {
 	return Encode("response.queued", map[string]any{"type": "response.queued", "sequence_number": 0, "response": o})
+}
+
+// Partial folds the events of a response's stream so far into the output they have written:
+// the items added, their content parts, the text deltas appended, each item as done replaces
+// it. It is what a poll of a running response shows (docs/responses.md, Statuses).
+type Partial struct {
+	items []map[string]any
+}
+
+// Add folds one recorded event in.
+func (p *Partial) Add(block []byte) {
+	typ, data := parseBlock(block)
+	if t, ok := data["type"].(string); ok && t != "" {
+		typ = t
+	}
+	out, _ := indexOf(data["output_index"])
+	switch typ {
+	case "response.output_item.added", "response.output_item.done":
+		if item, ok := data["item"].(map[string]any); ok && out >= 0 && out < 1024 {
+			for len(p.items) <= out {
+				p.items = append(p.items, nil)
+			}
+			p.items[out] = item
+		}
+	case "response.content_part.added", "response.content_part.done":
+		if part, ok := data["part"].(map[string]any); ok {
+			p.setPart(out, data["content_index"], part)
+		}
+	case "response.output_text.delta":
+		delta, _ := data["delta"].(string)
+		if part := p.part(out, data["content_index"]); part != nil {
+			text, _ := part["text"].(string)
+			part["text"] = text + delta
+		}
+	}
+}
+
+// Output is the output folded so far.
+func (p *Partial) Output() []any {
+	out := make([]any, 0, len(p.items))
+	for _, it := range p.items {
+		if it != nil {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+func (p *Partial) setPart(out int, ci any, part map[string]any) {
+	c, ok := indexOf(ci)
+	if !ok || out < 0 || out >= len(p.items) || p.items[out] == nil || c >= 1024 {
+		return
+	}
+	content, _ := p.items[out]["content"].([]any)
+	for len(content) <= c {
+		content = append(content, nil)
+	}
+	content[c] = part
+	p.items[out]["content"] = content
+}
+
+func (p *Partial) part(out int, ci any) map[string]any {
+	c, ok := indexOf(ci)
+	if !ok || out < 0 || out >= len(p.items) || p.items[out] == nil {
+		return nil
+	}
+	content, _ := p.items[out]["content"].([]any)
+	if c >= len(content) {
+		return nil
+	}
+	part, _ := content[c].(map[string]any)
+	return part
+}
+
+// indexOf reads an index decoded as a json.Number.
+func indexOf(v any) (int, bool) {
+	n, ok := v.(json.Number)
+	if !ok {
+		return -1, false
+	}
+	i, err := strconv.Atoi(n.String())
+	return i, err == nil && i >= 0
 }

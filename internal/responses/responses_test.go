@@ -99,3 +99,48 @@ func TestWebhookTypes(t *testing.T) {
 		}
 	}
 }
+
+func TestPartialFoldsTheOutputSoFar(t *testing.T) {
+	var p Partial
+	for _, ev := range []string{
+		`{"type":"response.created","response":{"id":"r"}}`,
+		`{"type":"response.output_item.added","output_index":0,"item":{"id":"m","type":"message","content":[]}}`,
+		`{"type":"response.content_part.added","output_index":0,"content_index":0,"part":{"type":"output_text","text":""}}`,
+		`{"type":"response.output_text.delta","output_index":0,"content_index":0,"delta":"Hel"}`,
+		`{"type":"response.output_text.delta","output_index":0,"content_index":0,"delta":"lo"}`,
+		`{"type":"response.output_text.delta","output_index":7,"content_index":0,"delta":"lost"}`,
+		`{"type":"response.output_item.added","output_index":99999,"item":{}}`,
+	} {
+		p.Add([]byte("data: " + ev + "\n\n"))
+	}
+	b, _ := json.Marshal(p.Output())
+	if string(b) != `[{"content":[{"text":"Hello","type":"output_text"}],"id":"m","type":"message"}]` {
+		t.Fatalf("output %s", b)
+	}
+}
+
+// FuzzUpstreamEvents feeds arbitrary upstream bytes to everything that reads them: none may
+// panic, and an event relayed is always one event with the gateway's id.
+func FuzzUpstreamEvents(f *testing.F) {
+	f.Add([]byte("event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"x\"}}\n\n"))
+	f.Add([]byte("data: {\"type\":\"response.output_text.delta\",\"output_index\":-1,\"content_index\":1e99,\"delta\":3}\n\n"))
+	f.Add([]byte("data: {\"type\":\"response.output_item.added\",\"output_index\":0,\"item\":{\"content\":\"no\"}}\n\ndata: {\"type\":\"response.content_part.added\",\"output_index\":0,\"content_index\":0,\"part\":{}}\n\n"))
+	f.Add([]byte(": comment\n\ndata: [DONE]\n\n"))
+	f.Add([]byte("data: {\"type\":\"a\\n\\nevent: forged\"}\n\n"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var p Partial
+		var split sseSplit
+		split.each(body, func(block []byte) {
+			p.Add(block)
+			if out, _, ok := Event(block, 3, "resp_gw", 1); ok && strings.Count(string(out), "\n\n") != 1 {
+				t.Fatalf("relayed %q as %q", block, out)
+			}
+		})
+		_ = p.Output()
+		Final("text/event-stream", body)
+		Final("application/json", body)
+		Count(body)
+		_, _ = ParseCreate(body)
+		UpstreamError(body)
+	})
+}

@@ -5,10 +5,39 @@
 //   stream:     create({background: true, stream: true}), dropped after a few deltas, resumed
 //               with responses.retrieve(id, {stream: true, starting_after})
 //   cancel:     a long response cancelled twice; another API key's retrieve is a 404
+// Usage: node openai_responses.cjs resume <baseURL> <other baseURL>
+//   a stream created on one replica, dropped after three deltas, resumed on another
 // Usage: node openai_responses.cjs unwrap <secret> <payload file> <headers file>
 //   webhooks.unwrap of a delivered event, printed.
 const fs = require('fs');
 const { OpenAI } = require('openai');
+
+// dropAndResume creates a streamed background response through client, drops it after three
+// deltas and resumes it through resumer with starting_after.
+async function dropAndResume(client, resumer, input) {
+  const stream = await client.responses.create({ model: 'demo', input, background: true, stream: true },
+    { headers: { 'X-Mock-Chunk-Delay': '30ms' } });
+  const first = [];
+  let id = '';
+  for await (const ev of stream) {
+    first.push({ type: ev.type, seq: ev.sequence_number, delta: ev.delta });
+    if (ev.response) id = ev.response.id;
+    if (ev.type === 'response.output_text.delta' && first.filter((e) => e.delta).length === 3) break;
+  }
+  const last = first[first.length - 1].seq;
+  const resumed = await resumer.responses.retrieve(id, { stream: true, starting_after: last });
+  const rest = [];
+  for await (const ev of resumed) {
+    rest.push({ type: ev.type, seq: ev.sequence_number, delta: ev.delta, id: ev.response ? ev.response.id : undefined });
+  }
+  return { id, first, rest };
+}
+
+async function resume(baseURL, otherURL) {
+  const client = new OpenAI({ baseURL, apiKey: 'sk-owner', maxRetries: 0 });
+  const elsewhere = new OpenAI({ baseURL: otherURL, apiKey: 'sk-owner', maxRetries: 0 });
+  return { stream: await dropAndResume(client, elsewhere, 'one two three four five six seven eight') };
+}
 
 async function run(baseURL) {
   const client = new OpenAI({ baseURL, apiKey: 'sk-owner', maxRetries: 0 });
@@ -26,22 +55,7 @@ async function run(baseURL) {
   out.background = { created: { id: created.id, status: created.status, background: created.background },
     final: { id: r.id, status: r.status, text: r.output_text, usage: r.usage }, statuses };
 
-  const stream = await client.responses.create({ model: 'demo', input: 'one two three four five six seven eight',
-    background: true, stream: true }, { headers: { 'X-Mock-Chunk-Delay': '30ms' } });
-  const first = [];
-  let id = '';
-  for await (const ev of stream) {
-    first.push({ type: ev.type, seq: ev.sequence_number, delta: ev.delta });
-    if (ev.response) id = ev.response.id;
-    if (ev.type === 'response.output_text.delta' && first.filter((e) => e.delta).length === 3) break;
-  }
-  const last = first[first.length - 1].seq;
-  const resumed = await client.responses.retrieve(id, { stream: true, starting_after: last });
-  const rest = [];
-  for await (const ev of resumed) {
-    rest.push({ type: ev.type, seq: ev.sequence_number, delta: ev.delta, id: ev.response ? ev.response.id : undefined });
-  }
-  out.stream = { id, first, rest };
+  out.stream = await dropAndResume(client, client, 'one two three four five six seven eight');
 
   const long = await client.responses.create({ model: 'demo', input: 'a long one', background: true },
     { headers: { 'X-Mock-Latency': '30s' } });
@@ -75,7 +89,7 @@ async function unwrap(secret, payloadFile, headersFile) {
 }
 
 const [mode, ...args] = process.argv.slice(2);
-(mode === 'run' ? run(args[0]) : unwrap(...args)).then(
+({ run, resume, unwrap })[mode](...args).then(
   (out) => process.stdout.write(JSON.stringify(out)),
   (err) => { console.error(err); process.exit(1); },
 );

@@ -152,6 +152,10 @@ func badgerOptions(dir string, opts Options) badger.Options {
 		WithMetricsEnabled(true).      // the value log's byte count spares syncs of an unchanged log (durability.go)
 		WithVerifyValueChecksum(true). // a value-log page a power cut left unwritten reads as an error (recovery.go)
 		WithLogger(logAdapter{opts.Logger})
+	// Every table below level 0 is BaseTableSize (2 MB), however deep the tree grows: a
+	// compaction builds several tables in memory at once, each in a buffer of twice its size, so
+	// tables that double with each level would make its memory grow with the database.
+	o.TableSizeMultiplier = 1
 	if len(opts.EncryptionKey) > 0 {
 		o = o.WithEncryptionKey(opts.EncryptionKey)
 	}

@@ -2,6 +2,7 @@ package badger
 
 import (
 	"errors"
+	"runtime"
 	"slices"
 	"time"
 
@@ -52,7 +53,7 @@ func (p place) before(o place) bool {
 type queueOrder struct {
 	groups  map[string]*[store.LeastUrgent + 1][]string // scope -> urgency -> ids, oldest first; ids no longer queued are dropped when reached
 	members map[string]struct{}                         // the ids in groups
-	turns   map[string]int64                            // scope -> the turn of its latest claim; absent: never served
+	turns   map[string]int64                            // scope -> the turn of its latest claim (store.TurnAt); absent: not served since it had work
 	turn    int64
 }
 
@@ -97,9 +98,41 @@ func (o *queueOrder) head(ids *[]string, queued map[string]waiting, now time.Tim
 // next takes the first operation in the order out of it and gives its scope the latest turn; ok
 // is false when no queued operation may be claimed.
 func (o *queueOrder) next(queued map[string]waiting, now time.Time) (id string, ok bool) {
+	scope, u, i, ok := o.best(queued, now)
+	if !ok {
+		return "", false
+	}
+	return o.takeAt(scope, u, i, now), true
+}
+
+// peek is the id next would take, left in the order.
+func (o *queueOrder) peek(queued map[string]waiting, now time.Time) (id string, ok bool) {
+	scope, u, i, ok := o.best(queued, now)
+	if !ok {
+		return "", false
+	}
+	return o.groups[scope][u][i], true
+}
+
+// take takes w out of the order, as next would when w is first, and gives its scope the latest
+// turn; false when w is not in the order.
+func (o *queueOrder) take(w waiting, now time.Time) bool {
+	g := o.groups[w.scope]
+	if g == nil {
+		return false
+	}
+	i, found := slices.BinarySearch(g[w.urgency], w.id)
+	if !found {
+		return false
+	}
+	o.takeAt(w.scope, w.urgency, i, now)
+	return true
+}
+
+// best finds the first operation in the order: its scope, urgency group and index there.
+func (o *queueOrder) best(queued map[string]waiting, now time.Time) (bestScope string, bestU, bestI int, ok bool) {
 	var best place
-	var bestScope string
-	bestU, bestI := -1, -1
+	bestU, bestI = -1, -1
 	for scope, g := range o.groups {
 		empty := true
 		for u := range g {
@@ -109,7 +142,11 @@ func (o *queueOrder) next(queued map[string]waiting, now time.Time) (id string, 
 				continue
 			}
 			w := queued[g[u][i]]
-			p := place{store.EffectiveUrgency(u, now.Sub(w.since)), o.turns[scope], w.id}
+			turn, served := o.turns[scope]
+			if !served {
+				turn = store.ArrivalTurn(w.since) // a scope new to the queue waits its turn from when it came
+			}
+			p := place{store.EffectiveUrgency(u, now.Sub(w.since)), turn, w.id}
 			if bestI < 0 || p.before(best) {
 				best, bestScope, bestU, bestI = p, scope, u, i
 			}
@@ -118,15 +155,19 @@ func (o *queueOrder) next(queued map[string]waiting, now time.Time) (id string, 
 			delete(o.groups, scope)
 		}
 	}
-	if bestI < 0 {
-		return "", false
-	}
-	g := o.groups[bestScope]
-	g[bestU] = slices.Delete(g[bestU], bestI, bestI+1)
-	delete(o.members, best.id)
-	o.turn++
-	o.turns[bestScope] = o.turn
-	return best.id, true
+	return bestScope, bestU, bestI, bestI >= 0
+}
+
+// takeAt takes the id at i of scope's group u out of the order and gives the scope the latest
+// turn, at now.
+func (o *queueOrder) takeAt(scope string, u, i int, now time.Time) string {
+	g := o.groups[scope]
+	id := g[u][i]
+	g[u] = slices.Delete(g[u], i, i+1)
+	delete(o.members, id)
+	o.turn = store.TurnAt(now, o.turn)
+	o.turns[scope] = o.turn
+	return id
 }
 
 // StaleQueued returns up to limit queued operations whose QueueDeadline is before now (see store.Queue).
@@ -180,8 +221,14 @@ func (s *Store) QueuePosition(id string) (int, error) {
 		}
 		sq := scopes[w.scope]
 		if sq == nil {
-			sq = &store.ScopeQueue{Scope: w.scope, Turn: q.order.turns[w.scope]}
+			turn, served := q.order.turns[w.scope]
+			if !served {
+				turn = store.ArrivalTurn(w.since)
+			}
+			sq = &store.ScopeQueue{Scope: w.scope, Turn: turn}
 			scopes[w.scope] = sq
+		} else if _, served := q.order.turns[w.scope]; !served {
+			sq.Turn = min(sq.Turn, store.ArrivalTurn(w.since))
 		}
 		countWaiting(sq, w, me, level, now)
 	}
@@ -238,4 +285,61 @@ func (s *Store) loadWaiting(ids []string) ([]waiting, error) {
 		err = nil
 	}
 	return out, err
+}
+
+// NextQueued returns the operation ClaimNext would claim now, left queued (see store.Queue).
+func (s *Store) NextQueued() (*store.Operation, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	q := s.sh.queue
+	for range peekTries {
+		q.mu.Lock()
+		id, ok := q.order.peek(q.queued, s.now())
+		q.mu.Unlock()
+		if !ok {
+			return nil, nil
+		}
+		op, err := s.GetOperation(id)
+		switch {
+		case errors.Is(err, store.ErrNotFound) || err == nil && op.Status != store.StatusQueued:
+			// Claimed or ended, its commit not yet in memory: the order moves on with it.
+			runtime.Gosched()
+		case err != nil:
+			return nil, err
+		default:
+			return op, nil
+		}
+	}
+	return nil, nil // the order is moving: the caller looks again
+}
+
+// peekTries bounds NextQueued's looks past operations whose change is not yet in memory.
+const peekTries = 8
+
+// ClaimQueued moves queued operation id to running, held by worker, as ClaimNext would were it
+// next (see store.Queue); nil when it is no longer queued or its deadline passed.
+func (s *Store) ClaimQueued(id, worker string, lease time.Duration) (*store.Operation, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	q := s.sh.queue
+	q.live(worker, s.now().Add(lease))
+	q.mu.Lock()
+	w, ok := q.queued[id]
+	ok = ok && !w.stale(s.now()) && q.order.take(w, s.now())
+	q.mu.Unlock()
+	if !ok {
+		return nil, nil
+	}
+	op, err := s.change(id, store.Change{To: store.StatusRunning}, worker, lease)
+	switch {
+	case errors.Is(err, store.ErrIllegalTransition) || errors.Is(err, store.ErrNotFound):
+		return nil, nil // canceled or gone meanwhile
+	case op != nil:
+		return op, nil // committed, though perhaps not fsynced: as ClaimNext
+	case err != nil:
+		q.unpop(id)
+	}
+	return nil, err
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // The capacity order on PostgreSQL (docs/backends.md, "The capacity order"), the same as Badger's:
-// effective urgency, then the scopes' turns (queue_turns), then oldest first.
+// effective urgency, then the scopes' turns (queue_turns; store.TurnAt), then oldest first.
 
 // effectiveSQL is store.EffectiveUrgency in SQL for a row of operations (alias o) at $1, with
 // store.AgingStep in seconds as $2: the clamped urgency (0..7) less the steps waited, but no
@@ -36,7 +36,19 @@ const nextInOrderSQL = `WITH RECURSIVE heads AS (
 		ORDER BY o.scope, o.urgency, o.id LIMIT 1) n
 )
 SELECT o.id, o.scope FROM heads o LEFT JOIN queue_turns t ON t.scope = o.scope
-ORDER BY ` + effectiveSQL + `, coalesce(t.turn, 0), o.id LIMIT 1`
+ORDER BY ` + effectiveSQL + `, coalesce(t.turn, ` + arrivalTurnSQL + `), o.id LIMIT 1`
+
+// arrivalTurnSQL is store.ArrivalTurn of a row o: the turn of a scope without one, in
+// microseconds since the epoch, as claims give them (takeTurnSQL).
+const arrivalTurnSQL = `(floor(extract(epoch FROM o.submitted_at) * 1000000)::bigint - 1)`
+
+// takeTurnSQL gives scope $1 the turn of a claim at $2 (store.TurnAt, in microseconds): the
+// claim's time, or just after the latest turn given when that is later. The sequence keeps the
+// latest; setval is not transactional, so two claims at once may share a turn (their ids then
+// decide).
+const takeTurnSQL = `INSERT INTO queue_turns (scope, turn)
+	VALUES ($1, setval('queue_turn_seq', greatest(nextval('queue_turn_seq'), $2::bigint)))
+	ON CONFLICT (scope) DO UPDATE SET turn = excluded.turn`
 
 // claimTries bounds how many rows one claim passes over because other claimers hold them: more
 // than the workers claiming at once on every replica, or a claim would answer "none" with work
@@ -49,15 +61,14 @@ var agingStep = store.AgingStep.Seconds()
 // claimSQL finds the first operation in the capacity order (nextInOrderSQL), locks it if it is
 // still queued and no other claimer holds it (FOR UPDATE SKIP LOCKED: the row's latest version
 // is checked again, so one claimed since the statement's snapshot is passed over), and gives
-// its scope the latest turn, in one statement: the candidate's id, and its columns when locked.
-// The turn is written only when it changes the order: a scope whose turn is already the latest
-// handed out (queue_turn_seq's last value; the case of every claim while one scope has work)
-// keeps it, so the claimers of a lone busy scope do not queue on its row through each commit.
+// its scope the turn of a claim at $4 (takeTurnSQL's rule), in one statement: the candidate's
+// id, and its columns when locked. The turn is always written: a scope's turn is the time of its
+// latest claim, so one left at an older claim would go ahead of a scope that came since.
 const claimSQL = `WITH next AS (` + nextInOrderSQL + `),
 claimed AS (SELECT o.doc, o.holder, o.lease_until, o.scope FROM operations o JOIN next n ON o.id = n.id
 	WHERE o.status = 'queued' FOR UPDATE OF o SKIP LOCKED),
-turn AS (INSERT INTO queue_turns (scope, turn) SELECT c.scope, nextval('queue_turn_seq') FROM claimed c
-	WHERE NOT EXISTS (SELECT 1 FROM queue_turns t, queue_turn_seq q WHERE t.scope = c.scope AND t.turn = q.last_value)
+turn AS (INSERT INTO queue_turns (scope, turn)
+	SELECT c.scope, setval('queue_turn_seq', greatest(nextval('queue_turn_seq'), $4::bigint)) FROM claimed c
 	ON CONFLICT (scope) DO UPDATE SET turn = excluded.turn)
 SELECT n.id, c.doc, c.holder, c.lease_until FROM next n LEFT JOIN claimed c ON true`
 
@@ -70,7 +81,7 @@ func claimInOrder(ctx context.Context, tx pgx.Tx, now time.Time) (*store.Operati
 		var doc []byte
 		var holder *string
 		var lease *time.Time
-		err := tx.QueryRow(ctx, claimSQL, now, agingStep, skipped).Scan(&id, &doc, &holder, &lease)
+		err := tx.QueryRow(ctx, claimSQL, now, agingStep, skipped, now.UnixMicro()).Scan(&id, &doc, &holder, &lease)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, nil
 		}
@@ -84,6 +95,53 @@ func claimInOrder(ctx context.Context, tx pgx.Tx, now time.Time) (*store.Operati
 		return decodeOp(doc, holder, lease)
 	}
 	return nil, nil // every candidate was being taken: the caller's next claim looks again
+}
+
+// NextQueued returns the operation ClaimNext would claim now, left queued (see store.Queue).
+func (s *Store) NextQueued() (*store.Operation, error) {
+	var out *store.Operation
+	err := s.query(func(ctx context.Context, db querier) error {
+		op, err := scanOp(db.QueryRow(ctx, `SELECT `+opColumns+` FROM operations WHERE id = (SELECT n.id FROM (`+
+			nextInOrderSQL+`) n)`, s.now(), agingStep, []string{}))
+		if isNotFound(err) {
+			return nil
+		}
+		out = op
+		return err
+	})
+	return out, err
+}
+
+// ClaimQueued moves queued operation id to running, held by worker, as ClaimNext would were it
+// next (see store.Queue).
+func (s *Store) ClaimQueued(id, worker string, lease time.Duration) (*store.Operation, error) {
+	if !storable(id) {
+		return nil, nil
+	}
+	var out *store.Operation
+	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
+		now := s.now()
+		op, err := scanOp(tx.QueryRow(ctx, `SELECT `+opColumns+` FROM operations o WHERE o.id = $2 AND `+claimable+`
+			FOR UPDATE SKIP LOCKED`, now, id))
+		if isNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, takeTurnSQL, op.Scope, now.UnixMicro()); err != nil {
+			return err
+		}
+		// As every claim, it waits for the WAL's flush (ClaimNext).
+		store.Apply(op, store.Change{To: store.StatusRunning}, now)
+		op.Holder, op.LeaseUntil = worker, now.Add(lease)
+		if err := s.write(ctx, tx, op, nil); err != nil {
+			return err
+		}
+		out = op
+		return nil
+	})
+	return out, err
 }
 
 // StaleQueued returns up to limit queued operations whose QueueDeadline is before now, the
@@ -128,11 +186,11 @@ func (s *Store) QueuedByUrgency() ([8]int, error) {
 
 // positionSQL counts, per scope with claimable work at $1, the queued operations before and at
 // the effective urgency $3 of operation $4 of scope $5 (see store.ScopeQueue).
-const positionSQL = `SELECT q.scope, coalesce(t.turn, 0),
+const positionSQL = `SELECT q.scope, coalesce(t.turn, min(q.arrival)),
 		count(*) FILTER (WHERE q.e < $3), count(*) FILTER (WHERE q.e = $3),
 		coalesce(min(q.id) FILTER (WHERE q.e = $3), ''),
 		count(*) FILTER (WHERE q.e = $3 AND q.scope = $5 AND q.id < $4)
-	FROM (SELECT o.scope, o.id, ` + effectiveSQL + ` AS e FROM operations o WHERE ` + claimable + `) q
+	FROM (SELECT o.scope, o.id, ` + effectiveSQL + ` AS e, ` + arrivalTurnSQL + ` AS arrival FROM operations o WHERE ` + claimable + `) q
 	LEFT JOIN queue_turns t ON t.scope = q.scope
 	GROUP BY q.scope, t.turn`
 

@@ -20,6 +20,66 @@ var capacityTests = []test{
 	{"RequeuedWorkHasNoQueueDeadline", testRequeuedNotStale},
 	{"PositionsEstimateTheClaimOrder", testQueuePositions},
 	{"ConcurrentClaimersTakeEachOperationOnceAcrossScopesAndUrgencies", testOrderedClaimsAreExclusive},
+	{"LookingThenClaimingByIDKeepsTheClaimOrder", testPeekThenClaim},
+	{"NewScopesTakeTheirTurnBehindABacklogNotAheadOfIt", testNewScopesWaitTheirTurn},
+}
+
+// A tenant with a backlog against a new scope (a fresh credential) per call, two arriving for
+// every claim: each new scope counts as served when it came, so the backlog's turn, older,
+// still comes (it got 3 of the first 11 claims; a scope without a turn used to go first always,
+// and the backlog got none after its first).
+func testNewScopesWaitTheirTurn(t *testing.T, e *env) {
+	b := e.open()
+	e.acceptAt(t, b, "honest", 0, 6, store.DefaultUrgency, time.Time{})
+	honest := 0
+	for i := range 11 {
+		e.clock.Advance(time.Millisecond)
+		e.acceptAt(t, b, "minted-"+fmt.Sprint(2*i), 100+2*i, 1, store.DefaultUrgency, time.Time{})
+		e.acceptAt(t, b, "minted-"+fmt.Sprint(2*i+1), 101+2*i, 1, store.DefaultUrgency, time.Time{})
+		op := must(b.ClaimNext("w1", time.Minute))(t)
+		if op != nil && op.Scope == "honest" {
+			honest++
+		}
+	}
+	if honest < 3 {
+		t.Fatalf("the backlog got %d of 11 claims; want at least 3", honest)
+	}
+}
+
+// The runner under capacity looks at the next operation, takes a seat in its place, then claims
+// it by id: the same order as ClaimNext's, one claim per operation, nothing stale.
+func testPeekThenClaim(t *testing.T, e *env) {
+	b, other := e.open(), e.open()
+	e.acceptAt(t, b, "a", 0, 6, store.DefaultUrgency, time.Time{})
+	e.acceptAt(t, b, "b", 6, 2, store.DefaultUrgency, time.Time{})
+	e.acceptAt(t, b, "a", 8, 1, store.MostUrgent, time.Time{})
+	e.acceptAt(t, b, "c", 9, 2, store.LeastUrgent, time.Time{})
+	e.acceptAt(t, b, "d", 11, 1, store.DefaultUrgency, e.clock.Now().Add(-time.Second))
+	var got []string
+	for range 20 {
+		next := must(b.NextQueued())(t)
+		if next == nil {
+			break
+		}
+		if next.Status != store.StatusQueued {
+			t.Fatalf("NextQueued gave %s %s", next.ID, next.Status)
+		}
+		op := must(b.ClaimQueued(next.ID, "w1", time.Minute))(t)
+		if op == nil || op.ID != next.ID || op.Status != store.StatusRunning || op.Holder != "w1" {
+			t.Fatalf("claiming %s by id: %+v", next.ID, op)
+		}
+		if again := must(other.ClaimQueued(next.ID, "w2", time.Minute))(t); again != nil {
+			t.Fatalf("%s claimed twice", next.ID)
+		}
+		got = append(got, op.ID)
+	}
+	want := []string{opID(8), opID(6), opID(0), opID(7), opID(1), opID(2), opID(3), opID(4), opID(5), opID(9), opID(10)}
+	if !slices.Equal(got, want) {
+		t.Fatalf("claimed %v,\nwant %v", got, want)
+	}
+	if stale := must(b.ClaimQueued(opID(11), "w1", time.Minute))(t); stale != nil {
+		t.Fatalf("claimed %s past its queue deadline", stale.ID)
+	}
 }
 
 // acceptAt stores operations from..from+n-1 of scope, queued at urgency u, with deadline (zero:

@@ -1,0 +1,140 @@
+package module
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/mulligan-gw/mulligan/internal/testkit"
+)
+
+// A tenant flooding with Priority: u=0 does not pass another tenant's default call: a caller's
+// urgency above the default orders only its own work. A class the operator trusts does.
+func TestCapacityForgedUrgencyDoesNotPassAnotherTenant(t *testing.T) {
+	g, a := startSlotted(t, 1, 30*time.Millisecond, "capacity {\n limit 1\n class ops {\n header X-Trusted-Tier ops\n urgency 0\n weight 2\n }\n}")
+	_, first := g.submit(t, "loud-0", "Authorization", "Bearer loud", "Priority", "u=0", "X-Mock-Latency", "1s")
+	loud := []string{first.OperationID}
+	testkit.WaitFor(t, 5*time.Second, "the first call at the model server", func() bool { return g.model.Stats().InFlight == 1 })
+	for i := 1; i < 10; i++ {
+		_, op := g.submit(t, "loud-"+itoa(i), "Authorization", "Bearer loud", "Priority", "u=0")
+		loud = append(loud, op.OperationID)
+	}
+	_, quiet := g.submit(t, "quiet", "Authorization", "Bearer quiet")
+	_, trusted := g.submit(t, "trusted", "Authorization", "Bearer ops", "X-Trusted-Tier", "ops")
+	if view := decodeOp(t, g.get("/v1/operations/"+loud[1], "Authorization", "Bearer loud")); view.Urgency != 3 {
+		t.Fatalf("a forged u=0 waits at urgency %d across tenants; want 3", view.Urgency)
+	}
+	for _, id := range loud {
+		g.await(t, id, "Authorization", "Bearer loud")
+	}
+	g.await(t, quiet.OperationID, "Authorization", "Bearer quiet")
+	g.await(t, trusted.OperationID, "Authorization", "Bearer ops")
+	order := a.order()
+	if at := slices.Index(order, "trusted"); at < 0 || at > 2 {
+		t.Errorf("the trusted class's call reached the model server at %d of %v; want among the first three", at, order)
+	}
+	if at := slices.Index(order, "quiet"); at < 0 || at > 4 {
+		t.Errorf("the quiet tenant's call reached the model server at %d of %v; want within about a turn", at, order)
+	}
+}
+
+// The fairness key may be a header the auth layer sets: callers minting a credential per call
+// share their tenant's turn instead of getting one each.
+func TestCapacityFairKeyFromAHeaderSharesTurnsByTenant(t *testing.T) {
+	g, a := startSlotted(t, 1, 30*time.Millisecond, "capacity {\n limit 1\n wait 1m\n fair_key {http.request.header.X-Tenant}\n}")
+	pool := func() seatSnapshot { return gatewayPool(t, g).snapshot() }
+	var wg sync.WaitGroup
+	call := func(key, credential, tenant string, more ...string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			headers := append([]string{"Authorization", "Bearer " + credential, "X-Tenant", tenant}, more...)
+			if r := g.post(chatPath, key, chat(key), headers...); r.err != nil || r.StatusCode != http.StatusOK {
+				t.Errorf("%s: %v %s", key, r.err, r.body)
+			}
+		}()
+	}
+	call("m-0", "minted-0", "minter", "X-Mock-Latency", "500ms")
+	testkit.WaitFor(t, 5*time.Second, "the first call at the model server", func() bool { return g.model.Stats().InFlight == 1 })
+	for i := 1; i < 8; i++ {
+		call("m-"+itoa(i), "minted-"+itoa(i), "minter")
+		testkit.WaitFor(t, 5*time.Second, "the call waiting", func() bool { return sumWaiting(pool()) == i })
+	}
+	call("h-0", "honest", "honest")
+	call("h-1", "honest", "honest")
+	testkit.WaitFor(t, 5*time.Second, "every call waiting", func() bool { return sumWaiting(pool()) == 9 })
+	wg.Wait()
+	// m-0 held the seat and m-1 waited first; then the tenants take turns: the honest calls
+	// (in either order, sent at once) third and fifth.
+	order := a.order()
+	first, second := slices.Index(order, "h-0"), slices.Index(order, "h-1")
+	if min(first, second) != 2 || max(first, second) != 4 {
+		t.Errorf("the honest calls reached the model server at %d and %d of %v; want 2 and 4", first, second, order)
+	}
+}
+
+func sumWaiting(s seatSnapshot) int {
+	n := 0
+	for _, w := range s.Waiting {
+		n += w
+	}
+	return n
+}
+
+// Hostile Priority and fairness-header values leave the default: never a 500.
+func TestCapacityHostileUrgencyAndFairKeyValuesAreServed(t *testing.T) {
+	g, _ := startSlotted(t, 2, 5*time.Millisecond, "capacity {\n limit 1\n fair_key {http.request.header.X-Tenant}\n}")
+	hostile := []string{"u=-1", "u=99999999999999999999", "u=0;u=1,,", "u=\"0\"", strings.Repeat("u=0,", 2000), "u=3, i=?2", ""}
+	var wg sync.WaitGroup
+	for i, p := range hostile {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := g.post(chatPath, "", chat("x"), "Priority", p, "X-Tenant", strings.Repeat("t", 10000)+itoa(i))
+			if r.err != nil || r.StatusCode != http.StatusOK {
+				t.Errorf("Priority %.20q: %v %s", p, r.err, r.body)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestCapacityClassesAndFairKeyThatDoNotParseAreLoadErrors(t *testing.T) {
+	for _, tc := range []struct{ block, want string }{
+		{"capacity {\n fair_key X-Tenant\n}", "fair_key must be a placeholder"},
+		{"capacity {\n fair_key {http.request.header.X-Tenant\n}", "fair_key must be a placeholder"},
+		{"capacity {\n class gold {\n urgency 1\n }\n}", `class "gold" needs a header field name`},
+		{"capacity {\n class gold {\n header X-Tier gold\n urgency 9\n }\n}", "urgency must be from 0 to 7, got 9"},
+		{"capacity {\n class gold {\n header X-Tier\n weight 0.5\n }\n}", "weight must be from 1 to 1000"},
+		{"capacity {\n class gold {\n header X-Tier\n weight lots\n }\n}", `weight must be a number, got "lots"`},
+		{"capacity {\n class gold {\n header X-Tier\n colour red\n }\n}", `unrecognized class subdirective "colour"`},
+		{"capacity {\n class {\n }\n}", "class needs a name"},
+	} {
+		var c CapacityConfig
+		d := caddyfile.NewTestDispenser(tc.block)
+		d.Next()
+		err := c.unmarshalCaddyfile(d)
+		if err == nil {
+			c.setDefaults()
+			err = c.validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want one containing %q", tc.block, err, tc.want)
+		}
+	}
+	var c CapacityConfig
+	d := caddyfile.NewTestDispenser("capacity {\n limit 2\n fair_key {http.request.header.X-Tenant}\n class gold {\n header X-Tier gold\n urgency 1\n weight 4\n }\n}")
+	d.Next()
+	if err := c.unmarshalCaddyfile(d); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Classes) != 1 || c.Classes[0].Name != "gold" || c.Classes[0].Header != "X-Tier" || c.Classes[0].Value != "gold" ||
+		*c.Classes[0].Urgency != 1 || c.Classes[0].Weight != 4 || c.FairKey != "{http.request.header.X-Tenant}" {
+		t.Fatalf("parsed %+v", c)
+	}
+}
