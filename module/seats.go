@@ -43,6 +43,7 @@ type seatPool struct {
 
 	sharedName string       // the pool's name among replicas (capacity shared)
 	shared     *sharedSeats // nil until first needed, or without shared
+	watch      *serverWatch // reads the model server's metrics (capacity server_metrics); nil without
 }
 
 func newSeatPool(key, where, label, sharedName string, cfg CapacityConfig) *seatPool {
@@ -58,14 +59,46 @@ func localConfig(cfg CapacityConfig) capacity.Config {
 
 // Destruct lets the pool go with the last config. Calls still holding shared seats keep
 // them renewed until they end: the renewer runs while any seat is held.
-func (p *seatPool) Destruct() error { return nil }
+func (p *seatPool) Destruct() error {
+	p.mu.Lock()
+	w := p.watch
+	p.watch = nil
+	p.mu.Unlock()
+	if w != nil {
+		w.close()
+	}
+	return nil
+}
 
-// configure applies a (re)loaded block's settings; seats in use stay in use.
+// configure applies a (re)loaded block's settings; seats in use stay in use. The model
+// server's metrics are read again from scratch when their settings changed.
 func (p *seatPool) configure(cfg CapacityConfig) {
 	p.mu.Lock()
+	old := p.cfg.ServerMetrics
 	p.cfg = cfg
+	var stopped *serverWatch
+	if p.watch != nil && (cfg.ServerMetrics == nil || old == nil || !sameServerMetrics(*old, *cfg.ServerMetrics)) {
+		stopped, p.watch = p.watch, nil
+	}
+	if p.watch == nil && cfg.ServerMetrics != nil {
+		p.watch = startServerWatch(p, *cfg.ServerMetrics, caddy.Log().Named("mulligan.capacity"))
+	}
 	p.mu.Unlock()
+	if stopped != nil {
+		stopped.close()
+	}
 	p.Configure(localConfig(cfg))
+}
+
+func sameServerMetrics(a, b ServerMetricsConfig) bool {
+	return a.URL == b.URL && a.Server == b.Server && a.Interval == b.Interval && *a.MaxWaiting == *b.MaxWaiting && a.MaxKVCache == b.MaxKVCache
+}
+
+// watching reports whether the pool reads its model server's metrics.
+func (p *seatPool) watching() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.watch != nil
 }
 
 // seat is one held seat; release gives it back once.

@@ -166,6 +166,7 @@ func New(cfg Config) *Server {
 //	POST /v1/chat/completions, /v1/completions, /v1/embeddings  model requests
 //	GET  /stats                                                 counters (JSON)
 //	POST /stats/reset                                           zero counters
+//	GET  /metrics                                               vLLM-named gauges (Prometheus text)
 //	GET  /healthz                                               200 "ok"
 //
 // A known path with the wrong method answers 405 (with Allow); an unknown
@@ -191,6 +192,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.Reset()
 		w.Header().Set("Cache-Control", "no-store")
 		writeJSON(w, http.StatusOK, s.Stats(), 0)
+	case "/metrics":
+		if !allow(w, r, http.MethodGet, http.MethodHead) {
+			return
+		}
+		s.writeMetrics(w)
 	case "/healthz":
 		if !allow(w, r, http.MethodGet, http.MethodHead) {
 			return

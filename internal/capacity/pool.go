@@ -58,6 +58,9 @@ type Pool struct {
 	vtime   float64             // the virtual time: the start of the latest turn granted
 	adapt   *Adaptive
 	drain   DrainRate
+
+	server      ServerState // the model server's state as last read (Follow)
+	serverUntil time.Time   // until then it steers an adaptive limit, not latency
 	stats   counters
 }
 
@@ -172,7 +175,7 @@ func (p *Pool) Release(start time.Time, s Sample) {
 	defer p.mu.Unlock()
 	p.inUse--
 	p.drain.Record(now)
-	if p.adapt != nil {
+	if p.adapt != nil && !p.followsServerLocked(now) {
 		s.Latency, s.InFlight = now.Sub(start), p.inUse+1
 		p.limit = p.adapt.Update(s)
 	}
@@ -238,6 +241,9 @@ type Snapshot struct {
 	DrainPerSecond float64 `json:"drain_per_second"`
 	Refused        int64   `json:"refused"`
 	QueueTimeouts  int64   `json:"queue_timeouts"`
+	// Server is the model server's state while its metrics steer the limit; nil otherwise
+	// (none configured, or stale: the latency signal steers).
+	Server *ServerState `json:"server,omitempty"`
 }
 
 // Snapshot reads the pool's state.
@@ -246,6 +252,10 @@ func (p *Pool) Snapshot() Snapshot {
 	defer p.mu.Unlock()
 	s := Snapshot{Limit: p.limit, Auto: p.adapt != nil, InUse: p.inUse, DrainPerSecond: p.drain.PerSecond(p.clock.Now()),
 		Refused: p.stats.refused, QueueTimeouts: p.stats.queueTimeouts}
+	if p.followsServerLocked(p.clock.Now()) {
+		st := p.server
+		s.Server = &st
+	}
 	for _, w := range p.waiting {
 		s.Waiting[store.ClampUrgency(w.Ask.Urgency)]++
 	}
