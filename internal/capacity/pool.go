@@ -61,7 +61,7 @@ type Pool struct {
 
 	server      ServerState // the model server's state as last read (Follow)
 	serverUntil time.Time   // until then it steers an adaptive limit, not latency
-	stats   counters
+	stats       counters
 }
 
 // counters are a pool's totals since the process started.
