@@ -116,16 +116,16 @@ func (r *runner) claimQueued(takeover time.Duration) (*store.Operation, *seat, e
 // counted is an error: the operation stays queued (shared seats fail closed).
 func (p *seatPool) standIn(head *store.Operation) (*seat, error) {
 	deadline := time.Now().Add(standInRefresh)
-	w := p.enqueue(operationAsk(head))
-	start, err := p.Await(context.Background(), w, standInRefresh)
+	ask := operationAsk(head)
+	start, err := p.Await(context.Background(), p.enqueue(ask), standInRefresh)
 	if err != nil {
 		return nil, nil
 	}
-	s := &seat{pool: p, start: start}
-	if err := p.acquireShared(context.Background(), s, deadline); err != nil {
-		if errors.Is(err, errNoSeat) {
-			return nil, nil
-		}
+	s, err := p.withShared(context.Background(), &seat{pool: p, start: start}, ask, deadline)
+	switch {
+	case errors.Is(err, errNoSeat):
+		return nil, nil
+	case err != nil:
 		return nil, err
 	}
 	return s, nil
