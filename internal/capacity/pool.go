@@ -108,6 +108,19 @@ func (p *Pool) Enqueue(ask Ask) *Waiter {
 	return w
 }
 
+// TryTake takes a seat when one is free and nobody waits, without a place in the order (the
+// durable queue's head, whose order the storage keeps); false otherwise. The seat is given
+// back with Release or GiveBack like any other.
+func (p *Pool) TryTake() (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.waiting) > 0 || p.inUse >= p.limit {
+		return time.Time{}, false
+	}
+	p.inUse++
+	return p.clock.Now(), true
+}
+
 // Await waits for w's seat up to wait (zero: until ctx ends) and returns when the seat's call
 // starts; on failure w leaves the order.
 func (p *Pool) Await(ctx context.Context, w *Waiter, wait time.Duration) (time.Time, error) {
