@@ -73,8 +73,10 @@ type batchRun struct {
 	h                          *harness
 	g                          *gateway
 	idle                       int64
-	upload, running, download  int64 // peak RSS over idle in each phase
-	peak, peakAnon             int64 // peak RSS and peak anonymous RSS (heap, stacks), absolute, over the whole scenario
+	upload, running, download  int64            // peak RSS over idle in each phase
+	peak, peakAnon             int64            // peak RSS and peak anonymous RSS (heap, stacks), absolute, over the whole scenario
+	peakKinds                  map[string]int64 // the resident set at the peak, by what it maps (resident.go)
+	peakProfiled               time.Time        // when peakProfile last wrote a profile
 	runFor                     time.Duration
 	unloaded, loaded           sample
 	completed, failed, fileLen int
@@ -84,7 +86,7 @@ func (m *batchRun) run(ctx context.Context) error {
 	m.unloaded = m.interactive(ctx, nil)
 	m.idle, _ = m.g.rssBytes()
 	var fileID string
-	m.upload = m.peakDuring(func() (err error) { fileID, err = m.uploadFile(ctx); return err })
+	m.upload = m.peakDuring(ctx, func() (err error) { fileID, err = m.uploadFile(ctx); return err })
 	m.heapProfile(ctx, "upload")
 	if fileID == "" {
 		return fmt.Errorf("upload failed")
@@ -92,7 +94,7 @@ func (m *batchRun) run(ctx context.Context) error {
 	var id string
 	done := make(chan struct{})
 	var runErr error
-	m.running = m.peakDuring(func() error {
+	m.running = m.peakDuring(ctx, func() error {
 		id, runErr = m.runBatch(ctx, fileID, done)
 		return runErr
 	})
@@ -100,7 +102,7 @@ func (m *batchRun) run(ctx context.Context) error {
 		return runErr
 	}
 	m.heapProfile(ctx, "run")
-	m.download = m.peakDuring(func() error { return m.downloadOutput(ctx, id) })
+	m.download = m.peakDuring(ctx, func() error { return m.downloadOutput(ctx, id) })
 	m.heapProfile(ctx, "download")
 	return nil
 }
@@ -119,8 +121,23 @@ func (m *batchRun) heapProfile(ctx context.Context, phase string) {
 	}
 }
 
+// peakProfile writes the gateway's heap near the scenario's peak RSS so far (as of its last
+// collection, with what it has allocated since) to ProfileDir/batch.<gateway>.peak.heap.pprof,
+// when -profile is set: at most once every two seconds, the last one written being the nearest
+// to the peak.
+func (m *batchRun) peakProfile(ctx context.Context) {
+	if m.h.cfg.ProfileDir == "" || m.g.admin == "" || time.Since(m.peakProfiled) < 2*time.Second {
+		return
+	}
+	m.peakProfiled = time.Now()
+	name := fmt.Sprintf("batch.%s.peak.heap.pprof", m.g.name)
+	if err := fetchProfile(ctx, m.g.admin+"/debug/pprof/heap", filepath.Join(m.h.cfg.ProfileDir, name)); err != nil {
+		m.h.logf("profile %s: %v", name, err)
+	}
+}
+
 // peakDuring runs fn while sampling the gateway's RSS, and returns the peak over idle.
-func (m *batchRun) peakDuring(fn func() error) int64 {
+func (m *batchRun) peakDuring(ctx context.Context, fn func() error) int64 {
 	var peak atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -130,6 +147,13 @@ func (m *batchRun) peakDuring(fn func() error) int64 {
 		for {
 			if rss, err := m.g.rssBytes(); err == nil && rss > peak.Load() {
 				peak.Store(rss)
+				if rss > m.peak { // the scenario's peak so far: what it is made of
+					m.peak = rss
+					if kinds, err := m.g.residentByKind(); err == nil {
+						m.peakKinds = kinds
+					}
+					m.peakProfile(ctx)
+				}
 			}
 			if anon, err := m.g.procStatus("RssAnon"); err == nil && anon > m.peakAnon {
 				m.peakAnon = anon // this goroutine alone writes it while fn runs
@@ -257,9 +281,9 @@ func (m *batchRun) downloadOutput(ctx context.Context, id string) error {
 func (m *batchRun) row() Row {
 	capacity := float64(batchSlots) / batchLatency.Seconds()
 	rate := float64(m.completed+m.failed) / m.runFor.Seconds()
-	note := fmt.Sprintf("%d lines (%.1f MB), %d slots x %s = %.0f lines/s capacity: %.0f lines/s (%.0f%%); RSS over idle: upload %s, run %s, download %s (peak %s, of it anonymous %s; idle %s); interactive p99 %s unloaded, %s during the batch (%.1fx)",
+	note := fmt.Sprintf("%d lines (%.1f MB), %d slots x %s = %.0f lines/s capacity: %.0f lines/s (%.0f%%); RSS over idle: upload %s, run %s, download %s (peak %s, of it anonymous %s; idle %s; at the peak: %s); interactive p99 %s unloaded, %s during the batch (%.1fx)",
 		m.h.cfg.BatchLines, float64(m.fileLen)/1e6, batchSlots, batchLatency, capacity, rate, 100*rate/capacity,
-		mib(m.upload), mib(m.running), mib(m.download), mib(m.peak), mib(m.peakAnon), mib(m.idle), m.unloaded.percentile(99), m.loaded.percentile(99),
+		mib(m.upload), mib(m.running), mib(m.download), mib(m.peak), mib(m.peakAnon), mib(m.idle), formatKinds(m.peakKinds), m.unloaded.percentile(99), m.loaded.percentile(99),
 		float64(m.loaded.percentile(99))/float64(max(m.unloaded.percentile(99), 1)))
 	m.h.logf("batch: %s", note)
 	return Row{Scenario: fmt.Sprintf("batch (%dk lines)", m.h.cfg.BatchLines/1000), Mulligan: []*Result{resultOf(m.loaded)}, Note: note}

@@ -76,6 +76,34 @@ func TestHarnessMeasuresEveryScenario(t *testing.T) {
 	}
 }
 
+// TestHarnessMeasuresTheFirstEventAtAPace runs the pace scenario briefly and checks that every
+// stream was read whole on both gateways and that the first event's added time is reported.
+// It asserts nothing about speed.
+func TestHarnessMeasuresTheFirstEventAtAPace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the gateway binary")
+	}
+	cfg := DefaultConfig()
+	cfg.Duration, cfg.Rounds, cfg.Scenarios = 500*time.Millisecond, 1, []string{ScenarioPace}
+	cfg.PaceRate, cfg.PaceStream = 40, 100*time.Millisecond
+	rep, out := runBriefly(t, cfg)
+	if !strings.Contains(out, "-pace-rate 40 -pace-stream 100ms") {
+		t.Error("the effective command lacks the pace flags")
+	}
+	if len(rep.Rows) != 1 || len(rep.Rows[0].Mulligan) != 1 {
+		t.Fatalf("rows %+v, want one with a Badger result", rep.Rows)
+	}
+	r := rep.Rows[0]
+	for side, res := range map[string]*Result{"plain": r.Plain, "badger": r.Mulligan[0]} {
+		if res == nil || res.OK < 10 || res.Errors > 0 || res.P50 <= 0 {
+			t.Errorf("%s: %+v, want every stream read whole", side, res)
+		}
+	}
+	if !strings.Contains(r.Note, "badger adds ") || !strings.Contains(r.Note, " at p99") {
+		t.Errorf("note %q does not say what Mulligan adds", r.Note)
+	}
+}
+
 // TestHarnessMeasuresPostgresReplicasBesideBadger runs plain Caddy, Mulligan on Badger and
 // three Mulligan replicas on one PostgreSQL database in one brief run, and checks that every
 // side measured every scenario and that each replica's connections were counted apart.
@@ -181,6 +209,7 @@ func TestConfigsThatCannotRunAreRejected(t *testing.T) {
 		{"key=value DSN", func(c *Config) { c.Postgres = "host=127.0.0.1 password=secret" }, "-postgres must be a postgres:// URL, got a DSN of another form (naming postgres://"},
 		{"pooled without postgres", func(c *Config) { c.Pooled = "postgres://127.0.0.1:6432/x" }, "-pooled needs -postgres"},
 		{"key=value pooled DSN", func(c *Config) { c.Postgres, c.Pooled = "postgres://127.0.0.1/x", "host=pgbouncer password=secret" }, "-pooled must be a postgres:// URL"},
+		{"pace without a rate", func(c *Config) { c.PaceRate = 0 }, "-pace-rate must be positive"},
 		{"flood without slots", func(c *Config) { c.FloodSlots = 0 }, "-flood-slots, -flood-latency and -flood-every must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -191,5 +220,29 @@ func TestConfigsThatCannotRunAreRejected(t *testing.T) {
 				t.Fatalf("validate: %v, want an error containing %q and no password", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestHarnessMeasuresBackgroundResponses runs the responses scenario briefly and checks that
+// every stream was read whole through both gateways, that the added time is reported, and that
+// memory was read with the streams live. It asserts nothing about speed.
+func TestHarnessMeasuresBackgroundResponses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the gateway binary")
+	}
+	cfg := DefaultConfig()
+	cfg.Concurrency, cfg.Duration, cfg.Rounds, cfg.Scenarios, cfg.LiveStreams = 4, 300*time.Millisecond, 2, []string{ScenarioResponses}, 20
+	rep, _ := runBriefly(t, cfg)
+	if len(rep.Rows) != 2 || len(rep.Rows[0].Mulligan) != 1 {
+		t.Fatalf("rows %+v, want the first event's and the memory's", rep.Rows)
+	}
+	r := rep.Rows[0]
+	for side, res := range map[string]*Result{"plain": r.Plain, "responses": r.Mulligan[0]} {
+		if res == nil || res.OK < 2 || res.Errors > 0 || res.P50 <= 0 {
+			t.Errorf("%s: %+v, want every stream read whole", side, res)
+		}
+	}
+	if !strings.Contains(r.Note, " adds ") || strings.Count(rep.Rows[1].Note, " RSS ") != 2 {
+		t.Errorf("notes %q and %q", r.Note, rep.Rows[1].Note)
 	}
 }

@@ -140,7 +140,7 @@ func (h *harness) scenario(ctx context.Context, name string) ([]Row, error) {
 	run, ok := map[string]func(context.Context) ([]Row, error){
 		ScenarioPassthrough: h.passthrough, ScenarioNewKeys: h.newKeys, ScenarioReplays: h.replays,
 		ScenarioAsync: h.async, ScenarioWebhooks: h.webhooks, ScenarioStreams: h.streams,
-		ScenarioBatch: h.batch,
+		ScenarioBatch: h.batch, ScenarioPace: h.pace, ScenarioResponses: h.responses,
 		ScenarioFlood: func(ctx context.Context) ([]Row, error) { return nil, h.flood(ctx) }, // its own table (flood_report.go)
 	}[name]
 	if !ok {

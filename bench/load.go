@@ -123,6 +123,18 @@ func measured(workers int, step func(s *sample) bool) sample {
 // maxInFlight requests are outstanding; one more due is counted as an error. Requests go to g
 // (or its replicas in turn).
 func openLoop(ctx context.Context, rate float64, d time.Duration, maxInFlight int, g *gateway, seq *atomic.Int64, fn call) sample {
+	return openLoopTimed(ctx, rate, d, maxInFlight, g, seq, func(ctx context.Context, base string, seq int64, intended time.Time) (time.Duration, error) {
+		err := fn(ctx, base, seq)
+		return time.Since(intended), err
+	})
+}
+
+// timedCall is a call that measures its own latency; intended is when the open loop scheduled it.
+type timedCall func(ctx context.Context, base string, seq int64, intended time.Time) (time.Duration, error)
+
+// openLoopTimed is openLoop with the latency fn measured (openLoop's runs from the scheduled
+// time to the end of the answer).
+func openLoopTimed(ctx context.Context, rate float64, d time.Duration, maxInFlight int, g *gateway, seq *atomic.Int64, fn timedCall) sample {
 	var (
 		mu    sync.Mutex
 		total = sample{elapsed: d}
@@ -149,8 +161,7 @@ func openLoop(ctx context.Context, rate float64, d time.Duration, maxInFlight in
 			wg.Go(func() {
 				defer func() { <-sem }()
 				n := seq.Add(1) - 1
-				err := fn(ctx, g.pick(n), n)
-				lat := time.Since(intended)
+				lat, err := fn(ctx, g.pick(n), n, intended)
 				mu.Lock()
 				total.record(lat, err)
 				mu.Unlock()

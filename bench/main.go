@@ -13,6 +13,7 @@
 //	go run ./bench -postgres postgres://... -pooled postgres://...  # also one through PgBouncer
 //	go run ./bench -scenarios streams            # SSE: first event, throughput, 1,000 live streams
 //	go run ./bench -scenarios flood              # capacity: interactive calls during a flood, ~4 minutes
+//	go run ./bench -scenarios pace               # keyed streams at a model server's pace: first event added
 //
 // All traffic stays on 127.0.0.1. The processes it starts are stopped when it ends, also on
 // Ctrl-C.
@@ -49,7 +50,7 @@ var AllScenarios = []string{ScenarioPassthrough, ScenarioNewKeys, ScenarioReplay
 
 // ExtraScenarios run only when -scenarios names them: the flood takes minutes, against gateways
 // of its own.
-var ExtraScenarios = []string{ScenarioFlood, ScenarioBatch}
+var ExtraScenarios = []string{ScenarioFlood, ScenarioBatch, ScenarioPace, ScenarioResponses}
 
 // knownScenarios is every scenario -scenarios accepts.
 func knownScenarios() []string {
@@ -81,6 +82,10 @@ type Config struct {
 	// LiveStreams is how many keyed streams the streams scenario holds open at once while it
 	// reads the gateways' memory.
 	LiveStreams int
+	// PaceRate and PaceStream shape the pace scenario: keyed streamed calls a second (open
+	// loop), each a stream that lasts PaceStream (bench/pace.go).
+	PaceRate   float64
+	PaceStream time.Duration
 	// Scale seeds the store with ScaleKeys keys and ScaleOps operations (and 10k first) and
 	// measures the gateway's memory and replay latency.
 	Scale bool
@@ -120,6 +125,7 @@ func DefaultConfig() Config {
 	return Config{
 		Concurrency: 64, Duration: 3 * time.Second, Rounds: 3, Scenarios: AllScenarios,
 		Replicas: 1, ReplayKeys: 1000, Operations: 1000, AsyncOps: 4000, LiveStreams: 1000, BatchLines: 50000, BatchLineBytes: 586, ScaleKeys: 1_000_000, ScaleOps: 100_000,
+		PaceRate: 200, PaceStream: time.Second,
 		FloodCalls: 600, FloodSlots: 4, FloodLatency: 100 * time.Millisecond, FloodEvery: 200 * time.Millisecond,
 	}
 }
@@ -137,6 +143,8 @@ func main() {
 	flag.IntVar(&cfg.BatchLines, "batch-lines", cfg.BatchLines, "lines of the batch scenario's input file")
 	flag.IntVar(&cfg.BatchLineBytes, "batch-line-bytes", cfg.BatchLineBytes, "about how long each line of the batch scenario's input file is, in bytes (at least 140)")
 	flag.IntVar(&cfg.LiveStreams, "live-streams", cfg.LiveStreams, "keyed streams the streams scenario holds open at once to measure memory")
+	flag.Float64Var(&cfg.PaceRate, "pace-rate", cfg.PaceRate, "keyed streamed calls a second of the pace scenario")
+	flag.DurationVar(&cfg.PaceStream, "pace-stream", cfg.PaceStream, "how long each stream of the pace scenario lasts")
 	flag.BoolVar(&cfg.Scale, "scale", false, "also seed 10k, then -scale-keys keys and -scale-ops operations, and measure RSS and replay p99 (slow)")
 	flag.IntVar(&cfg.ScaleKeys, "scale-keys", cfg.ScaleKeys, "keys of the large scale run")
 	flag.IntVar(&cfg.ScaleOps, "scale-ops", cfg.ScaleOps, "finished operations seeded by the large scale run")
@@ -186,6 +194,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("-pooled needs -postgres: the direct DSN's gateway applies the migrations")
 	case c.Scale && (c.ScaleKeys < scaleSmallKeys || c.ScaleOps < 0):
 		return fmt.Errorf("-scale-keys must be at least %d and -scale-ops not negative", scaleSmallKeys)
+	case c.PaceRate <= 0 || c.PaceStream < paceEvents*time.Millisecond:
+		return fmt.Errorf("-pace-rate must be positive and -pace-stream at least %s", paceEvents*time.Millisecond)
 	case c.FloodCalls < 1 || c.FloodSlots < 1 || c.FloodLatency <= 0 || c.FloodEvery <= 0:
 		return fmt.Errorf("-flood-calls, -flood-slots, -flood-latency and -flood-every must be positive")
 	}
@@ -221,6 +231,9 @@ func (c Config) flagLine() string {
 	}
 	if slices.Contains(c.Scenarios, ScenarioFlood) {
 		line += fmt.Sprintf(" -flood-calls %d -flood-slots %d -flood-latency %s -flood-every %s", c.FloodCalls, c.FloodSlots, c.FloodLatency, c.FloodEvery)
+	}
+	if slices.Contains(c.Scenarios, ScenarioPace) {
+		line += fmt.Sprintf(" -pace-rate %g -pace-stream %s", c.PaceRate, c.PaceStream)
 	}
 	if c.Scale {
 		line += fmt.Sprintf(" -scale -scale-keys %d -scale-ops %d", c.ScaleKeys, c.ScaleOps)

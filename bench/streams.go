@@ -26,8 +26,9 @@ const (
 )
 
 // streamSource answers POST streamPath?events=N&size=B with N events of about B bytes each,
-// flushed one by one, as fast as the connection takes them. With hold=1 it sends the first
-// event and then waits until release is closed.
+// flushed one by one, as fast as the connection takes them, or with every=D one per D after
+// the first (a model server's pace). With hold=1 it sends the first event and then waits until
+// release is closed.
 type streamSource struct {
 	mu      sync.Mutex
 	release chan struct{}
@@ -40,6 +41,7 @@ func (s *streamSource) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	events, _ := strconv.Atoi(q.Get("events"))
 	size, _ := strconv.Atoi(q.Get("size"))
+	every, _ := time.ParseDuration(q.Get("every"))
 	s.mu.Lock()
 	release := s.release
 	s.mu.Unlock()
@@ -57,6 +59,13 @@ func (s *streamSource) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if i == 1 && q.Get("hold") == "1" {
 			select {
 			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		if every > 0 && i < events {
+			select {
+			case <-time.After(every):
 			case <-r.Context().Done():
 				return
 			}
@@ -118,7 +127,7 @@ func (h *harness) streamStep(ctx context.Context, g *gateway, events, size int, 
 			return false
 		}
 		key := fmt.Sprintf("%s-stream-%d", h.runID, h.seq.Add(1))
-		first, total, n, err := h.readStream(ctx, g.base, key, events, size, false, nil)
+		first, total, n, err := h.readStream(ctx, g.base, key, streamShape{events: events, size: size}, nil)
 		if err == nil && n != events {
 			err = fmt.Errorf("got %d of %d events", n, events)
 		}
@@ -133,13 +142,25 @@ func (h *harness) streamStep(ctx context.Context, g *gateway, events, size int, 
 	}
 }
 
+// streamShape is what a streaming request asks of the bench upstream (streamSource): how many
+// events of about how many bytes, whether it holds the stream open after the first, and the
+// pace of the rest (zero: as fast as the connection takes them).
+type streamShape struct {
+	events, size int
+	hold         bool
+	every        time.Duration
+}
+
 // readStream posts a keyed streaming request and reads it to the end: the time to the first
-// event, to the end, and how many events came. With hold the upstream holds the stream open
-// after its first event; firstEvent (if not nil) is called when that event arrives.
-func (h *harness) readStream(ctx context.Context, base, key string, events, size int, hold bool, firstEvent func()) (time.Duration, time.Duration, int, error) {
-	url := fmt.Sprintf("%s%s?events=%d&size=%d", base, streamPath, events, size)
-	if hold {
+// event, to the end, and how many events came. With shape.hold the upstream holds the stream
+// open after its first event; firstEvent (if not nil) is called when that event arrives.
+func (h *harness) readStream(ctx context.Context, base, key string, shape streamShape, firstEvent func()) (time.Duration, time.Duration, int, error) {
+	url := fmt.Sprintf("%s%s?events=%d&size=%d", base, streamPath, shape.events, shape.size)
+	if shape.hold {
 		url += "&hold=1"
+	}
+	if shape.every > 0 {
+		url += "&every=" + shape.every.String()
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(chatBody(key)))
 	if err != nil {
@@ -226,7 +247,7 @@ func (h *harness) holdStreams(ctx context.Context, g *gateway) (held, error) {
 		ended.Go(func() {
 			key := fmt.Sprintf("%s-live-%s-%d", h.runID, strings.ReplaceAll(g.name, "×", "x"), i) // a key is ASCII
 			var once sync.Once
-			_, _, n, err := h.readStream(ctx, g.base, key, ttfbEvents, ttfbSize, true, func() { once.Do(started.Done) })
+			_, _, n, err := h.readStream(ctx, g.base, key, streamShape{events: ttfbEvents, size: ttfbSize, hold: true}, func() { once.Do(started.Done) })
 			once.Do(started.Done)
 			if err == nil && n != ttfbEvents {
 				err = fmt.Errorf("got %d of %d events", n, ttfbEvents)

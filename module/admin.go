@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 
@@ -71,7 +70,7 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 	case route("POST", "dead-letters", "*", "redeliver"):
 		return a.redeliver(w, run, parts[1])
 	case route("GET", "attempts"):
-		return adminJSON(w, map[string]any{"attempts": run.courier.recentAttempts()})
+		return adminJSON(w, map[string]any{"attempts": run.courier.RecentAttempts()})
 	case route("POST", "endpoints", "*", "enable"):
 		return a.enable(w, run, parts[1])
 	case route("GET", "operations"):
@@ -86,10 +85,8 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 // storageSpec.name shows it), or the only one when name is empty.
 func runnerFor(name string) (*runner, error) {
 	byName := map[string]*runner{}
-	openStorages.Range(func(_, v any) bool {
-		if s, ok := v.(*storage); ok {
-			byName[s.set.name()] = s.run
-		}
+	eachStorage(func(_ string, s *storage) bool {
+		byName[s.set.name()] = s.run
 		return true
 	})
 	if name != "" {
@@ -138,7 +135,7 @@ func (a *AdminAPI) deadLetters(w http.ResponseWriter, r *http.Request, run *runn
 
 // redeliver answers the courier's redelivery of dead letter id.
 func (a *AdminAPI) redeliver(w http.ResponseWriter, run *runner, id string) error {
-	ev, err := run.courier.redeliver(id)
+	ev, err := run.courier.Redeliver(id)
 	if err != nil {
 		return storeFailure(err)
 	}
@@ -147,7 +144,7 @@ func (a *AdminAPI) redeliver(w http.ResponseWriter, run *runner, id string) erro
 
 // redeliverAll answers the courier's redelivery of every dead letter.
 func (a *AdminAPI) redeliverAll(w http.ResponseWriter, run *runner) error {
-	n, err := run.courier.redeliverAll()
+	n, err := run.courier.RedeliverAll()
 	if err != nil {
 		return storeFailure(err)
 	}
@@ -156,7 +153,7 @@ func (a *AdminAPI) redeliverAll(w http.ResponseWriter, run *runner) error {
 
 // enable answers the courier's re-enabling of endpoint name.
 func (a *AdminAPI) enable(w http.ResponseWriter, run *runner, name string) error {
-	n, err := run.courier.enable(name)
+	n, err := run.courier.Enable(name)
 	if err != nil {
 		return storeFailure(err)
 	}
@@ -180,7 +177,7 @@ func (a *AdminAPI) operations(w http.ResponseWriter, r *http.Request, run *runne
 	}
 	views := make([]operationView, 0, len(ops))
 	for _, op := range ops {
-		views = append(views, viewOf(execOf(op).Prefix, op, nil, time.Now()))
+		views = append(views, viewOf(execOf(op).Prefix, op, nil, run.clock.Now()))
 	}
 	return adminJSON(w, map[string]any{"operations": views, "next_after": next})
 }

@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/capture"
+	"github.com/mulligan-gw/mulligan/internal/streams"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -27,7 +29,7 @@ type converter struct {
 	gate     *gate
 	calls    slots      // `after`-mode calls under way, bounded by concurrency
 	quota    *admission // nil unless max_per_scope is set
-	now      func() time.Time
+	clock    clockwork.Clock
 	// capacity is the block's capacity settings (nil without): queue deadlines.
 	capacity *CapacityConfig
 }
@@ -66,7 +68,7 @@ func (c *converter) callbackFor(w http.ResponseWriter, r *http.Request, bodyURL 
 
 // newOperation is the operation a request becomes, not stored yet.
 func (c *converter) newOperation(kr *keyedRequest, status store.Status) *store.Operation {
-	now := c.now()
+	now := c.clock.Now()
 	op := &store.Operation{
 		ID: newID("op_", now), Scope: kr.scope, Status: status, Version: 1,
 		Method: kr.r.Method, Path: kr.r.URL.Path, IdempotencyKey: kr.key, SubmittedAt: now, UpdatedAt: now,
@@ -139,57 +141,69 @@ func (c *converter) accepted(op *store.Operation, expires time.Time) store.Respo
 	return store.Response{Status: http.StatusAccepted, Header: h, Body: append(body, '\n')}
 }
 
-// keyAccept ties op's acceptance to the request's key, if it has one.
-func (c *converter) keyAccept(kr *keyedRequest, op *store.Operation, token string) (*store.KeyAccept, store.Response) {
+// keyAccept ties op's acceptance to the request's key, if it has one; answer is the answer
+// sent and recorded for it.
+func (c *converter) keyAccept(kr *keyedRequest, op *store.Operation, token string, answer func(*store.Operation, time.Time) store.Response) (*store.KeyAccept, store.Response) {
 	if kr.key == "" {
-		return nil, c.accepted(op, time.Time{})
+		return nil, answer(op, time.Time{})
 	}
 	expires := c.gate.expiry()
-	resp := c.accepted(op, expires)
+	resp := answer(op, expires)
 	return &store.KeyAccept{Key: kr.recordKey, Fingerprint: kr.fp, Token: token, Response: resp, Expires: expires}, resp
 }
 
 // accept stores the request as a queued operation (durably, with its key) and answers 202.
 func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st store.Backend, run *runner) error {
+	resp, ok, err := c.enqueue(w, kr, st, run, c.newOperation(kr, store.StatusQueued), storedRequest(kr), c.accepted)
+	if ok {
+		capture.WriteResponse(w, resp)
+	}
+	return err
+}
+
+// enqueue stores op, queued, with the request req it will send (durably, with the request's
+// key, whose record is answer's), and returns the answer to send; ok is false when it has
+// answered the client itself (the queue or the scope is full, the key has a record, the
+// storage failed).
+func (c *converter) enqueue(w http.ResponseWriter, kr *keyedRequest, st store.Backend, run *runner, op *store.Operation, req *store.Request,
+	answer func(*store.Operation, time.Time) store.Response) (resp store.Response, ok bool, err error) {
 	if n := run.queued.Load(); n >= int64(c.cfg.Queue) && !c.recorded(kr, st) {
 		countRequest(outcomeQueueFull)
 		apierr.Write(w, apierr.Error{Code: apierr.CodeQueueFull, RetryAfter: 5 * time.Second, Details: map[string]any{"queue": c.cfg.Queue},
 			Message: "The operation queue is full; retry later."})
-		return nil
+		return resp, false, nil
 	}
-	op := c.newOperation(kr, store.StatusQueued)
 	if c.quota != nil {
 		if op.ScopeLimit = c.quota.room(kr.scope); op.ScopeLimit <= 0 && !c.recorded(kr, st) {
 			c.rateLimited(w)
-			return nil
+			return resp, false, nil
 		}
 	}
 	span := startAccept(kr)
-	ka, resp := c.keyAccept(kr, op, "")
-	claim, err := st.AcceptOperation(op, storedRequest(kr), ka)
+	ka, resp := c.keyAccept(kr, op, "", answer)
+	claim, err := st.AcceptOperation(op, req, ka)
 	if err != nil || claim.Outcome != store.Claimed {
 		endAccept(span, nil)
 	}
 	if errors.Is(err, store.ErrScopeFull) {
 		c.rateLimited(w)
-		return nil
+		return resp, false, nil
 	}
 	if err != nil {
-		return c.gate.storageFailed(w, kr, err)
+		return resp, false, c.gate.storageFailed(w, kr, err)
 	}
 	if claim.Outcome != store.Claimed {
 		if !c.gate.joinStream(w, kr, st, claim) {
 			c.gate.answer(w, kr, claim)
 		}
-		return nil
+		return resp, false, nil
 	}
 	defer endAccept(span, op)
 	countRequest(outcomeAccepted)
 	countSubmitted(op)
 	run.accepted()
 	kr.log.Info("operation accepted", zap.String("operation_id", op.ID), zap.String("type", op.Type), zap.String("new_status", string(op.Status)))
-	capture.WriteResponse(w, resp)
-	return nil
+	return resp, true, nil
 }
 
 // runThenConvert runs the request and answers it directly if the upstream finishes within
@@ -208,10 +222,10 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 		return nil
 	}
 	defer leave()
-	deadline := c.now().Add(time.Duration(c.cfg.Timeout))
+	deadline := c.clock.Now().Add(time.Duration(c.cfg.Timeout))
 	token := ""
 	if kr.key != "" {
-		claim, err := st.ClaimKey(kr.recordKey, kr.fp, time.Until(deadline))
+		claim, err := st.ClaimKey(kr.recordKey, kr.fp, c.clock.Until(deadline))
 		if err != nil {
 			c.calls.release()
 			return c.gate.storageFailed(w, kr, err)
@@ -226,7 +240,7 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 		token = claim.Token
 	}
 	base, cancel := context.WithCancelCause(ownVars(context.WithoutCancel(kr.r.Context())))
-	ctx, stop := context.WithDeadline(base, deadline)
+	ctx, stop := withDeadline(base, c.clock, deadline)
 	// The slot is free again when the call's context ends: when it is answered here, or when
 	// the runner settles the converted operation (it cancels the context then), or at the deadline.
 	context.AfterFunc(ctx, func() { stop(); c.calls.release() })
@@ -234,7 +248,7 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 	stream := newOpStream()
 	go func() { first <- c.attemptNext(ctx, kr, next, stream) }()
 
-	t := time.NewTimer(window)
+	t := c.clock.NewTimer(window)
 	defer t.Stop()
 	select {
 	case res := <-first:
@@ -242,15 +256,15 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 		countRequest(outcomeNew)
 		c.answerInWindow(w, kr, st, token, res, ctx.Err())
 		return nil
-	case <-stream.begun:
+	case <-stream.Begun():
 		return c.relayLive(w, kr, st, token, stream, first, cancel)
-	case <-t.C:
+	case <-t.Chan():
 	case <-kr.r.Context().Done(): // the client left: convert, so the call's outcome is kept
 	}
 	op := c.newOperation(kr, store.StatusRunning)
 	op.Holder, op.LeaseUntil = run.worker, op.StartedAt.Add(run.config().takeover) // held by this runner, as a claimed one
 	span := startAccept(kr)
-	ka, resp := c.keyAccept(kr, op, token)
+	ka, resp := c.keyAccept(kr, op, token, c.accepted)
 	if _, err := st.AcceptOperation(op, storedRequest(kr), ka); err != nil {
 		endAccept(span, nil)
 		cancel(err)
@@ -350,9 +364,9 @@ func (c *converter) attemptNext(ctx context.Context, kr *keyedRequest, next cadd
 	rec.Stream = stream
 	res := serveRecorded(rec, func() error { return next.ServeHTTP(rec, up) })
 	if res.status != 0 && !res.over {
-		stream.finish(streamWhole)
+		stream.Finish(streams.Whole)
 	} else {
-		stream.finish(streamBrokeOff)
+		stream.Finish(streams.BrokeOff)
 	}
 	return res
 }
@@ -363,20 +377,20 @@ func (c *converter) attemptNext(ctx context.Context, kr *keyedRequest, next cadd
 func (c *converter) relayLive(w http.ResponseWriter, kr *keyedRequest, st store.Keys, token string, s *opStream, first <-chan attemptResult, cancel context.CancelCauseFunc) error {
 	defer cancel(nil)
 	countRequest(outcomeNew)
-	status, header := s.head()
+	status, header := s.Head()
 	capture.SetRecordedHeader(w.Header(), header)
 	w.Header().Del("Content-Length")
 	w.WriteHeader(status)
-	broken := relayEvents(w, kr.r, s, 0)
+	broken := streams.Relay(w, kr.r, s, 0)
 	res := <-first
 	if kr.key != "" {
 		if res.status != 0 && !res.over {
-			res.body = s.relayed()
+			res.body = s.Relayed()
 		}
 		c.gate.recordOutcome(st, kr, token, res)
 	}
 	if broken {
-		panic(http.ErrAbortHandler) // see relayEvents
+		panic(http.ErrAbortHandler) // see streams.Relay
 	}
 	return nil
 }

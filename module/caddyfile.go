@@ -127,6 +127,9 @@ func (m *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "batches":
 			m.Batches = new(BatchesConfig)
 			err = m.Batches.unmarshalCaddyfile(d)
+		case "responses":
+			m.Responses = new(ResponsesConfig)
+			err = m.Responses.unmarshalCaddyfile(d)
 		default:
 			err = d.Errf("unrecognized mulligan subdirective %q", d.Val())
 		}

@@ -197,7 +197,7 @@ func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *st
 	if s == nil {
 		var wait time.Duration
 		if first && !op.QueueDeadline.IsZero() {
-			if wait = time.Until(op.QueueDeadline); wait <= 0 {
+			if wait = r.clock.Until(op.QueueDeadline); wait <= 0 {
 				timedOut := queueTimedOut()
 				return attemptResult{}, &timedOut
 			}
@@ -215,7 +215,7 @@ func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *st
 			return attemptResult{}, nil // the execution ended while it waited: outcome says how
 		}
 	} else {
-		s.start = time.Now() // the claim's write is not the call's latency
+		s.start = r.clock.Now() // the claim's write is not the call's latency
 	}
 	// A shared seat that can no longer be renewed cuts the attempt, as an upstream cut would:
 	// another replica may take the seat (docs/capacity.md).
@@ -232,7 +232,7 @@ func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *st
 // expiredInQueue fails a just-claimed operation whose queue deadline has passed, before it
 // reaches the upstream; it reports whether it did.
 func (r *runner) expiredInQueue(op *store.Operation) bool {
-	if op.QueueDeadline.IsZero() || time.Now().Before(op.QueueDeadline) {
+	if op.QueueDeadline.IsZero() || r.clock.Now().Before(op.QueueDeadline) {
 		return false
 	}
 	r.queueTimeout(op)
@@ -254,7 +254,7 @@ const staleEvery = time.Second
 // dropStale fails queued operations past their queue deadline, so that they fail at their
 // deadline even while nothing is claimed, and never reach the upstream.
 func (r *runner) dropStale() {
-	ops, err := r.st.StaleQueued(time.Now(), 100)
+	ops, err := r.st.StaleQueued(r.clock.Now(), 100)
 	if err != nil {
 		r.log.Warn("looking for stale queued operations", zap.Error(err))
 		return
@@ -268,7 +268,7 @@ func (r *runner) dropStale() {
 		r.countMoved(op, -1)
 		r.queueTimeout(op)
 		countFinal(final)
-		r.courier.kick()
+		r.courier.Kick()
 		r.log.Info("operation transition", operationFields(final, zap.String("old_status", string(store.StatusQueued)),
 			zap.String("new_status", string(final.Status)), zap.String("error_code", string(apierr.CodeQueueTimeout)))...)
 	}

@@ -25,6 +25,14 @@ func withTimeout(parent context.Context, clock clockwork.Clock, d time.Duration)
 	return deadlineContext{ctx, clock.Now().Add(d)}, func() { t.Stop(); cancel(nil) }
 }
 
+// withDeadline is withTimeout until at.
+func withDeadline(parent context.Context, clock clockwork.Clock, at time.Time) (context.Context, context.CancelFunc) {
+	if clock == realClock {
+		return context.WithDeadline(parent, at)
+	}
+	return withTimeout(parent, clock, clock.Until(at))
+}
+
 // deadlineContext reports a deadline on a fake clock, as the backoff reads it.
 type deadlineContext struct {
 	context.Context

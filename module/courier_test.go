@@ -15,52 +15,12 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/jonboulle/clockwork"
-	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store"
-	"github.com/mulligan-gw/mulligan/store/badger"
 	"github.com/mulligan-gw/mulligan/webhook"
 )
-
-// TestDeliveryUnderWayWhenAReloadDropsTheWebhooksWaits: the courier picked an event, then a
-// reload to a config without webhooks cleared its endpoints before the delivery read them. The
-// delivery must leave the event pending, uncharged (it dereferenced nil hooks before).
-func TestDeliveryUnderWayWhenAReloadDropsTheWebhooksWaits(t *testing.T) {
-	st, err := badger.Open(badger.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	st.SetAnnouncer(func(op *store.Operation, _ *store.Response) *store.Event {
-		if !op.Status.Final() {
-			return nil
-		}
-		return &store.Event{ID: "evt_1", Type: EventSucceeded, OperationID: op.ID, Version: op.Version,
-			Endpoint: "hooks", URL: "http://127.0.0.1:9/hook", OccurredAt: time.Now()}
-	})
-	op := &store.Operation{ID: "op_1", Scope: "s", Status: store.StatusQueued, Version: 1, Method: "POST", Path: "/v1/x",
-		SubmittedAt: time.Now(), Retention: time.Hour}
-	if _, err := st.AcceptOperation(op, &store.Request{}, nil); err != nil {
-		t.Fatal(err)
-	}
-	st.Transition("op_1", store.Change{To: store.StatusRunning})
-	if _, err := st.Transition("op_1", store.Change{To: store.StatusSucceeded, Result: &store.Response{Status: 200}}); err != nil {
-		t.Fatal(err)
-	}
-
-	c := newCourier(st, "worker-1", realClock, zap.NewNop())
-	defer c.stop()
-	c.configure(nil) // the reload's config has no webhooks
-	c.sends.Add(1)
-	c.deliver(store.Due{ID: "evt_1", Endpoint: "hooks"})
-
-	ev, err := st.GetEvent("evt_1")
-	if err != nil || ev.State != store.EventPending || ev.Attempts != 0 {
-		t.Fatalf("event after the delivery: %+v, %v; want pending with no attempt", ev, err)
-	}
-}
 
 // TestDefaultWebhookScheduleSpansADay: with no schedule settings an event gets 8 attempts whose
 // waits, even at their shortest, add up to more than a day (it was 10 attempts over 10 to 20

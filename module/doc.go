@@ -1,6 +1,7 @@
 // Package module is Mulligan's Caddy side: the http.handlers.mulligan handler and its Caddyfile
-// directive, the app that owns the storages across config reloads, and the loops that work a
-// storage (runner, courier; the batch worker is internal/batches). Of the library packages it alone imports Caddy (the
+// directive, the app that owns the storages across config reloads, and the runner that works a
+// storage's queue (the courier is internal/courier, the batch worker internal/batches). Of the
+// library packages it alone imports Caddy (the
 // sidecar's main and the demo embed Caddy too). Storage is behind store.Backend; what needs only
 // the standard library lives in internal/ (fingerprint, idemkey, sse).
 //
@@ -9,14 +10,16 @@
 //	request path        handler.go (the handler, Provision, ServeHTTP), config.go, caddyfile*.go
 //	idempotency         idempotency.go (gate: claim, run once, record, replay), recorder.go (the
 //	                    tee that records), flights.go (duplicates waiting in process)
-//	keyed streams       stream.go (record and relay), stream_join.go (join, resume)
+//	keyed streams       stream.go (a keyed run's recording), stream_join.go (join, resume); the
+//	                    broadcasts, the store follower and the one relay are internal/streams
 //	async conversion    async.go (accept, after-mode window), prefer.go, metadata.go, admission.go
 //	operations API      operations.go, operation_json.go, lookup.go, opwait.go, opstream.go
 //	runner              runner.go (claim, start, stop), execute.go (an attempt and its result),
 //	                    lease.go (renewals, expiry), takeover.go, dispatch.go (what attempts go
 //	                    through: the config's Caddy servers), clock.go, capacity_runner.go
 //	webhooks            webhooks_config.go (endpoints), event.go (an event built and rendered),
-//	                    courier.go (the outbox's deliveries), redeliver.go (what operators ask of it)
+//	                    courier.go (the storage's internal/courier, wired to the gateway's
+//	                    rendering, traces and metrics)
 //	capacity            capacity.go, capacity_serve.go, seats.go, seats_shared.go, adaptive.go,
 //	                    priority.go, capacity_metrics.go
 //	batches and files   batches*.go (the API's routes and objects), files.go; the worker, line

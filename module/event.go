@@ -5,7 +5,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/mulligan-gw/mulligan/internal/batches"
+	"github.com/mulligan-gw/mulligan/internal/responses"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -18,15 +21,23 @@ var eventTypes = map[store.Status]string{
 	store.StatusCanceled: EventCanceled, store.StatusRunning: EventRunning,
 }
 
-// announce is every storage's announcer: the event for op's new status, written in the same
-// transaction, when the operation has a callback and its block delivers that event type.
-func announce(op *store.Operation, result *store.Response) *store.Event {
+// announcer is every storage's announcer, its events stamped on clock: the event for op's new
+// status, written in the same transaction, when the operation has a callback and its block
+// delivers that event type.
+func announcer(clock clockwork.Clock) store.Announcer {
+	return func(op *store.Operation, result *store.Response) *store.Event { return announce(clock, op, result) }
+}
+
+func announce(clock clockwork.Clock, op *store.Operation, result *store.Response) *store.Event {
+	if op.Kind == responses.Kind {
+		return announceResponse(clock, op, result)
+	}
 	typ := eventTypes[op.Status]
 	ex := execOf(op)
 	if op.Callback == nil || typ == "" || !slices.Contains(ex.Events, typ) {
 		return nil
 	}
-	now := time.Now()
+	now := clock.Now()
 	payload, err := json.Marshal(viewOf(ex.Prefix, op, result, now))
 	if err != nil {
 		return nil
@@ -51,6 +62,9 @@ type eventEnvelope struct {
 }
 
 func renderEvent(ev *store.Event, attempt int) ([]byte, error) {
+	if responses.IsWebhookType(ev.Type) {
+		return renderResponseEvent(ev)
+	}
 	env := eventEnvelope{EventID: ev.ID, EventType: ev.Type, EventVersion: "1.0",
 		OccurredAt: ev.OccurredAt.UTC(), DeliveryAttempt: attempt, Operation: ev.Operation}
 	if batches.IsEvent(ev.Type) {

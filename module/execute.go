@@ -235,12 +235,13 @@ func (r *runner) finish(parent context.Context, id string, change store.Change, 
 }
 
 func (r *runner) finished(op *store.Operation, log *zap.Logger) {
+	r.streams.settled() // followers waiting for the outcome of an attempt whose stream ended
 	if op.Status == store.StatusQueued {
 		r.countMoved(op, 1)
 	} else {
 		countFinal(op)
 	}
-	r.courier.kick()
+	r.courier.Kick()
 	fields := []zap.Field{zap.String("old_status", string(store.StatusRunning)), zap.String("new_status", string(op.Status)), zap.Int("attempts", op.Attempts)}
 	if !op.FinishedAt.IsZero() && !op.StartedAt.IsZero() {
 		fields = append(fields, zap.Duration("duration", op.FinishedAt.Sub(op.StartedAt)))

@@ -12,6 +12,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
@@ -85,6 +87,9 @@ type Handler struct {
 	// Batches serves the OpenAI Files and Batches API under a prefix (docs/batches.md); nil:
 	// not served.
 	Batches *BatchesConfig `json:"batches,omitempty"`
+	// Responses serves the Responses API's background mode under a prefix
+	// (docs/responses.md); nil: not served, requests pass through.
+	Responses *ResponsesConfig `json:"responses,omitempty"`
 
 	storage *storageRef
 	gate    *gate
@@ -92,8 +97,8 @@ type Handler struct {
 	conv    *converter
 	methods map[string]bool
 	logger  *zap.Logger
-	now     func() time.Time
-	seats   *seatPool // nil without capacity
+	clock   clockwork.Clock // the one clock of the request path: realClock in production
+	seats   *seatPool       // nil without capacity
 	seatKey string
 }
 
@@ -108,8 +113,19 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // Provision applies defaults and records the block's use of its storage, which opens when the
 // config starts; a use that conflicts with another block's on the same storage is refused.
 func (h *Handler) Provision(ctx caddy.Context) error {
-	h.logger = ctx.Logger()
-	h.now = time.Now
+	appIface, err := ctx.App("mulligan")
+	if err != nil {
+		return err
+	}
+	return h.provision(ctx.Logger(), ctx.GetMetricsRegistry(), appIface.(*App))
+}
+
+// provision is Provision with what it takes from Caddy's context handed in: the logger, the
+// metrics registry and the config's App, which records the block's use of its storage. A
+// test builds a handler with it, and an App of its own, without Caddy.
+func (h *Handler) provision(log *zap.Logger, reg *prometheus.Registry, app *App) error {
+	h.logger = log
+	h.clock = realClock
 	explicit := h.storageWideSettings()
 	h.setDefaults()
 	key, err := parseEncryptionKey(caddy.NewReplacer().ReplaceAll(h.EncryptionKey, ""))
@@ -119,12 +135,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.Validate(); err != nil {
 		return err
 	}
-	h.gate, err = newGate(h.Idempotency, h.Async)
+	h.gate, err = newGate(h.Idempotency, h.Async, h.clock)
 	if err != nil {
 		return err
 	}
 	h.bodies = &byteBudget{limit: h.Idempotency.MaxBuffered}
-	h.conv = &converter{cfg: h.Async, prefix: strings.TrimSuffix(h.Operations, "/"), gate: h.gate, now: h.now,
+	h.conv = &converter{cfg: h.Async, prefix: strings.TrimSuffix(h.Operations, "/"), gate: h.gate, clock: h.clock,
 		calls: make(slots, h.Async.Concurrency), quota: newAdmission(h.Async.MaxPerScope)}
 	if h.Webhooks != nil {
 		h.Webhooks.setDefaults()
@@ -136,7 +152,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	for _, m := range h.Idempotency.Methods {
 		h.methods[m] = true
 	}
-	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
+	if err := registerMetrics(reg); err != nil {
 		return err
 	}
 	zeroSubmitted(h.Async.Type)
@@ -147,11 +163,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	appIface, err := ctx.App("mulligan")
-	if err != nil {
-		return err
-	}
-	h.storage, err = appIface.(*App).use(blockSpec{set: set, explicit: explicit, webhooks: h.conv.webhooks})
+	h.storage, err = app.use(blockSpec{set: set, explicit: explicit, webhooks: h.conv.webhooks})
 	if err != nil {
 		return fmt.Errorf("mulligan: %w", err)
 	}
@@ -223,6 +235,7 @@ func (h *Handler) setDefaults() {
 		h.Capacity.setDefaults()
 	}
 	h.Batches.setDefaults()
+	h.Responses.setDefaults(h.Async)
 }
 
 // Validate checks the configuration for errors that defaults cannot fix.
@@ -242,6 +255,9 @@ func (h *Handler) Validate() error {
 		}
 	}
 	if err := h.Batches.validate(); err != nil {
+		return err
+	}
+	if err := h.Responses.validate(); err != nil {
 		return err
 	}
 	return h.Idempotency.validate()
@@ -299,6 +315,9 @@ func parseEncryptionKey(s string) ([]byte, error) {
 
 func validKeyLen(n int) bool { return n == 16 || n == 24 || n == 32 }
 
+// now reads the handler's clock.
+func (h *Handler) now() time.Time { return h.clock.Now() }
+
 // ServeHTTP serves the operations API, and sends covered requests through the idempotency
 // gate and async conversion. Requests the runner replays through the server pass straight on.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
@@ -315,6 +334,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	if h.Batches.covers(r.URL.Path) {
 		h.serveBatchesAPI(w, r)
+		return nil
+	}
+	if h.Responses.covers(r.URL.Path) && h.serveResponses(w, r) {
 		return nil
 	}
 	isOps := h.isOperationsPath(r.URL.Path)

@@ -16,8 +16,10 @@ import (
 	"github.com/mulligan-gw/mulligan/internal/sse"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/streams"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -26,7 +28,7 @@ const (
 	headerReplayed = capture.HeaderReplayed
 	// pollInterval paces a waiting duplicate whose original is not held by this process
 	// (a claim left by a crashed gateway).
-	pollInterval = 50 * time.Millisecond
+	pollInterval = streams.PollInterval
 )
 
 // gate is the Idempotency-Key gate: claim, run once, record, replay (docs/api.md, Idempotency).
@@ -43,10 +45,10 @@ type gate struct {
 	fp        *fingerprint.Fingerprinter
 	flights   *flights
 	streams   *liveStreams
-	now       func() time.Time
+	clock     clockwork.Clock
 }
 
-func newGate(c *IdempotencyConfig, a *AsyncConfig) (*gate, error) {
+func newGate(c *IdempotencyConfig, a *AsyncConfig, clock clockwork.Clock) (*gate, error) {
 	policy, err := parseStatusPolicy(c.StoreStatus)
 	if err != nil {
 		return nil, err
@@ -58,7 +60,7 @@ func newGate(c *IdempotencyConfig, a *AsyncConfig) (*gate, error) {
 	return &gate{
 		header: c.Header, required: c.Required, ttl: time.Duration(c.TTL), lease: time.Duration(c.Lease),
 		wait: time.Duration(c.WaitInflight), maxBody: c.MaxBody, maxResult: a.MaxResult,
-		mismatch: c.MismatchStatus, policy: policy, fp: fp, flights: newFlights(), streams: newLiveStreams(), now: time.Now,
+		mismatch: c.MismatchStatus, policy: policy, fp: fp, flights: newFlights(), streams: newLiveStreams(), clock: clock,
 	}, nil
 }
 
@@ -188,7 +190,7 @@ func (g *gate) tooLarge(w http.ResponseWriter) error {
 
 // claimAndRun claims the key and runs the request, or answers from the record.
 func (g *gate) claimAndRun(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Backend) error {
-	deadline := g.now().Add(g.wait)
+	deadline := g.clock.Now().Add(g.wait)
 	wait := waiting{interval: pollInterval}
 	streamAsked := false
 	for {
@@ -209,10 +211,10 @@ func (g *gate) claimAndRun(w http.ResponseWriter, kr *keyedRequest, next caddyht
 			streamAsked = true
 			if asksForStream(kr) {
 				wait.stream, wait.backoff = true, true
-				deadline = later(deadline, g.now().Add(min(g.lease, streamWaitMax)))
+				deadline = later(deadline, g.clock.Now().Add(min(g.lease, streamWaitMax)))
 			}
 		}
-		if claim.Outcome == store.InProgress && g.now().Before(deadline) && g.awaitFlight(kr, deadline, &wait) {
+		if claim.Outcome == store.InProgress && g.clock.Now().Before(deadline) && g.awaitFlight(kr, deadline, &wait) {
 			continue
 		}
 		g.answer(w, kr, claim)
@@ -301,14 +303,14 @@ func (g *gate) awaitFlight(kr *keyedRequest, deadline time.Time, w *waiting) boo
 	if !w.stream {
 		begun = nil
 	}
-	wait := time.Until(deadline)
+	wait := g.clock.Until(deadline)
 	if done == nil && wait > w.interval {
 		wait = w.interval
 		if w.backoff {
 			w.interval = min(2*w.interval, streamPollMax)
 		}
 	}
-	t := time.NewTimer(wait)
+	t := g.clock.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-done:
@@ -316,8 +318,8 @@ func (g *gate) awaitFlight(kr *keyedRequest, deadline time.Time, w *waiting) boo
 	case <-begun:
 		w.stream = false // woken once: a stream it cannot join is waited out, not spun on
 		return true
-	case <-t.C:
-		return g.now().Before(deadline) || done == nil
+	case <-t.Chan():
+		return g.clock.Now().Before(deadline) || done == nil
 	case <-kr.r.Context().Done():
 		return false
 	}
@@ -397,7 +399,7 @@ func (g *gate) recordOutcome(st store.Keys, kr *keyedRequest, token string, res 
 // expiry is until when a key recorded now replays: ttl from now, rounded up to the whole second
 // that Idempotency-Expires can say.
 func (g *gate) expiry() time.Time {
-	return g.now().Add(g.ttl + time.Second - 1).Truncate(time.Second)
+	return g.clock.Now().Add(g.ttl + time.Second - 1).Truncate(time.Second)
 }
 
 // setBody gives r a fresh, replayable copy of body.

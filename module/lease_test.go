@@ -187,7 +187,7 @@ func TestTakeoverWaitsAGracePastTheLease(t *testing.T) {
 	}
 	claimEndedAgo("op_1within", grace/2)
 	claimEndedAgo("op_2past", 2*grace)
-	r := newRunner(st, storageSpec{backend: BackendPostgres, location: "test", concurrency: 1, takeover: takeover}, realClock, zap.NewNop())
+	r := newRunner(st, storageSpec{backend: BackendPostgres, location: "test", concurrency: 1, takeover: takeover}, realClock, zap.NewNop(), newCourier(st, realClock, zap.NewNop()))
 	r.takeOver()
 	for id, want := range map[string]store.Status{"op_1within": store.StatusRunning, "op_2past": store.StatusQueued} {
 		op, err := st.GetOperation(id)

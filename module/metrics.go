@@ -3,7 +3,6 @@ package module
 import (
 	"errors"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -169,10 +168,8 @@ func (runnerCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (runnerCollector) Collect(ch chan<- prometheus.Metric) {
 	var list []*storage
-	openStorages.Range(func(_, v any) bool {
-		if s, ok := v.(*storage); ok {
-			list = append(list, s)
-		}
+	eachStorage(func(_ string, s *storage) bool {
+		list = append(list, s)
 		return true
 	})
 	for _, s := range list {
@@ -186,7 +183,7 @@ func (runnerCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(running), name)
 		age := 0.0
 		if !oldest.IsZero() {
-			age = time.Since(oldest).Seconds()
+			age = r.clock.Since(oldest).Seconds()
 		}
 		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, age, name)
 		if pending, dead, err := r.st.CountEvents(); err == nil {
@@ -194,7 +191,7 @@ func (runnerCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(dead), name)
 		}
 		ch <- prometheus.MustNewConstMetric(descSize, prometheus.GaugeValue, float64(s.be.Size()), name)
-		for endpoint, state := range r.courier.breakerStates() {
+		for endpoint, state := range r.courier.Breakers() {
 			ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, breakerValue[state], name, endpoint)
 		}
 	}

@@ -118,7 +118,7 @@ func (h *Handler) writeOperation(q *opsRequest, status int, op *store.Operation)
 	v.QueuePosition = queuePosition(q.st, op)
 	if !op.Status.Final() { // docs/streams.md
 		if s := q.run.streamOf(op.ID); s != nil {
-			v.Progress = s.progress()
+			v.Progress = progressOf(s)
 		} else {
 			v.Progress = q.run.storedProgress(op)
 		}
@@ -214,12 +214,8 @@ func (h *Handler) cancelOperation(q *opsRequest, id string) {
 		return
 	}
 	if op.Status == store.StatusQueued {
-		canceled, err := q.st.Transition(id, store.Change{To: store.StatusCanceled})
+		canceled, err := q.run.cancelQueued(op, q.log)
 		if err == nil {
-			countFinal(canceled)
-			q.run.countMoved(canceled, -1)
-			q.run.courier.kick()
-			q.log.Info("operation transition", operationFields(op, zap.String("old_status", "queued"), zap.String("new_status", "canceled"))...)
 			h.writeOperation(q, http.StatusOK, canceled)
 			return
 		}
@@ -266,14 +262,14 @@ func (h *Handler) alreadyFinal(q *opsRequest, op *store.Operation) {
 
 // awaitCancel stops id's execution and waits up to cancelWait for it to become final.
 func (h *Handler) awaitCancel(q *opsRequest, id string) (*store.Operation, error) {
-	deadline := time.NewTimer(cancelWait)
+	deadline := h.clock.NewTimer(cancelWait)
 	defer deadline.Stop()
 	for {
 		done := q.run.cancel(id)
 		if done != nil {
 			select {
 			case <-done:
-			case <-deadline.C:
+			case <-deadline.Chan():
 			}
 			return q.st.GetOperation(id)
 		}
@@ -284,9 +280,9 @@ func (h *Handler) awaitCancel(q *opsRequest, id string) (*store.Operation, error
 			return op, err
 		}
 		select {
-		case <-deadline.C:
+		case <-deadline.Chan():
 			return op, nil
-		case <-time.After(20 * time.Millisecond):
+		case <-h.clock.After(20 * time.Millisecond):
 		}
 	}
 }

@@ -47,7 +47,7 @@ func TestStoredFollowerIgnoresTheRecordingOfADeadAttempt(t *testing.T) {
 		t.Errorf("progress of H2's attempt reads the dead attempt's: %+v", *p)
 	}
 	if f, _ := r.followStored(running); f != nil {
-		got, _, _, _ := f.next(0)
+		got, _, _, _ := f.Next(0)
 		t.Errorf("a follower of H2's attempt is given the dead attempt's %d events", len(got))
 	}
 	// Once H2's answer begins, its own recording replaces H1's and is followed.
@@ -80,16 +80,16 @@ func TestStaleHolderDoesNotWipeTheCurrentHoldersRecording(t *testing.T) {
 		return store.StreamEvent{ID: fmt.Sprint(i), Data: []byte(fmt.Sprintf("id: %d\ndata: %s %d\n\n", i, who, i))}
 	}
 	current := recording("H2") // the holder: its answer has begun
-	current.begin(200, header)
-	current.add([]store.StreamEvent{event(1, "current"), event(2, "current"), event(3, "current")})
+	current.Begin(200, header)
+	current.Add([]store.StreamEvent{event(1, "current"), event(2, "current"), event(3, "current")})
 	stale := recording("H1") // lost the operation to H2, not told yet
-	stale.begin(200, header)
-	stale.add([]store.StreamEvent{event(1, "stale")})
-	if stale.live.drain() {
+	stale.Begin(200, header)
+	stale.Add([]store.StreamEvent{event(1, "stale")})
+	if stale.live.Drain() {
 		t.Error("the stale holder's recording was stored")
 	}
-	current.add([]store.StreamEvent{event(4, "current")})
-	if !current.live.drain() {
+	current.Add([]store.StreamEvent{event(4, "current")})
+	if !current.live.Drain() {
 		t.Fatal("the current holder's recording was cut")
 	}
 	page, err := st.ReadEvents([]byte("op_1"), 0, 0)

@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -28,7 +30,7 @@ func (h *Handler) awaitAnswer(q *opsRequest, op *store.Operation) *store.Operati
 		return op
 	}
 	defer resultWaiters.Add(-1)
-	deadline := time.Now().Add(streamWaitMax)
+	deadline := h.now().Add(streamWaitMax)
 	interval := pollInterval
 	for {
 		changed, begun := q.run.awaitStream(op.ID)
@@ -38,11 +40,11 @@ func (h *Handler) awaitAnswer(q *opsRequest, op *store.Operation) *store.Operati
 		if _, ok := q.run.currentRecording(op); ok {
 			return op
 		}
-		wait := min(interval, time.Until(deadline))
+		wait := min(interval, h.clock.Until(deadline))
 		if wait <= 0 {
 			return op
 		}
-		if !waitSignal(q, wait, changed, begun) {
+		if !waitSignal(q, h.clock, wait, changed, begun) {
 			return nil
 		}
 		interval = min(2*interval, streamPollMax)
@@ -55,13 +57,13 @@ func (h *Handler) awaitAnswer(q *opsRequest, op *store.Operation) *store.Operati
 }
 
 // waitSignal waits until a signal, d, or the client leaving; false for the last.
-func waitSignal(q *opsRequest, d time.Duration, signals ...<-chan struct{}) bool {
-	t := time.NewTimer(d)
+func waitSignal(q *opsRequest, clock clockwork.Clock, d time.Duration, signals ...<-chan struct{}) bool {
+	t := clock.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-signals[0]:
 	case <-signals[1]:
-	case <-t.C:
+	case <-t.Chan():
 	case <-q.r.Context().Done():
 		return false
 	}
@@ -86,7 +88,7 @@ func (o *opStreams) await(id string) (changed, begun <-chan struct{}) {
 		o.changed = make(chan struct{})
 	}
 	if s := o.m[id]; s != nil {
-		begun = s.begun
+		begun = s.Begun()
 	}
 	return o.changed, begun
 }
@@ -97,4 +99,12 @@ func (o *opStreams) signal() {
 		close(o.changed)
 		o.changed = nil
 	}
+}
+
+// settled wakes the waiters of await when an operation's outcome is written: a follower that
+// found the attempt's stream ended and the operation still running reads it final at once.
+func (o *opStreams) settled() {
+	o.mu.Lock()
+	o.signal()
+	o.mu.Unlock()
 }

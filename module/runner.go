@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/capture"
+	"github.com/mulligan-gw/mulligan/internal/courier"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -27,8 +28,8 @@ type runner struct {
 	name    string // the storage, as operators see it
 	where   string // the storage, as seat pools name it
 	log     *zap.Logger
-	clock   clockwork.Clock // real in production; a test's fake moves leases, retries and polls
-	courier *courier
+	clock   clockwork.Clock  // real in production; a test's fake moves leases, retries and polls
+	courier *courier.Courier // the storage's: the runner kicks it and hands it the config's endpoints
 
 	mu      sync.Mutex
 	cfg     runnerConfig
@@ -107,14 +108,13 @@ const defaultGrace = 5 * time.Second
 // that keeps every property without LISTEN/NOTIFY).
 const pollEvery = time.Second
 
-func newRunner(st store.Backend, set storageSpec, clock clockwork.Clock, log *zap.Logger) *runner {
+func newRunner(st store.Backend, set storageSpec, clock clockwork.Clock, log *zap.Logger, deliveries *courier.Courier) *runner {
 	r := &runner{
 		st: st, worker: newID("wrk_", clock.Now()), name: set.name(), where: set.where(), log: log.Named("runner"), clock: clock,
 		cfg:     runnerConfig{concurrency: set.concurrency, takeover: set.takeover, grace: defaultGrace},
 		running: map[string]*execution{}, wake: make(chan struct{}, 1), renewNow: make(chan struct{}, 1),
-		stopping: make(chan struct{}), stopped: make(chan struct{}),
+		stopping: make(chan struct{}), stopped: make(chan struct{}), courier: deliveries,
 	}
-	r.courier = newCourier(st, r.worker, clock, log)
 	if set.backend == BackendPostgres {
 		r.shared = st
 	}
@@ -122,8 +122,8 @@ func newRunner(st store.Backend, set storageSpec, clock clockwork.Clock, log *za
 	return r
 }
 
-// begin starts claiming, renewing and taking over.
-func (r *runner) begin() {
+// Start begins claiming, renewing and taking over; shutdown (or drain) stops it.
+func (r *runner) Start() {
 	r.countQueued()
 	r.claims.Add(1)
 	go r.claimLoop()
@@ -168,7 +168,8 @@ func (r *runner) release(owner any) {
 func (r *runner) apply(c runnerConfig) {
 	r.cfg = c
 	r.mu.Unlock()
-	r.courier.configure(c.endpoints)
+	zeroWebhookCounters(c.endpoints)
+	r.courier.Configure(courierEndpoints(c.endpoints))
 	r.kick()
 }
 
@@ -181,13 +182,14 @@ func (r *runner) config() runnerConfig {
 // shutdown stops claiming. When the process goes on working this storage under another handle
 // (shared), running executions are left to finish (drain, in the background), still held by
 // this runner's leases: a reload never hands back or repeats a call under way. Otherwise they
-// get the grace period, then are handed back to the queue; the courier gets what is left of it.
-// It reports whether it is done (false: the caller drains).
-func (r *runner) shutdown(shared bool) bool {
+// get the grace period, then are handed back to the queue. It reports whether it is done
+// (false: the caller drains), and the end of the grace period, what is left of which the
+// storage gives its courier.
+func (r *runner) shutdown(shared bool) (time.Time, bool) {
 	close(r.stopping)
 	r.claims.Wait()
 	if shared {
-		return false
+		return time.Time{}, false
 	}
 	deadline := r.clock.Now().Add(r.config().grace)
 	finished := make(chan struct{})
@@ -199,16 +201,13 @@ func (r *runner) shutdown(shared bool) bool {
 		<-finished
 	}
 	r.endBeats()
-	r.courier.flush(deadline)
-	r.courier.stop()
-	return true
+	return deadline, true
 }
 
 // drain waits for the executions under way, then stops the rest.
 func (r *runner) drain() {
 	r.inFlight.Wait()
 	r.endBeats()
-	r.courier.stop()
 }
 
 func (r *runner) endBeats() {
@@ -259,7 +258,7 @@ func (r *runner) claimLoop() {
 // waits for its fsync (durability sync); claims made at once share one (group commit), and a
 // slot that comes free meanwhile starts its own claim at once rather than wait for the others'
 // to end: the async end-to-end profiles showed slots standing empty behind a batch of claims
-// (docs/operating.md).
+// (docs/benchmarks.md).
 func (r *runner) claimFree() {
 	if !r.alive() {
 		return
@@ -438,6 +437,21 @@ func (r *runner) stopAll(cause error) {
 	}
 }
 
+// cancelQueued cancels queued operation op at once: its final status counted, its event
+// announced, the transition logged. It fails with store.ErrIllegalTransition when op has left
+// the queue meanwhile.
+func (r *runner) cancelQueued(op *store.Operation, log reqLog) (*store.Operation, error) {
+	canceled, err := r.st.Transition(op.ID, store.Change{To: store.StatusCanceled})
+	if err != nil {
+		return nil, err
+	}
+	countFinal(canceled)
+	r.countMoved(canceled, -1)
+	r.courier.Kick()
+	log.Info("operation transition", operationFields(op, zap.String("old_status", "queued"), zap.String("new_status", "canceled"))...)
+	return canceled, nil
+}
+
 // countMoved moves the queued count by d for op entering or leaving the queue; batch lines are
 // not in it (store.Operations.QueueStats).
 func (r *runner) countMoved(op *store.Operation, d int64) {
@@ -463,22 +477,39 @@ func execOf(op *store.Operation) store.Execution {
 		Events: []string{EventSucceeded, EventFailed, EventCanceled}, Prefix: defaultOperationsPath}
 }
 
+// runnerStats is a snapshot of a storage's runner and its outbox: GET /mulligan/stats
+// (docs/operating.md, Admin API).
+type runnerStats struct {
+	Storage          string         `json:"storage"`
+	Worker           string         `json:"worker"`
+	Queued           int64          `json:"queued"`
+	Running          int            `json:"running"`
+	RunningFromQueue int            `json:"running_from_queue"`
+	Concurrency      int            `json:"concurrency"`
+	Takeover         string         `json:"takeover"`
+	Webhooks         webhookStats   `json:"webhooks"`
+	Capacity         map[string]any `json:"capacity,omitempty"` // nil without capacity
+}
+
+// webhookStats is the outbox's counts beside what its courier is doing.
+type webhookStats struct {
+	Pending     int `json:"pending"`
+	DeadLetters int `json:"dead_letters"`
+	courier.Stats
+}
+
 // stats is a snapshot of the runner and its outbox.
-func (r *runner) stats() map[string]any {
+func (r *runner) stats() runnerStats {
 	r.mu.Lock()
 	running, pooled, cfg := len(r.running), r.pooled, r.cfg
 	r.mu.Unlock()
 	pending, dead, _ := r.st.CountEvents()
-	out := map[string]any{
-		"storage": r.name, "worker": r.worker, "queued": r.queued.Load(), "running": running,
-		"running_from_queue": pooled, "concurrency": cfg.concurrency, "takeover": cfg.takeover.String(),
-		"webhooks": map[string]any{"pending": pending, "dead_letters": dead, "endpoints": r.courier.endpointStates(),
-			"delivering": r.courier.delivering(), "passes": r.courier.passes.Load()},
+	return runnerStats{
+		Storage: r.name, Worker: r.worker, Queued: r.queued.Load(), Running: running, RunningFromQueue: pooled,
+		Concurrency: cfg.concurrency, Takeover: cfg.takeover.String(),
+		Webhooks: webhookStats{Pending: pending, DeadLetters: dead, Stats: r.courier.Stats()},
+		Capacity: r.capacityStats(),
 	}
-	if c := r.capacityStats(); c != nil {
-		out["capacity"] = c
-	}
-	return out
 }
 
 // runningSince reports how many operations this runner is executing and when the earliest of

@@ -25,21 +25,21 @@ type loopRunner struct {
 	st *badger.Store
 }
 
-// newLoopRunner starts no loop of the runner: a test claims with claimNext, or calls begin for
+// newLoopRunner starts no loop of the runner: a test claims with claimNext, or calls Start for
 // the claim, heartbeat and takeover loops. cfg's zero concurrency and takeover take the
-// defaults; without endpoints the courier is stopped at once.
+// defaults; without endpoints the courier is not started.
 func newLoopRunner(t *testing.T, clock clockwork.Clock, handler http.Handler, cfg runnerConfig) *loopRunner {
 	t.Helper()
 	st, err := badger.Open(badger.Options{Dir: t.TempDir(), Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.SetAnnouncer(announce)
-	r := newRunner(st, storageSpec{concurrency: cfg.concurrency, takeover: cfg.takeover}, clock, zap.NewNop())
+	st.SetAnnouncer(announcer(clock))
+	r := newRunner(st, storageSpec{concurrency: cfg.concurrency, takeover: cfg.takeover}, clock, zap.NewNop(), newCourier(st, clock, zap.NewNop()))
 	cfg.dispatch = func(*store.Operation) http.Handler { return handler }
 	r.configure(testConfigOwner, cfg)
-	if cfg.endpoints == nil {
-		r.courier.stop() // nothing to deliver: the runner's timers alone are on the clock
+	if cfg.endpoints != nil {
+		r.courier.Start() // without, nothing to deliver: the runner's timers alone are on the clock
 	}
 	lr := &loopRunner{runner: r, st: st}
 	t.Cleanup(func() {
@@ -60,7 +60,7 @@ func (lr *loopRunner) stop() {
 	lr.stopAll(errRunnerStopping)
 	lr.inFlight.Wait()
 	lr.endBeats()
-	lr.courier.stop()
+	lr.courier.Stop()
 }
 
 // accept queues an operation that runs with ex, posting body to the chat path; events about it
@@ -303,7 +303,7 @@ func TestSilentWorkersOperationIsTakenOverOnlyAfterItsLease(t *testing.T) {
 	if err != nil || silent == nil {
 		t.Fatalf("claim for the silent worker: %+v %v", silent, err)
 	}
-	lr.begin()
+	lr.Start()
 	var call upstreamCall
 	testkit.WaitFor(t, 20*time.Second, "the takeover runs the operation here", func() bool {
 		select {
@@ -407,5 +407,39 @@ func TestSettlingExecutionsAreBoundedByConcurrency(t *testing.T) {
 	lr.executionEnded("b", exs[1])
 	if pooled, settling := counts(); pooled != 0 || settling != 0 {
 		t.Fatalf("after all ends: pooled %d, settling %d", pooled, settling)
+	}
+}
+
+// TestQueueDeadlinesAreReadOnTheRunnersClock: an operation's queue deadline passes when the
+// runner's clock passes it, not the wall clock. On a clock an hour behind the wall, an
+// operation due within a minute is claimed and run, and one left queued is failed
+// QUEUE_TIMEOUT only once the clock moves past its deadline.
+func TestQueueDeadlinesAreReadOnTheRunnersClock(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond))
+	up, calls, _ := gatedUpstream(clock, "")
+	lr := newLoopRunner(t, clock, up, runnerConfig{concurrency: 1})
+	deadline := clock.Now().Add(time.Minute)
+	for _, id := range []string{"op_run", "op_wait"} {
+		ex := testExecution(time.Minute, 0)
+		lr.queue(t, &store.Operation{ID: id, Exec: &ex, QueueDeadline: deadline}, nil, chat(id))
+	}
+
+	lr.dropStale()
+	if op, err := lr.st.GetOperation("op_wait"); err != nil || op.Status != store.StatusQueued {
+		t.Fatalf("before its deadline on the runner's clock: %+v, %v; want it still queued", op, err)
+	}
+	if !lr.claimNext() {
+		t.Fatal("nothing claimed")
+	}
+	receive(t, calls, "the call of the operation claimed before its deadline").answer <- http.StatusOK
+	if op := lr.await(t, "op_run"); op.Status != store.StatusSucceeded {
+		t.Fatalf("op_run: %s, want succeeded", op.Status)
+	}
+
+	clock.Advance(2 * time.Minute)
+	lr.dropStale()
+	op, err := lr.st.GetOperation("op_wait")
+	if err != nil || op.Status != store.StatusFailed || op.Error == nil || op.Error.Code != string(apierr.CodeQueueTimeout) {
+		t.Fatalf("past its deadline: %+v, %v; want failed %s", op, err, apierr.CodeQueueTimeout)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/batches"
+	"github.com/mulligan-gw/mulligan/internal/courier"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/badger"
 	"github.com/mulligan-gw/mulligan/store/postgres"
@@ -79,6 +80,8 @@ type storage struct {
 	set storageSpec
 	be  store.Backend
 	run *runner
+	// courier delivers the storage's outbox (docs/webhooks.md); the runner kicks it.
+	courier *courier.Courier
 	// batches moves the storage's batches along (docs/batches.md).
 	batches *batches.Worker
 }
@@ -107,16 +110,18 @@ func openStorage(set storageSpec, log *zap.Logger) (*storage, error) {
 		st.SetSyncObserver(func(n int) { metrics.fsyncBatch.Observe(float64(n)) })
 		be = st
 	}
-	be.SetAnnouncer(announce)
+	be.SetAnnouncer(announcer(realClock))
 	// The batch hooks go in before the runner begins: a line it finishes is counted with them.
 	be.SetBatchAnnouncer(batches.Announcer(realClock, newID))
 	be.SetBatchLineSizer(batches.LineBytes)
 	be.SetBatchSettled(batches.Settled(log))
-	run := newRunner(be, set, realClock, log)
-	run.begin()
+	deliveries := newCourier(be, realClock, log)
+	run := newRunner(be, set, realClock, log, deliveries)
 	work := batches.New(batches.Options{Store: be, Lines: batchLines{run}, Clock: realClock, Log: log})
+	deliveries.Start()
+	run.Start()
 	work.Start()
-	return &storage{set: set, be: be, run: run, batches: work}, nil
+	return &storage{set: set, be: be, run: run, courier: deliveries, batches: work}, nil
 }
 
 // batchLines is what the batch worker asks of the runner executing a storage's lines.
@@ -126,29 +131,40 @@ func (l batchLines) Kick()                   { l.run.kick() }
 func (l batchLines) Cancel(id string)        { l.run.cancel(id) }
 func (l batchLines) Cut(op *store.Operation) { countFinal(op) }
 
-// Destruct stops the batch worker and the runner, then closes the storage; the pool calls it
-// when the last user lets go. The worker stops first and is waited for: a pass under way
-// writes to the backend and asks the runner to start or stop lines.
+// Destruct stops the storage's services, each waited for, then closes the backend; the pool
+// calls it when the last user lets go. The batch worker stops first (a pass under way writes
+// to the backend and asks the runner to start or stop lines), then the runner, then the
+// courier, which gets what is left of the runner's grace period to deliver what is due.
 func (s *storage) Destruct() error {
 	s.batches.Stop()
-	if s.run.shutdown(s.sharedInProcess()) {
+	if deadline, done := s.run.shutdown(s.sharedInProcess()); done {
+		s.courier.Flush(deadline)
+		s.courier.Stop()
 		return s.be.Close()
 	}
 	go func() { // executions go on in this process under another handle's config: see shutdown
 		s.run.drain()
+		s.courier.Stop()
 		_ = s.be.Close()
 	}()
 	return nil
+}
+
+// eachStorage calls fn with every open storage of the process, and its pool key, until fn
+// returns false: the one walk over the registry.
+func eachStorage(fn func(key string, s *storage) bool) {
+	openStorages.Range(func(k, v any) bool {
+		s, ok := v.(*storage)
+		return !ok || fn(k.(string), s)
+	})
 }
 
 // sharedInProcess reports whether another open handle of this process works the same storage
 // (a reload that changed how it is opened).
 func (s *storage) sharedInProcess() bool {
 	shared := false
-	openStorages.Range(func(_, v any) bool {
-		if o, ok := v.(*storage); ok && o != s && o.set.where() == s.set.where() {
-			shared = true
-		}
+	eachStorage(func(_ string, o *storage) bool {
+		shared = o != s && o.set.where() == s.set.where()
 		return !shared
 	})
 	return shared
@@ -257,11 +273,11 @@ func (u *storageRef) acquire() (*storage, func(), error) {
 	select {
 	case <-u.ready:
 	default:
-		t := time.NewTimer(storeStartWait)
+		t := realClock.NewTimer(storeStartWait)
 		defer t.Stop()
 		select {
 		case <-u.ready:
-		case <-t.C:
+		case <-t.Chan():
 			return nil, nil, store.ErrUnavailable
 		}
 	}
@@ -282,9 +298,9 @@ func (u *storageRef) acquire() (*storage, func(), error) {
 // openKeyOf returns the pool key of an open handle on the storage `where`, or "".
 func openKeyOf(where string) string {
 	found := ""
-	openStorages.Range(func(k, v any) bool {
-		if s, ok := v.(*storage); ok && s.set.where() == where {
-			found = k.(string)
+	eachStorage(func(key string, s *storage) bool {
+		if s.set.where() == where {
+			found = key
 		}
 		return found == ""
 	})

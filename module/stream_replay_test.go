@@ -36,7 +36,7 @@ func bareGate(t *testing.T) *gate {
 		t.Fatal(err)
 	}
 	return &gate{header: "Idempotency-Key", ttl: time.Hour, lease: time.Minute, maxResult: 1 << 20, policy: policy,
-		flights: newFlights(), streams: newLiveStreams(), now: time.Now}
+		flights: newFlights(), streams: newLiveStreams(), clock: realClock}
 }
 
 // A retry of a finished, recorded stream whose recording cannot be read at that moment (one

@@ -3,7 +3,6 @@ package module
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -11,26 +10,8 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
-
-// openaiSDK is the npm package the SDK test installs: the official client, from the registry.
-const openaiSDK = "openai@7"
-
-// requireNode returns the paths of node and npm. Without them the test is skipped, except
-// under CI, where a missing toolchain must not pass for a green test.
-func requireNode(t *testing.T) (node, npm string) {
-	t.Helper()
-	node, nodeErr := exec.LookPath("node")
-	npm, npmErr := exec.LookPath("npm")
-	if nodeErr == nil && npmErr == nil {
-		return node, npm
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("node and npm are required under CI to run the openai SDK test: %v %v", nodeErr, npmErr)
-	}
-	t.Skip("skipping the openai npm SDK test: node or npm is not installed (it runs whenever they are, and always under CI=true)")
-	return "", ""
-}
 
 func TestOpenAINodeSDKGetsTheWholeAnswerAfterADroppedStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -74,19 +55,5 @@ func TestOpenAINodeSDKGetsTheWholeAnswerAfterADroppedStream(t *testing.T) {
 // test script testdata/<script> beside its node_modules; it returns node's path and the script's.
 func installSDKScript(t *testing.T, ctx context.Context, script string) (node, scriptPath string) {
 	t.Helper()
-	node, npm := requireNode(t)
-	dir := t.TempDir()
-	install := exec.CommandContext(ctx, npm, "install", "--no-audit", "--no-fund", "--silent", "--prefix", dir, openaiSDK)
-	if out, err := install.CombinedOutput(); err != nil {
-		t.Fatalf("npm install %s: %v\n%s", openaiSDK, err, out)
-	}
-	src, err := os.ReadFile(filepath.Join("testdata", script))
-	if err != nil {
-		t.Fatal(err)
-	}
-	scriptPath = filepath.Join(dir, script)
-	if err := os.WriteFile(scriptPath, src, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return node, scriptPath
+	return testkit.InstallSDKScript(t, ctx, filepath.Join("testdata", script))
 }

@@ -83,7 +83,7 @@ func (r *runner) resolveLost(op *store.Operation, c store.Change, msg string) {
 	}
 	if final.Status.Final() {
 		countFinal(final)
-		r.courier.kick()
+		r.courier.Kick()
 	} else {
 		r.countMoved(op, 1)
 		r.kick()

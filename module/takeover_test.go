@@ -64,13 +64,13 @@ func TestSlowTakeoverDoesNotDelayRenewals(t *testing.T) {
 	}
 	h := &heldTransitions{Backend: st, dead: "wrk_dead", entered: make(chan struct{}, 1), release: make(chan struct{}),
 		renewals: make(chan struct{}, 1)}
-	r := newRunner(h, storageSpec{concurrency: 1, takeover: 300 * time.Millisecond}, realClock, zap.NewNop())
+	r := newRunner(h, storageSpec{concurrency: 1, takeover: 300 * time.Millisecond}, realClock, zap.NewNop(), newCourier(h, realClock, zap.NewNop()))
 	r.worker = "mine"
 	_, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	r.running[mine] = &execution{cancel: cancel, done: make(chan struct{}), leaseUntil: time.Now().Add(time.Minute)}
-	r.begin()
-	defer func() { close(h.release); r.shutdown(true); r.endBeats(); r.courier.stop() }()
+	r.Start()
+	defer func() { close(h.release); r.shutdown(true); r.endBeats(); r.courier.Stop() }()
 	select {
 	case <-h.entered:
 	case <-time.After(10 * time.Second):

@@ -53,6 +53,8 @@ var sidecarVars = []sidecarVar{
 	{"MULLIGAN_BATCHES", "", "the Files and Batches API under this prefix, e.g. /v1; unset: off (batches)"},
 	{"MULLIGAN_BATCHES_MAX_FILE_SIZE", "200MiB", "largest file uploaded for a batch (batches.max_file_size)"},
 	{"MULLIGAN_BATCHES_MAX_REQUESTS", "50000", "most lines in a batch's input file (batches.max_requests)"},
+	{"MULLIGAN_RESPONSES", "", "the Responses API's background mode under this prefix, e.g. /v1; unset: off (responses)"},
+	{"MULLIGAN_RESPONSES_RETENTION", "24h", "how long a finished background response is kept (responses.retention)"},
 	{"MULLIGAN_WEBHOOK_URL", "", "where final-status events go: one endpoint named default, the site default"},
 	{"MULLIGAN_WEBHOOK_SECRET", "", "its signing secrets (whsec_...), whitespace-separated: several = rotation"},
 	{"MULLIGAN_WEBHOOK_SECRET_FILE", "", "the same, read from a file (e.g. a mounted Kubernetes Secret)"},
@@ -93,6 +95,8 @@ type sidecarConfig struct {
 	// Capacity is the capacity block, nil without one; Batches the batches block, likewise.
 	Capacity *capacityBlock
 	Batches  *batchesBlock
+	// Responses is the responses block, nil when the API is off.
+	Responses *responsesBlock
 
 	WebhookURL string
 	// WebhookSecrets is a placeholder ({env.…} or {file.…}) too: the module expands it when it
@@ -132,6 +136,7 @@ func loadSidecarConfig(lookup func(string) (string, bool)) (*sidecarConfig, erro
 	c.StorageDirect = r.storageDirect("MULLIGAN_STORAGE_DIRECT", c.Storage)
 	c.Capacity = r.capacity(c.Storage != "")
 	c.Batches = r.batches()
+	c.Responses = r.responses()
 	if c.Upstream == "" && r.ok("MULLIGAN_UPSTREAM") {
 		r.fail("MULLIGAN_UPSTREAM", "is required: the model server's address, e.g. 127.0.0.1:8000 or http://model:8000")
 	}
@@ -207,6 +212,7 @@ func (c *sidecarConfig) Caddyfile() string {
 	line(2, "}")
 	c.Capacity.caddyfile(line)
 	c.Batches.caddyfile(line)
+	c.Responses.caddyfile(line)
 	if c.WebhookURL != "" {
 		line(2, "webhooks", "{")
 		line(3, "endpoint", "default", c.WebhookURL, "{")

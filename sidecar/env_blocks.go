@@ -149,3 +149,35 @@ func (c *sidecarConfig) storageName() string {
 	}
 	return c.DataDir
 }
+
+// responsesBlock is the responses block's checked values (docs/responses.md).
+type responsesBlock struct {
+	Prefix    string
+	Retention string
+}
+
+// responses reads MULLIGAN_RESPONSES and its retention; nil when the API is off. The retention
+// set without MULLIGAN_RESPONSES is refused: it would configure nothing.
+func (r *envReader) responses() *responsesBlock {
+	const name, retention = "MULLIGAN_RESPONSES", "MULLIGAN_RESPONSES_RETENTION"
+	if !r.set(name) {
+		if r.set(retention) {
+			r.fail(retention, "is set without MULLIGAN_RESPONSES (the prefix to serve the Responses API under, e.g. /v1)")
+		}
+		return nil
+	}
+	b := &responsesBlock{Prefix: r.path(name), Retention: r.duration(retention, true)}
+	if b.Prefix != "" && strings.ContainsAny(b.Prefix, "*?#") {
+		r.fail(name, "must be a plain path prefix such as /v1, got %q", b.Prefix)
+	}
+	return b
+}
+
+func (b *responsesBlock) caddyfile(line func(depth int, words ...string)) {
+	if b == nil {
+		return
+	}
+	line(2, "responses", b.Prefix, "{")
+	line(3, "retention", b.Retention)
+	line(2, "}")
+}

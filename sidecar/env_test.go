@@ -128,6 +128,7 @@ func TestEachVariableReachesTheCaddyfile(t *testing.T) {
 		{"MULLIGAN_CAPACITY_WAIT", "5s", []string{"capacity {", "wait 5s"}, `"capacity":{"wait":5000000000}`},
 		{"MULLIGAN_CAPACITY_MAX_QUEUE_WAIT", "1h", []string{"max_queue_wait 1h"}, `"max_queue_wait":3600000000000`},
 		{"MULLIGAN_BATCHES", "/v1", []string{"batches /v1 {", "max_file_size 200MiB", "max_requests 50000"}, `"batches":{"max_file_size":209715200,"max_requests":50000,"prefix":"/v1"}`},
+		{"MULLIGAN_RESPONSES", "/v1", []string{"responses /v1 {", "retention 24h"}, `"responses":{"prefix":"/v1","retention":86400000000000}`},
 	} {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
 			pairs := []string{"MULLIGAN_UPSTREAM", "127.0.0.1:8000"}
@@ -219,6 +220,8 @@ func TestBadValuesAreRefusedByName(t *testing.T) {
 		{"MULLIGAN_BATCHES", "/v1/*"},
 		{"MULLIGAN_BATCHES_MAX_FILE_SIZE", "1GB"}, // without MULLIGAN_BATCHES
 		{"MULLIGAN_BATCHES_MAX_REQUESTS", "10"},   // likewise
+		{"MULLIGAN_RESPONSES", "v1"},
+		{"MULLIGAN_RESPONSES_RETENTION", "1h"}, // without MULLIGAN_RESPONSES
 		{"MULLIGAN_WEBHOOK_URL", "consumer.example.com/hook"},
 		{"MULLIGAN_WEBHOOK_URL", "https://consumer.example.com/hooks/*"},
 		{"MULLIGAN_WEBHOOK_ALLOW_PRIVATE", "maybe"},

@@ -63,6 +63,12 @@ type Operation struct {
 	ScopeLimit int `json:"-"`
 	// Batch tags a batch's line operation (docs/batches.md); nil for every other operation.
 	Batch *BatchLine `json:"batch,omitempty"`
+	// Kind is "response" for a background response of the Responses API (docs/responses.md),
+	// empty for every other operation.
+	Kind string `json:"kind,omitempty"`
+	// Echo is, for a background response, the request's fields its response object repeats
+	// (model, instructions, metadata...), compact JSON; nil otherwise.
+	Echo []byte `json:"echo,omitempty"`
 }
 
 // Execution is how an operation is to be run, stored with it so that every reload, restart

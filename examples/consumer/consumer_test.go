@@ -340,3 +340,20 @@ func TestXWebhookDeliveryWithABadSignatureIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// A Responses API event (OpenAI's format) is acknowledged once verified, and not taken for an
+// operation event.
+func TestResponseEventIsAcknowledged(t *testing.T) {
+	h := start(t, t.TempDir(), Config{})
+	body := []byte(`{"id":"evt_9","object":"event","type":"response.completed","created_at":1,"data":{"id":"resp_1"}}`)
+	if got := h.deliver("evt_9", body); got != http.StatusOK {
+		t.Fatalf("status %d, want 200", got)
+	}
+	h.waitIdle()
+	if n := len(h.processed.all()); n != 0 {
+		t.Fatalf("processed %d operation events, want none", n)
+	}
+	if got := h.deliverSigned("evt_10", body, "v1,bad"); got != http.StatusUnauthorized {
+		t.Fatalf("a bad signature answered %d, want 401", got)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -119,4 +120,21 @@ func parseEvent(body []byte) (Event, error) {
 		return Event{}, fmt.Errorf("%w: operation.version must be positive", errMalformedEvent)
 	}
 	return ev, nil
+}
+
+// responseEvent reports whether a verified body is an event of the Responses API, in
+// OpenAI's format ({"object":"event","type":"response.completed","data":{"id":"resp_..."}}),
+// and its type.
+func responseEvent(body []byte) (string, bool) {
+	var ev struct {
+		Object string `json:"object"`
+		Type   string `json:"type"`
+		Data   struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if json.Unmarshal(body, &ev) != nil || ev.Object != "event" || !strings.HasPrefix(ev.Type, "response.") || ev.Data.ID == "" {
+		return "", false
+	}
+	return ev.Type, true
 }

@@ -46,6 +46,14 @@ func (c *Consumer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "signature verification failed", http.StatusUnauthorized)
 		return
 	}
+	if typ, ok := responseEvent(body); ok {
+		// The Responses API's webhooks (docs/responses.md) carry only the response's id, for
+		// the receiver to retrieve it: there is no operation to order or poll here.
+		c.cfg.Logf("consumer: %s %s", typ, id)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintln(w, `{"status":"accepted"}`)
+		return
+	}
 	ev, err := parseEvent(body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)

@@ -88,7 +88,10 @@ func asyncTour(gateway, run, prompt string) error {
 	}
 	fmt.Printf("   HTTP %s\n   %s\n", resp.Status, abbreviate(strings.TrimSpace(string(body))))
 	time.Sleep(300 * time.Millisecond)
-	return batchTour(gateway, run)
+	if err := batchTour(gateway, run); err != nil {
+		return err
+	}
+	return responseTour(gateway, run)
 }
 
 // do sends one request with header pairs and reads the answer.

@@ -19,6 +19,7 @@ const (
 	kindChat kind = iota
 	kindCompletion
 	kindEmbedding
+	kindResponse
 )
 
 const (
@@ -40,6 +41,10 @@ type modelRequest struct {
 	promptTokens int      // whitespace-separated words in the input
 	inputs       []string // embedding inputs
 	dimensions   int
+	// Responses API requests (responses.go)
+	background   bool
+	instructions string
+	metadata     json.RawMessage
 }
 
 type chatRequest struct {
@@ -98,6 +103,10 @@ func parseRequest(k kind, body []byte) (*modelRequest, error) {
 		prompt := strings.Join(stringList(cr.Prompt), " ")
 		req.promptTokens = len(strings.Fields(prompt))
 		req.answer = echo(prompt)
+	case kindResponse:
+		if err := parseResponses(body, req); err != nil {
+			return nil, err
+		}
 	case kindEmbedding:
 		var er embeddingRequest
 		if err := decode(body, &er); err != nil {

@@ -4,10 +4,12 @@
 //
 // The server answers POST /v1/chat/completions, POST /v1/completions and
 // POST /v1/embeddings with deterministic, OpenAI-shaped JSON (or an SSE stream
-// for "stream": true), after a configurable latency that is cut short when the
+// for "stream": true), and POST /v1/responses (the Responses API, whole or streamed with
+// OpenAI's event types; background mode refused, as a server without a response store does),
+// after a configurable latency that is cut short when the
 // client goes away. Every model request gets a fresh execution number, sent as
 // the X-Execution-Id response header and embedded in the response id
-// ("chatcmpl-<n>", "cmpl-<n>", "embd-<n>"), so a test can tell a replayed
+// ("chatcmpl-<n>", "cmpl-<n>", "embd-<n>", "resp_ms<n>"), so a test can tell a replayed
 // response from a re-execution. GET /stats reports what the server actually
 // executed; POST /stats/reset zeroes the counters.
 //
@@ -164,6 +166,7 @@ func New(cfg Config) *Server {
 // ServeHTTP routes a request:
 //
 //	POST /v1/chat/completions, /v1/completions, /v1/embeddings  model requests
+//	POST /v1/responses                                          (the Responses API)
 //	GET  /stats                                                 counters (JSON)
 //	POST /stats/reset                                           zero counters
 //	GET  /metrics                                               vLLM-named gauges (Prometheus text)
@@ -179,6 +182,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveModel(w, r, kindCompletion)
 	case "/v1/embeddings":
 		s.serveModel(w, r, kindEmbedding)
+	case "/v1/responses":
+		s.serveModel(w, r, kindResponse)
 	case "/stats":
 		if !allow(w, r, http.MethodGet, http.MethodHead) {
 			return
@@ -410,6 +415,13 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request, kind kind) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", err.Error(), ctl.bodyBytes)
 		return
 	}
+	if req.background {
+		// A server without a response store cannot keep a response to be retrieved later.
+		e.settle(outcomeCompleted)
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "background_unsupported",
+			"Background mode needs a response store, and this server has none; send the request without background.", 0)
+		return
+	}
 
 	waited, ok := s.takeSlot(r.Context(), e)
 	if !ok {
@@ -447,6 +459,18 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request, kind kind) {
 	}
 
 	created := time.Now().Unix()
+	if req.kind == kindResponse && req.stream {
+		s.streamEvents(w, r.Context(), e, status, req.responseEvents(e.id, created), ctl)
+		return
+	}
+	if req.kind == kindResponse {
+		b := pad(mustMarshal(req.responseOf(e.id, created, true)), ctl.bodyBytes)
+		e.settle(outcomeCompleted)
+		if err := writeBody(w, status, "application/json", b); err != nil {
+			e.writeFailed()
+		}
+		return
+	}
 	if req.stream {
 		s.stream(w, r.Context(), e, status, req.chunks(e.id, created), ctl)
 		return
@@ -482,8 +506,42 @@ func (s *Server) stream(w http.ResponseWriter, ctx context.Context, e *execution
 	}
 }
 
+// streamEvents writes a streamed response's named events as server-sent events, flushing
+// after each and then waiting ChunkDelay; the Responses API ends with its last event, without
+// "[DONE]".
+func (s *Server) streamEvents(w http.ResponseWriter, ctx context.Context, e *execution, status int, events []responseEvent, ctl controls) {
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(status)
+	for i, ev := range events {
+		if i == len(events)-1 {
+			e.settle(outcomeCompleted)
+		}
+		if !writeNamedEvent(w, rc, ev.name, mustMarshal(ev.data)) {
+			e.writeFailed()
+			return // abandoned
+		}
+		if i < len(events)-1 && !wait(ctx, ctl.chunkDelay) {
+			return // abandoned
+		}
+	}
+}
+
 func writeEvent(w http.ResponseWriter, rc *http.ResponseController, data []byte) bool {
-	buf := make([]byte, 0, len(data)+8)
+	return writeNamedEvent(w, rc, "", data)
+}
+
+// writeNamedEvent writes one event, with an "event:" line when name is set, and flushes.
+func writeNamedEvent(w http.ResponseWriter, rc *http.ResponseController, name string, data []byte) bool {
+	buf := make([]byte, 0, len(data)+len(name)+16)
+	if name != "" {
+		buf = append(buf, "event: "...)
+		buf = append(buf, name...)
+		buf = append(buf, '\n')
+	}
 	buf = append(buf, "data: "...)
 	buf = append(buf, data...)
 	buf = append(buf, "\n\n"...)

@@ -40,6 +40,9 @@ const (
 	CodeFileNotFound      Code = "FILE_NOT_FOUND"
 	CodeBatchNotFound     Code = "BATCH_NOT_FOUND"
 	CodeBatchAlreadyFinal Code = "BATCH_ALREADY_FINAL"
+	// The Responses API's own (docs/responses.md).
+	CodeResponseNotFound     Code = "RESPONSE_NOT_FOUND"
+	CodeResponseAlreadyFinal Code = "RESPONSE_ALREADY_FINAL"
 	// CodeFileQuota: an upload would take its scope over max_scope_bytes or max_scope_files;
 	// 400 as OpenAI answers its own storage quota, so the SDKs do not send the file again.
 	CodeFileQuota Code = "FILE_QUOTA_EXCEEDED"
@@ -68,17 +71,19 @@ var catalogue = map[Code]spec{
 	CodeBusy:              {http.StatusServiceUnavailable, true},
 	// An `after`-mode call answered within its window fails with the outcome table's code
 	// (docs/api.md), as a gateway answer: 502 or 504, never a truncated success.
-	CodeUpstreamUnavailable: {http.StatusBadGateway, true},
-	CodeUpstreamError:       {http.StatusBadGateway, true},
-	CodeResultTooLarge:      {http.StatusBadGateway, false},
-	CodeOperationTimeout:    {http.StatusGatewayTimeout, true},
-	CodeInvalidRequest:      {http.StatusBadRequest, false},
-	CodeMethodNotAllowed:    {http.StatusMethodNotAllowed, false},
-	CodeFileNotFound:        {http.StatusNotFound, false},
-	CodeBatchNotFound:       {http.StatusNotFound, false},
-	CodeBatchAlreadyFinal:   {http.StatusConflict, false},
-	CodeFileQuota:           {http.StatusBadRequest, false},
-	CodeUpstreamSaturated:   {http.StatusServiceUnavailable, true},
+	CodeUpstreamUnavailable:  {http.StatusBadGateway, true},
+	CodeUpstreamError:        {http.StatusBadGateway, true},
+	CodeResultTooLarge:       {http.StatusBadGateway, false},
+	CodeOperationTimeout:     {http.StatusGatewayTimeout, true},
+	CodeInvalidRequest:       {http.StatusBadRequest, false},
+	CodeMethodNotAllowed:     {http.StatusMethodNotAllowed, false},
+	CodeFileNotFound:         {http.StatusNotFound, false},
+	CodeBatchNotFound:        {http.StatusNotFound, false},
+	CodeBatchAlreadyFinal:    {http.StatusConflict, false},
+	CodeResponseNotFound:     {http.StatusNotFound, false},
+	CodeResponseAlreadyFinal: {http.StatusConflict, false},
+	CodeFileQuota:            {http.StatusBadRequest, false},
+	CodeUpstreamSaturated:    {http.StatusServiceUnavailable, true},
 }
 
 // Status is the catalogue's HTTP status of code; zero for a code it does not hold.

@@ -120,6 +120,7 @@ func (s *Store) CreateFile(f *store.File, r io.Reader, lim store.FileLimits) err
 				s.dropUpload(f)
 				return werr
 			}
+			s.sh.through.Add(int64(n))
 			seq++
 		}
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
@@ -283,6 +284,7 @@ func (s *Store) chunk(id string, seq int) ([]byte, bool, error) {
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, false, nil
 	}
+	s.sh.through.Add(int64(len(data)))
 	return data, err == nil, err
 }
 

@@ -31,7 +31,7 @@ import (
 //     covered is rolled back at open (recovery.go).
 //   - It holds Badger's memtable lock while it msyncs the WAL, and every commit takes that lock
 //     exclusively, so all writes, and the reads queued behind them, stall for the whole sync
-//     (docs/operating.md, "Syncs and slots"). Where a descriptor of our own can
+//     (docs/benchmarks.md, "Syncs and slots"). Where a descriptor of our own can
 //     sync pages written through Badger's mapping (Linux), the newest files are synced that way
 //     instead (durability_linux.go).
 //
@@ -255,7 +255,7 @@ func syncPath(path string, sync func(*os.File) error) error {
 // sync that reads the count first, then finds it unchanged since the value log's last sync, has
 // nothing there to sync: most records are below ValueThreshold and live in the WAL alone, and an
 // fdatasync with nothing to write still waits for the disk's flush (on the project's machine it
-// made a sync take 1.5 ms at the median instead of 0.6 ms; docs/operating.md). Other databases
+// made a sync take 1.5 ms at the median instead of 0.6 ms; docs/benchmarks.md). Other databases
 // of the process count too, which only syncs more. Without the count (metrics off, or a Badger
 // that no longer keeps it), every sync syncs the value log.
 func (d *durableSync) vlogBytesWritten() (int64, bool) {

@@ -5,8 +5,8 @@ import "fmt"
 // Memory sizes what Badger holds in memory and maps (docs/backends.md, "Badger's memory"). Its
 // resident share is about MemTables x MemTableSize twice (each memtable's arena, and its log
 // mapped), plus BlockCache and IndexCache, plus the newest value log's pages (at most
-// ValueLogFileSize; older value logs are paged out, resident.go), plus the tables' pages read.
-// None of it grows with what the database holds.
+// ValueLogFileSize), plus what the older value logs and the tables keep between page-outs
+// (residentSlack and residentGrowth, resident.go). None of it grows with what the database holds.
 type Memory struct {
 	// MemTableSize is one memtable's size: writes gather there before a flush to a table.
 	MemTableSize int64
@@ -22,7 +22,7 @@ type Memory struct {
 	ValueLogFileSize int64
 }
 
-// DefaultMemory is what a zero Memory field takes: about 105 MiB resident at most for Badger
+// DefaultMemory is what a zero Memory field takes: about 125 MiB resident at most for Badger
 // (docs/backends.md).
 var DefaultMemory = Memory{MemTableSize: 8 << 20, MemTables: 3, BlockCache: 16 << 20, IndexCache: 8 << 20, ValueLogFileSize: 32 << 20}
 

@@ -319,12 +319,15 @@ func (s *Store) listOperations(prefix []byte, status store.Status, after string,
 }
 
 func getOperation(txn *badger.Txn, id string) (*store.Operation, error) {
-	var op store.Operation
-	err := getValue(txn, operationKey(id), func(v []byte) error {
-		_, err := store.Decode(v, &op)
+	var op *store.Operation
+	err := getValue(txn, operationKey(id), func(v []byte) (err error) {
+		op, err = store.DecodeOperation(v)
 		return err
 	})
-	return &op, err
+	if op == nil {
+		op = new(store.Operation)
+	}
+	return op, err
 }
 
 // putOperation writes op and moves its queue/running index entry from prev's to its own.
@@ -341,11 +344,7 @@ func putOperation(txn *badger.Txn, op *store.Operation, prev *store.Status) erro
 			return err
 		}
 	}
-	v, err := store.Encode(op, nil)
-	if err != nil {
-		return err
-	}
-	e := badger.NewEntry(operationKey(op.ID), v)
+	e := badger.NewEntry(operationKey(op.ID), store.EncodeOperation(op))
 	if op.Status.Final() {
 		e = e.WithTTL(time.Until(op.ExpiresAt()) + store.TombstoneFor)
 	}

@@ -1,11 +1,14 @@
 package badger
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net/http"
 	"testing"
 	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
 
 	"github.com/mulligan-gw/mulligan/store"
 )
@@ -107,4 +110,54 @@ func ids(ops []*store.Operation) []string {
 		out = append(out, o.ID)
 	}
 	return out
+}
+
+// An operation a release before the binary form stored as JSON is read as it was, and its next
+// change is stored in the binary form (docs/backends.md, "Operations on disk").
+func TestOperationStoredAsJSONIsReadAndRewritten(t *testing.T) {
+	st := openTemp(t, true)
+	old := newOp("op_json")
+	old.Exec = &store.Execution{Retries: 2, Events: []string{"operation.succeeded"}}
+	v, err := store.Encode(old, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.sh.db.Update(func(txn *badger.Txn) error {
+		if err := txn.Set(operationKey(old.ID), v); err != nil {
+			return err
+		}
+		return txn.Set(requestKey(old.ID), mustEncode(t, &store.Request{Method: "POST"}))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.GetOperation(old.ID)
+	if err != nil || got.Scope != "scope" || got.Exec.Retries != 2 || !got.SubmittedAt.Equal(old.SubmittedAt) {
+		t.Fatalf("read %+v, %v", got, err)
+	}
+	if _, err := st.Transition(old.ID, store.Change{To: store.StatusCanceled}); err != nil {
+		t.Fatal(err)
+	}
+	err = st.sh.db.View(func(txn *badger.Txn) error {
+		return getValue(txn, operationKey(old.ID), func(v []byte) error {
+			if bytes.HasPrefix(v, []byte{1}) { // Encode's version byte
+				return fmt.Errorf("still JSON: %q", v)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.GetOperation(old.ID); err != nil || got.Status != store.StatusCanceled || got.Exec.Events[0] != "operation.succeeded" {
+		t.Fatalf("after the change: %+v, %v", got, err)
+	}
+}
+
+func mustEncode(t *testing.T, req *store.Request) []byte {
+	t.Helper()
+	v, err := store.Encode(req, req.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -13,11 +14,14 @@ import (
 
 // shared is one open database and the handles counting on it.
 type shared struct {
-	dir    string
-	key    []byte
-	db     *badger.DB
-	refs   int
-	syncer *groupSyncer
+	dir string
+	// through counts the bytes of files written and read through the value logs, which the
+	// page-outs follow (resident.go).
+	through atomic.Int64
+	key     []byte
+	db      *badger.DB
+	refs    int
+	syncer  *groupSyncer
 	// durable knows which commits a sync covered (durability.go); reads compare with it.
 	durable *durableSync
 	locks   *keyLocks
@@ -152,6 +156,10 @@ func badgerOptions(dir string, opts Options) badger.Options {
 		WithMetricsEnabled(true).      // the value log's byte count spares syncs of an unchanged log (durability.go)
 		WithVerifyValueChecksum(true). // a value-log page a power cut left unwritten reads as an error (recovery.go)
 		WithLogger(logAdapter{opts.Logger})
+	// Every table below level 0 is BaseTableSize (2 MB), however deep the tree grows: a
+	// compaction builds several tables in memory at once, each in a buffer of twice its size, so
+	// tables that double with each level would make its memory grow with the database.
+	o.TableSizeMultiplier = 1
 	if len(opts.EncryptionKey) > 0 {
 		o = o.WithEncryptionKey(opts.EncryptionKey)
 	}

@@ -8,3 +8,5 @@ import "errors"
 func mappedFiles(string) ([]mapping, error) { return nil, nil }
 
 func pageOut(mapping) error { return errors.ErrUnsupported }
+
+func residentBytes() (int64, error) { return 0, errors.ErrUnsupported }

@@ -58,31 +58,41 @@ const claimTries = 128
 // agingStep is store.AgingStep in seconds, as effectiveSQL takes it.
 var agingStep = store.AgingStep.Seconds()
 
+// claimSQL finds the first operation in the capacity order (nextInOrderSQL), locks it if it is
+// still queued and no other claimer holds it (FOR UPDATE SKIP LOCKED: the row's latest version
+// is checked again, so one claimed since the statement's snapshot is passed over), and gives
+// its scope the turn of a claim at $4 (takeTurnSQL's rule), in one statement: the candidate's
+// id, and its columns when locked. The turn is always written: a scope's turn is the time of its
+// latest claim, so one left at an older claim would go ahead of a scope that came since.
+const claimSQL = `WITH next AS (` + nextInOrderSQL + `),
+claimed AS (SELECT o.doc, o.holder, o.lease_until, o.scope FROM operations o JOIN next n ON o.id = n.id
+	WHERE o.status = 'queued' FOR UPDATE OF o SKIP LOCKED),
+turn AS (INSERT INTO queue_turns (scope, turn)
+	SELECT c.scope, setval('queue_turn_seq', greatest(nextval('queue_turn_seq'), $4::bigint)) FROM claimed c
+	ON CONFLICT (scope) DO UPDATE SET turn = excluded.turn)
+SELECT n.id, c.doc, c.holder, c.lease_until FROM next n LEFT JOIN claimed c ON true`
+
 // claimInOrder locks the first queued operation in the capacity order that no other claimer
-// holds (FOR UPDATE SKIP LOCKED) and gives its scope the latest turn; nil when there is none.
+// holds and gives its scope the latest turn (claimSQL); nil when there is none.
 func claimInOrder(ctx context.Context, tx pgx.Tx, now time.Time) (*store.Operation, error) {
 	skipped := []string{}
 	for range claimTries {
-		var id, scope string
-		err := tx.QueryRow(ctx, nextInOrderSQL, now, agingStep, skipped).Scan(&id, &scope)
+		var id string
+		var doc []byte
+		var holder *string
+		var lease *time.Time
+		err := tx.QueryRow(ctx, claimSQL, now, agingStep, skipped, now.UnixMicro()).Scan(&id, &doc, &holder, &lease)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, nil
 		}
 		if err != nil {
 			return nil, err
 		}
-		// A new statement, a new snapshot: a row claimed meanwhile is no longer queued.
-		op, err := scanOp(tx.QueryRow(ctx, `SELECT `+opColumns+` FROM operations WHERE id = $1 AND status = 'queued'
-			FOR UPDATE SKIP LOCKED`, id))
-		if isNotFound(err) {
+		if doc == nil { // claimed or held by another claimer since the statement's snapshot
 			skipped = append(skipped, id)
 			continue
 		}
-		if err != nil {
-			return nil, err
-		}
-		_, err = tx.Exec(ctx, takeTurnSQL, scope, now.UnixMicro())
-		return op, err
+		return decodeOp(doc, holder, lease)
 	}
 	return nil, nil // every candidate was being taken: the caller's next claim looks again
 }

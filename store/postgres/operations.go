@@ -29,6 +29,11 @@ func scanOp(row pgx.Row) (*store.Operation, error) {
 		}
 		return nil, err
 	}
+	return decodeOp(doc, holder, lease)
+}
+
+// decodeOp is the operation of a row: its document, with the lease columns over it.
+func decodeOp(doc []byte, holder *string, lease *time.Time) (*store.Operation, error) {
 	var op store.Operation
 	if err := json.Unmarshal(doc, &op); err != nil {
 		return nil, fmt.Errorf("operation document: %w", err)

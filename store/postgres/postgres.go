@@ -77,6 +77,10 @@ type Store struct {
 	notifyCh  chan struct{}
 	replays   *replayCache
 	pooled    bool // the DSN goes through a connection pooler (pooler.go)
+	// claiming lets one ClaimNext of this replica at a time hold a connection: its workers'
+	// claims would otherwise take the pool from the accepts while each waits for its commit's
+	// flush, and compete for the same head of the queue (docs/backends.md, "The capacity order").
+	claiming sync.Mutex
 
 	base   context.Context // canceled by Close
 	cancel context.CancelFunc

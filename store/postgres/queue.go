@@ -11,7 +11,10 @@ import (
 
 // ClaimNext takes the next queued operation in the capacity order that no other replica is
 // taking (FOR UPDATE SKIP LOCKED), running, held by worker until now+lease (see store.Queue).
+// The replica's claims take turns (Store.claiming).
 func (s *Store) ClaimNext(worker string, lease time.Duration) (*store.Operation, error) {
+	s.claiming.Lock()
+	defer s.claiming.Unlock()
 	var out *store.Operation
 	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
 		now := s.now()

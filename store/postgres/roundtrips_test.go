@@ -96,6 +96,14 @@ func TestRoundTripsPerRequest(t *testing.T) {
 			_, err := st.AcceptOperation(op, req, nil)
 			fail(err)
 		}},
+		// Found, locked and its scope's turn taken in one statement, then its status written.
+		{"claim of the next queued operation", 4, func() {
+			op, err := st.ClaimNext("w", time.Minute)
+			fail(err)
+			if op == nil || op.ID != "op_1" {
+				t.Fatalf("claimed %+v, want op_1", op)
+			}
+		}},
 	}
 	for _, tc := range cases {
 		sql := counter.during(tc.fn)

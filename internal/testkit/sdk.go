@@ -1,0 +1,64 @@
+package testkit
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// OpenAISDK is the npm package the SDK tests install: the official client, from the registry.
+const OpenAISDK = "openai@7"
+
+// RequireNode returns the paths of node and npm. Without them the test is skipped, except
+// under CI, where a missing toolchain must not pass for a green test.
+func RequireNode(t testing.TB) (node, npm string) {
+	t.Helper()
+	node, nodeErr := exec.LookPath("node")
+	npm, npmErr := exec.LookPath("npm")
+	if nodeErr == nil && npmErr == nil {
+		return node, npm
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("node and npm are required under CI to run the openai SDK tests: %v %v", nodeErr, npmErr)
+	}
+	t.Skip("skipping an openai npm SDK test: node or npm is not installed (it runs whenever they are, and always under CI=true)")
+	return "", ""
+}
+
+// InstallSDKScript installs the openai SDK from npm into a temporary directory and copies the
+// script at src beside its node_modules; it returns node's path and the script's.
+func InstallSDKScript(t testing.TB, ctx context.Context, src string) (node, script string) {
+	t.Helper()
+	node, npm := RequireNode(t)
+	dir := t.TempDir()
+	install := exec.CommandContext(ctx, npm, "install", "--no-audit", "--no-fund", "--silent", "--prefix", dir, OpenAISDK)
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("npm install %s: %v\n%s", OpenAISDK, err, out)
+	}
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script = filepath.Join(dir, filepath.Base(src))
+	if err := os.WriteFile(script, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return node, script
+}
+
+// RunSDKScript runs node script with args and returns what it printed; the test fails with its
+// output and errors when it fails.
+func RunSDKScript(t testing.TB, ctx context.Context, node, script string, args ...string) []byte {
+	t.Helper()
+	out, err := exec.CommandContext(ctx, node, append([]string{script}, args...)...).Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("the SDK script failed: %v\n%s\n%s", err, out, stderr)
+	}
+	return out
+}

@@ -1,0 +1,225 @@
+package module
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/mulligan-gw/mulligan/internal/capture"
+	"github.com/mulligan-gw/mulligan/internal/responses"
+	"github.com/mulligan-gw/mulligan/internal/streams"
+	"github.com/mulligan-gw/mulligan/store"
+)
+
+// A background response's stream (docs/responses.md): sequence_number 0 is the response as
+// created (response.queued), then the upstream's events as the running attempt records them,
+// renumbered 1, 2, ... and carrying the gateway's id; live from the runner here or from the
+// shared store, or replayed from the recorded answer once the response has finished. A
+// follower of an attempt that is lost gets an error event (stream_attempt_lost) and the end
+// of the stream: the next attempt's events never follow the lost one's.
+
+// follow answers op's events after sequence number after (-1: all of them). The stream
+// begins at once with the response as created, also while it waits for the runner or a seat.
+func (a *respCall) follow(op *store.Operation, after int64) {
+	if op.Status.Final() {
+		src, total, err := a.finalSource(op)
+		if err != nil {
+			a.fail(err)
+			return
+		}
+		if after >= total {
+			a.invalid("starting_after is past this response's last event (its stream has "+strconv.FormatInt(total, 10)+" events, numbered from 0).", "starting_after")
+			return
+		}
+		a.newRelay(op, after).from(src)
+		return
+	}
+	rl := a.newRelay(op, after)
+	q := &opsRequest{w: a.w, r: a.r, st: a.st, run: a.run, caller: a.caller, log: a.log}
+	for {
+		if op.Status.Final() {
+			src, _, err := a.finalSource(op)
+			if err == nil {
+				rl.from(src)
+			}
+			return
+		}
+		if src := a.liveSource(op); src != nil {
+			rl.from(src)
+			return
+		}
+		cur := a.h.awaitAnswer(q, op)
+		if cur == nil {
+			return // the client left
+		}
+		if cur.Version == op.Version && !cur.Status.Final() && a.liveSource(cur) == nil {
+			// Still waiting for a seat, or the waiters here are at their bound: look again
+			// shortly, unless the client has left.
+			select {
+			case <-a.r.Context().Done():
+				return
+			case <-a.h.clock.After(streamPollMax):
+			}
+			if cur, _ = a.st.GetOperation(op.ID); cur == nil {
+				return
+			}
+		}
+		op = cur
+	}
+}
+
+// liveSource is the running attempt's stream of op, here or on another replica; nil when
+// none has begun.
+func (a *respCall) liveSource(op *store.Operation) streams.Source {
+	if s := a.run.streamOf(op.ID); s != nil {
+		return s
+	}
+	if f, _ := a.run.followStored(op); f != nil {
+		return f
+	}
+	return nil
+}
+
+// finalSource is the stream of a finished op: its recorded answer's events, or, when it has
+// none (it failed or was cancelled before its answer, or the upstream answered JSON), its
+// final object as one terminal event; and how many events the stream has in all.
+func (a *respCall) finalSource(op *store.Operation) (streams.Source, int64, error) {
+	var res *store.Response
+	if op.Result != nil {
+		var err error
+		if res, err = a.st.LoadResult(op.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return nil, 0, err
+		}
+	}
+	s := newOpStream()
+	if res != nil && op.Status == store.StatusSucceeded && s.Open(res.Status, res.Header) {
+		s.Write(res.Body)
+		s.Finish(streams.Whole)
+		return s, 1 + responses.Count(res.Body), nil
+	}
+	o, err := a.object(op)
+	if err != nil {
+		return nil, 0, err
+	}
+	h := http.Header{}
+	h.Set("Content-Type", "text/event-stream")
+	s.Open(http.StatusOK, h)
+	s.Write(responses.TerminalEvent(o, 0))
+	s.Finish(streams.Whole)
+	return s, 2, nil
+}
+
+// relay writes a response's stream after sequence number after: the queued event at once,
+// then the events of a source, renumbered on.
+type relay struct {
+	a       *respCall
+	op      *store.Operation
+	rc      *http.ResponseController
+	after   int64
+	seq     int64 // the next event's sequence number
+	created int64
+}
+
+// newRelay answers the stream's head and its first event, response.queued.
+func (a *respCall) newRelay(op *store.Operation, after int64) *relay {
+	responses.EventStreamHeader(a.w.Header())
+	a.w.WriteHeader(http.StatusOK)
+	rl := &relay{a: a, op: op, rc: http.NewResponseController(a.w), after: after, created: op.SubmittedAt.Unix()}
+	rl.send(responses.QueuedEvent(responses.Base(op.ID, rl.created, responses.Queued, op.Echo)))
+	_ = rl.rc.Flush()
+	return rl
+}
+
+// send writes the next event unless it is at or before after; false when the client is gone.
+func (rl *relay) send(b []byte) bool {
+	defer func() { rl.seq++ }()
+	if rl.seq <= rl.after {
+		return true
+	}
+	_, err := rl.a.w.Write(b)
+	return err == nil
+}
+
+// from relays src's events as they come, each flushed; when src breaks off (the attempt was
+// lost), an error event ends the stream.
+func (rl *relay) from(src streams.Source) {
+	for cursor := uint64(0); ; {
+		evs, end, wait, err := src.Next(cursor)
+		switch {
+		case err != nil || end == streams.BrokeOff:
+			ev := responses.LostEvent(rl.seq)
+			if o := rl.ended(); o != nil {
+				ev = responses.TerminalEvent(o, rl.seq)
+			}
+			if rl.send(ev) {
+				_ = rl.rc.Flush()
+			}
+			return
+		case end == streams.Whole:
+			return
+		}
+		for _, e := range evs {
+			if e.Seq <= cursor {
+				continue
+			}
+			cursor = e.Seq
+			if out, _, ok := responses.Event(e.Data, rl.seq, rl.op.ID, rl.created); ok && !rl.send(out) {
+				return
+			}
+		}
+		if len(evs) > 0 {
+			if rl.rc.Flush() != nil {
+				return
+			}
+			continue
+		}
+		select {
+		case <-wait:
+		case <-rl.a.r.Context().Done():
+			return
+		}
+	}
+}
+
+// settleWait is how long a follower whose attempt broke off waits for the response to settle
+// before it reads the attempt as lost.
+const settleWait = 2 * time.Second
+
+// ended is, after the followed attempt broke off, the final object of a response that ended
+// with it: cancelled (the cancel cut the call) or failed (no retry left). It is nil when the
+// response goes on (another attempt runs, or will) or succeeded by another attempt: the
+// follower then reads the attempt as lost.
+func (rl *relay) ended() responses.Object {
+	deadline := rl.a.h.now().Add(settleWait)
+	for {
+		op, err := rl.a.st.GetOperation(rl.op.ID)
+		switch {
+		case err != nil:
+			return nil
+		case op.Status == store.StatusCanceled || op.Status == store.StatusFailed:
+			o, err := rl.a.object(op)
+			if err != nil {
+				return nil
+			}
+			return o
+		case op.Status.Final() || rl.a.h.now().After(deadline):
+			return nil
+		}
+		select {
+		case <-rl.a.r.Context().Done():
+			return nil
+		case <-rl.a.h.clock.After(pollInterval):
+		}
+	}
+}
+
+// writeStored writes a stored answer.
+func writeStored(w http.ResponseWriter, resp store.Response) { capture.WriteResponse(w, resp) }
+
+// jsonBody is v as an answer's JSON body.
+func jsonBody(v any) []byte {
+	b, _ := json.Marshal(v)
+	return append(b, '\n')
+}
