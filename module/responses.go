@@ -181,8 +181,8 @@ func (a *respCall) load(id string) *store.Operation {
 		err = store.ErrNotFound
 	}
 	if err == nil {
-		var rec *store.Record
-		if rec, err = a.st.LookupKey(deletedKey(op)); err == nil && rec != nil {
+		var gone bool
+		if gone, err = responseDeleted(a.st, op); err == nil && gone {
 			err = store.ErrNotFound
 		}
 	}
@@ -346,9 +346,10 @@ func (a *respCall) stop(op *store.Operation) (*store.Operation, error) {
 	return a.h.awaitCancel(q, op.ID)
 }
 
-// delete removes the response: it answers 404 from then on, on every replica. A response
-// still queued or running is cancelled first. Its stored request and answer go when its
-// retention ends, as every operation's do (docs/responses.md).
+// delete removes the response: it answers 404 from then on, on every replica and through the
+// operations API too, and its create's key no longer replays it. A response still queued or
+// running is cancelled first. Its stored request and answer, unreachable from then on, are
+// dropped when its retention ends, as every operation's are (docs/responses.md).
 func (a *respCall) delete(id string) {
 	op := a.load(id)
 	if op == nil {
@@ -367,12 +368,27 @@ func (a *respCall) delete(id string) {
 		expires := a.now.Add(op.Retention + execOf(op).Timeout + time.Hour)
 		err = a.st.CompleteKey(key, claim.Token, store.Response{Status: http.StatusOK, Header: http.Header{}}, expires)
 	}
+	if err == nil && op.IdempotencyKey != "" {
+		// The create's key no longer replays the deleted response (its object repeats the
+		// request's fields): a retry with it creates a new one.
+		_, err = a.st.EvictKey(idemkey.Record(a.h.scopeOf(a.r), op.Method, op.Path, op.IdempotencyKey))
+	}
 	if err != nil {
 		a.fail(err)
 		return
 	}
 	a.log.Info("background response deleted", zap.String("response_id", id))
 	writeJSON(a.w, http.StatusOK, map[string]any{"id": id, "object": "response", "deleted": true})
+}
+
+// responseDeleted reports whether op is a background response that was deleted: every API,
+// the operations API's included, then answers 404 for it (docs/responses.md).
+func responseDeleted(st store.Backend, op *store.Operation) (bool, error) {
+	if op.Kind != responses.Kind {
+		return false, nil
+	}
+	rec, err := st.LookupKey(deletedKey(op))
+	return err == nil && rec != nil, err
 }
 
 // deletedKey names the record that marks op deleted.

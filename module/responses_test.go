@@ -233,6 +233,29 @@ func TestResponsesDelete(t *testing.T) {
 	expectOpenAIError(t, g.responseCall("DELETE", "/v1/responses/"+o.ID, alice...), http.StatusNotFound, apierr.CodeResponseNotFound, o.ID)
 }
 
+// A deleted response is gone for every API: the operations API's get, result and list too, and
+// its create's key no longer replays it.
+func TestResponsesDeleteHidesItFromTheOperationsAPI(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, responsesBlock)
+	body := `{"input":"secret text","background":true}`
+	o := decodeResponse(t, g.post("/v1/responses", "del-1", body, alice...))
+	kept := g.createResponse(t, `{"input":"kept","background":true}`, alice...)
+	g.awaitResponse(t, o.ID, alice...)
+	g.awaitResponse(t, kept.ID, alice...)
+	if r := g.responseCall("DELETE", "/v1/responses/"+o.ID, alice...); r.StatusCode != 200 {
+		t.Fatalf("delete: %v %s", r.Response, r.body)
+	}
+	expectError(t, g.get("/v1/operations/"+o.ID, alice...), http.StatusNotFound, apierr.CodeOperationNotFound, false)
+	expectError(t, g.get("/v1/operations/"+o.ID+"/result", alice...), http.StatusNotFound, apierr.CodeOperationNotFound, false)
+	l := g.get("/v1/operations", alice...)
+	if l.StatusCode != 200 || strings.Contains(string(l.body), o.ID) || !strings.Contains(string(l.body), kept.ID) {
+		t.Fatalf("the list after the delete: %v %s", l.Response, l.body)
+	}
+	if again := decodeResponse(t, g.post("/v1/responses", "del-1", body, alice...)); again.ID == o.ID {
+		t.Fatalf("a retry with the create's key replayed the deleted %s", o.ID)
+	}
+}
+
 func TestResponsesUpstreamFailureIsAFailedResponse(t *testing.T) {
 	up := &respUpstream{}
 	g := startGatewayWith(t, gatewaySetup{wrap: up.wrap, mulligan: "async {\n retries 0\n}\n" + responsesBlock})
