@@ -123,6 +123,9 @@ func (a *respCall) create() bool {
 	req.Body = c.Upstream
 	req.Header.Del("Content-Length")
 	req.Header.Set("Content-Type", "application/json")
+	if c.Stream {
+		kr.replayed = a.replayStream
+	}
 	resp, ok, _ := h.conv.enqueue(a.w, kr, a.st, a.run, op, req, a.createdAnswer)
 	if !ok {
 		return true // answered already: a full queue or scope, a key's record, the storage failing
@@ -133,6 +136,22 @@ func (a *respCall) create() bool {
 		return true
 	}
 	writeStored(a.w, resp)
+	return true
+}
+
+// replayStream answers a retried create with stream true, whose key's record holds the
+// response created first, with that response's events, as the first create answered; false
+// when the record names no response of the caller's (it is then answered as recorded).
+func (a *respCall) replayStream(claim store.Claim) bool {
+	if claim.Record == nil || claim.Record.OperationID == "" {
+		return false
+	}
+	op, err := a.st.GetOperation(claim.Record.OperationID)
+	if err != nil || op.Scope != a.scope || op.Kind != responses.Kind {
+		return false
+	}
+	countRequest(outcomeReplayed)
+	a.follow(op, -1)
 	return true
 }
 

@@ -224,3 +224,24 @@ func TestResponsesStreamOfACancelledResponseEndsCancelled(t *testing.T) {
 		t.Fatalf("after the cancel: %+v", rest)
 	}
 }
+
+// A create with stream true retried with its Idempotency-Key answers the first create's
+// response as a stream again, not its recorded JSON, and runs it once.
+func TestResponsesKeyedStreamCreateRetriedAnswersTheStream(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, responsesBlock)
+	body := `{"input":"once more","background":true,"stream":true}`
+	create := func() []respEvent {
+		req, _ := http.NewRequest("POST", g.base+"/v1/responses", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		return readRespEvents(t, g.stream(req, append([]string{"Idempotency-Key", "stream-1"}, alice...)...), 0)
+	}
+	first := create()
+	again := create()
+	id := first[0].Response.ID
+	if checkRespEvents(t, again, 0, id) != "You said: once more" || again[len(again)-1].Type != "response.completed" {
+		t.Fatalf("the retry answered %+v", again)
+	}
+	if st := g.model.Stats(); st.Received != 1 {
+		t.Fatalf("the model server ran %d times, want once", st.Received)
+	}
+}
