@@ -219,7 +219,12 @@ func (a *respCall) load(id string) *store.Operation {
 // retrieve answers the response object, or with ?stream=true its events.
 func (a *respCall) retrieve(id string) {
 	q := a.r.URL.Query()
-	after, err := responses.ParseStartingAfter(q.Get("starting_after"), q.Has("starting_after"))
+	stream, err := responses.ParseStream(q["stream"])
+	if err != nil {
+		a.invalid(err.Error(), "stream")
+		return
+	}
+	after, err := responses.ParseStartingAfter(q["starting_after"])
 	if err != nil {
 		a.invalid(err.Error(), "starting_after")
 		return
@@ -228,7 +233,7 @@ func (a *respCall) retrieve(id string) {
 	if op == nil {
 		return
 	}
-	if q.Get("stream") == "true" {
+	if stream {
 		a.follow(op, after)
 		return
 	}

@@ -118,8 +118,11 @@ func TestResponsesStreamLiveDropResumeAndReplay(t *testing.T) {
 	if st := g.model.Stats(); st.Received != 1 {
 		t.Fatalf("the model server ran %d times, want once", st.Received)
 	}
-	for _, bad := range []string{"-1", "abc", "1.5", "99999999999999999999", fmt.Sprint(len(whole)), "100000"} {
+	for _, bad := range []string{"-1", "abc", "1.5", "99999999999999999999", fmt.Sprint(len(whole)), "100000", "%2B5", "%205", "1&starting_after=99"} {
 		expectOpenAIError(t, g.get("/v1/responses/"+id+"?stream=true&starting_after="+bad, alice...), http.StatusBadRequest, apierr.CodeInvalidRequest, "starting_after")
+	}
+	for _, bad := range []string{"1", "True", "yes", "true&stream=true"} {
+		expectOpenAIError(t, g.get("/v1/responses/"+id+"?stream="+bad, alice...), http.StatusBadRequest, apierr.CodeInvalidRequest, "stream must be")
 	}
 }
 

@@ -275,22 +275,43 @@ func decodeValue(raw []byte) (any, bool) {
 	return v, true
 }
 
-// ParseStartingAfter reads the starting_after query parameter: -1 when absent, else a
-// sequence number from 0.
-func ParseStartingAfter(v string, present bool) (int64, error) {
-	if !present {
-		return -1, nil
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 63)
+// ParseStartingAfter reads the starting_after query parameter's values: -1 when absent, else
+// a sequence number from 0, written as decimal digits alone (no sign, no space), given once.
+func ParseStartingAfter(values []string) (int64, error) {
 	switch {
-	case err != nil && errors.Is(err, strconv.ErrRange):
-		return 0, errors.New("starting_after is out of range: it must be a sequence number this response's stream has.")
-	case err != nil:
-		return 0, errors.New("starting_after must be a whole number: the sequence_number of the last event received.")
-	case n < 0:
+	case len(values) == 0:
+		return -1, nil
+	case len(values) > 1:
+		return 0, errors.New("starting_after must be given once: the sequence_number of the last event received.")
+	}
+	v := values[0]
+	if strings.HasPrefix(v, "-") && v != "-" && strings.Trim(v[1:], "0123456789") == "" {
 		return 0, errors.New("starting_after must not be negative: it is the sequence_number of the last event received.")
 	}
+	if v == "" || strings.Trim(v, "0123456789") != "" {
+		return 0, errors.New("starting_after must be a whole number: the sequence_number of the last event received.")
+	}
+	n, err := strconv.ParseInt(v, 10, 63)
+	if err != nil {
+		return 0, errors.New("starting_after is out of range: it must be a sequence number this response's stream has.")
+	}
 	return n, nil
+}
+
+// ParseStream reads the stream query parameter's values: true or false, given at most once
+// (absent: false).
+func ParseStream(values []string) (bool, error) {
+	switch {
+	case len(values) == 0:
+		return false, nil
+	case len(values) > 1:
+		return false, errors.New("stream must be given once, true or false.")
+	case values[0] == "true":
+		return true, nil
+	case values[0] == "false":
+		return false, nil
+	}
+	return false, errors.New("stream must be true or false.")
 }
 
 // WebhookType is the event type announcing a final response of status s ("" for none).

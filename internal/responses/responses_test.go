@@ -74,14 +74,30 @@ func TestFinalAndEvent(t *testing.T) {
 }
 
 func TestParseStartingAfter(t *testing.T) {
-	if n, err := ParseStartingAfter("", false); n != -1 || err != nil {
+	if n, err := ParseStartingAfter(nil); n != -1 || err != nil {
 		t.Errorf("absent: %d %v", n, err)
 	}
-	if n, err := ParseStartingAfter("12", true); n != 12 || err != nil {
+	if n, err := ParseStartingAfter([]string{"12"}); n != 12 || err != nil {
 		t.Errorf("12: %d %v", n, err)
 	}
-	for _, bad := range []string{"", "-1", "x", "1e3", "99999999999999999999"} {
-		if _, err := ParseStartingAfter(bad, true); err == nil {
+	for _, bad := range [][]string{{""}, {"-1"}, {"x"}, {"1e3"}, {"99999999999999999999"}, {"+5"}, {" 5"}, {"5 "}, {"1", "99"}} {
+		if _, err := ParseStartingAfter(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestParseStream(t *testing.T) {
+	for _, c := range []struct {
+		in   []string
+		want bool
+	}{{nil, false}, {[]string{"true"}, true}, {[]string{"false"}, false}} {
+		if got, err := ParseStream(c.in); got != c.want || err != nil {
+			t.Errorf("%q: %v %v", c.in, got, err)
+		}
+	}
+	for _, bad := range [][]string{{""}, {"1"}, {"True"}, {"yes"}, {"true", "true"}} {
+		if _, err := ParseStream(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
