@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/mulligan-gw/mulligan/internal/sse"
 )
@@ -82,9 +83,22 @@ func ParseCreate(body []byte) (Create, error) {
 			echo[name] = raw
 		}
 	}
+	if err := checkMetadata(echo["metadata"]); err != nil {
+		return Create{}, err
+	}
 	var err error
 	if c.Echo, err = json.Marshal(echo); err != nil {
 		return Create{}, ErrNotObject
+	}
+	if len(c.Echo) > MaxEcho {
+		largest := ""
+		for name, raw := range echo {
+			if largest == "" || len(raw) > len(echo[largest]) {
+				largest = name
+			}
+		}
+		return Create{}, &FieldError{Param: largest, Message: "The fields a response repeats (" + largest + " the largest) come to " +
+			strconv.Itoa(len(c.Echo)) + " bytes; a background response takes at most " + strconv.Itoa(MaxEcho) + "."}
 	}
 	delete(fields, "background")
 	fields["stream"] = json.RawMessage("true")
@@ -92,6 +106,45 @@ func ParseCreate(body []byte) (Create, error) {
 		return Create{}, ErrNotObject
 	}
 	return c, nil
+}
+
+// MaxEcho bounds the request fields a background response repeats (Create.Echo, compact
+// JSON): they are kept in the operation's own record, read at every look at it, so they stay
+// small (docs/responses.md, Limits).
+const MaxEcho = 128 << 10
+
+// OpenAI's bounds of a response's metadata: at most 16 pairs, keys of at most 64 characters,
+// string values of at most 512.
+const (
+	maxMetadataPairs = 16
+	maxMetadataKey   = 64
+	maxMetadataValue = 512
+)
+
+// checkMetadata reads a create's metadata (nil or null: none) as OpenAI bounds it.
+func checkMetadata(raw json.RawMessage) error {
+	if raw == nil || string(raw) == "null" {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' || json.Unmarshal(t, &m) != nil {
+		return &FieldError{Param: "metadata", Message: "metadata must be an object of string values."}
+	}
+	if len(m) > maxMetadataPairs {
+		return &FieldError{Param: "metadata", Message: "metadata has " + strconv.Itoa(len(m)) + " pairs; at most 16."}
+	}
+	for k, v := range m {
+		var s string
+		switch {
+		case utf8.RuneCountInString(k) > maxMetadataKey:
+			return &FieldError{Param: "metadata", Message: "A metadata key is over 64 characters."}
+		case json.Unmarshal(v, &s) != nil:
+			return &FieldError{Param: "metadata", Message: "metadata." + k + " must be a string."}
+		case utf8.RuneCountInString(s) > maxMetadataValue:
+			return &FieldError{Param: "metadata", Message: "metadata." + k + " is over 512 characters."}
+		}
+	}
+	return nil
 }
 
 // Object is a response object, as JSON fields.

@@ -28,7 +28,9 @@ func TestParseCreate(t *testing.T) {
 			t.Errorf("%q: %v", bad, err)
 		}
 	}
-	for body, p := range map[string]string{`{"background":"yes"}`: "background", `{"background":true,"stream":1}`: "stream"} {
+	for body, p := range map[string]string{`{"background":"yes"}`: "background", `{"background":true,"stream":1}`: "stream",
+		`{"background":true,"metadata":[]}`: "metadata", `{"background":true,"metadata":{"a":{}}}`: "metadata",
+		`{"background":true,"metadata":{},"tools":"` + strings.Repeat("t", MaxEcho) + `"}`: "tools"} {
 		if _, err := ParseCreate([]byte(body)); err == nil || err.(*FieldError).Param != p {
 			t.Errorf("%s: %v", body, err)
 		}
