@@ -205,13 +205,8 @@ func Final(contentType string, body []byte) (Object, bool) {
 				last = o
 			}
 		})
-		if rest := split.Rest(); len(rest) > 0 {
-			if typ, data := parseBlock(rest); terminal[typ] {
-				if o, ok := data["response"].(map[string]any); ok {
-					last = o
-				}
-			}
-		}
+		// An unterminated rest (no blank line after it) is not an event, as an SSE client
+		// reads it, nor one the stream relays (Count).
 		return last, last != nil
 	}
 	v, ok := decodeValue(body)
@@ -390,17 +385,20 @@ func EventStreamHeader(h http.Header) {
 }
 
 // Count is how many events a recorded stream relays: its whole events (an unterminated rest
-// is not one) that Event keeps.
-func Count(body []byte) int64 {
-	var n int64
+// is not one) that Event keeps; ended reports whether one of them is a terminal event.
+func Count(body []byte) (n int64, ended bool) {
 	var split sse.Splitter
 	split.Push(body, func(block []byte) {
-		if _, _, ok := Event(block, 0, "", 0); ok {
+		if _, typ, ok := Event(block, 0, "", 0); ok {
 			n++
+			ended = ended || IsTerminal(typ)
 		}
 	})
-	return n
+	return n, ended
 }
+
+// IsTerminal reports whether an event of type typ ends a response, carrying its final object.
+func IsTerminal(typ string) bool { return terminal[typ] || typ == "response.cancelled" }
 
 // QueuedEvent is the first event of every background response's stream, sequence_number 0:
 // the response object as created, queued, so that a client has the response's id before the

@@ -51,8 +51,16 @@ func TestFinalAndEvent(t *testing.T) {
 		!strings.Contains(string(own), `"background":true`) || !strings.Contains(string(own), `12345678901234567`) {
 		t.Errorf("owned %s", own)
 	}
-	if n := Count([]byte(stream)); n != 3 {
-		t.Errorf("Count %d, want 3 (the comment is not an event)", n)
+	if n, ended := Count([]byte(stream)); n != 3 || !ended {
+		t.Errorf("Count %d %v, want 3 and ended (the comment is not an event)", n, ended)
+	}
+	// A last event without its blank line is no event, for Final as for Count.
+	cut := strings.TrimSuffix(stream, "\n")
+	if o, ok := Final("text/event-stream", []byte(cut)); ok {
+		t.Errorf("final of a stream whose completed event is cut short: %v", o)
+	}
+	if n, ended := Count([]byte(cut)); n != 2 || ended {
+		t.Errorf("Count of the cut stream %d %v, want 2 and not ended", n, ended)
 	}
 	out, typ, ok := Event([]byte("data: {\"type\":\"response.output_text.delta\",\"delta\":\"hi\",\"sequence_number\":9}\n\n"), 4, "resp_gw", 7)
 	if !ok || typ != "response.output_text.delta" || string(out) != "event: response.output_text.delta\ndata: {\"delta\":\"hi\",\"sequence_number\":4,\"type\":\"response.output_text.delta\"}\n\n" {
