@@ -159,8 +159,8 @@ func TestHarnessMeasuresPostgresReplicasBesideBadger(t *testing.T) {
 // side that could not start says why.
 func checkFloodRows(t *testing.T, cfg Config, rows []FloodRow) {
 	t.Helper()
-	if len(rows) != 8 {
-		t.Fatalf("%d flood rows, want 8 (two floods, four sides)", len(rows))
+	if want := 4 * len(floodKinds); len(rows) != want {
+		t.Fatalf("%d flood rows, want %d (%d floods, four sides)", len(rows), want, len(floodKinds))
 	}
 	for _, r := range rows {
 		name := r.Flood + " flood on " + r.Side

@@ -31,11 +31,48 @@ const unloadedCalls = 10
 // sampleEvery is how often the model server's counters are read during a flood.
 const sampleEvery = 20 * time.Millisecond
 
-// The two floods.
+// The floods, each against every side (docs/capacity.md, "Under a flood").
 const (
-	floodSync  = "sync"
-	floodAsync = "async"
+	floodSync      = "sync"       // held-open u=7 calls of one tenant
+	floodAsync     = "async"      // the same as operations (Mulligan sides only)
+	floodMixed     = "mixed"      // held open, of lengths from 1 to 15 times the model server's latency
+	floodFastError = "fast-error" // held open, while a third tenant gets an instant 400 every 20 ms
+	floodForged    = "forged"     // the flood claims Priority u=0; the interactive calls send none
+	floodMinted    = "minted"     // a fresh credential per flood call, default urgency; interactive sends none
 )
+
+// floodKinds are the floods in the order they run.
+var floodKinds = []string{floodSync, floodAsync, floodMixed, floodFastError, floodForged, floodMinted}
+
+// mixedSpread is how many lengths the mixed flood's calls take: 1..mixedSpread times the model
+// server's latency.
+const mixedSpread = 15
+
+// noiseEvery paces the fast-error flood's instant 400s.
+const noiseEvery = 20 * time.Millisecond
+
+// floodHeaders are the headers of flood call i of kind.
+func floodHeaders(kind string, i int, latency time.Duration) []string {
+	switch kind {
+	case floodMixed:
+		length := latency * time.Duration(1+(i*7)%mixedSpread)
+		return []string{"Authorization", floodTenant, "Priority", "u=7", "X-Mock-Latency", length.String()}
+	case floodForged:
+		return []string{"Authorization", floodTenant, "Priority", "u=0"}
+	case floodMinted:
+		return []string{"Authorization", fmt.Sprintf("Bearer minted-%d", i)}
+	}
+	return []string{"Authorization", floodTenant, "Priority", "u=7"}
+}
+
+// interactivePriority is the Priority of the interactive calls during kind: none against a
+// flood that forges urgency or mints credentials, whose point is the honest tenant's share.
+func interactivePriority(kind string) string {
+	if kind == floodForged || kind == floodMinted {
+		return ""
+	}
+	return "u=0"
+}
 
 // The tenants: their Authorization headers are their scopes on the Mulligan sides.
 const (
@@ -80,7 +117,7 @@ func (h *harness) flood(ctx context.Context) error {
 	client.Timeout = h.floodDeadline()
 	defer client.CloseIdleConnections()
 	unloaded := map[string]time.Duration{}
-	for _, kind := range []string{floodSync, floodAsync} {
+	for _, kind := range floodKinds {
 		for _, s := range sides {
 			row := FloodRow{Flood: kind, Side: s.name, Missing: s.missing}
 			if kind == floodAsync && !s.mulligan { // whether or not the side started: it has no operations
@@ -104,10 +141,11 @@ func (h *harness) flood(ctx context.Context) error {
 	return nil
 }
 
-// floodDeadline bounds one flood: three times its drain time at full speed, and 30 s more.
+// floodDeadline bounds one flood: three times its drain time at full speed (the mixed flood's
+// calls are mixedSpread times longer at most), and 30 s more.
 func (h *harness) floodDeadline() time.Duration {
 	drain := time.Duration(h.cfg.FloodCalls) * h.cfg.FloodLatency / time.Duration(h.cfg.FloodSlots)
-	return 3*drain + 30*time.Second
+	return 3*mixedSpread*drain + 30*time.Second
 }
 
 // unloadedCall is the median of unloadedCalls interactive calls sent one at a time.
@@ -115,16 +153,19 @@ func (h *harness) unloadedCall(ctx context.Context, client *http.Client, base st
 	var s sample
 	for i := range unloadedCalls {
 		t0 := time.Now()
-		err := interactiveCall(ctx, client, base, i)
+		err := interactiveCall(ctx, client, base, i, "u=0")
 		s.record(time.Since(t0), err)
 	}
 	return s.percentile(50)
 }
 
-// interactiveCall is one call of the interactive tenant, expecting 200.
-func interactiveCall(ctx context.Context, client *http.Client, base string, n int) error {
-	resp, body, err := send(ctx, client, http.MethodPost, base+chatPath, chatBody(fmt.Sprint("interactive ", n)),
-		"Authorization", interactiveTenant, "Priority", "u=0")
+// interactiveCall is one call of the interactive tenant, expecting 200; priority "" sends none.
+func interactiveCall(ctx context.Context, client *http.Client, base string, n int, priority string) error {
+	headers := []string{"Authorization", interactiveTenant}
+	if priority != "" {
+		headers = append(headers, "Priority", priority)
+	}
+	resp, body, err := send(ctx, client, http.MethodPost, base+chatPath, chatBody(fmt.Sprint("interactive ", n)), headers...)
 	if err != nil {
 		return err
 	}
@@ -160,9 +201,16 @@ func (r *floodRun) run(ctx context.Context, row *FloodRow) {
 	floodDone := make(chan struct{})
 	interDone := make(chan struct{})
 	go func() { defer close(interDone); r.interactive(ctx, floodDone) }()
+	noiseDone := make(chan struct{})
+	if r.kind == floodFastError {
+		go func() { defer close(noiseDone); r.noise(ctx, floodDone) }()
+	} else {
+		close(noiseDone)
+	}
 	r.sendFlood(ctx)
 	close(floodDone)
 	<-interDone
+	<-noiseDone
 	slots := watch.stop()
 	r.fill(row, slots)
 }
@@ -180,7 +228,7 @@ func (r *floodRun) sendFlood(ctx context.Context) {
 			break
 		}
 		wg.Go(func() {
-			if r.kind == floodSync {
+			if r.kind != floodAsync {
 				r.syncFloodCall(ctx, at, i)
 				return
 			}
@@ -197,7 +245,7 @@ func (r *floodRun) sendFlood(ctx context.Context) {
 func (r *floodRun) syncFloodCall(ctx context.Context, at time.Time, i int) {
 	r.issued.Add(1)
 	resp, body, err := send(ctx, r.client, http.MethodPost, r.base+chatPath, chatBody(fmt.Sprint("flood ", i)),
-		"Authorization", floodTenant, "Priority", "u=7")
+		floodHeaders(r.kind, i, r.h.cfg.FloodLatency)...)
 	if err == nil {
 		err = expectStatus(resp, body, http.StatusOK)
 		if err != nil {
@@ -269,13 +317,36 @@ func (r *floodRun) interactive(ctx context.Context, floodDone <-chan struct{}) {
 		}
 		wg.Go(func() {
 			r.issued.Add(1)
-			err := interactiveCall(ctx, r.client, r.base, i)
+			err := interactiveCall(ctx, r.client, r.base, i, interactivePriority(r.kind))
 			if err != nil {
 				r.refused.Add(1)
 			}
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			r.inter.record(time.Since(at), err)
+		})
+	}
+}
+
+// noise is the fast-error flood's third tenant: a call the model server answers 400 at once,
+// every noiseEvery until the flood is done. Its answers are not counted: they only must not
+// move the gateway's limit.
+func (r *floodRun) noise(ctx context.Context, floodDone <-chan struct{}) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	t := time.NewTicker(noiseEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-floodDone:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		wg.Go(func() {
+			_, _, _ = send(ctx, r.client, http.MethodPost, r.base+chatPath, chatBody("noise"),
+				"Authorization", "Bearer noise-tenant", "X-Mock-Status", "400", "X-Mock-Latency", "0s")
 		})
 	}
 }

@@ -6,9 +6,12 @@ import (
 	"time"
 )
 
-// FloodRow is one flood (sync or async) against one side.
+// FloodRow is one flood (floodKinds) against one side.
 type FloodRow struct {
-	// Flood is "sync" (calls held open) or "async" (Prefer: respond-async operations).
+	// Flood is the flood's kind: "sync" (calls held open), "async" (Prefer: respond-async
+	// operations), "mixed" (held open, of mixed lengths), "fast-error" (held open beside a
+	// tenant's instant 400s), "forged" (the flood claims u=0) or "minted" (a fresh credential
+	// per flood call).
 	Flood string
 	// Side names the gateway: plain Caddy, HAProxy, Mulligan, Mulligan + capacity.
 	Side string

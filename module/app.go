@@ -71,6 +71,12 @@ func (a *App) Start() error {
 		return err
 	}
 	servers, grace := httpApp.(*caddyhttp.App).Servers, time.Duration(httpApp.(*caddyhttp.App).GracePeriod)
+	return a.startLocked(serverDispatch(servers), grace)
+}
+
+// startLocked opens (or joins) the storages with dispatch as what their runners' attempts go
+// through; a.mu is held.
+func (a *App) startLocked(dispatch dispatcher, grace time.Duration) error {
 	wheres := make([]string, 0, len(a.refs))
 	for w := range a.refs {
 		wheres = append(wheres, w)
@@ -92,7 +98,7 @@ func (a *App) Start() error {
 		u.open = v.(*storage)
 		v.(*storage).run.configure(a, runnerConfig{
 			concurrency: u.set.concurrency, takeover: u.set.takeover, grace: grace,
-			dispatch: serverDispatch(servers), endpoints: u.endpoints,
+			dispatch: dispatch, endpoints: u.endpoints,
 		})
 		u.key = key
 		close(u.ready)

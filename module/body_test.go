@@ -37,7 +37,8 @@ func rawRequest(t *testing.T, addr, text string) (*http.Response, []byte) {
 }
 
 func TestUnreadableBodyIsRejectedInTheErrorSchema(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "")
 	resp, body := rawRequest(t, strings.TrimPrefix(g.base, "http://"), "POST "+chatPath+" HTTP/1.1\r\nHost: 127.0.0.1\r\n"+
 		"Idempotency-Key: k\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n")
 	expectError(t, result{Response: resp, body: body}, 400, apierr.CodeInvalidRequest, false)
@@ -47,7 +48,8 @@ func TestUnreadableBodyIsRejectedInTheErrorSchema(t *testing.T) {
 }
 
 func TestBodiesOverMaxBufferedGet503(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "idempotency {\n max_body 600KiB\n max_buffered 1MiB\n}")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "idempotency {\n max_body 600KiB\n max_buffered 1MiB\n}")
 	body := `{"pad":"` + strings.Repeat("x", 600<<10-10) + `"}`
 	// A request whose upstream call is under way holds its body's share of the budget.
 	held := make(chan result, 1)
@@ -67,7 +69,8 @@ func TestBodiesOverMaxBufferedGet503(t *testing.T) {
 // a client that announces a large body and sends none of it holds almost nothing, so idle
 // connections cannot keep everyone else at 503 GATEWAY_BUSY.
 func TestStalledBodyHoldsOnlyTheBytesItSent(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "idempotency {\n max_body 600KiB\n max_buffered 1MiB\n}")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "idempotency {\n max_body 600KiB\n max_buffered 1MiB\n}")
 	conn, err := net.Dial("tcp", strings.TrimPrefix(g.base, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +95,8 @@ func TestStalledBodyHoldsOnlyTheBytesItSent(t *testing.T) {
 // A body of exactly max_body fits a max_buffered of max_body, with or without Content-Length:
 // otherwise it would get a retryable 503 GATEWAY_BUSY that no retry can pass.
 func TestBodyOfMaxBodyFitsAMaxBufferedOfMaxBody(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "idempotency {\n max_body 64KiB\n max_buffered 64KiB\n}")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "idempotency {\n max_body 64KiB\n max_buffered 64KiB\n}")
 	body := `{"pad":"` + strings.Repeat("x", 64<<10-10) + `"}`
 	for _, tc := range []struct {
 		name string

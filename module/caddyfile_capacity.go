@@ -13,6 +13,11 @@ import (
 //		shared         <n>
 //		wait           <duration>
 //		max_queue_wait <duration>
+//		server_metrics <url> [vllm|sglang|tgi|llamacpp] {
+//			interval     <duration>
+//			max_waiting  <n>
+//			max_kv_cache <0..1>
+//		}
 //		fair_key       <placeholder>
 //		class <name> {
 //			header  <field> [<value>]
@@ -37,6 +42,8 @@ func (c *CapacityConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = durationArg(d, &c.MaxQueueWait)
 		case "fair_key":
 			err = oneArg(d, &c.FairKey)
+		case "server_metrics":
+			err = c.unmarshalServerMetrics(d)
 		case "class":
 			err = c.unmarshalClass(d)
 		default:
@@ -117,5 +124,47 @@ func (c *CapacityConfig) unmarshalClass(d *caddyfile.Dispenser) error {
 		return d.Err(err.Error())
 	}
 	c.Classes = append(c.Classes, cl)
+	return nil
+}
+
+// unmarshalServerMetrics reads "server_metrics <url> [<server>] { interval; max_waiting;
+// max_kv_cache }".
+func (c *CapacityConfig) unmarshalServerMetrics(d *caddyfile.Dispenser) error {
+	args := d.RemainingArgs()
+	if len(args) < 1 || len(args) > 2 {
+		return d.Errf("server_metrics takes the endpoint's URL and, optionally, the server: vllm, sglang, tgi or llamacpp")
+	}
+	m := &ServerMetricsConfig{URL: args[0]}
+	if len(args) == 2 {
+		m.Server = args[1]
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		var err error
+		switch d.Val() {
+		case "interval":
+			err = durationArg(d, &m.Interval)
+		case "max_waiting", "max_kv_cache":
+			name := d.Val()
+			var s string
+			if err = oneArg(d, &s); err != nil {
+				return err
+			}
+			v, perr := strconv.ParseFloat(s, 64)
+			if perr != nil {
+				return d.Errf("server_metrics: %s must be a number, got %q", name, s)
+			}
+			if name == "max_waiting" {
+				m.MaxWaiting = &v
+			} else {
+				m.MaxKVCache = v
+			}
+		default:
+			err = d.Errf("unrecognized server_metrics subdirective %q", d.Val())
+		}
+		if err != nil {
+			return err
+		}
+	}
+	c.ServerMetrics = m
 	return nil
 }

@@ -43,6 +43,10 @@ type CapacityConfig struct {
 	// weight; the first whose header matches applies.
 	Classes []CapacityClass `json:"classes,omitempty"`
 
+	// ServerMetrics, with limit auto, steers the limit by the model server's own saturation
+	// read from its Prometheus endpoint, latency standing in while they are stale.
+	ServerMetrics *ServerMetricsConfig `json:"server_metrics,omitempty"`
+
 	// MaxQueueWait is the longest an operation may wait in the queue: past it, it fails
 	// QUEUE_TIMEOUT without reaching the upstream. A request may ask for less with the
 	// Max-Queue-Wait header. Zero: no bound.
@@ -62,6 +66,9 @@ func (c *CapacityConfig) setDefaults() {
 	}
 	if c.Limit == 0 && !c.Auto {
 		c.Auto = true
+	}
+	if c.ServerMetrics != nil {
+		c.ServerMetrics.setDefaults()
 	}
 	if c.Auto {
 		if c.Min == 0 {
@@ -83,6 +90,11 @@ func (c *CapacityConfig) validate() error {
 		return fmt.Errorf("capacity: limit must be at least 1, got %d", c.Limit)
 	case c.Shared < 0 || c.Wait < 0 || c.MaxQueueWait < 0:
 		return fmt.Errorf("capacity: shared, wait and max_queue_wait must not be negative")
+	}
+	if c.ServerMetrics != nil {
+		if err := c.ServerMetrics.validate(c.Auto); err != nil {
+			return err
+		}
 	}
 	if err := validateFairKey(c.FairKey); err != nil {
 		return err

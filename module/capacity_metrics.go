@@ -13,7 +13,9 @@ var capacityMetrics = struct {
 	seatWait      prometheus.Histogram
 	refusals      prometheus.Counter
 	queueTimeouts prometheus.Counter
-	pools         prometheus.Collector
+	// serverReadFailures counts reads of a model server's metrics that failed (server_metrics).
+	serverReadFailures prometheus.Counter
+	pools              prometheus.Collector
 }{
 	seatWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: "mulligan", Name: "capacity_seat_wait_seconds",
@@ -27,6 +29,10 @@ var capacityMetrics = struct {
 		Namespace: "mulligan", Name: "capacity_queue_timeouts_total",
 		Help: "Operations failed QUEUE_TIMEOUT: they waited past max_queue_wait or Max-Queue-Wait and never reached the upstream.",
 	}),
+	serverReadFailures: prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "mulligan", Name: "capacity_server_metrics_failures_total",
+		Help: "Reads of a model server's metrics endpoint (capacity server_metrics) that failed: unreachable, slow, not 200, or without the queue's gauge.",
+	}),
 	pools: seatCollector{},
 }
 
@@ -38,10 +44,15 @@ var (
 	descSeatsInUse  = prometheus.NewDesc("mulligan_capacity_seats_in_use", "Calls holding an upstream seat now.", []string{"pool"}, nil)
 	descSeatWaiting = prometheus.NewDesc("mulligan_capacity_waiting", "Calls and claimed operations waiting for a seat in this replica, by urgency (u=0 most urgent).", []string{"pool", "urgency"}, nil)
 	descQueuedUrg   = prometheus.NewDesc("mulligan_capacity_queued", "Operations waiting in the durable queue, by urgency, storage-wide.", []string{"storage", "urgency"}, nil)
+	descServerFresh = prometheus.NewDesc("mulligan_capacity_server_metrics_fresh", "1 while the model server's own metrics steer the adaptive limit (capacity server_metrics), 0 while they are stale or unreachable and latency steers it.", []string{"pool"}, nil)
+	descSharedLimit = prometheus.NewDesc("mulligan_capacity_shared_limit", "Seats shared by every replica on the storage (capacity shared N).", []string{"pool"}, nil)
+	descSharedHeld  = prometheus.NewDesc("mulligan_capacity_shared_held", "Shared seats held: by this replica (holder=\"replica\"), or by every replica as the storage counts them (holder=\"fleet\", the same on each replica: do not sum it).", []string{"pool", "holder"}, nil)
+	descSharedWait  = prometheus.NewDesc("mulligan_capacity_shared_waiting", "Calls of this replica waiting for a shared seat, holding no local seat, by urgency; sum across replicas for the fleet.", []string{"pool", "urgency"}, nil)
+	descServerWait  = prometheus.NewDesc("mulligan_capacity_server_waiting", "Requests waiting in the model server's own queue, as its metrics said last (while fresh).", []string{"pool"}, nil)
 )
 
 func (seatCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descSeatLimit, descSeatsInUse, descSeatWaiting, descQueuedUrg} {
+	for _, d := range []*prometheus.Desc{descSeatLimit, descSeatsInUse, descSeatWaiting, descQueuedUrg, descServerFresh, descServerWait, descSharedLimit, descSharedHeld, descSharedWait} {
 		ch <- d
 	}
 }
@@ -57,6 +68,24 @@ func (seatCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSeatsInUse, prometheus.GaugeValue, float64(s.InUse), p.label)
 		for u, n := range s.Waiting {
 			ch <- prometheus.MustNewConstMetric(descSeatWaiting, prometheus.GaugeValue, float64(n), p.label, strconv.Itoa(u))
+		}
+		if ss := p.sharedSnapshot(); ss != nil {
+			ch <- prometheus.MustNewConstMetric(descSharedLimit, prometheus.GaugeValue, float64(ss.Limit), p.label)
+			ch <- prometheus.MustNewConstMetric(descSharedHeld, prometheus.GaugeValue, float64(ss.Held), p.label, "replica")
+			if ss.Fleet != nil {
+				ch <- prometheus.MustNewConstMetric(descSharedHeld, prometheus.GaugeValue, float64(*ss.Fleet), p.label, "fleet")
+			}
+			for u, n := range ss.Waiting {
+				ch <- prometheus.MustNewConstMetric(descSharedWait, prometheus.GaugeValue, float64(n), p.label, strconv.Itoa(u))
+			}
+		}
+		if p.watching() {
+			fresh := 0.0
+			if s.Server != nil {
+				fresh = 1
+				ch <- prometheus.MustNewConstMetric(descServerWait, prometheus.GaugeValue, s.Server.Waiting, p.label)
+			}
+			ch <- prometheus.MustNewConstMetric(descServerFresh, prometheus.GaugeValue, fresh, p.label)
 		}
 		return true
 	})
@@ -95,10 +124,17 @@ func (r *runner) capacityStats() map[string]any {
 		return nil
 	}
 	replica := map[string]seatSnapshot{}
+	shared := map[string]*sharedSnapshot{}
 	for _, p := range pools {
 		replica[p.label] = p.snapshot()
+		if ss := p.sharedSnapshot(); ss != nil {
+			shared[p.label] = ss
+		}
 	}
 	out := map[string]any{"replica": replica}
+	if len(shared) > 0 {
+		out["shared"] = shared
+	}
 	if counts, err := r.st.QueuedByUrgency(); err == nil {
 		out["queued_by_urgency"] = counts
 	}

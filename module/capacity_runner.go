@@ -75,6 +75,9 @@ func (r *runner) claimQueued(takeover time.Duration) (*store.Operation, *seat, e
 		op, err := r.st.ClaimNext(r.worker, takeover)
 		return op, nil, err
 	}
+	if op, held, ok, err := r.claimWithFreeSeat(takeover); ok || err != nil {
+		return op, held, err
+	}
 	var held *seat
 	began := time.Now()
 	for tries := 0; tries < standInTries && r.alive(); {
@@ -111,21 +114,47 @@ func (r *runner) claimQueued(takeover time.Duration) (*store.Operation, *seat, e
 	return nil, nil, nil
 }
 
+// claimWithFreeSeat is the claim of a storage with one capacity block, without `shared`, while
+// one of its seats is free and nothing waits for it: the seat is taken, then the queue's head
+// claimed in one step, with no look at the queue first. ok is false when the claim must go the
+// long way (several blocks, shared seats, no seat free, or the head is another block's).
+func (r *runner) claimWithFreeSeat(takeover time.Duration) (op *store.Operation, held *seat, ok bool, err error) {
+	pools := seatPoolsOf(r.where)
+	if len(pools) != 1 || pools[0].sharedFor() != nil {
+		return nil, nil, false, nil
+	}
+	p := pools[0]
+	start, free := p.TryTake()
+	if !free {
+		return nil, nil, false, nil
+	}
+	s := &seat{pool: p, start: start}
+	if op, err = r.st.ClaimNext(r.worker, takeover); err != nil || op == nil {
+		s.giveBack()
+		return nil, nil, true, err
+	}
+	if r.poolFor(op) != p {
+		s.giveBack() // the head is another block's: its first attempt waits for its own seat
+		return op, nil, true, nil
+	}
+	return op, s, true, nil
+}
+
 // standIn waits up to standInRefresh for a seat (and a shared one with `shared`) in the place of
 // the queued operation head; nil when none came free meanwhile. A shared seat that cannot be
 // counted is an error: the operation stays queued (shared seats fail closed).
 func (p *seatPool) standIn(head *store.Operation) (*seat, error) {
 	deadline := time.Now().Add(standInRefresh)
-	w := p.enqueue(operationAsk(head))
-	start, err := p.Await(context.Background(), w, standInRefresh)
+	ask := operationAsk(head)
+	start, err := p.Await(context.Background(), p.enqueue(ask), standInRefresh)
 	if err != nil {
 		return nil, nil
 	}
-	s := &seat{pool: p, start: start}
-	if err := p.acquireShared(context.Background(), s, deadline); err != nil {
-		if errors.Is(err, errNoSeat) {
-			return nil, nil
-		}
+	s, err := p.withShared(context.Background(), &seat{pool: p, start: start}, ask, deadline)
+	switch {
+	case errors.Is(err, errNoSeat):
+		return nil, nil
+	case err != nil:
 		return nil, err
 	}
 	return s, nil

@@ -324,3 +324,54 @@ func TestCapacitySharedSeatGoesToTheLocalWaitersInTheOrderTheyCame(t *testing.T)
 		g.s.release(capacity.Sample{})
 	}
 }
+
+// A call waiting for a shared seat holds no local seat an urgent call of its replica needs; the
+// seat that comes free goes to the most urgent waiter; and the shared seats are visible: limit,
+// held by this replica and by the fleet, waiting by urgency.
+func TestCapacitySharedSeatWaitersHoldNoLocalSeatAndTheMostUrgentGoesFirst(t *testing.T) {
+	st, err := postgres.Open(context.Background(), postgres.Options{DSN: pgtest.Database(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if ok, err := st.AcquireSeat("test", "other", "w2", 1, time.Now().Add(time.Minute)); err != nil || !ok {
+		t.Fatalf("the other replica's seat: %v %v", ok, err)
+	}
+	p := newSeatPool("test|/ops", "test", "test", "/ops", CapacityConfig{Limit: 1})
+	defer p.Destruct()
+	shareThrough(p, st)
+	type got struct {
+		name string
+		s    *seat
+	}
+	seats := make(chan got, 2)
+	wait := func(name string, ask seatAsk, waiters int) {
+		go func() {
+			s, err := p.acquire(context.Background(), ask, 0)
+			if err != nil {
+				t.Error(err)
+			}
+			seats <- got{name, s}
+		}()
+		// Its first look found no seat: it gave its local seat back and waits in line.
+		testkit.WaitFor(t, 10*time.Second, "the waiter in line without a local seat", func() bool {
+			return p.shared.waiters() == waiters && p.snapshot().InUse == 0
+		})
+	}
+	wait("batch", seatAsk{Urgency: 7, Scope: "a", Since: time.Now()}, 1)
+	wait("urgent", seatAsk{Urgency: 0, Trusted: true, Scope: "b", Since: time.Now()}, 2)
+	ss := p.sharedSnapshot()
+	if ss == nil || ss.Limit != 1 || ss.Held != 0 || ss.Fleet == nil || *ss.Fleet != 1 || ss.Waiting[0] != 1 || ss.Waiting[7] != 1 {
+		t.Fatalf("shared seats shown as %+v; want limit 1, none held here, 1 in the fleet, one waiter at u=0 and one at u=7", ss)
+	}
+	if err := st.ReleaseSeat("test", "other"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"urgent", "batch"} {
+		g := <-seats
+		if g.name != want {
+			t.Fatalf("%s got the freed shared seat before %s", g.name, want)
+		}
+		g.s.release(capacity.Sample{})
+	}
+}

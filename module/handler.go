@@ -13,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
@@ -112,7 +113,18 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // Provision applies defaults and records the block's use of its storage, which opens when the
 // config starts; a use that conflicts with another block's on the same storage is refused.
 func (h *Handler) Provision(ctx caddy.Context) error {
-	h.logger = ctx.Logger()
+	appIface, err := ctx.App("mulligan")
+	if err != nil {
+		return err
+	}
+	return h.provision(ctx.Logger(), ctx.GetMetricsRegistry(), appIface.(*App))
+}
+
+// provision is Provision with what it takes from Caddy's context handed in: the logger, the
+// metrics registry and the config's App, which records the block's use of its storage. A
+// test builds a handler with it, and an App of its own, without Caddy.
+func (h *Handler) provision(log *zap.Logger, reg *prometheus.Registry, app *App) error {
+	h.logger = log
 	h.clock = realClock
 	explicit := h.storageWideSettings()
 	h.setDefaults()
@@ -140,7 +152,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	for _, m := range h.Idempotency.Methods {
 		h.methods[m] = true
 	}
-	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
+	if err := registerMetrics(reg); err != nil {
 		return err
 	}
 	zeroSubmitted(h.Async.Type)
@@ -151,11 +163,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	appIface, err := ctx.App("mulligan")
-	if err != nil {
-		return err
-	}
-	h.storage, err = appIface.(*App).use(blockSpec{set: set, explicit: explicit, webhooks: h.conv.webhooks})
+	h.storage, err = app.use(blockSpec{set: set, explicit: explicit, webhooks: h.conv.webhooks})
 	if err != nil {
 		return fmt.Errorf("mulligan: %w", err)
 	}

@@ -16,7 +16,8 @@ import (
 )
 
 func TestRetriedRequestReplaysTheFirstResponseByteForByte(t *testing.T) {
-	g := startGateway(t, modelserver.Config{Latency: 10 * time.Millisecond}, "")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{Latency: 10 * time.Millisecond}, "")
 	first := g.post(chatPath, "key-1", chat("hello"))
 	if first.err != nil || first.StatusCode != 200 {
 		t.Fatalf("first: %v %v %s", first.err, first.Status, first.body)
@@ -49,7 +50,8 @@ func TestRetriedRequestReplaysTheFirstResponseByteForByte(t *testing.T) {
 }
 
 func TestQuotedKeyIsTheSameKey(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "")
 	g.post(chatPath, "abc", chat("x"))
 	r := g.post(chatPath, `"abc"`, chat("x"))
 	if r.Header.Get(headerReplayed) != "true" {
@@ -58,7 +60,8 @@ func TestQuotedKeyIsTheSameKey(t *testing.T) {
 }
 
 func TestInvalidKeysAreRejected(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "")
 	for _, key := range []string{strings.Repeat("k", 256), `"open`, "caf\u00e9"} {
 		expectError(t, g.post(chatPath, key, chat("x")), 400, apierr.CodeKeyInvalid, false)
 	}
@@ -68,7 +71,8 @@ func TestInvalidKeysAreRejected(t *testing.T) {
 }
 
 func TestRequiredKeyIsEnforcedOnCoveredMethodsOnly(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "idempotency {\n required\n}")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "idempotency {\n required\n}")
 	expectError(t, g.post(chatPath, "", chat("x")), 400, apierr.CodeKeyRequired, false)
 	req, _ := http.NewRequest("GET", g.base+"/healthz", nil)
 	if r := g.do(req); r.StatusCode != 200 {
@@ -77,7 +81,8 @@ func TestRequiredKeyIsEnforcedOnCoveredMethodsOnly(t *testing.T) {
 }
 
 func TestKeylessRequestsPassThroughWhenOptional(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "")
 	g.post(chatPath, "", chat("x"))
 	g.post(chatPath, "", chat("x"))
 	if n := g.model.Stats().Received; n != 2 {
@@ -86,8 +91,9 @@ func TestKeylessRequestsPassThroughWhenOptional(t *testing.T) {
 }
 
 func TestDuplicateWithDifferentBodyIsRejected(t *testing.T) {
+	t.Parallel()
 	for _, status := range []int{409, 422} {
-		g := startGateway(t, modelserver.Config{}, "idempotency {\n mismatch_status "+itoa(status)+"\n}")
+		g := startHandler(t, modelserver.Config{}, "idempotency {\n mismatch_status "+itoa(status)+"\n}")
 		g.post(chatPath, "k", chat("one"))
 		expectError(t, g.post(chatPath, "k", chat("two")), status, apierr.CodeKeyReused, false)
 		if n := g.model.Stats().Received; n != 1 {
@@ -98,7 +104,8 @@ func TestDuplicateWithDifferentBodyIsRejected(t *testing.T) {
 }
 
 func TestFingerprintIgnoreMakesVolatileFieldsNotCount(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "idempotency {\n fingerprint_ignore /metadata/request_id\n}")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "idempotency {\n fingerprint_ignore /metadata/request_id\n}")
 	g.post(chatPath, "k", `{"messages":[{"role":"user","content":"x"}],"metadata":{"request_id":"a"}}`)
 	r := g.post(chatPath, "k", `{"metadata":{"request_id":"b"},"messages":[{"content":"x","role":"user"}]}`)
 	if r.Header.Get(headerReplayed) != "true" {
@@ -107,7 +114,8 @@ func TestFingerprintIgnoreMakesVolatileFieldsNotCount(t *testing.T) {
 }
 
 func TestScopesNeverSeeEachOthersResponses(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "scope {http.request.header.Authorization}")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "scope {http.request.header.Authorization}")
 	a := g.post(chatPath, "shared", chat("alice's prompt"), "Authorization", "Bearer alice")
 	b := g.post(chatPath, "shared", chat("bob's prompt"), "Authorization", "Bearer bob")
 	if b.StatusCode != 200 || b.Header.Get(headerReplayed) != "" || bytes.Equal(a.body, b.body) {
@@ -122,7 +130,8 @@ func TestScopesNeverSeeEachOthersResponses(t *testing.T) {
 }
 
 func TestInFlightDuplicateGets409WithRetryAfter(t *testing.T) {
-	g := startGateway(t, modelserver.Config{Latency: time.Second}, "")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{Latency: time.Second}, "")
 	done := make(chan result)
 	go func() { done <- g.post(chatPath, "k", chat("slow")) }()
 	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
@@ -137,7 +146,8 @@ func TestInFlightDuplicateGets409WithRetryAfter(t *testing.T) {
 }
 
 func TestWaitInflightDuplicateGetsTheReplay(t *testing.T) {
-	g := startGateway(t, modelserver.Config{Latency: 300 * time.Millisecond}, "idempotency {\n wait_inflight 5s\n}")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{Latency: 300 * time.Millisecond}, "idempotency {\n wait_inflight 5s\n}")
 	done := make(chan result)
 	go func() { done <- g.post(chatPath, "k", chat("slow")) }()
 	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
@@ -149,6 +159,7 @@ func TestWaitInflightDuplicateGetsTheReplay(t *testing.T) {
 }
 
 func TestUnrecordedOutcomesReleaseTheKey(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, block string
 		headers     []string
@@ -163,7 +174,8 @@ func TestUnrecordedOutcomesReleaseTheKey(t *testing.T) {
 		{"an explicit 503 is recorded", "idempotency {\n store_status 2xx 503\n}", []string{"X-Mock-Status", "503"}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := startGateway(t, modelserver.Config{}, tc.block)
+			t.Parallel()
+			g := startHandler(t, modelserver.Config{}, tc.block)
 			g.post(chatPath, "k", chat("x"), tc.headers...)
 			second := g.post(chatPath, "k", chat("x"), tc.headers...)
 			if n := g.model.Stats().Received; n != tc.wantRuns {
@@ -174,7 +186,8 @@ func TestUnrecordedOutcomesReleaseTheKey(t *testing.T) {
 }
 
 func TestKeyedRequestOutlivesItsClient(t *testing.T) {
-	g := startGateway(t, modelserver.Config{Latency: 500 * time.Millisecond}, "idempotency {\n wait_inflight 5s\n}")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{Latency: 500 * time.Millisecond}, "idempotency {\n wait_inflight 5s\n}")
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "POST", g.base+chatPath, strings.NewReader(chat("x")))
@@ -194,7 +207,8 @@ func TestKeyedRequestOutlivesItsClient(t *testing.T) {
 }
 
 func TestOversizedBodyIs413AndBodiesReachUpstreamIntact(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "idempotency {\n max_body 1KiB\n}")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "idempotency {\n max_body 1KiB\n}")
 	expectError(t, g.post(chatPath, "k", chat(strings.Repeat("x", 2000))), 413, apierr.CodeRequestTooLarge, false)
 	r := g.post(chatPath, "k2", chat("intact body"))
 	if r.StatusCode != 200 || !bytes.Contains(r.body, []byte("intact body")) && !bytes.Contains(r.body, []byte("ydob tcatni")) {
@@ -234,7 +248,8 @@ func TestStreamedResponseStreamsAndReplays(t *testing.T) {
 }
 
 func TestResponseOverTheRecordLimitIsNotReplayable(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "async {\n max_result 4KiB\n}")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "async {\n max_result 4KiB\n}")
 	big := g.post(chatPath, "k", chat("x"), "X-Mock-Body-Bytes", "10000")
 	if big.StatusCode != 200 || len(big.body) < 10000 {
 		t.Fatalf("the client did not get the whole large response: %d bytes", len(big.body))
@@ -246,7 +261,8 @@ func TestResponseOverTheRecordLimitIsNotReplayable(t *testing.T) {
 }
 
 func TestEveryResponseCarriesARequestID(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "")
 	r := g.post(chatPath, "", chat("x"))
 	if !strings.HasPrefix(r.Header.Get(headerRequestID), "srv_req_") {
 		t.Fatalf("generated X-Request-Id %q", r.Header.Get(headerRequestID))

@@ -53,7 +53,8 @@ func TestUpstreamDyingMidAnswerFreesTheKeyAtOnce(t *testing.T) {
 }
 
 func TestReplayWindowStartsWhenTheResponseIsRecorded(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "idempotency {\n ttl 2s\n}")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "idempotency {\n ttl 2s\n}")
 	first := g.post(chatPath, "k", chat("x"), "X-Mock-Latency", "2500ms")
 	if first.StatusCode != 200 {
 		t.Fatalf("first: %v %s", first.Status, first.body)

@@ -126,7 +126,7 @@ func collectors() []prometheus.Collector {
 	return append([]prometheus.Collector{metrics.requests, metrics.submitted, metrics.polls, metrics.operations,
 		metrics.queueWait, metrics.execution, metrics.duration, metrics.retries, metrics.attempts, metrics.deadLetters,
 		metrics.fsyncBatch, metrics.runnerMetrics,
-		capacityMetrics.seatWait, capacityMetrics.refusals, capacityMetrics.queueTimeouts, capacityMetrics.pools}, batches.Collectors()...)
+		capacityMetrics.seatWait, capacityMetrics.refusals, capacityMetrics.queueTimeouts, capacityMetrics.serverReadFailures, capacityMetrics.pools}, batches.Collectors()...)
 }
 
 // registerMetrics adds Mulligan's collectors to a config's registry.

@@ -2,6 +2,7 @@ package module
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -43,6 +44,7 @@ type seatPool struct {
 
 	sharedName string       // the pool's name among replicas (capacity shared)
 	shared     *sharedSeats // nil until first needed, or without shared
+	watch      *serverWatch // reads the model server's metrics (capacity server_metrics); nil without
 }
 
 func newSeatPool(key, where, label, sharedName string, cfg CapacityConfig) *seatPool {
@@ -58,14 +60,46 @@ func localConfig(cfg CapacityConfig) capacity.Config {
 
 // Destruct lets the pool go with the last config. Calls still holding shared seats keep
 // them renewed until they end: the renewer runs while any seat is held.
-func (p *seatPool) Destruct() error { return nil }
+func (p *seatPool) Destruct() error {
+	p.mu.Lock()
+	w := p.watch
+	p.watch = nil
+	p.mu.Unlock()
+	if w != nil {
+		w.close()
+	}
+	return nil
+}
 
-// configure applies a (re)loaded block's settings; seats in use stay in use.
+// configure applies a (re)loaded block's settings; seats in use stay in use. The model
+// server's metrics are read again from scratch when their settings changed.
 func (p *seatPool) configure(cfg CapacityConfig) {
 	p.mu.Lock()
+	old := p.cfg.ServerMetrics
 	p.cfg = cfg
+	var stopped *serverWatch
+	if p.watch != nil && (cfg.ServerMetrics == nil || old == nil || !sameServerMetrics(*old, *cfg.ServerMetrics)) {
+		stopped, p.watch = p.watch, nil
+	}
+	if p.watch == nil && cfg.ServerMetrics != nil {
+		p.watch = startServerWatch(p, *cfg.ServerMetrics, caddy.Log().Named("mulligan.capacity"))
+	}
 	p.mu.Unlock()
+	if stopped != nil {
+		stopped.close()
+	}
 	p.Configure(localConfig(cfg))
+}
+
+func sameServerMetrics(a, b ServerMetricsConfig) bool {
+	return a.URL == b.URL && a.Server == b.Server && a.Interval == b.Interval && *a.MaxWaiting == *b.MaxWaiting && a.MaxKVCache == b.MaxKVCache
+}
+
+// watching reports whether the pool reads its model server's metrics.
+func (p *seatPool) watching() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.watch != nil
 }
 
 // seat is one held seat; release gives it back once.
@@ -92,10 +126,42 @@ func (p *seatPool) awaitAll(ctx context.Context, w *seatWaiter, wait time.Durati
 	if err != nil {
 		return nil, err
 	}
-	if err := p.acquireShared(ctx, s, deadline); err != nil {
+	return p.withShared(ctx, s, w.Ask, deadline)
+}
+
+// withShared adds a shared seat to local seat s when the pool has `shared`, waiting no later
+// than deadline (zero: until ctx ends). When none is free at once, the local seat goes back
+// while the call waits for a shared one, so that it holds no seat an urgent call of this
+// replica needs, and is taken again, in ask's place, once the shared seat is (docs/capacity.md).
+func (p *seatPool) withShared(ctx context.Context, s *seat, ask seatAsk, deadline time.Time) (*seat, error) {
+	shared := p.sharedFor()
+	if shared == nil {
+		return s, nil
+	}
+	urgency := ask.Band(time.Now())
+	h, err := shared.take(ctx, time.Now(), urgency) // one look
+	if err == nil {
+		s.shared, s.from = h, shared
+		return s, nil
+	}
+	s.giveBack()
+	if !errors.Is(err, errNoSeat) {
 		return nil, err
 	}
-	return s, nil
+	if h, err = shared.take(ctx, deadline, urgency); err != nil {
+		return nil, err
+	}
+	var wait time.Duration
+	if !deadline.IsZero() {
+		wait = max(time.Until(deadline), time.Millisecond)
+	}
+	local, err := p.await(ctx, p.enqueue(ask), wait)
+	if err != nil {
+		shared.give(h)
+		return nil, err
+	}
+	local.shared, local.from = h, shared
+	return local, nil
 }
 
 // enqueue puts ask in the order, granting it a seat at once when one is free and nobody waits.
@@ -110,22 +176,6 @@ func (p *seatPool) await(ctx context.Context, w *seatWaiter, wait time.Duration)
 		return nil, err
 	}
 	return &seat{pool: p, start: start}, nil
-}
-
-// acquireShared adds a shared seat to s when the pool has `shared`, waiting no later than
-// deadline (zero: until ctx ends); without one, s is given back unused.
-func (p *seatPool) acquireShared(ctx context.Context, s *seat, deadline time.Time) error {
-	shared := p.sharedFor()
-	if shared == nil {
-		return nil
-	}
-	h, err := shared.take(ctx, deadline)
-	if err != nil {
-		s.giveBack()
-		return err
-	}
-	s.shared, s.from = h, shared
-	return nil
 }
 
 // watch returns ctx for the call holding s: canceled with errSeatLapsed when its shared seat

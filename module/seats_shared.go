@@ -39,6 +39,7 @@ type sharedSeats struct {
 
 // sharedWaiter is a call waiting for a shared seat.
 type sharedWaiter struct {
+	urgency  int       // its band (capacity.Ask.Band): the most urgent is served first
 	deadline time.Time // zero: until its context ends
 	after    uint64    // the looks begun before it came: a failed later one covers it
 	got      chan sharedGrant
@@ -74,8 +75,9 @@ func newSharedSeats(st store.SharedSeats, name, worker string, limit int, lease 
 
 // take waits for a shared seat until ctx ends or deadline (zero: none); it returns the seat.
 // A waiter whose deadline passes gets errNoSeat once a look begun after it came found none.
-func (s *sharedSeats) take(ctx context.Context, deadline time.Time) (*heldSeat, error) {
-	w := &sharedWaiter{deadline: deadline, got: make(chan sharedGrant, 1)}
+// Seats found go to the most urgent waiter, then the one that came first.
+func (s *sharedSeats) take(ctx context.Context, deadline time.Time, urgency int) (*heldSeat, error) {
+	w := &sharedWaiter{urgency: urgency, deadline: deadline, got: make(chan sharedGrant, 1)}
 	s.mu.Lock()
 	w.after = s.looks
 	s.waiting = append(s.waiting, w)
@@ -119,8 +121,42 @@ func (s *sharedSeats) answerLocked(i int, g sharedGrant) {
 	w.got <- g
 }
 
+// mostUrgentLocked is the index of the waiter a found seat goes to: the most urgent, then the
+// first that came.
+func (s *sharedSeats) mostUrgentLocked() int {
+	best := 0
+	for i, w := range s.waiting {
+		if w.urgency < s.waiting[best].urgency {
+			best = i
+		}
+	}
+	return best
+}
+
+// sharedSnapshot is what /mulligan/stats and the metrics show of a pool's shared seats.
+type sharedSnapshot struct {
+	Limit   int    `json:"limit"`
+	Held    int    `json:"held_by_replica"`
+	Fleet   *int   `json:"held_by_fleet,omitempty"` // nil when the storage did not answer
+	Waiting [8]int `json:"waiting_by_urgency"`
+}
+
+// snapshot reads the shared seats: this replica's, and the fleet's from the storage.
+func (s *sharedSeats) snapshot() sharedSnapshot {
+	s.mu.Lock()
+	out := sharedSnapshot{Limit: int(s.limit.Load()), Held: len(s.held)}
+	for _, w := range s.waiting {
+		out.Waiting[min(max(w.urgency, 0), 7)]++
+	}
+	s.mu.Unlock()
+	if n, err := s.st.SeatsHeld(s.name); err == nil {
+		out.Fleet = &n
+	}
+	return out
+}
+
 // poll looks for a free shared seat while anyone waits, one look at a time: a seat found goes
-// to the first waiter; a look that finds none fails the waiters it covered whose deadline
+// to the most urgent waiter; a look that finds none fails the waiters it covered whose deadline
 // passed; a storage failure fails every waiter it covered (shared seats fail closed).
 func (s *sharedSeats) poll() {
 	for {
@@ -139,7 +175,7 @@ func (s *sharedSeats) poll() {
 		s.mu.Lock()
 		switch {
 		case ok && len(s.waiting) > 0:
-			s.answerLocked(0, sharedGrant{seat: s.holdLocked(id, until)})
+			s.answerLocked(s.mostUrgentLocked(), sharedGrant{seat: s.holdLocked(id, until)})
 		case ok: // its waiter left meanwhile
 			go s.release(id, until)
 		default:
@@ -367,4 +403,14 @@ func (p *seatPool) sharedFor() *sharedSeats {
 		return false
 	})
 	return p.shared
+}
+
+// sharedSnapshot reads p's shared seats; nil without `shared` (or before its storage opened).
+func (p *seatPool) sharedSnapshot() *sharedSnapshot {
+	s := p.sharedFor()
+	if s == nil {
+		return nil
+	}
+	snap := s.snapshot()
+	return &snap
 }

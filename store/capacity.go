@@ -37,6 +37,8 @@ type SharedSeats interface {
 	// place. Only the seats named are renewed, so a seat of worker's that no call holds any more
 	// (its release failed, or its taking's answer was lost) lapses like a dead worker's.
 	RenewSeats(pool, worker string, seats []string, until time.Time) ([]string, error)
+	// SeatsHeld counts pool's live seats, held by any replica.
+	SeatsHeld(pool string) (int, error)
 }
 
 // Turns (docs/backends.md, "The capacity order") are times in microseconds since the epoch:

@@ -169,6 +169,7 @@ func New(cfg Config) *Server {
 //	POST /v1/responses                                          (the Responses API)
 //	GET  /stats                                                 counters (JSON)
 //	POST /stats/reset                                           zero counters
+//	GET  /metrics                                               vLLM-named gauges (Prometheus text)
 //	GET  /healthz                                               200 "ok"
 //
 // A known path with the wrong method answers 405 (with Allow); an unknown
@@ -196,6 +197,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.Reset()
 		w.Header().Set("Cache-Control", "no-store")
 		writeJSON(w, http.StatusOK, s.Stats(), 0)
+	case "/metrics":
+		if !allow(w, r, http.MethodGet, http.MethodHead) {
+			return
+		}
+		s.writeMetrics(w)
 	case "/healthz":
 		if !allow(w, r, http.MethodGet, http.MethodHead) {
 			return

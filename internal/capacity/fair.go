@@ -37,7 +37,10 @@ func weightOf(a Ask) float64 { return max(a.Weight, 1) }
 // class, or the gateway's own work), else no more urgent than the default: a caller may lower its
 // own standing, never raise it above another tenant's (RFC 9218 §10). Waiting raises a band less
 // urgent than the default as the durable queue does (store.EffectiveUrgency).
-func band(a Ask, now time.Time) int {
+func band(a Ask, now time.Time) int { return a.Band(now) }
+
+// Band is the urgency a competes at against other keys at now (band).
+func (a Ask) Band(now time.Time) int {
 	u := store.ClampUrgency(a.Urgency)
 	if !a.Trusted {
 		u = max(u, store.DefaultUrgency)

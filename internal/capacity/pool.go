@@ -58,7 +58,10 @@ type Pool struct {
 	vtime   float64             // the virtual time: the start of the latest turn granted
 	adapt   *Adaptive
 	drain   DrainRate
-	stats   counters
+
+	server      ServerState // the model server's state as last read (Follow)
+	serverUntil time.Time   // until then it steers an adaptive limit, not latency
+	stats       counters
 }
 
 // counters are a pool's totals since the process started.
@@ -103,6 +106,19 @@ func (p *Pool) Enqueue(ask Ask) *Waiter {
 	}
 	p.waiting = append(p.waiting, w)
 	return w
+}
+
+// TryTake takes a seat when one is free and nobody waits, without a place in the order (the
+// durable queue's head, whose order the storage keeps); false otherwise. The seat is given
+// back with Release or GiveBack like any other.
+func (p *Pool) TryTake() (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.waiting) > 0 || p.inUse >= p.limit {
+		return time.Time{}, false
+	}
+	p.inUse++
+	return p.clock.Now(), true
 }
 
 // Await waits for w's seat up to wait (zero: until ctx ends) and returns when the seat's call
@@ -172,7 +188,7 @@ func (p *Pool) Release(start time.Time, s Sample) {
 	defer p.mu.Unlock()
 	p.inUse--
 	p.drain.Record(now)
-	if p.adapt != nil {
+	if p.adapt != nil && !p.followsServerLocked(now) {
 		s.Latency, s.InFlight = now.Sub(start), p.inUse+1
 		p.limit = p.adapt.Update(s)
 	}
@@ -238,6 +254,9 @@ type Snapshot struct {
 	DrainPerSecond float64 `json:"drain_per_second"`
 	Refused        int64   `json:"refused"`
 	QueueTimeouts  int64   `json:"queue_timeouts"`
+	// Server is the model server's state while its metrics steer the limit; nil otherwise
+	// (none configured, or stale: the latency signal steers).
+	Server *ServerState `json:"server,omitempty"`
 }
 
 // Snapshot reads the pool's state.
@@ -246,6 +265,10 @@ func (p *Pool) Snapshot() Snapshot {
 	defer p.mu.Unlock()
 	s := Snapshot{Limit: p.limit, Auto: p.adapt != nil, InUse: p.inUse, DrainPerSecond: p.drain.PerSecond(p.clock.Now()),
 		Refused: p.stats.refused, QueueTimeouts: p.stats.queueTimeouts}
+	if p.followsServerLocked(p.clock.Now()) {
+		st := p.server
+		s.Server = &st
+	}
 	for _, w := range p.waiting {
 		s.Waiting[store.ClampUrgency(w.Ask.Urgency)]++
 	}

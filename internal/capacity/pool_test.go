@@ -253,3 +253,24 @@ func TestPoolWeightsShareSeatsBetweenKeys(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TryTake takes a free seat only when nobody waits: the queue's head never passes a waiter.
+func TestPoolTryTakeNeverPassesAWaiter(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	p := NewPool(clock, Config{Limit: 2})
+	if _, ok := p.TryTake(); !ok {
+		t.Fatal("a free seat with nobody waiting was not taken")
+	}
+	p.Enqueue(Ask{Scope: "a", Since: t0}) // the second seat
+	w := p.Enqueue(Ask{Scope: "b", Since: t0})
+	if _, ok := p.TryTake(); ok {
+		t.Fatal("a seat was taken with none free")
+	}
+	p.GiveBack()
+	if !granted(w) {
+		t.Fatal("the seat given back did not go to the waiter")
+	}
+	if _, ok := p.TryTake(); ok {
+		t.Fatal("TryTake took a seat granted to a waiter")
+	}
+}

@@ -49,6 +49,15 @@ func (s *Store) AcquireSeat(pool, seat, worker string, limit int, until time.Tim
 	return got, err
 }
 
+// SeatsHeld counts pool's live seats, held by any replica (see store.SharedSeats).
+func (s *Store) SeatsHeld(pool string) (int, error) {
+	var n int
+	err := s.query(func(ctx context.Context, db querier) error {
+		return db.QueryRow(ctx, `SELECT count(*) FROM seats WHERE pool = $1 AND until > $2`, pool, s.now()).Scan(&n)
+	})
+	return n, err
+}
+
 // ReleaseSeat gives seat of pool back (see store.SharedSeats).
 func (s *Store) ReleaseSeat(pool, seat string) error {
 	return s.query(func(ctx context.Context, db querier) error {
