@@ -43,6 +43,6 @@ if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ] && [ "${CI:
 fi
 go test -race -count=1 -timeout 20m ./...
 
-for target in internal/idemkey:FuzzParseKey internal/fingerprint:FuzzFingerprint module:FuzzCaddyfile store:FuzzDecodeRecord store:FuzzDecodeOperation internal/responses:FuzzUpstreamEvents; do
+for target in internal/idemkey:FuzzParseKey internal/fingerprint:FuzzFingerprint module:FuzzCaddyfile store:FuzzDecodeRecord store:FuzzDecodeOperation store:FuzzDecodeRequest internal/responses:FuzzUpstreamEvents; do
 	go test -run='^$' -fuzz="^${target#*:}\$" -fuzztime="$fuzztime" "./${target%%:*}"
 done

@@ -193,6 +193,9 @@ func (c *converter) enqueue(w http.ResponseWriter, kr *keyedRequest, st store.Ba
 		return resp, false, c.gate.storageFailed(w, kr, err)
 	}
 	if claim.Outcome != store.Claimed {
+		if claim.Outcome == store.Replay && kr.replayed != nil && kr.replayed(claim) {
+			return resp, false, nil
+		}
 		if !c.gate.joinStream(w, kr, st, claim) {
 			c.gate.answer(w, kr, claim)
 		}

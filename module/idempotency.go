@@ -78,6 +78,9 @@ type keyedRequest struct {
 	metadata  json.RawMessage // the body's metadata object, for converted requests
 	trace     traceContext    // the request's W3C Trace Context
 	log       reqLog
+	// replayed, when set, answers a converted request's replay of its key's record itself (a
+	// background response's stream, docs/responses.md); false to answer it as recorded.
+	replayed func(store.Claim) bool
 }
 
 // keyOf returns the request's idempotency key ("" when it has none and none is required). It

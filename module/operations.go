@@ -77,6 +77,12 @@ func notFound(w http.ResponseWriter, id string) {
 // the same for another scope's operation as for a missing one.
 func (q *opsRequest) load(id string) *store.Operation {
 	op, err := q.st.GetOperation(id)
+	if err == nil && op.Scope == q.scope {
+		var gone bool
+		if gone, err = responseDeleted(q.st, op); err == nil && gone {
+			err = store.ErrNotFound // a deleted background response (docs/responses.md)
+		}
+	}
 	switch {
 	case errors.Is(err, store.ErrNotFound) || (err == nil && op.Scope != q.scope):
 		notFound(q.w, id)
@@ -201,7 +207,14 @@ func (h *Handler) listOperations(q *opsRequest) {
 		NextAfter  string          `json:"next_after,omitempty"`
 	}{Operations: make([]operationView, 0, len(ops)), NextAfter: next}
 	for _, op := range ops {
-		out.Operations = append(out.Operations, viewOf(h.conv.prefix, op, nil, now))
+		gone, err := responseDeleted(q.st, op)
+		if err != nil {
+			q.fail(err)
+			return
+		}
+		if !gone {
+			out.Operations = append(out.Operations, viewOf(h.conv.prefix, op, nil, now))
+		}
 	}
 	writeJSON(q.w, http.StatusOK, out)
 }

@@ -123,6 +123,9 @@ func (a *respCall) create() bool {
 	req.Body = c.Upstream
 	req.Header.Del("Content-Length")
 	req.Header.Set("Content-Type", "application/json")
+	if c.Stream {
+		kr.replayed = a.replayStream
+	}
 	resp, ok, _ := h.conv.enqueue(a.w, kr, a.st, a.run, op, req, a.createdAnswer)
 	if !ok {
 		return true // answered already: a full queue or scope, a key's record, the storage failing
@@ -133,6 +136,22 @@ func (a *respCall) create() bool {
 		return true
 	}
 	writeStored(a.w, resp)
+	return true
+}
+
+// replayStream answers a retried create with stream true, whose key's record holds the
+// response created first, with that response's events, as the first create answered; false
+// when the record names no response of the caller's (it is then answered as recorded).
+func (a *respCall) replayStream(claim store.Claim) bool {
+	if claim.Record == nil || claim.Record.OperationID == "" {
+		return false
+	}
+	op, err := a.st.GetOperation(claim.Record.OperationID)
+	if err != nil || op.Scope != a.scope || op.Kind != responses.Kind {
+		return false
+	}
+	countRequest(outcomeReplayed)
+	a.follow(op, -1)
 	return true
 }
 
@@ -181,8 +200,8 @@ func (a *respCall) load(id string) *store.Operation {
 		err = store.ErrNotFound
 	}
 	if err == nil {
-		var rec *store.Record
-		if rec, err = a.st.LookupKey(deletedKey(op)); err == nil && rec != nil {
+		var gone bool
+		if gone, err = responseDeleted(a.st, op); err == nil && gone {
 			err = store.ErrNotFound
 		}
 	}
@@ -200,7 +219,12 @@ func (a *respCall) load(id string) *store.Operation {
 // retrieve answers the response object, or with ?stream=true its events.
 func (a *respCall) retrieve(id string) {
 	q := a.r.URL.Query()
-	after, err := responses.ParseStartingAfter(q.Get("starting_after"), q.Has("starting_after"))
+	stream, err := responses.ParseStream(q["stream"])
+	if err != nil {
+		a.invalid(err.Error(), "stream")
+		return
+	}
+	after, err := responses.ParseStartingAfter(q["starting_after"])
 	if err != nil {
 		a.invalid(err.Error(), "starting_after")
 		return
@@ -209,7 +233,7 @@ func (a *respCall) retrieve(id string) {
 	if op == nil {
 		return
 	}
-	if q.Get("stream") == "true" {
+	if stream {
 		a.follow(op, after)
 		return
 	}
@@ -346,9 +370,10 @@ func (a *respCall) stop(op *store.Operation) (*store.Operation, error) {
 	return a.h.awaitCancel(q, op.ID)
 }
 
-// delete removes the response: it answers 404 from then on, on every replica. A response
-// still queued or running is cancelled first. Its stored request and answer go when its
-// retention ends, as every operation's do (docs/responses.md).
+// delete removes the response: it answers 404 from then on, on every replica and through the
+// operations API too, and its create's key no longer replays it. A response still queued or
+// running is cancelled first. Its stored request and answer, unreachable from then on, are
+// dropped when its retention ends, as every operation's are (docs/responses.md).
 func (a *respCall) delete(id string) {
 	op := a.load(id)
 	if op == nil {
@@ -367,12 +392,27 @@ func (a *respCall) delete(id string) {
 		expires := a.now.Add(op.Retention + execOf(op).Timeout + time.Hour)
 		err = a.st.CompleteKey(key, claim.Token, store.Response{Status: http.StatusOK, Header: http.Header{}}, expires)
 	}
+	if err == nil && op.IdempotencyKey != "" {
+		// The create's key no longer replays the deleted response (its object repeats the
+		// request's fields): a retry with it creates a new one.
+		_, err = a.st.EvictKey(idemkey.Record(a.h.scopeOf(a.r), op.Method, op.Path, op.IdempotencyKey))
+	}
 	if err != nil {
 		a.fail(err)
 		return
 	}
 	a.log.Info("background response deleted", zap.String("response_id", id))
 	writeJSON(a.w, http.StatusOK, map[string]any{"id": id, "object": "response", "deleted": true})
+}
+
+// responseDeleted reports whether op is a background response that was deleted: every API,
+// the operations API's included, then answers 404 for it (docs/responses.md).
+func responseDeleted(st store.Backend, op *store.Operation) (bool, error) {
+	if op.Kind != responses.Kind {
+		return false, nil
+	}
+	rec, err := st.LookupKey(deletedKey(op))
+	return err == nil && rec != nil, err
 }
 
 // deletedKey names the record that marks op deleted.

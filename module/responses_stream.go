@@ -97,7 +97,11 @@ func (a *respCall) finalSource(op *store.Operation) (streams.Source, int64, erro
 	if res != nil && op.Status == store.StatusSucceeded && s.Open(res.Status, res.Header) {
 		s.Write(res.Body)
 		s.Finish(streams.Whole)
-		return s, 1 + responses.Count(res.Body), nil
+		n, ended := responses.Count(res.Body)
+		if !ended {
+			n++ // the relay ends it with the final object (relay.from)
+		}
+		return s, 1 + n, nil
 	}
 	o, err := a.object(op)
 	if err != nil {
@@ -120,6 +124,7 @@ type relay struct {
 	after   int64
 	seq     int64 // the next event's sequence number
 	created int64
+	final   bool // a terminal event was relayed
 }
 
 // newRelay answers the stream's head and its first event, response.queued.
@@ -158,6 +163,13 @@ func (rl *relay) from(src streams.Source) {
 			}
 			return
 		case end == streams.Whole:
+			// An answer that ended without a terminal event (or whose last one was cut short,
+			// which is no event) ends with the response's final object, as a poll reads it.
+			if !rl.final {
+				if o := rl.settled(); o != nil && rl.send(responses.TerminalEvent(o, rl.seq)) {
+					_ = rl.rc.Flush()
+				}
+			}
 			return
 		}
 		for _, e := range evs {
@@ -165,7 +177,12 @@ func (rl *relay) from(src streams.Source) {
 				continue
 			}
 			cursor = e.Seq
-			if out, _, ok := responses.Event(e.Data, rl.seq, rl.op.ID, rl.created); ok && !rl.send(out) {
+			out, typ, ok := responses.Event(e.Data, rl.seq, rl.op.ID, rl.created)
+			if !ok {
+				continue
+			}
+			rl.final = rl.final || responses.IsTerminal(typ)
+			if !rl.send(out) {
 				return
 			}
 		}
@@ -205,6 +222,32 @@ func (rl *relay) ended() responses.Object {
 			}
 			return o
 		case op.Status.Final() || rl.a.h.now().After(deadline):
+			return nil
+		}
+		select {
+		case <-rl.a.r.Context().Done():
+			return nil
+		case <-rl.a.h.clock.After(pollInterval):
+		}
+	}
+}
+
+// settled is, after the followed attempt's whole answer, the response's final object once it
+// has settled; nil when it does not within settleWait, or the client left.
+func (rl *relay) settled() responses.Object {
+	deadline := rl.a.h.now().Add(settleWait)
+	for {
+		op, err := rl.a.st.GetOperation(rl.op.ID)
+		switch {
+		case err != nil:
+			return nil
+		case op.Status.Final():
+			o, err := rl.a.object(op)
+			if err != nil {
+				return nil
+			}
+			return o
+		case rl.a.h.now().After(deadline):
 			return nil
 		}
 		select {

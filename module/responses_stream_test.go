@@ -1,6 +1,7 @@
 package module
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -118,8 +119,11 @@ func TestResponsesStreamLiveDropResumeAndReplay(t *testing.T) {
 	if st := g.model.Stats(); st.Received != 1 {
 		t.Fatalf("the model server ran %d times, want once", st.Received)
 	}
-	for _, bad := range []string{"-1", "abc", "1.5", "99999999999999999999", fmt.Sprint(len(whole)), "100000"} {
+	for _, bad := range []string{"-1", "abc", "1.5", "99999999999999999999", fmt.Sprint(len(whole)), "100000", "%2B5", "%205", "1&starting_after=99"} {
 		expectOpenAIError(t, g.get("/v1/responses/"+id+"?stream=true&starting_after="+bad, alice...), http.StatusBadRequest, apierr.CodeInvalidRequest, "starting_after")
+	}
+	for _, bad := range []string{"1", "True", "yes", "true&stream=true"} {
+		expectOpenAIError(t, g.get("/v1/responses/"+id+"?stream="+bad, alice...), http.StatusBadRequest, apierr.CodeInvalidRequest, "stream must be")
 	}
 }
 
@@ -222,5 +226,71 @@ func TestResponsesStreamOfACancelledResponseEndsCancelled(t *testing.T) {
 	checkRespEvents(t, append(head, rest...), 0, id)
 	if last.Type != "response.cancelled" || last.Response.Status != "cancelled" {
 		t.Fatalf("after the cancel: %+v", rest)
+	}
+}
+
+// A create with stream true retried with its Idempotency-Key answers the first create's
+// response as a stream again, not its recorded JSON, and runs it once.
+func TestResponsesKeyedStreamCreateRetriedAnswersTheStream(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, responsesBlock)
+	body := `{"input":"once more","background":true,"stream":true}`
+	create := func() []respEvent {
+		req, _ := http.NewRequest("POST", g.base+"/v1/responses", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		return readRespEvents(t, g.stream(req, append([]string{"Idempotency-Key", "stream-1"}, alice...)...), 0)
+	}
+	first := create()
+	again := create()
+	id := first[0].Response.ID
+	if checkRespEvents(t, again, 0, id) != "You said: once more" || again[len(again)-1].Type != "response.completed" {
+		t.Fatalf("the retry answered %+v", again)
+	}
+	if st := g.model.Stats(); st.Received != 1 {
+		t.Fatalf("the model server ran %d times, want once", st.Received)
+	}
+}
+
+// endlessUpstream answers a Responses call with a stream that has no terminal event
+// ("noterminal"), or whose response.completed lacks its blank line ("unterminated").
+func endlessUpstream(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var m map[string]any
+		_ = json.Unmarshal(body, &m)
+		if r.URL.Path != "/v1/responses" || (m["input"] != "unterminated" && m["input"] != "noterminal") {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			next.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_UPSTREAM\",\"object\":\"response\",\"status\":\"in_progress\"}}\n\n"+
+			"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"hi\",\"item_id\":\"msg_1\"}\n\n")
+		if m["input"] == "unterminated" {
+			_, _ = io.WriteString(w, "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_UPSTREAM\",\"object\":\"response\",\"status\":\"completed\",\"output\":[]}}\n")
+		}
+	})
+}
+
+// A stream that ends without a terminal event, or whose last one is cut short (no blank line,
+// so no event), ends with the response's final object, live and replayed, as a poll reads it.
+func TestResponsesStreamWithoutATerminalEventEndsWithTheObject(t *testing.T) {
+	g := startGatewayWith(t, gatewaySetup{wrap: endlessUpstream, mulligan: "async {\n retries 0\n}\n" + responsesBlock})
+	for _, in := range []string{"noterminal", "unterminated"} {
+		live := readRespEvents(t, g.createStream(t, `{"input":"`+in+`","background":true,"stream":true}`, alice...), 0)
+		id := live[0].Response.ID
+		checkRespEvents(t, live, 0, id)
+		o := g.awaitResponse(t, id, alice...)
+		replay := readRespEvents(t, g.followResponse(t, id, "", alice...), 0)
+		checkRespEvents(t, replay, 0, id)
+		for what, evs := range map[string][]respEvent{"live": live, "replayed": replay} {
+			last := evs[len(evs)-1]
+			if len(evs) != 4 || last.Type != "response."+o.Status || last.Response.Status != o.Status || o.Status != "failed" {
+				t.Fatalf("%s: the %s stream %+v, the object %s", in, what, evs, o.Status)
+			}
+		}
+		tail := readRespEvents(t, g.followResponse(t, id, "&starting_after=2", alice...), 0)
+		if len(tail) != 1 || tail[0].Seq != 3 || tail[0].Type != "response.failed" {
+			t.Fatalf("%s: resumed after 2: %+v", in, tail)
+		}
 	}
 }

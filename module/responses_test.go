@@ -3,6 +3,7 @@ package module
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -233,6 +234,29 @@ func TestResponsesDelete(t *testing.T) {
 	expectOpenAIError(t, g.responseCall("DELETE", "/v1/responses/"+o.ID, alice...), http.StatusNotFound, apierr.CodeResponseNotFound, o.ID)
 }
 
+// A deleted response is gone for every API: the operations API's get, result and list too, and
+// its create's key no longer replays it.
+func TestResponsesDeleteHidesItFromTheOperationsAPI(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, responsesBlock)
+	body := `{"input":"secret text","background":true}`
+	o := decodeResponse(t, g.post("/v1/responses", "del-1", body, alice...))
+	kept := g.createResponse(t, `{"input":"kept","background":true}`, alice...)
+	g.awaitResponse(t, o.ID, alice...)
+	g.awaitResponse(t, kept.ID, alice...)
+	if r := g.responseCall("DELETE", "/v1/responses/"+o.ID, alice...); r.StatusCode != 200 {
+		t.Fatalf("delete: %v %s", r.Response, r.body)
+	}
+	expectError(t, g.get("/v1/operations/"+o.ID, alice...), http.StatusNotFound, apierr.CodeOperationNotFound, false)
+	expectError(t, g.get("/v1/operations/"+o.ID+"/result", alice...), http.StatusNotFound, apierr.CodeOperationNotFound, false)
+	l := g.get("/v1/operations", alice...)
+	if l.StatusCode != 200 || strings.Contains(string(l.body), o.ID) || !strings.Contains(string(l.body), kept.ID) {
+		t.Fatalf("the list after the delete: %v %s", l.Response, l.body)
+	}
+	if again := decodeResponse(t, g.post("/v1/responses", "del-1", body, alice...)); again.ID == o.ID {
+		t.Fatalf("a retry with the create's key replayed the deleted %s", o.ID)
+	}
+}
+
 func TestResponsesUpstreamFailureIsAFailedResponse(t *testing.T) {
 	up := &respUpstream{}
 	g := startGatewayWith(t, gatewaySetup{wrap: up.wrap, mulligan: "async {\n retries 0\n}\n" + responsesBlock})
@@ -266,6 +290,32 @@ func TestResponsesRefusesMalformedCreates(t *testing.T) {
 	if st := g.model.Stats(); st.Received != 0 {
 		t.Fatalf("the model server got %d calls", st.Received)
 	}
+}
+
+// The request fields a response repeats are bounded: metadata as OpenAI bounds it, all of
+// them together by responses.MaxEcho; beyond, 400 naming the field, before the upstream.
+func TestResponsesBoundTheEchoedFields(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, responsesBlock)
+	pairs := make([]string, 17)
+	for i := range pairs {
+		pairs[i] = fmt.Sprintf(`"k%d":"v"`, i)
+	}
+	for body, want := range map[string]string{
+		`{"input":"x","background":true,"metadata":{"k":"` + strings.Repeat("v", 513) + `"}}`:                                              "metadata.k is over 512",
+		`{"input":"x","background":true,"metadata":{"` + strings.Repeat("k", 65) + `":"v"}}`:                                               "over 64 characters",
+		`{"input":"x","background":true,"metadata":{` + strings.Join(pairs, ",") + `}}`:                                                    "at most 16",
+		`{"input":"x","background":true,"metadata":{"k":1}}`:                                                                               "must be a string",
+		`{"input":"x","background":true,"instructions":"` + strings.Repeat("i", 200<<10) + `"}`:                                            "instructions the largest",
+		`{"input":"x","background":true,"metadata":{"k":"v"},"tools":[` + strings.Repeat(`{"type":"function","name":"f"},`, 5000) + `{}]}`: "tools the largest",
+	} {
+		r := g.post("/v1/responses", "", body, alice...)
+		expectOpenAIError(t, r, http.StatusBadRequest, apierr.CodeInvalidRequest, want)
+	}
+	if st := g.model.Stats(); st.Received != 0 {
+		t.Fatalf("the model server got %d calls", st.Received)
+	}
+	o := g.createResponse(t, `{"input":"x","background":true,"instructions":"`+strings.Repeat("i", 100<<10)+`"}`, alice...)
+	g.awaitResponse(t, o.ID, alice...)
 }
 
 func TestCaddyfileParsesResponses(t *testing.T) {

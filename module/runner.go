@@ -439,9 +439,11 @@ func (r *runner) stopAll(cause error) {
 
 // cancelQueued cancels queued operation op at once: its final status counted, its event
 // announced, the transition logged. It fails with store.ErrIllegalTransition when op has left
-// the queue meanwhile.
+// the queue meanwhile: the change is guarded by From, so a runner's claim between the caller's
+// read and this change is never cancelled as a queued one (its call would run on uncut, and
+// the queued count would drop twice); the caller cancels it as a running one instead.
 func (r *runner) cancelQueued(op *store.Operation, log reqLog) (*store.Operation, error) {
-	canceled, err := r.st.Transition(op.ID, store.Change{To: store.StatusCanceled})
+	canceled, err := r.st.Transition(op.ID, store.Change{To: store.StatusCanceled, From: store.StatusQueued})
 	if err != nil {
 		return nil, err
 	}

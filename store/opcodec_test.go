@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,12 +17,25 @@ import (
 
 // filled returns an Operation with every field, nested ones included, set to a value that is
 // not zero, distinct per field: a field added to Operation that the codec does not carry fails
-// TestOperationCodecKeepsEveryField. Fields tagged json:"-" are not stored and stay zero.
+// TestOperationCodecKeepsEveryField. ScopeLimit is not stored and stays zero.
 func filled(t testing.TB) *Operation {
-	op := new(Operation)
-	n := 0
-	fill(t, reflect.ValueOf(op).Elem(), &n)
-	return op
+	return filledValue[Operation](t, "ScopeLimit")
+}
+
+// filledValue is a T with every field but those named in skip filled as filled fills them.
+func filledValue[T any](t testing.TB, skip ...string) *T {
+	v := new(T)
+	f := filler{t: t, skip: skip}
+	f.fill(reflect.ValueOf(v).Elem())
+	return v
+}
+
+// filler sets values that are not zero, distinct per field (its count n), skipping the fields
+// named in skip.
+type filler struct {
+	t    testing.TB
+	n    int
+	skip []string
 }
 
 var (
@@ -29,46 +44,57 @@ var (
 	bytesType = reflect.TypeFor[[]byte]()
 )
 
-func fill(t testing.TB, v reflect.Value, n *int) {
-	*n++
+func (f *filler) fill(v reflect.Value) {
+	f.n++
+	n := f.n
 	switch v.Type() {
 	case timeType:
-		v.Set(reflect.ValueOf(time.Unix(1_700_000_000+int64(*n), int64(*n))))
+		v.Set(reflect.ValueOf(time.Unix(1_700_000_000+int64(n), int64(n))))
 		return
 	case rawType: // JSON, as the JSON form of a record needs it
-		v.SetBytes(fmt.Appendf(nil, `{"n":%d}`, *n))
+		v.SetBytes(fmt.Appendf(nil, `{"n":%d}`, n))
 		return
 	case bytesType:
-		v.SetBytes(fmt.Appendf(nil, "bytes %d", *n))
+		v.SetBytes(fmt.Appendf(nil, "bytes %d", n))
 		return
 	}
 	switch v.Kind() {
 	case reflect.String:
-		v.SetString(strings.Repeat("x", *n))
+		v.SetString(strings.Repeat("x", n))
 	case reflect.Int, reflect.Int64:
-		v.SetInt(-int64(*n) * 1_000_003) // negative and wide: signs and varint lengths survive
+		v.SetInt(-int64(n) * 1_000_003) // negative and wide: signs and varint lengths survive
 	case reflect.Bool:
 		v.SetBool(true)
+	case reflect.Uint8: // a byte of a body
+		v.SetUint(uint64('a' + n%26))
 	case reflect.Float64:
-		v.SetFloat(float64(*n) + 0.25)
+		v.SetFloat(float64(n) + 0.25)
 	case reflect.Slice:
 		s := reflect.MakeSlice(v.Type(), 2, 2)
 		for i := range 2 {
-			fill(t, s.Index(i), n)
+			f.fill(s.Index(i))
 		}
 		v.Set(s)
+	case reflect.Map:
+		m := reflect.MakeMap(v.Type())
+		for range 2 {
+			k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+			f.fill(k)
+			f.fill(e)
+			m.SetMapIndex(k, e)
+		}
+		v.Set(m)
 	case reflect.Pointer:
 		v.Set(reflect.New(v.Type().Elem()))
-		fill(t, v.Elem(), n)
+		f.fill(v.Elem())
 	case reflect.Struct:
 		for i := range v.NumField() {
-			if v.Type().Field(i).Tag.Get("json") == "-" {
-				continue
+			if !slices.Contains(f.skip, v.Type().Field(i).Name) {
+				f.fill(v.Field(i))
 			}
-			fill(t, v.Field(i), n)
 		}
 	default:
-		t.Fatalf("the operation codec test cannot fill a %s (%s): teach fill and the codec", v.Type(), v.Kind())
+		f.t.Fatalf("the codec tests cannot fill a %s (%s): teach fill and the codec", v.Type(), v.Kind())
 	}
 }
 
@@ -201,4 +227,113 @@ func BenchmarkOperationCodec(b *testing.B) {
 		}
 	})
 	b.Logf("sizes: binary %d bytes, JSON %d bytes", len(binValue), len(jsonValue))
+}
+
+// Every field of a request and of a response survives the round trip, bodies included.
+func TestRequestAndResponseCodecsKeepEveryField(t *testing.T) {
+	req := filledValue[Request](t)
+	got, err := DecodeRequest(EncodeRequest(req))
+	if err != nil || !reflect.DeepEqual(got, req) {
+		t.Fatalf("request round trip (%v):\n got %+v\nwant %+v", err, got, req)
+	}
+	resp := filledValue[Response](t)
+	back, err := DecodeResponse(EncodeResponse(resp))
+	if err != nil || !reflect.DeepEqual(back, resp) {
+		t.Fatalf("response round trip (%v):\n got %+v\nwant %+v", err, back, resp)
+	}
+}
+
+// A request or response stored as JSON (Encode, the body after it) still reads, and the same;
+// an absent header reads as an empty one, in either form.
+func TestRequestAndResponseCodecsReadJSONRecords(t *testing.T) {
+	req := filledValue[Request](t)
+	old, err := Encode(req, req.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := DecodeRequest(old); err != nil || !reflect.DeepEqual(got, req) {
+		t.Fatalf("a JSON request reads differently (%v):\n got %+v\nwant %+v", err, got, req)
+	}
+	resp := filledValue[Response](t)
+	if old, err = Encode(resp, resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := DecodeResponse(old); err != nil || !reflect.DeepEqual(got, resp) {
+		t.Fatalf("a JSON response reads differently (%v):\n got %+v\nwant %+v", err, got, resp)
+	}
+	bare := &Request{Method: "POST"}
+	old, _ = Encode(bare, nil)
+	for _, v := range [][]byte{old, EncodeRequest(bare)} {
+		if got, err := DecodeRequest(v); err != nil || got.Header == nil || len(got.Header) != 0 || got.Body != nil {
+			t.Fatalf("a request without header or body reads as %+v, %v", got, err)
+		}
+	}
+	if got, err := DecodeResponse(EncodeResponse(&Response{Status: 204})); err != nil || got.Header == nil || got.Status != 204 {
+		t.Fatalf("a response without header reads as %+v, %v", got, err)
+	}
+}
+
+func TestRequestAndResponseCodecsRejectCorruptValues(t *testing.T) {
+	req, resp := EncodeRequest(filledValue[Request](t)), EncodeResponse(filledValue[Response](t))
+	for name, v := range map[string][]byte{
+		"empty":                           nil,
+		"truncated request":               req[:len(req)-3],
+		"truncated response":              resp[:len(resp)-3],
+		"a header of a varint":            {requestVersion, 6<<3 | 0, 1},
+		"a response's header of a varint": {responseVersion, 2<<3 | 0, 1},
+		"unknown version":                 {9, 1},
+	} {
+		if _, err := DecodeRequest(v); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: request decoded, %v; want ErrCorrupt", name, err)
+		}
+		if _, err := DecodeResponse(v); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: response decoded, %v; want ErrCorrupt", name, err)
+		}
+	}
+}
+
+func FuzzDecodeRequest(f *testing.F) {
+	f.Add(EncodeRequest(filledValue[Request](f)))
+	f.Add(EncodeResponse(filledValue[Response](f)))
+	f.Fuzz(func(t *testing.T, v []byte) {
+		if req, err := DecodeRequest(v); err == nil {
+			if again, err := DecodeRequest(EncodeRequest(req)); err != nil || !reflect.DeepEqual(again, req) {
+				t.Fatalf("a decoded request does not survive its re-encoding (%v): %+v -> %+v", err, req, again)
+			}
+		}
+		if resp, err := DecodeResponse(v); err == nil {
+			if again, err := DecodeResponse(EncodeResponse(resp)); err != nil || !reflect.DeepEqual(again, resp) {
+				t.Fatalf("a decoded response does not survive its re-encoding (%v): %+v -> %+v", err, resp, again)
+			}
+		}
+	})
+}
+
+func BenchmarkRequestCodec(b *testing.B) {
+	req := &Request{Method: "POST", URL: "/v1/chat/completions", Host: "model.internal", Proto: "HTTP/1.1", RemoteAddr: "10.0.0.7:51234",
+		Header: http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer sk-0123456789abcdef"}, "User-Agent": {"openai-python/1.40"},
+			"Accept": {"application/json"}, "Traceparent": {"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}},
+		Body: []byte(`{"model":"m","messages":[{"role":"user","content":"hello"}]}`)}
+	jsonValue, _ := Encode(req, req.Body)
+	binValue := EncodeRequest(req)
+	b.Run("encode/binary", func(b *testing.B) {
+		for b.Loop() {
+			EncodeRequest(req)
+		}
+	})
+	b.Run("encode/json", func(b *testing.B) {
+		for b.Loop() {
+			_, _ = Encode(req, req.Body)
+		}
+	})
+	b.Run("decode/binary", func(b *testing.B) {
+		for b.Loop() {
+			_, _ = DecodeRequest(binValue)
+		}
+	})
+	b.Run("decode/json", func(b *testing.B) {
+		for b.Loop() {
+			_, _ = DecodeRequest(jsonValue)
+		}
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/mulligan-gw/mulligan/internal/sse"
 )
@@ -82,9 +83,22 @@ func ParseCreate(body []byte) (Create, error) {
 			echo[name] = raw
 		}
 	}
+	if err := checkMetadata(echo["metadata"]); err != nil {
+		return Create{}, err
+	}
 	var err error
 	if c.Echo, err = json.Marshal(echo); err != nil {
 		return Create{}, ErrNotObject
+	}
+	if len(c.Echo) > MaxEcho {
+		largest := ""
+		for name, raw := range echo {
+			if largest == "" || len(raw) > len(echo[largest]) {
+				largest = name
+			}
+		}
+		return Create{}, &FieldError{Param: largest, Message: "The fields a response repeats (" + largest + " the largest) come to " +
+			strconv.Itoa(len(c.Echo)) + " bytes; a background response takes at most " + strconv.Itoa(MaxEcho) + "."}
 	}
 	delete(fields, "background")
 	fields["stream"] = json.RawMessage("true")
@@ -92,6 +106,45 @@ func ParseCreate(body []byte) (Create, error) {
 		return Create{}, ErrNotObject
 	}
 	return c, nil
+}
+
+// MaxEcho bounds the request fields a background response repeats (Create.Echo, compact
+// JSON): they are kept in the operation's own record, read at every look at it, so they stay
+// small (docs/responses.md, Limits).
+const MaxEcho = 128 << 10
+
+// OpenAI's bounds of a response's metadata: at most 16 pairs, keys of at most 64 characters,
+// string values of at most 512.
+const (
+	maxMetadataPairs = 16
+	maxMetadataKey   = 64
+	maxMetadataValue = 512
+)
+
+// checkMetadata reads a create's metadata (nil or null: none) as OpenAI bounds it.
+func checkMetadata(raw json.RawMessage) error {
+	if raw == nil || string(raw) == "null" {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' || json.Unmarshal(t, &m) != nil {
+		return &FieldError{Param: "metadata", Message: "metadata must be an object of string values."}
+	}
+	if len(m) > maxMetadataPairs {
+		return &FieldError{Param: "metadata", Message: "metadata has " + strconv.Itoa(len(m)) + " pairs; at most 16."}
+	}
+	for k, v := range m {
+		var s string
+		switch {
+		case utf8.RuneCountInString(k) > maxMetadataKey:
+			return &FieldError{Param: "metadata", Message: "A metadata key is over 64 characters."}
+		case json.Unmarshal(v, &s) != nil:
+			return &FieldError{Param: "metadata", Message: "metadata." + k + " must be a string."}
+		case utf8.RuneCountInString(s) > maxMetadataValue:
+			return &FieldError{Param: "metadata", Message: "metadata." + k + " is over 512 characters."}
+		}
+	}
+	return nil
 }
 
 // Object is a response object, as JSON fields.
@@ -152,13 +205,8 @@ func Final(contentType string, body []byte) (Object, bool) {
 				last = o
 			}
 		})
-		if rest := split.Rest(); len(rest) > 0 {
-			if typ, data := parseBlock(rest); terminal[typ] {
-				if o, ok := data["response"].(map[string]any); ok {
-					last = o
-				}
-			}
-		}
+		// An unterminated rest (no blank line after it) is not an event, as an SSE client
+		// reads it, nor one the stream relays (Count).
 		return last, last != nil
 	}
 	v, ok := decodeValue(body)
@@ -275,22 +323,43 @@ func decodeValue(raw []byte) (any, bool) {
 	return v, true
 }
 
-// ParseStartingAfter reads the starting_after query parameter: -1 when absent, else a
-// sequence number from 0.
-func ParseStartingAfter(v string, present bool) (int64, error) {
-	if !present {
-		return -1, nil
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 63)
+// ParseStartingAfter reads the starting_after query parameter's values: -1 when absent, else
+// a sequence number from 0, written as decimal digits alone (no sign, no space), given once.
+func ParseStartingAfter(values []string) (int64, error) {
 	switch {
-	case err != nil && errors.Is(err, strconv.ErrRange):
-		return 0, errors.New("starting_after is out of range: it must be a sequence number this response's stream has.")
-	case err != nil:
-		return 0, errors.New("starting_after must be a whole number: the sequence_number of the last event received.")
-	case n < 0:
+	case len(values) == 0:
+		return -1, nil
+	case len(values) > 1:
+		return 0, errors.New("starting_after must be given once: the sequence_number of the last event received.")
+	}
+	v := values[0]
+	if strings.HasPrefix(v, "-") && v != "-" && strings.Trim(v[1:], "0123456789") == "" {
 		return 0, errors.New("starting_after must not be negative: it is the sequence_number of the last event received.")
 	}
+	if v == "" || strings.Trim(v, "0123456789") != "" {
+		return 0, errors.New("starting_after must be a whole number: the sequence_number of the last event received.")
+	}
+	n, err := strconv.ParseInt(v, 10, 63)
+	if err != nil {
+		return 0, errors.New("starting_after is out of range: it must be a sequence number this response's stream has.")
+	}
 	return n, nil
+}
+
+// ParseStream reads the stream query parameter's values: true or false, given at most once
+// (absent: false).
+func ParseStream(values []string) (bool, error) {
+	switch {
+	case len(values) == 0:
+		return false, nil
+	case len(values) > 1:
+		return false, errors.New("stream must be given once, true or false.")
+	case values[0] == "true":
+		return true, nil
+	case values[0] == "false":
+		return false, nil
+	}
+	return false, errors.New("stream must be true or false.")
 }
 
 // WebhookType is the event type announcing a final response of status s ("" for none).
@@ -316,17 +385,20 @@ func EventStreamHeader(h http.Header) {
 }
 
 // Count is how many events a recorded stream relays: its whole events (an unterminated rest
-// is not one) that Event keeps.
-func Count(body []byte) int64 {
-	var n int64
+// is not one) that Event keeps; ended reports whether one of them is a terminal event.
+func Count(body []byte) (n int64, ended bool) {
 	var split sse.Splitter
 	split.Push(body, func(block []byte) {
-		if _, _, ok := Event(block, 0, "", 0); ok {
+		if _, typ, ok := Event(block, 0, "", 0); ok {
 			n++
+			ended = ended || IsTerminal(typ)
 		}
 	})
-	return n
+	return n, ended
 }
+
+// IsTerminal reports whether an event of type typ ends a response, carrying its final object.
+func IsTerminal(typ string) bool { return terminal[typ] || typ == "response.cancelled" }
 
 // QueuedEvent is the first event of every background response's stream, sequence_number 0:
 // the response object as created, queued, so that a client has the response's id before the

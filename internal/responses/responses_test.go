@@ -28,7 +28,9 @@ func TestParseCreate(t *testing.T) {
 			t.Errorf("%q: %v", bad, err)
 		}
 	}
-	for body, p := range map[string]string{`{"background":"yes"}`: "background", `{"background":true,"stream":1}`: "stream"} {
+	for body, p := range map[string]string{`{"background":"yes"}`: "background", `{"background":true,"stream":1}`: "stream",
+		`{"background":true,"metadata":[]}`: "metadata", `{"background":true,"metadata":{"a":{}}}`: "metadata",
+		`{"background":true,"metadata":{},"tools":"` + strings.Repeat("t", MaxEcho) + `"}`: "tools"} {
 		if _, err := ParseCreate([]byte(body)); err == nil || err.(*FieldError).Param != p {
 			t.Errorf("%s: %v", body, err)
 		}
@@ -49,8 +51,16 @@ func TestFinalAndEvent(t *testing.T) {
 		!strings.Contains(string(own), `"background":true`) || !strings.Contains(string(own), `12345678901234567`) {
 		t.Errorf("owned %s", own)
 	}
-	if n := Count([]byte(stream)); n != 3 {
-		t.Errorf("Count %d, want 3 (the comment is not an event)", n)
+	if n, ended := Count([]byte(stream)); n != 3 || !ended {
+		t.Errorf("Count %d %v, want 3 and ended (the comment is not an event)", n, ended)
+	}
+	// A last event without its blank line is no event, for Final as for Count.
+	cut := strings.TrimSuffix(stream, "\n")
+	if o, ok := Final("text/event-stream", []byte(cut)); ok {
+		t.Errorf("final of a stream whose completed event is cut short: %v", o)
+	}
+	if n, ended := Count([]byte(cut)); n != 2 || ended {
+		t.Errorf("Count of the cut stream %d %v, want 2 and not ended", n, ended)
 	}
 	out, typ, ok := Event([]byte("data: {\"type\":\"response.output_text.delta\",\"delta\":\"hi\",\"sequence_number\":9}\n\n"), 4, "resp_gw", 7)
 	if !ok || typ != "response.output_text.delta" || string(out) != "event: response.output_text.delta\ndata: {\"delta\":\"hi\",\"sequence_number\":4,\"type\":\"response.output_text.delta\"}\n\n" {
@@ -74,14 +84,30 @@ func TestFinalAndEvent(t *testing.T) {
 }
 
 func TestParseStartingAfter(t *testing.T) {
-	if n, err := ParseStartingAfter("", false); n != -1 || err != nil {
+	if n, err := ParseStartingAfter(nil); n != -1 || err != nil {
 		t.Errorf("absent: %d %v", n, err)
 	}
-	if n, err := ParseStartingAfter("12", true); n != 12 || err != nil {
+	if n, err := ParseStartingAfter([]string{"12"}); n != 12 || err != nil {
 		t.Errorf("12: %d %v", n, err)
 	}
-	for _, bad := range []string{"", "-1", "x", "1e3", "99999999999999999999"} {
-		if _, err := ParseStartingAfter(bad, true); err == nil {
+	for _, bad := range [][]string{{""}, {"-1"}, {"x"}, {"1e3"}, {"99999999999999999999"}, {"+5"}, {" 5"}, {"5 "}, {"1", "99"}} {
+		if _, err := ParseStartingAfter(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestParseStream(t *testing.T) {
+	for _, c := range []struct {
+		in   []string
+		want bool
+	}{{nil, false}, {[]string{"true"}, true}, {[]string{"false"}, false}} {
+		if got, err := ParseStream(c.in); got != c.want || err != nil {
+			t.Errorf("%q: %v %v", c.in, got, err)
+		}
+	}
+	for _, bad := range [][]string{{""}, {"1"}, {"True"}, {"yes"}, {"true", "true"}} {
+		if _, err := ParseStream(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}

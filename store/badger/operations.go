@@ -167,11 +167,7 @@ func (s *Store) fence(op *store.Operation, c store.Change, now time.Time) error 
 // operation and its scope index entry the tombstone's lifetime.
 func (s *Store) finalize(txn *badger.Txn, op *store.Operation, result *store.Response) error {
 	if result != nil {
-		v, err := store.Encode(result, result.Body)
-		if err != nil {
-			return err
-		}
-		if err := txn.SetEntry(badger.NewEntry(resultKey(op.ID), v).WithTTL(op.Retention)); err != nil {
+		if err := txn.SetEntry(badger.NewEntry(resultKey(op.ID), store.EncodeResponse(result)).WithTTL(op.Retention)); err != nil {
 			return err
 		}
 	}
@@ -209,21 +205,23 @@ func (s *Store) GetOperation(id string) (*store.Operation, error) {
 
 // LoadRequest returns the stored request of a queued or running operation.
 func (s *Store) LoadRequest(id string) (*store.Request, error) {
-	var req store.Request
+	req := &store.Request{}
 	err := s.view(func(txn *badger.Txn) error {
 		return getValue(txn, requestKey(id), func(v []byte) error {
-			body, err := store.Decode(v, &req)
-			req.Body = body
+			r, err := store.DecodeRequest(v)
+			if err == nil {
+				req = r
+			}
 			return err
 		})
 	})
-	return &req, err
+	return req, err
 }
 
 // LoadResult returns the stored upstream response of a final operation, or ErrNotFound when it
 // has none (never reached the upstream, or past retention).
 func (s *Store) LoadResult(id string) (*store.Response, error) {
-	var resp store.Response
+	resp := &store.Response{}
 	err := s.view(func(txn *badger.Txn) error {
 		op, err := getOperation(txn, id)
 		if err != nil {
@@ -233,12 +231,14 @@ func (s *Store) LoadResult(id string) (*store.Response, error) {
 			return domainError{store.ErrNotFound}
 		}
 		return getValue(txn, resultKey(id), func(v []byte) error {
-			body, err := store.Decode(v, &resp)
-			resp.Body = body
+			r, err := store.DecodeResponse(v)
+			if err == nil {
+				resp = r
+			}
 			return err
 		})
 	})
-	return &resp, err
+	return resp, err
 }
 
 // OperationsIn returns the ids of operations in status (queued or running), oldest first.
@@ -352,11 +352,7 @@ func putOperation(txn *badger.Txn, op *store.Operation, prev *store.Status) erro
 }
 
 func putRequest(txn *badger.Txn, id string, req *store.Request) error {
-	v, err := store.Encode(req, req.Body)
-	if err != nil {
-		return err
-	}
-	return txn.Set(requestKey(id), v)
+	return txn.Set(requestKey(id), store.EncodeRequest(req))
 }
 
 // getValue reads key into fn, mapping a missing key to ErrNotFound.

@@ -126,13 +126,16 @@ func TestOperationStoredAsJSONIsReadAndRewritten(t *testing.T) {
 		if err := txn.Set(operationKey(old.ID), v); err != nil {
 			return err
 		}
-		return txn.Set(requestKey(old.ID), mustEncode(t, &store.Request{Method: "POST"}))
+		return txn.Set(requestKey(old.ID), mustEncode(t, &store.Request{Method: "POST", Header: http.Header{"A": {"b"}}, Body: []byte("payload")}))
 	}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := st.GetOperation(old.ID)
 	if err != nil || got.Scope != "scope" || got.Exec.Retries != 2 || !got.SubmittedAt.Equal(old.SubmittedAt) {
 		t.Fatalf("read %+v, %v", got, err)
+	}
+	if req, err := st.LoadRequest(old.ID); err != nil || req.Method != "POST" || req.Header.Get("A") != "b" || string(req.Body) != "payload" {
+		t.Fatalf("the JSON request reads as %+v, %v", req, err)
 	}
 	if _, err := st.Transition(old.ID, store.Change{To: store.StatusCanceled}); err != nil {
 		t.Fatal(err)
@@ -150,6 +153,33 @@ func TestOperationStoredAsJSONIsReadAndRewritten(t *testing.T) {
 	}
 	if got, err := st.GetOperation(old.ID); err != nil || got.Status != store.StatusCanceled || got.Exec.Events[0] != "operation.succeeded" {
 		t.Fatalf("after the change: %+v, %v", got, err)
+	}
+}
+
+// A result a release before the binary form stored as JSON reads as it was.
+func TestResultStoredAsJSONIsRead(t *testing.T) {
+	st := openTemp(t, true)
+	op := newOp("op_done")
+	if _, err := st.AcceptOperation(op, &store.Request{Method: "POST"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Transition(op.ID, store.Change{To: store.StatusRunning}); err != nil {
+		t.Fatal(err)
+	}
+	res := &store.Response{Status: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"ok":1}`)}
+	if _, err := st.Transition(op.ID, store.Change{To: store.StatusSucceeded, Result: res}); err != nil {
+		t.Fatal(err)
+	}
+	old, err := store.Encode(res, res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.sh.db.Update(func(txn *badger.Txn) error { return txn.Set(resultKey(op.ID), old) }); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.LoadResult(op.ID)
+	if err != nil || got.Status != 200 || got.Header.Get("Content-Type") != "application/json" || string(got.Body) != `{"ok":1}` {
+		t.Fatalf("the JSON result reads as %+v, %v", got, err)
 	}
 }
 
