@@ -311,7 +311,10 @@ func TestCapacitySharedSeatGoesToTheLocalWaitersInTheOrderTheyCame(t *testing.T)
 			}
 			seats <- got{i, s}
 		}()
-		testkit.WaitFor(t, 10*time.Second, "the waiter in line", func() bool { return p.shared.waiters() == i+1 })
+		// Its first look found no seat: it gave its local seat back and waits in line.
+		testkit.WaitFor(t, 10*time.Second, "the waiter in line", func() bool {
+			return p.shared.waiters() == i+1 && p.snapshot().InUse == 0
+		})
 	}
 	if err := st.ReleaseSeat("test", "other"); err != nil {
 		t.Fatal(err)

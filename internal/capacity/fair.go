@@ -9,6 +9,7 @@ import (
 // Fairness between the keys that wait for seats (docs/capacity.md, "Fairness"): start-time fair
 // queuing over seats. Each fairness key waiting has a virtual start, the virtual time of its
 // next turn; a grant goes to the key with the earliest start, which then moves on by 1/weight.
+// Keys not served lately share one lane (newcomers).
 // A key that starts to wait (new, or back after it had nothing waiting) starts no earlier than
 // the latest start of the keys already waiting: behind every waiting key's next turn, as deficit
 // round robin puts a new flow at the tail, so neither a new identity per call nor going idle
@@ -48,60 +49,135 @@ func (a Ask) Band(now time.Time) int {
 	return store.EffectiveUrgency(u, now.Sub(a.Since))
 }
 
-// joinLocked counts a waiter of a's key, starting a key that had none at the current virtual
-// time or behind the waiting keys' next turns, whichever is later.
-func (p *Pool) joinLocked(a Ask) {
+// newcomers is the lane of the keys the pool has not served lately: they take one turn
+// between them, so a fresh identity per call (a minted credential) competes with a known
+// tenant's backlog as one key, however many identities it mints.
+const newcomers = "\x00newcomers"
+
+// knownKeys bounds how many keys served lately the pool remembers: past it, it forgets the half
+// served longest ago (they come back as newcomers).
+const knownKeys = 4096
+
+// laneOf is the lane a's key waits in: its own when it is waiting already or was served lately,
+// else the newcomers'.
+func (p *Pool) laneOf(a Ask) string {
 	k := keyOf(a)
-	t := p.keys[k]
+	if _, waiting := p.keys.of[k]; waiting {
+		return k
+	}
+	if _, ok := p.known[k]; ok {
+		return k
+	}
+	return newcomers
+}
+
+// joinLocked counts waiter w in its lane (and, among the newcomers, under its key), starting a
+// lane or key that had none at the current virtual time or behind the waiting ones' next turns,
+// whichever is later.
+func (p *Pool) joinLocked(w *Waiter) {
+	w.lane = p.laneOf(w.Ask)
+	weight := 1.0
+	if w.lane != newcomers {
+		weight = weightOf(w.Ask)
+	}
+	p.keys.join(w.lane, weight)
+	if w.lane == newcomers {
+		p.newKeys.join(keyOf(w.Ask), weightOf(w.Ask))
+	}
+}
+
+// leaveLocked uncounts waiter w; granted, its lane's (and key's) turn moves on and its key counts
+// as known. What has nobody waiting is forgotten, so the maps hold only what waits.
+func (p *Pool) leaveLocked(w *Waiter, granted bool) {
+	p.keys.leave(w.lane, granted)
+	if w.lane == newcomers {
+		p.newKeys.leave(keyOf(w.Ask), granted)
+	}
+	if granted {
+		p.knowLocked(keyOf(w.Ask))
+	}
+}
+
+// turns are the virtual starts of what waits: lanes, or the newcomers' keys within their lane.
+type turns struct {
+	of    map[string]*keyTurn
+	vtime float64 // the start of the latest turn granted
+}
+
+func newTurns() turns { return turns{of: map[string]*keyTurn{}} }
+
+func (ts *turns) join(k string, weight float64) {
+	t := ts.of[k]
 	if t == nil {
-		start := p.vtime
-		for _, o := range p.keys {
+		start := ts.vtime
+		for _, o := range ts.of {
 			start = max(start, o.start)
 		}
 		t = &keyTurn{start: start}
-		p.keys[k] = t
+		ts.of[k] = t
 	}
-	t.weight = weightOf(a)
+	t.weight = weight
 	t.waiting++
 }
 
-// leaveLocked uncounts a waiter of a's key; granted, the key's turn moves on. A key with nobody
-// waiting is forgotten, so the map holds only the keys waiting (keys are as many as callers).
-func (p *Pool) leaveLocked(a Ask, granted bool) {
-	k := keyOf(a)
-	t := p.keys[k]
+func (ts *turns) leave(k string, granted bool) {
+	t := ts.of[k]
 	if t == nil {
 		return
 	}
 	if granted {
-		p.vtime = max(p.vtime, t.start)
-		t.start = max(t.start, p.vtime) + 1/t.weight
+		ts.vtime = max(ts.vtime, t.start)
+		t.start = max(t.start, ts.vtime) + 1/t.weight
 	}
 	if t.waiting--; t.waiting <= 0 {
-		delete(p.keys, k)
+		delete(ts.of, k)
 	}
 }
 
-// before reports whether waiter a is served before b: the more urgent band, then the key whose
-// turn comes first, then (within a key) the caller's own urgency, then the oldest.
+func (ts *turns) startOf(k string) float64 {
+	if t := ts.of[k]; t != nil {
+		return t.start
+	}
+	return ts.vtime
+}
+
+// knowLocked notes key as served now, forgetting the half served longest ago past knownKeys.
+func (p *Pool) knowLocked(key string) {
+	p.served++
+	p.known[key] = p.served
+	if len(p.known) <= knownKeys {
+		return
+	}
+	cut := p.served - knownKeys/2
+	for k, at := range p.known {
+		if at <= cut {
+			delete(p.known, k)
+		}
+	}
+}
+
+// before reports whether waiter a is served before b: the more urgent band, then the lane whose
+// turn comes first, among newcomers the key whose turn comes first, then (within a key) the
+// caller's own urgency, then the oldest.
 func (p *Pool) before(a, b *Waiter, now time.Time) bool {
 	if ba, bb := band(a.Ask, now), band(b.Ask, now); ba != bb {
 		return ba < bb
 	}
-	ka, kb := keyOf(a.Ask), keyOf(b.Ask)
-	if ka != kb {
-		if sa, sb := p.startOf(ka), p.startOf(kb); sa != sb {
+	if a.lane != b.lane {
+		if sa, sb := p.keys.startOf(a.lane), p.keys.startOf(b.lane); sa != sb {
 			return sa < sb
 		}
-	} else if ua, ub := effectiveUrgency(a.Ask, now), effectiveUrgency(b.Ask, now); ua != ub {
-		return ua < ub
+	}
+	ka, kb := keyOf(a.Ask), keyOf(b.Ask)
+	if a.lane == newcomers && b.lane == newcomers && ka != kb {
+		if sa, sb := p.newKeys.startOf(ka), p.newKeys.startOf(kb); sa != sb {
+			return sa < sb
+		}
+	}
+	if ka == kb {
+		if ua, ub := effectiveUrgency(a.Ask, now), effectiveUrgency(b.Ask, now); ua != ub {
+			return ua < ub
+		}
 	}
 	return a.Ask.Since.Before(b.Ask.Since)
-}
-
-func (p *Pool) startOf(key string) float64 {
-	if t := p.keys[key]; t != nil {
-		return t.start
-	}
-	return p.vtime
 }

@@ -33,7 +33,8 @@ type Waiter struct {
 	Ask     Ask
 	ready   chan struct{} // closed when granted
 	granted bool
-	taken   bool // the seat went to the caller (or was given back unused)
+	taken   bool   // the seat went to the caller (or was given back unused)
+	lane    string // the fairness lane it waits in (fair.go)
 }
 
 // Config is how many seats a pool has: Limit, or with Auto a limit that adapts between Min and
@@ -54,8 +55,10 @@ type Pool struct {
 	limit   int
 	inUse   int
 	waiting []*Waiter
-	keys    map[string]*keyTurn // fairness key with waiters -> its turn (fair.go)
-	vtime   float64             // the virtual time: the start of the latest turn granted
+	keys    turns             // the lanes waiting: keys served lately, and the newcomers (fair.go)
+	newKeys turns             // the newcomers' keys waiting, within their lane
+	known   map[string]uint64 // keys served lately -> when (fair.go)
+	served  uint64
 	adapt   *Adaptive
 	drain   DrainRate
 
@@ -72,7 +75,7 @@ type counters struct {
 
 // NewPool returns a pool of cfg's seats on clock.
 func NewPool(clock clockwork.Clock, cfg Config) *Pool {
-	p := &Pool{clock: clock, keys: map[string]*keyTurn{}}
+	p := &Pool{clock: clock, keys: newTurns(), newKeys: newTurns(), known: map[string]uint64{}}
 	p.Configure(cfg)
 	return p
 }
@@ -99,7 +102,7 @@ func (p *Pool) Enqueue(ask Ask) *Waiter {
 	w := &Waiter{Ask: ask, ready: make(chan struct{})}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.joinLocked(ask)
+	p.joinLocked(w)
 	if len(p.waiting) == 0 && p.inUse < p.limit {
 		p.grantToLocked(w)
 		return w
@@ -165,7 +168,7 @@ func (p *Pool) Abandon(w *Waiter) {
 // dropLocked takes w, which gave up, out of the order.
 func (p *Pool) dropLocked(w *Waiter) {
 	if p.removeLocked(w) {
-		p.leaveLocked(w.Ask, false)
+		p.leaveLocked(w, false)
 	}
 }
 
@@ -215,7 +218,7 @@ func (p *Pool) grantLocked() {
 // grantToLocked gives w a seat: its key's turn moves on.
 func (p *Pool) grantToLocked(w *Waiter) {
 	p.inUse++
-	p.leaveLocked(w.Ask, true)
+	p.leaveLocked(w, true)
 	w.granted = true
 	close(w.ready)
 }
@@ -290,7 +293,7 @@ func (p *Pool) Waiting() []Ask {
 func (p *Pool) Remembered() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.keys)
+	return len(p.keys.of) + len(p.newKeys.of)
 }
 
 // CountRefusal counts a sync call answered 503 UPSTREAM_SATURATED (a call queued instead is

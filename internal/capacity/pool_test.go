@@ -274,3 +274,46 @@ func TestPoolTryTakeNeverPassesAWaiter(t *testing.T) {
 		t.Fatal("TryTake took a seat granted to a waiter")
 	}
 }
+
+// Keys not served lately share one lane: a tenant served before keeps at least half the seats
+// against any number of fresh identities, two arriving for every seat freed.
+func TestPoolFreshIdentitiesShareOneTurnAgainstAKnownTenant(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	p := NewPool(clock, Config{Limit: 1})
+	first := p.Enqueue(Ask{Scope: "honest", Since: t0}) // served once: known
+	if !granted(first) {
+		t.Fatal("the first ask of an empty pool waits")
+	}
+	var ws []*Waiter
+	for i := range 12 {
+		ws = append(ws, p.Enqueue(Ask{Scope: "honest", Since: t0.Add(time.Duration(i + 1))}))
+	}
+	seen := map[int]bool{}
+	honest := 0
+	for i := range 24 {
+		clock.Advance(time.Millisecond)
+		for j := range 2 {
+			ws = append(ws, p.Enqueue(Ask{Urgency: 0, Scope: "minted-" + itoa(2*i+j), Since: clock.Now()}))
+		}
+		p.Release(clock.Now(), Sample{Status: 200})
+		if grantedOf(t, ws, seen) < 12 {
+			honest++
+		}
+	}
+	if honest < 12 {
+		t.Fatalf("the known tenant got %d of 24 seats against fresh identities; want half, 12", honest)
+	}
+	// A new tenant with a backlog among the fresh identities takes turns with them, one key each.
+	p2 := NewPool(clock, Config{Limit: 1})
+	p2.Enqueue(Ask{Scope: "holder", Since: clock.Now()})
+	for i := range 10 {
+		p2.Enqueue(Ask{Scope: "big", Since: clock.Now().Add(time.Duration(i))})
+	}
+	small := p2.Enqueue(Ask{Scope: "small", Since: clock.Now().Add(time.Hour)})
+	for range 2 {
+		p2.Release(clock.Now(), Sample{Status: 200})
+	}
+	if !granted(small) {
+		t.Fatal("a new tenant's one call waited behind another new tenant's backlog, not a turn")
+	}
+}
