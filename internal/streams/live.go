@@ -23,7 +23,7 @@ type Logger interface {
 //
 // The appender runs only while events are pending: it stops once it has written them all, and
 // Add starts it again. A stream whose upstream is quiet (a model thinking, a held answer)
-// holds no goroutine of its own, only its queue's state (docs/streams.md, Memory).
+// holds no goroutine of its own, only its queue's state (docs/streams.md, "How it works").
 type Live struct {
 	stream []byte             // the stream's id: the record key, or the operation's id
 	holder store.StreamHolder // the attempt recorded, and its fence

@@ -41,7 +41,7 @@ func waitCommitted(t *testing.T, l *Live) {
 
 // TestIdleLiveStreamHoldsNoAppenderNorItsEvents: a live stream whose upstream is quiet, every
 // event it sent already stored, holds no goroutine of its own and none of those events in
-// memory (docs/streams.md, Memory); its next event starts the appender again, and a follower
+// memory (docs/streams.md); its next event starts the appender again, and a follower
 // still reads every event to the end.
 func TestIdleLiveStreamHoldsNoAppenderNorItsEvents(t *testing.T) {
 	st, err := badger.Open(badger.Options{Dir: t.TempDir()})
