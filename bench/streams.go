@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -285,8 +286,26 @@ func (h *harness) liveProfiles(ctx context.Context, prefix string, g *gateway) {
 		{"heap?debug=1", "memstats.txt"}, {"heap?gc=1", "heap.pprof"}, {"goroutine", "goroutine.pprof"},
 	} {
 		name := fmt.Sprintf("%s.%s.%s", prefix, strings.ReplaceAll(g.name, "×", "x"), p.file)
-		if err := fetchProfile(ctx, g.admin+"/debug/pprof/"+p.query, filepath.Join(h.cfg.ProfileDir, name)); err != nil {
+		path := filepath.Join(h.cfg.ProfileDir, name)
+		err := fetchProfile(ctx, g.admin+"/debug/pprof/"+p.query, path)
+		if err == nil && strings.HasSuffix(name, ".txt") {
+			err = keepMemStats(path)
+		}
+		if err != nil {
 			h.logf("profile %s: %v", name, err)
 		}
 	}
+}
+
+// keepMemStats cuts the text heap profile at path down to its end, the runtime's memory
+// statistics.
+func keepMemStats(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if i := bytes.Index(b, []byte("# runtime.MemStats")); i >= 0 {
+		b = b[i:]
+	}
+	return os.WriteFile(path, b, 0o644)
 }
