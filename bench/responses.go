@@ -235,6 +235,7 @@ func (h *harness) holdResponses(ctx context.Context, g *gateway, bg bool, src *r
 	started.Wait()
 	rss, err := g.rssBytes()
 	anon, _ := g.procStatus("RssAnon")
+	h.liveProfiles(ctx, "responses-live", g)
 	src.releaseAll()
 	ended.Wait()
 	if e, _ := failed.Load().(error); e != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -260,7 +261,7 @@ func (h *harness) holdStreams(ctx context.Context, g *gateway) (held, error) {
 	started.Wait()
 	rss, err := g.rssBytes()
 	anon, _ := g.procStatus("RssAnon")
-	h.liveProfiles(ctx, g)
+	h.liveProfiles(ctx, "streams-live", g)
 	h.source.releaseAll()
 	ended.Wait()
 	if e, _ := failed.Load().(error); e != nil {
@@ -273,16 +274,38 @@ func (h *harness) holdStreams(ctx context.Context, g *gateway) (held, error) {
 // (the heap, stacks; the rest is files mapped: the binary, Badger's logs).
 type held struct{ rss, anon int64 }
 
-// liveProfiles writes a Mulligan gateway's heap and goroutines with the streams live to
-// ProfileDir/streams-live.<gateway>.{heap,goroutine}.pprof, when -profile is set.
-func (h *harness) liveProfiles(ctx context.Context, g *gateway) {
-	if h.cfg.ProfileDir == "" || g == h.plain || g.admin == "" {
+// liveProfiles writes each gateway's runtime memory statistics with the streams live (the
+// heap's, the goroutines' stacks) to ProfileDir/<prefix>.<gateway>.memstats.txt, then its live
+// heap (after a collection) and goroutines to <prefix>.<gateway>.{heap,goroutine}.pprof, when
+// -profile is set; plain Caddy's too, to compare what each stream holds.
+func (h *harness) liveProfiles(ctx context.Context, prefix string, g *gateway) {
+	if h.cfg.ProfileDir == "" || g.admin == "" {
 		return
 	}
-	for _, kind := range []string{"heap", "goroutine"} {
-		name := fmt.Sprintf("streams-live.%s.%s.pprof", g.name, kind)
-		if err := fetchProfile(ctx, g.admin+"/debug/pprof/"+kind, filepath.Join(h.cfg.ProfileDir, name)); err != nil {
+	for _, p := range []struct{ query, file string }{
+		{"heap?debug=1", "memstats.txt"}, {"heap?gc=1", "heap.pprof"}, {"goroutine", "goroutine.pprof"},
+	} {
+		name := fmt.Sprintf("%s.%s.%s", prefix, strings.ReplaceAll(g.name, "×", "x"), p.file)
+		path := filepath.Join(h.cfg.ProfileDir, name)
+		err := fetchProfile(ctx, g.admin+"/debug/pprof/"+p.query, path)
+		if err == nil && strings.HasSuffix(name, ".txt") {
+			err = keepMemStats(path)
+		}
+		if err != nil {
 			h.logf("profile %s: %v", name, err)
 		}
 	}
+}
+
+// keepMemStats cuts the text heap profile at path down to its end, the runtime's memory
+// statistics.
+func keepMemStats(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if i := bytes.Index(b, []byte("# runtime.MemStats")); i >= 0 {
+		b = b[i:]
+	}
+	return os.WriteFile(path, b, 0o644)
 }

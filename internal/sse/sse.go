@@ -14,31 +14,41 @@ import (
 
 // Splitter cuts a Server-Sent Events byte stream into events: blocks of lines ended by a
 // blank line, with CRLF, LF or CR line ends (the SSE spec's "event stream" grammar). It holds at
-// most one partial event.
+// most one partial event, and nothing more: a push is scanned where it lies, and only the
+// partial event it leaves is copied, so a stream that goes quiet after a large read (a proxy
+// reads up to 32 KiB at once) keeps no buffer of that read's size (docs/streams.md).
 type Splitter struct {
-	buf       []byte
-	pos       int // where scanning resumes
-	lineStart int // start of the line being scanned
+	buf       []byte // the partial event
+	pos       int    // where scanning resumes
+	lineStart int    // start of the line being scanned
 }
+
+// keptBuffer is the largest partial-event buffer a splitter keeps for reuse once the event in
+// it completed: a larger one (an event of its size is rare) is let go.
+const keptBuffer = 4 << 10
 
 // Push adds p and calls emit with each event it completes. The slice given to emit is only
 // valid during the call. The partial event left over is moved to the front once per push, not
 // once per event, so a large chunk of many events costs one pass.
 func (s *Splitter) Push(p []byte, emit func(block []byte)) {
-	s.buf = append(s.buf, p...)
+	data := p // with no partial event held, p is scanned in place
+	if len(s.buf) > 0 {
+		s.buf = append(s.buf, p...)
+		data = s.buf
+	}
 	start := 0
-	for s.pos < len(s.buf) {
-		c := s.buf[s.pos]
+	for s.pos < len(data) {
+		c := data[s.pos]
 		if c != '\n' && c != '\r' {
 			s.pos++
 			continue
 		}
 		end := s.pos + 1
 		if c == '\r' {
-			if end == len(s.buf) {
+			if end == len(data) {
 				break // a CR at the end: wait to see whether an LF follows
 			}
-			if s.buf[end] == '\n' {
+			if data[end] == '\n' {
 				end++
 			}
 		}
@@ -47,16 +57,17 @@ func (s *Splitter) Push(p []byte, emit func(block []byte)) {
 		if !blank {
 			continue
 		}
-		if block := s.buf[start:end]; len(block) > len(lineEnd(block)) { // a stray blank line carries nothing
+		if block := data[start:end]; len(block) > len(lineEnd(block)) { // a stray blank line carries nothing
 			emit(block)
 		}
 		start = end
 	}
-	if start > 0 {
-		s.buf = append(s.buf[:0], s.buf[start:]...)
-		s.pos -= start
-		s.lineStart -= start
+	if start == len(data) && cap(s.buf) > keptBuffer {
+		s.buf = nil
 	}
+	s.buf = append(s.buf[:0], data[start:]...) // within buf, copy overlaps forward: safe
+	s.pos -= start
+	s.lineStart -= start
 }
 
 // Buffered is the size of the partial event held.
