@@ -94,7 +94,9 @@ func (a *respCall) finalSource(op *store.Operation) (streams.Source, int64, erro
 		}
 	}
 	s := newOpStream()
-	if res != nil && op.Status == store.StatusSucceeded && s.Open(res.Status, res.Header) {
+	// A cancelled or timed-out response keeps what its last attempt streamed (a 2xx stream):
+	// its replay gives those events, then its final object, numbered as they were live.
+	if res != nil && (op.Status == store.StatusSucceeded || res.Status/100 == 2) && s.Open(res.Status, res.Header) {
 		s.Write(res.Body)
 		s.Finish(streams.Whole)
 		n, ended := responses.Count(res.Body)

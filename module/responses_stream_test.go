@@ -294,3 +294,35 @@ func TestResponsesStreamWithoutATerminalEventEndsWithTheObject(t *testing.T) {
 		}
 	}
 }
+
+// A response cancelled mid-stream replays as its live follower saw it: the events relayed, then
+// response.cancelled at the same number; a resume after the last one before it gets it.
+func TestResponsesCancelledMidStreamResumesAndReplaysAsLive(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, responsesBlock)
+	s := g.createStream(t, `{"input":"a b c d e f g h i j","stream":true,"background":true}`, append([]string{"X-Mock-Chunk-Delay", "1s"}, alice...)...)
+	live := readRespEvents(t, s, 6)
+	id := live[0].Response.ID
+	decodeResponse(t, g.responseCall("POST", "/v1/responses/"+id+"/cancel", alice...))
+	live = append(live, readRespEvents(t, s, 0)...)
+	checkRespEvents(t, live, 0, id)
+	last := live[len(live)-1]
+	if last.Type != "response.cancelled" {
+		t.Fatalf("live: %+v", live)
+	}
+	replay := readRespEvents(t, g.followResponse(t, id, "", alice...), 0)
+	if len(replay) != len(live) {
+		t.Fatalf("replayed %d events, live %d: %+v", len(replay), len(live), replay)
+	}
+	for i := range live {
+		if replay[i].Type != live[i].Type || replay[i].Seq != live[i].Seq {
+			t.Fatalf("event %d replayed %+v, live %+v", i, replay[i], live[i])
+		}
+	}
+	tail := readRespEvents(t, g.followResponse(t, id, fmt.Sprintf("&starting_after=%d", last.Seq-1), alice...), 0)
+	if len(tail) != 1 || tail[0].Seq != last.Seq || tail[0].Type != "response.cancelled" || tail[0].Response.Status != "cancelled" {
+		t.Fatalf("resumed after %d: %+v", last.Seq-1, tail)
+	}
+	if o := decodeResponse(t, g.get("/v1/responses/"+id, alice...)); o.Status != "cancelled" {
+		t.Fatalf("the object: %+v", o)
+	}
+}
