@@ -263,14 +263,41 @@ func (a *respCall) object(op *store.Operation) (responses.Object, error) {
 	case store.StatusCanceled:
 		return base(responses.Cancelled), nil
 	}
-	var res *store.Response
-	if op.Result != nil {
-		var err error
-		if res, err = a.st.LoadResult(op.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
-			return nil, err
-		}
+	res, release, err := a.loadResult(op, 2) // the answer, and its final event decoded
+	if err != nil {
+		return nil, err
 	}
+	defer release()
 	return finalObject(op, res, base), nil
+}
+
+// errBusy: reading a finished response's recorded answer would pass the block's budget of
+// bytes held in memory (max_buffered); the client retries shortly (503 GATEWAY_BUSY).
+var errBusy = errors.New("the gateway holds its max_buffered in memory")
+
+// loadResult loads op's recorded answer (nil when it has none), with times its size reserved
+// from the bytes the block holds in memory at once (max_buffered, shared with request bodies),
+// so that polls and replays of large answers at once are bounded; release gives it back. It
+// fails errBusy when the reservation does not fit.
+func (a *respCall) loadResult(op *store.Operation, times int64) (res *store.Response, release func(), err error) {
+	release = func() {}
+	if op.Result == nil {
+		return nil, release, nil
+	}
+	// An answer larger than the whole budget takes all of it: it is read when nothing else is
+	// held, rather than never.
+	n := min(times*int64(op.Result.Size), a.h.bodies.limit)
+	if !a.h.bodies.take(n) {
+		return nil, release, errBusy
+	}
+	if res, err = a.st.LoadResult(op.ID); err != nil {
+		a.h.bodies.give(n)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, release, nil
+		}
+		return nil, release, err
+	}
+	return res, func() { a.h.bodies.give(n) }, nil
 }
 
 // partialOutput is the output the running attempt of op has streamed so far, here or on
@@ -445,6 +472,11 @@ func (a *respCall) notAllowed(allow string) {
 }
 
 func (a *respCall) fail(err error) {
+	if errors.Is(err, errBusy) {
+		a.openAIError(apierr.Error{Code: apierr.CodeBusy, RetryAfter: time.Second, Details: map[string]any{"max_buffered": a.h.bodies.limit},
+			Message: "The gateway holds as many bytes of answers and bodies as it may; retry shortly."})
+		return
+	}
 	a.log.Error("storage unavailable", zap.Error(err))
 	a.openAIError(apierr.Error{Code: apierr.CodeStorage, Message: "The gateway's storage is unavailable; retry shortly.", RetryAfter: time.Second})
 }

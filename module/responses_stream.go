@@ -2,7 +2,6 @@ package module
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -24,11 +23,12 @@ import (
 // begins at once with the response as created, also while it waits for the runner or a seat.
 func (a *respCall) follow(op *store.Operation, after int64) {
 	if op.Status.Final() {
-		src, total, err := a.finalSource(op)
+		src, total, release, err := a.finalSource(op)
 		if err != nil {
 			a.fail(err)
 			return
 		}
+		defer release()
 		if after >= total {
 			a.invalid("starting_after is past this response's last event (its stream has "+strconv.FormatInt(total, 10)+" events, numbered from 0).", "starting_after")
 			return
@@ -40,9 +40,10 @@ func (a *respCall) follow(op *store.Operation, after int64) {
 	q := &opsRequest{w: a.w, r: a.r, st: a.st, run: a.run, caller: a.caller, log: a.log}
 	for {
 		if op.Status.Final() {
-			src, _, err := a.finalSource(op)
+			src, _, release, err := a.finalSource(op)
 			if err == nil {
 				rl.from(src)
+				release()
 			}
 			return
 		}
@@ -84,14 +85,12 @@ func (a *respCall) liveSource(op *store.Operation) streams.Source {
 
 // finalSource is the stream of a finished op: its recorded answer's events, or, when it has
 // none (it failed or was cancelled before its answer, or the upstream answered JSON), its
-// final object as one terminal event; and how many events the stream has in all.
-func (a *respCall) finalSource(op *store.Operation) (streams.Source, int64, error) {
-	var res *store.Response
-	if op.Result != nil {
-		var err error
-		if res, err = a.st.LoadResult(op.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
-			return nil, 0, err
-		}
+// final object as one terminal event; and how many events the stream has in all. The memory
+// it holds (the answer and its copy as events) is reserved until release (loadResult).
+func (a *respCall) finalSource(op *store.Operation) (_ streams.Source, total int64, release func(), _ error) {
+	res, release, err := a.loadResult(op, 3)
+	if err != nil {
+		return nil, 0, release, err
 	}
 	s := newOpStream()
 	// A cancelled or timed-out response keeps what its last attempt streamed (a 2xx stream):
@@ -103,18 +102,20 @@ func (a *respCall) finalSource(op *store.Operation) (streams.Source, int64, erro
 		if !ended {
 			n++ // the relay ends it with the final object (relay.from)
 		}
-		return s, 1 + n, nil
+		return s, 1 + n, release, nil
 	}
+	release()
+	release = func() {}
 	o, err := a.object(op)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, release, err
 	}
 	h := http.Header{}
 	h.Set("Content-Type", "text/event-stream")
 	s.Open(http.StatusOK, h)
 	s.Write(responses.TerminalEvent(o, 0))
 	s.Finish(streams.Whole)
-	return s, 2, nil
+	return s, 2, release, nil
 }
 
 // relay writes a response's stream after sequence number after: the queued event at once,
