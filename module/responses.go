@@ -1,11 +1,14 @@
 package module
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/dgraph-io/ristretto/v2"
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
@@ -263,13 +266,40 @@ func (a *respCall) object(op *store.Operation) (responses.Object, error) {
 	case store.StatusCanceled:
 		return base(responses.Cancelled), nil
 	}
+	key := op.ID + "@" + strconv.FormatInt(op.Version, 10) // a final op's version moves no more
+	if b, ok := finalObjects.Get(key); ok {
+		if o, ok := responses.DecodeObject(b); ok {
+			return o, nil
+		}
+	}
 	res, release, err := a.loadResult(op, 2) // the answer, and its final event decoded
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	return finalObject(op, res, base), nil
+	o := finalObject(op, res, base)
+	if b, err := json.Marshal(o); err == nil && len(b) <= maxCachedObject {
+		finalObjects.Set(key, b, int64(len(b)))
+	}
+	return o, nil
 }
+
+// finalObjects keeps the final objects of finished responses, encoded, so that the polls of
+// one read its recorded answer once, not each time (docs/responses.md, Limits): ristretto's
+// cost-bounded cache (already in the build with Badger), by bytes.
+var finalObjects = func() *ristretto.Cache[string, []byte] {
+	c, err := ristretto.NewCache(&ristretto.Config[string, []byte]{NumCounters: 1 << 16, MaxCost: finalObjectsBytes, BufferItems: 64})
+	if err != nil {
+		panic(err) // only a config out of range
+	}
+	return c
+}()
+
+// The final objects kept at most, in bytes, and the largest one kept.
+const (
+	finalObjectsBytes = 32 << 20
+	maxCachedObject   = 1 << 20
+)
 
 // errBusy: reading a finished response's recorded answer would pass the block's budget of
 // bytes held in memory (max_buffered); the client retries shortly (503 GATEWAY_BUSY).
