@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/mulligan-gw/mulligan/internal/capture"
@@ -33,10 +34,13 @@ func (a *respCall) follow(op *store.Operation, after int64) {
 			a.invalid("starting_after is past this response's last event (its stream has "+strconv.FormatInt(total, 10)+" events, numbered from 0).", "starting_after")
 			return
 		}
-		a.newRelay(op, after).from(src)
+		rl := a.newRelay(op, after)
+		defer rl.close()
+		rl.from(src)
 		return
 	}
 	rl := a.newRelay(op, after)
+	defer rl.close()
 	q := &opsRequest{w: a.w, r: a.r, st: a.st, run: a.run, caller: a.caller, log: a.log}
 	for {
 		if op.Status.Final() {
@@ -128,16 +132,66 @@ type relay struct {
 	seq     int64 // the next event's sequence number
 	created int64
 	final   bool // a terminal event was relayed
+
+	mu      sync.Mutex // the writes: the relay's, and the keep-alive's
+	stop    chan struct{}
+	stopped sync.WaitGroup
 }
 
-// newRelay answers the stream's head and its first event, response.queued.
+// responseKeepAlive is how often a response's stream writes an SSE comment, which clients
+// ignore, so that proxies with an idle timeout (often 60 s) keep it open while it waits for a
+// seat or for a slow model's next event (docs/responses.md).
+var responseKeepAlive = 15 * time.Second
+
+// newRelay answers the stream's head and its first event, response.queued, and keeps the
+// stream alive until close.
 func (a *respCall) newRelay(op *store.Operation, after int64) *relay {
 	responses.EventStreamHeader(a.w.Header())
 	a.w.WriteHeader(http.StatusOK)
-	rl := &relay{a: a, op: op, rc: http.NewResponseController(a.w), after: after, created: op.SubmittedAt.Unix()}
+	rl := &relay{a: a, op: op, rc: http.NewResponseController(a.w), after: after, created: op.SubmittedAt.Unix(), stop: make(chan struct{})}
 	rl.send(responses.QueuedEvent(responses.Base(op.ID, rl.created, responses.Queued, op.Echo)))
-	_ = rl.rc.Flush()
+	_ = rl.flush()
+	rl.stopped.Add(1)
+	go rl.keepAlive()
 	return rl
+}
+
+// keepAlive writes a comment every responseKeepAlive until close or the client leaves.
+func (rl *relay) keepAlive() {
+	defer rl.stopped.Done()
+	t := rl.a.h.clock.NewTicker(responseKeepAlive)
+	defer t.Stop()
+	for {
+		select {
+		case <-rl.stop:
+			return
+		case <-rl.a.r.Context().Done():
+			return
+		case <-t.Chan():
+			rl.mu.Lock()
+			_, err := rl.a.w.Write([]byte(": keep-alive\n\n"))
+			if err == nil {
+				err = rl.rc.Flush()
+			}
+			rl.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}
+}
+
+// close ends the keep-alive: nothing writes to the stream after it.
+func (rl *relay) close() {
+	close(rl.stop)
+	rl.stopped.Wait()
+}
+
+// flush sends what was written.
+func (rl *relay) flush() error {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	return rl.rc.Flush()
 }
 
 // send writes the next event unless it is at or before after; false when the client is gone.
@@ -146,6 +200,8 @@ func (rl *relay) send(b []byte) bool {
 	if rl.seq <= rl.after {
 		return true
 	}
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
 	_, err := rl.a.w.Write(b)
 	return err == nil
 }
@@ -162,7 +218,7 @@ func (rl *relay) from(src streams.Source) {
 				ev = responses.TerminalEvent(o, rl.seq)
 			}
 			if rl.send(ev) {
-				_ = rl.rc.Flush()
+				_ = rl.flush()
 			}
 			return
 		case end == streams.Whole:
@@ -170,7 +226,7 @@ func (rl *relay) from(src streams.Source) {
 			// which is no event) ends with the response's final object, as a poll reads it.
 			if !rl.final {
 				if o := rl.settled(); o != nil && rl.send(responses.TerminalEvent(o, rl.seq)) {
-					_ = rl.rc.Flush()
+					_ = rl.flush()
 				}
 			}
 			return
@@ -190,7 +246,7 @@ func (rl *relay) from(src streams.Source) {
 			}
 		}
 		if len(evs) > 0 {
-			if rl.rc.Flush() != nil {
+			if rl.flush() != nil {
 				return
 			}
 			continue

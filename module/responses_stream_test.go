@@ -28,6 +28,9 @@ type respEvent struct {
 func readRespEvent(t *testing.T, s *sseStream) (respEvent, bool) {
 	t.Helper()
 	e, err := s.read()
+	for err == nil && strings.HasPrefix(e.raw, ":") { // a comment (keep-alive), as clients skip it
+		e, err = s.read()
+	}
 	if err == io.EOF {
 		return respEvent{}, false
 	}
@@ -324,5 +327,34 @@ func TestResponsesCancelledMidStreamResumesAndReplaysAsLive(t *testing.T) {
 	}
 	if o := decodeResponse(t, g.get("/v1/responses/"+id, alice...)); o.Status != "cancelled" {
 		t.Fatalf("the object: %+v", o)
+	}
+}
+
+// A stream that waits (here for the only worker) writes SSE comments meanwhile, so that a
+// proxy's idle timeout does not cut it; clients ignore them.
+func TestResponsesStreamKeepsAliveWhileItWaits(t *testing.T) {
+	was := responseKeepAlive
+	responseKeepAlive = 50 * time.Millisecond
+	t.Cleanup(func() { responseKeepAlive = was }) // after the gateway has stopped
+	g := startGateway(t, modelserver.Config{}, "async {\n concurrency 1\n}\n"+responsesBlock)
+	busy := g.createResponse(t, `{"input":"holds the only worker","background":true}`, append([]string{"X-Mock-Latency", "30s"}, alice...)...)
+	testkit.WaitFor(t, 10*time.Second, "the first response runs", func() bool { return g.model.Stats().InFlight == 1 })
+	s := g.createStream(t, `{"input":"wait for me","background":true,"stream":true}`, alice...)
+	for comments := 0; comments < 2; {
+		line, err := s.rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the stream ended: %v", err)
+		}
+		if line == ": keep-alive\n" {
+			comments++
+			if blank, _ := s.rd.ReadString('\n'); blank != "\n" {
+				t.Fatalf("a comment followed by %q", blank)
+			}
+		}
+	}
+	decodeResponse(t, g.responseCall("POST", "/v1/responses/"+busy.ID+"/cancel", alice...))
+	rest := readRespEvents(t, s, 0)
+	if text := checkRespEvents(t, rest, 1, rest[0].Response.ID); text != "You said: wait for me" || rest[len(rest)-1].Type != "response.completed" {
+		t.Fatalf("then %q: %+v", text, rest)
 	}
 }
