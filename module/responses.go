@@ -150,7 +150,7 @@ func (a *respCall) replayStream(claim store.Claim) bool {
 		return false
 	}
 	op, err := a.st.GetOperation(claim.Record.OperationID)
-	if err != nil || op.Scope != a.scope || op.Kind != responses.Kind {
+	if err != nil || op.Scope != a.scope || op.Kind != responses.Kind || op.As(a.now).Status == store.StatusExpired {
 		return false
 	}
 	countRequest(outcomeReplayed)
