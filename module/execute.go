@@ -34,7 +34,8 @@ type attemptResult struct {
 	panicked any
 	stack    []byte
 	// cut is, for a background response whose attempt ended without a whole answer (cut by a
-	// cancel, the timeout, the upstream breaking off), the event stream it had relayed so far.
+	// cancel, the timeout, the upstream breaking off, max_result), the event stream it had
+	// relayed so far: within max_result, as the stream is given only what the capture keeps.
 	cut *store.Response
 }
 
@@ -281,7 +282,7 @@ func (r *runner) attempt(ctx context.Context, op *store.Operation, req *store.Re
 	rec.Stream = stream
 	res := serveRecorded(rec, func() error { srv.ServeHTTP(rec, hr); return nil })
 	r.streams.end(op.ID, stream, res.status != 0 && !res.over)
-	if res.status == 0 && res.panicked == nil && op.Kind == responses.Kind && stream.Started() {
+	if (res.status == 0 || res.over) && res.panicked == nil && op.Kind == responses.Kind && stream.Started() {
 		status, header := stream.Head()
 		res.cut = &store.Response{Status: status, Header: header.Clone(), Body: stream.Relayed()}
 	}

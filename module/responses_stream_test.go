@@ -358,3 +358,30 @@ func TestResponsesStreamKeepsAliveWhileItWaits(t *testing.T) {
 		t.Fatalf("then %q: %+v", text, rest)
 	}
 }
+
+// A response that fails RESULT_TOO_LARGE mid-stream replays as its live follower saw it: the
+// events within max_result, then response.failed at the same number.
+func TestResponsesTooLargeReplaysAsLive(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, "responses /v1 {\n max_result 2000\n}\n")
+	s := g.createStream(t, `{"input":"a b c d e f g h i j k l m n o p q r s t u v w x y z a b c d e f g h i j k l m n o p","stream":true,"background":true}`,
+		append([]string{"X-Mock-Chunk-Delay", "5ms"}, alice...)...)
+	live := readRespEvents(t, s, 0)
+	id := live[0].Response.ID
+	checkRespEvents(t, live, 0, id)
+	last := live[len(live)-1]
+	if last.Type != "response.failed" || last.Response.Error == nil || last.Response.Error.Code != "RESULT_TOO_LARGE" || len(live) < 4 {
+		t.Fatalf("live: %+v", live)
+	}
+	replay := readRespEvents(t, g.followResponse(t, id, "", alice...), 0)
+	if len(replay) != len(live) {
+		t.Fatalf("replayed %d events, live %d: %+v", len(replay), len(live), replay)
+	}
+	for i := range live {
+		if replay[i].Type != live[i].Type || replay[i].Seq != live[i].Seq {
+			t.Fatalf("event %d replayed %+v, live %+v", i, replay[i], live[i])
+		}
+	}
+	if o := g.awaitResponse(t, id, alice...); o.Status != "failed" || o.Error == nil || o.Error.Code != "RESULT_TOO_LARGE" {
+		t.Fatalf("the object: %+v", o)
+	}
+}
