@@ -14,6 +14,7 @@ import (
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/capture"
+	"github.com/mulligan-gw/mulligan/internal/responses"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/webhook"
 )
@@ -32,6 +33,10 @@ type attemptResult struct {
 	// stack where: the attempt failed, the process goes on.
 	panicked any
 	stack    []byte
+	// cut is, for a background response whose attempt ended without a whole answer (cut by a
+	// cancel, the timeout, the upstream breaking off, max_result), the event stream it had
+	// relayed so far: within max_result, as the stream is given only what the capture keeps.
+	cut *store.Response
 }
 
 // resultOf is the attempt's result of an answer a capture writer recorded.
@@ -106,6 +111,11 @@ func (r *runner) execute(parent context.Context, ex *execution, op *store.Operat
 			log.Error("a handler panicked serving the operation", zap.Any("panic", res.panicked), zap.ByteString("stack", res.stack))
 		}
 		change, retry := outcome(ctx, parent, res, retryOn)
+		if (change.To == store.StatusCanceled || change.To == store.StatusFailed) && change.Result == nil && res.cut != nil {
+			// A background response keeps what its cut attempt streamed: its replay then
+			// numbers the events, and the final one, as its live stream did (docs/responses.md).
+			change.Result = res.cut
+		}
 		if retry && attempt < settings.Retries {
 			if !r.backoff(ctx, attempt, res) {
 				if ctx.Err() != nil {
@@ -272,6 +282,10 @@ func (r *runner) attempt(ctx context.Context, op *store.Operation, req *store.Re
 	rec.Stream = stream
 	res := serveRecorded(rec, func() error { srv.ServeHTTP(rec, hr); return nil })
 	r.streams.end(op.ID, stream, res.status != 0 && !res.over)
+	if (res.status == 0 || res.over) && res.panicked == nil && op.Kind == responses.Kind && stream.Started() {
+		status, header := stream.Head()
+		res.cut = &store.Response{Status: status, Header: header.Clone(), Body: stream.Relayed()}
+	}
 	return res
 }
 

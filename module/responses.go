@@ -1,11 +1,14 @@
 package module
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/dgraph-io/ristretto/v2"
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
@@ -147,7 +150,7 @@ func (a *respCall) replayStream(claim store.Claim) bool {
 		return false
 	}
 	op, err := a.st.GetOperation(claim.Record.OperationID)
-	if err != nil || op.Scope != a.scope || op.Kind != responses.Kind {
+	if err != nil || op.Scope != a.scope || op.Kind != responses.Kind || op.As(a.now).Status == store.StatusExpired {
 		return false
 	}
 	countRequest(outcomeReplayed)
@@ -263,14 +266,68 @@ func (a *respCall) object(op *store.Operation) (responses.Object, error) {
 	case store.StatusCanceled:
 		return base(responses.Cancelled), nil
 	}
-	var res *store.Response
-	if op.Result != nil {
-		var err error
-		if res, err = a.st.LoadResult(op.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
-			return nil, err
+	key := op.ID + "@" + strconv.FormatInt(op.Version, 10) // a final op's version moves no more
+	if b, ok := finalObjects.Get(key); ok {
+		if o, ok := responses.DecodeObject(b); ok {
+			return o, nil
 		}
 	}
-	return finalObject(op, res, base), nil
+	res, release, err := a.loadResult(op, 2) // the answer, and its final event decoded
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	o := finalObject(op, res, base)
+	if b, err := json.Marshal(o); err == nil && len(b) <= maxCachedObject {
+		finalObjects.Set(key, b, int64(len(b)))
+	}
+	return o, nil
+}
+
+// finalObjects keeps the final objects of finished responses, encoded, so that the polls of
+// one read its recorded answer once, not each time (docs/responses.md, Limits): ristretto's
+// cost-bounded cache (already in the build with Badger), by bytes.
+var finalObjects = func() *ristretto.Cache[string, []byte] {
+	c, err := ristretto.NewCache(&ristretto.Config[string, []byte]{NumCounters: 1 << 16, MaxCost: finalObjectsBytes, BufferItems: 64})
+	if err != nil {
+		panic(err) // only a config out of range
+	}
+	return c
+}()
+
+// The final objects kept at most, in bytes, and the largest one kept.
+const (
+	finalObjectsBytes = 32 << 20
+	maxCachedObject   = 1 << 20
+)
+
+// errBusy: reading a finished response's recorded answer would pass the block's budget of
+// bytes held in memory (max_buffered); the client retries shortly (503 GATEWAY_BUSY).
+var errBusy = errors.New("the gateway holds its max_buffered in memory")
+
+// loadResult loads op's recorded answer (nil when it has none), with times its size reserved
+// from the bytes the block holds in memory at once (max_buffered, shared with request bodies),
+// so that polls and replays of large answers at once are bounded; release gives it back. It
+// fails errBusy when the reservation does not fit.
+func (a *respCall) loadResult(op *store.Operation, times int64) (res *store.Response, release func(), err error) {
+	release = func() {}
+	if op.Result == nil {
+		return nil, release, nil
+	}
+	// An answer larger than the whole budget takes all of it: it is read when nothing else is
+	// held, rather than never.
+	n := min(times*int64(op.Result.Size), a.h.bodies.limit)
+	if !a.h.bodies.take(n) {
+		return nil, release, errBusy
+	}
+	if res, err = a.st.LoadResult(op.ID); err != nil {
+		a.h.bodies.give(n)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, release, nil
+		}
+		return nil, release, err
+	}
+	return res, func() { a.h.bodies.give(n) }, nil
 }
 
 // partialOutput is the output the running attempt of op has streamed so far, here or on
@@ -445,6 +502,11 @@ func (a *respCall) notAllowed(allow string) {
 }
 
 func (a *respCall) fail(err error) {
+	if errors.Is(err, errBusy) {
+		a.openAIError(apierr.Error{Code: apierr.CodeBusy, RetryAfter: time.Second, Details: map[string]any{"max_buffered": a.h.bodies.limit},
+			Message: "The gateway holds as many bytes of answers and bodies as it may; retry shortly."})
+		return
+	}
 	a.log.Error("storage unavailable", zap.Error(err))
 	a.openAIError(apierr.Error{Code: apierr.CodeStorage, Message: "The gateway's storage is unavailable; retry shortly.", RetryAfter: time.Second})
 }

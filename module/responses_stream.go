@@ -2,9 +2,9 @@ package module
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/mulligan-gw/mulligan/internal/capture"
@@ -24,25 +24,30 @@ import (
 // begins at once with the response as created, also while it waits for the runner or a seat.
 func (a *respCall) follow(op *store.Operation, after int64) {
 	if op.Status.Final() {
-		src, total, err := a.finalSource(op)
+		src, total, release, err := a.finalSource(op)
 		if err != nil {
 			a.fail(err)
 			return
 		}
+		defer release()
 		if after >= total {
 			a.invalid("starting_after is past this response's last event (its stream has "+strconv.FormatInt(total, 10)+" events, numbered from 0).", "starting_after")
 			return
 		}
-		a.newRelay(op, after).from(src)
+		rl := a.newRelay(op, after)
+		defer rl.close()
+		rl.from(src)
 		return
 	}
 	rl := a.newRelay(op, after)
+	defer rl.close()
 	q := &opsRequest{w: a.w, r: a.r, st: a.st, run: a.run, caller: a.caller, log: a.log}
 	for {
 		if op.Status.Final() {
-			src, _, err := a.finalSource(op)
+			src, _, release, err := a.finalSource(op)
 			if err == nil {
 				rl.from(src)
+				release()
 			}
 			return
 		}
@@ -84,35 +89,37 @@ func (a *respCall) liveSource(op *store.Operation) streams.Source {
 
 // finalSource is the stream of a finished op: its recorded answer's events, or, when it has
 // none (it failed or was cancelled before its answer, or the upstream answered JSON), its
-// final object as one terminal event; and how many events the stream has in all.
-func (a *respCall) finalSource(op *store.Operation) (streams.Source, int64, error) {
-	var res *store.Response
-	if op.Result != nil {
-		var err error
-		if res, err = a.st.LoadResult(op.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
-			return nil, 0, err
-		}
+// final object as one terminal event; and how many events the stream has in all. The memory
+// it holds (the answer and its copy as events) is reserved until release (loadResult).
+func (a *respCall) finalSource(op *store.Operation) (_ streams.Source, total int64, release func(), _ error) {
+	res, release, err := a.loadResult(op, 3)
+	if err != nil {
+		return nil, 0, release, err
 	}
 	s := newOpStream()
-	if res != nil && op.Status == store.StatusSucceeded && s.Open(res.Status, res.Header) {
+	// A cancelled or timed-out response keeps what its last attempt streamed (a 2xx stream):
+	// its replay gives those events, then its final object, numbered as they were live.
+	if res != nil && (op.Status == store.StatusSucceeded || res.Status/100 == 2) && s.Open(res.Status, res.Header) {
 		s.Write(res.Body)
 		s.Finish(streams.Whole)
 		n, ended := responses.Count(res.Body)
 		if !ended {
 			n++ // the relay ends it with the final object (relay.from)
 		}
-		return s, 1 + n, nil
+		return s, 1 + n, release, nil
 	}
+	release()
+	release = func() {}
 	o, err := a.object(op)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, release, err
 	}
 	h := http.Header{}
 	h.Set("Content-Type", "text/event-stream")
 	s.Open(http.StatusOK, h)
 	s.Write(responses.TerminalEvent(o, 0))
 	s.Finish(streams.Whole)
-	return s, 2, nil
+	return s, 2, release, nil
 }
 
 // relay writes a response's stream after sequence number after: the queued event at once,
@@ -125,16 +132,66 @@ type relay struct {
 	seq     int64 // the next event's sequence number
 	created int64
 	final   bool // a terminal event was relayed
+
+	mu      sync.Mutex // the writes: the relay's, and the keep-alive's
+	stop    chan struct{}
+	stopped sync.WaitGroup
 }
 
-// newRelay answers the stream's head and its first event, response.queued.
+// responseKeepAlive is how often a response's stream writes an SSE comment, which clients
+// ignore, so that proxies with an idle timeout (often 60 s) keep it open while it waits for a
+// seat or for a slow model's next event (docs/responses.md).
+var responseKeepAlive = 15 * time.Second
+
+// newRelay answers the stream's head and its first event, response.queued, and keeps the
+// stream alive until close.
 func (a *respCall) newRelay(op *store.Operation, after int64) *relay {
 	responses.EventStreamHeader(a.w.Header())
 	a.w.WriteHeader(http.StatusOK)
-	rl := &relay{a: a, op: op, rc: http.NewResponseController(a.w), after: after, created: op.SubmittedAt.Unix()}
+	rl := &relay{a: a, op: op, rc: http.NewResponseController(a.w), after: after, created: op.SubmittedAt.Unix(), stop: make(chan struct{})}
 	rl.send(responses.QueuedEvent(responses.Base(op.ID, rl.created, responses.Queued, op.Echo)))
-	_ = rl.rc.Flush()
+	_ = rl.flush()
+	rl.stopped.Add(1)
+	go rl.keepAlive()
 	return rl
+}
+
+// keepAlive writes a comment every responseKeepAlive until close or the client leaves.
+func (rl *relay) keepAlive() {
+	defer rl.stopped.Done()
+	t := rl.a.h.clock.NewTicker(responseKeepAlive)
+	defer t.Stop()
+	for {
+		select {
+		case <-rl.stop:
+			return
+		case <-rl.a.r.Context().Done():
+			return
+		case <-t.Chan():
+			rl.mu.Lock()
+			_, err := rl.a.w.Write([]byte(": keep-alive\n\n"))
+			if err == nil {
+				err = rl.rc.Flush()
+			}
+			rl.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}
+}
+
+// close ends the keep-alive: nothing writes to the stream after it.
+func (rl *relay) close() {
+	close(rl.stop)
+	rl.stopped.Wait()
+}
+
+// flush sends what was written.
+func (rl *relay) flush() error {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	return rl.rc.Flush()
 }
 
 // send writes the next event unless it is at or before after; false when the client is gone.
@@ -143,6 +200,8 @@ func (rl *relay) send(b []byte) bool {
 	if rl.seq <= rl.after {
 		return true
 	}
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
 	_, err := rl.a.w.Write(b)
 	return err == nil
 }
@@ -159,7 +218,7 @@ func (rl *relay) from(src streams.Source) {
 				ev = responses.TerminalEvent(o, rl.seq)
 			}
 			if rl.send(ev) {
-				_ = rl.rc.Flush()
+				_ = rl.flush()
 			}
 			return
 		case end == streams.Whole:
@@ -167,7 +226,7 @@ func (rl *relay) from(src streams.Source) {
 			// which is no event) ends with the response's final object, as a poll reads it.
 			if !rl.final {
 				if o := rl.settled(); o != nil && rl.send(responses.TerminalEvent(o, rl.seq)) {
-					_ = rl.rc.Flush()
+					_ = rl.flush()
 				}
 			}
 			return
@@ -187,7 +246,7 @@ func (rl *relay) from(src streams.Source) {
 			}
 		}
 		if len(evs) > 0 {
-			if rl.rc.Flush() != nil {
+			if rl.flush() != nil {
 				return
 			}
 			continue

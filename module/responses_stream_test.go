@@ -28,6 +28,9 @@ type respEvent struct {
 func readRespEvent(t *testing.T, s *sseStream) (respEvent, bool) {
 	t.Helper()
 	e, err := s.read()
+	for err == nil && strings.HasPrefix(e.raw, ":") { // a comment (keep-alive), as clients skip it
+		e, err = s.read()
+	}
 	if err == io.EOF {
 		return respEvent{}, false
 	}
@@ -292,5 +295,93 @@ func TestResponsesStreamWithoutATerminalEventEndsWithTheObject(t *testing.T) {
 		if len(tail) != 1 || tail[0].Seq != 3 || tail[0].Type != "response.failed" {
 			t.Fatalf("%s: resumed after 2: %+v", in, tail)
 		}
+	}
+}
+
+// A response cancelled mid-stream replays as its live follower saw it: the events relayed, then
+// response.cancelled at the same number; a resume after the last one before it gets it.
+func TestResponsesCancelledMidStreamResumesAndReplaysAsLive(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, responsesBlock)
+	s := g.createStream(t, `{"input":"a b c d e f g h i j","stream":true,"background":true}`, append([]string{"X-Mock-Chunk-Delay", "1s"}, alice...)...)
+	live := readRespEvents(t, s, 6)
+	id := live[0].Response.ID
+	decodeResponse(t, g.responseCall("POST", "/v1/responses/"+id+"/cancel", alice...))
+	live = append(live, readRespEvents(t, s, 0)...)
+	checkRespEvents(t, live, 0, id)
+	last := live[len(live)-1]
+	if last.Type != "response.cancelled" {
+		t.Fatalf("live: %+v", live)
+	}
+	replay := readRespEvents(t, g.followResponse(t, id, "", alice...), 0)
+	if len(replay) != len(live) {
+		t.Fatalf("replayed %d events, live %d: %+v", len(replay), len(live), replay)
+	}
+	for i := range live {
+		if replay[i].Type != live[i].Type || replay[i].Seq != live[i].Seq {
+			t.Fatalf("event %d replayed %+v, live %+v", i, replay[i], live[i])
+		}
+	}
+	tail := readRespEvents(t, g.followResponse(t, id, fmt.Sprintf("&starting_after=%d", last.Seq-1), alice...), 0)
+	if len(tail) != 1 || tail[0].Seq != last.Seq || tail[0].Type != "response.cancelled" || tail[0].Response.Status != "cancelled" {
+		t.Fatalf("resumed after %d: %+v", last.Seq-1, tail)
+	}
+	if o := decodeResponse(t, g.get("/v1/responses/"+id, alice...)); o.Status != "cancelled" {
+		t.Fatalf("the object: %+v", o)
+	}
+}
+
+// A stream that waits (here for the only worker) writes SSE comments meanwhile, so that a
+// proxy's idle timeout does not cut it; clients ignore them.
+func TestResponsesStreamKeepsAliveWhileItWaits(t *testing.T) {
+	was := responseKeepAlive
+	responseKeepAlive = 50 * time.Millisecond
+	t.Cleanup(func() { responseKeepAlive = was }) // after the gateway has stopped
+	g := startGateway(t, modelserver.Config{}, "async {\n concurrency 1\n}\n"+responsesBlock)
+	busy := g.createResponse(t, `{"input":"holds the only worker","background":true}`, append([]string{"X-Mock-Latency", "30s"}, alice...)...)
+	testkit.WaitFor(t, 10*time.Second, "the first response runs", func() bool { return g.model.Stats().InFlight == 1 })
+	s := g.createStream(t, `{"input":"wait for me","background":true,"stream":true}`, alice...)
+	for comments := 0; comments < 2; {
+		line, err := s.rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the stream ended: %v", err)
+		}
+		if line == ": keep-alive\n" {
+			comments++
+			if blank, _ := s.rd.ReadString('\n'); blank != "\n" {
+				t.Fatalf("a comment followed by %q", blank)
+			}
+		}
+	}
+	decodeResponse(t, g.responseCall("POST", "/v1/responses/"+busy.ID+"/cancel", alice...))
+	rest := readRespEvents(t, s, 0)
+	if text := checkRespEvents(t, rest, 1, rest[0].Response.ID); text != "You said: wait for me" || rest[len(rest)-1].Type != "response.completed" {
+		t.Fatalf("then %q: %+v", text, rest)
+	}
+}
+
+// A response that fails RESULT_TOO_LARGE mid-stream replays as its live follower saw it: the
+// events within max_result, then response.failed at the same number.
+func TestResponsesTooLargeReplaysAsLive(t *testing.T) {
+	g := startGateway(t, modelserver.Config{}, "responses /v1 {\n max_result 2000\n}\n")
+	s := g.createStream(t, `{"input":"a b c d e f g h i j k l m n o p q r s t u v w x y z a b c d e f g h i j k l m n o p","stream":true,"background":true}`,
+		append([]string{"X-Mock-Chunk-Delay", "5ms"}, alice...)...)
+	live := readRespEvents(t, s, 0)
+	id := live[0].Response.ID
+	checkRespEvents(t, live, 0, id)
+	last := live[len(live)-1]
+	if last.Type != "response.failed" || last.Response.Error == nil || last.Response.Error.Code != "RESULT_TOO_LARGE" || len(live) < 4 {
+		t.Fatalf("live: %+v", live)
+	}
+	replay := readRespEvents(t, g.followResponse(t, id, "", alice...), 0)
+	if len(replay) != len(live) {
+		t.Fatalf("replayed %d events, live %d: %+v", len(replay), len(live), replay)
+	}
+	for i := range live {
+		if replay[i].Type != live[i].Type || replay[i].Seq != live[i].Seq {
+			t.Fatalf("event %d replayed %+v, live %+v", i, replay[i], live[i])
+		}
+	}
+	if o := g.awaitResponse(t, id, alice...); o.Status != "failed" || o.Error == nil || o.Error.Code != "RESULT_TOO_LARGE" {
+		t.Fatalf("the object: %+v", o)
 	}
 }

@@ -168,6 +168,13 @@ func Base(id string, createdAt int64, status string, echo []byte) Object {
 	return o
 }
 
+// DecodeObject reads an object encoded from an Object, numbers kept as written.
+func DecodeObject(b []byte) (Object, bool) {
+	v, ok := decodeValue(b)
+	o, isObj := v.(map[string]any)
+	return o, ok && isObj
+}
+
 // Own makes o the gateway's: its id and creation time, and background.
 func (o Object) Own(id string, createdAt int64) Object {
 	o["id"], o["created_at"], o["background"], o["object"] = id, createdAt, true, "response"
