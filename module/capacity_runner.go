@@ -79,7 +79,7 @@ func (r *runner) claimQueued(takeover time.Duration) (*store.Operation, *seat, e
 		return op, held, err
 	}
 	var held *seat
-	began := time.Now()
+	began := r.clock.Now()
 	for tries := 0; tries < standInTries && r.alive(); {
 		head, err := r.st.NextQueued()
 		if err != nil || head == nil {
@@ -98,7 +98,7 @@ func (r *runner) claimQueued(takeover time.Duration) (*store.Operation, *seat, e
 			if held == nil {
 				continue // no seat yet: look at the head again
 			}
-			capacityMetrics.seatWait.Observe(time.Since(began).Seconds())
+			capacityMetrics.seatWait.Observe(r.clock.Since(began).Seconds())
 		}
 		op, err := r.st.ClaimQueued(head.ID, r.worker, takeover)
 		if err != nil || op != nil {
