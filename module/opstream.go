@@ -199,7 +199,7 @@ func (r *runner) currentRecording(op *store.Operation) (store.StreamPage, bool) 
 // Begin implements streams.Copier: the recording begins with the answer's head.
 func (o *opRecording) Begin(status int, header http.Header) {
 	o.live = streams.NewLive(o.st, []byte(o.id), o.holder, status, header, o.keep)
-	o.live.Begin(o.log)
+	go o.live.AppendEvents(o.log)
 }
 
 // Add implements streams.Copier.

@@ -78,7 +78,7 @@ func (r *streamRecording) Open(status int, header http.Header) bool {
 	r.live = streams.NewLive(r.st, r.kr.recordKey, store.KeyHolder(r.token), status, header, keep)
 	r.g.streams.add(r.live)
 	r.g.flights.began(string(r.kr.recordKey), r.token) // duplicates waiting here join it now
-	r.live.Begin(r.kr.log)
+	go r.live.AppendEvents(r.kr.log)
 	return true
 }
 

@@ -85,7 +85,8 @@ type Operations interface {
 type Queue interface {
 	// ClaimNext moves the next queued operation in the capacity order to running, held by worker
 	// until now+lease (Operation.Holder, Operation.LeaseUntil), and returns it; nil when none is
-	// queued. The order: effective urgency (EffectiveUrgency: urgency raised by waiting, one level
+	// queued, or when each candidate was held by another transaction at that moment (the caller
+	// looks again at its next wake-up). The order: effective urgency (EffectiveUrgency: urgency raised by waiting, one level
 	// per AgingStep), then the scopes with queued work take turns (the one served least recently
 	// first), then oldest first. Operations whose QueueDeadline has passed are not claimed. No
 	// operation is held by two workers at once.

@@ -118,7 +118,7 @@ func TestLiveFollowerReadsRecordedAndPendingEventsToTheEnd(t *testing.T) {
 				t.Fatal(err)
 			}
 			l := NewLive(st, key, store.KeyHolder(c.Token), 200, eventStream, time.Hour)
-			l.Begin(nopLogger{})
+			go l.AppendEvents(nopLogger{})
 			l.Add([]store.StreamEvent{{ID: "1", Data: []byte("id: 1\ndata: a\n\n")}, {ID: "2", Data: []byte("id: 2\ndata: b\n\n")}})
 			if seq, ok := l.Find("2"); !ok || seq != 2 {
 				t.Fatalf("Find(2): %d %v", seq, ok)
