@@ -197,14 +197,14 @@ func (g *gate) claimAndRun(w http.ResponseWriter, kr *keyedRequest, next caddyht
 	wait := waiting{interval: pollInterval}
 	streamAsked := false
 	for {
-		claim, err := st.ClaimKey(kr.recordKey, kr.fp, g.lease)
+		claim, durable, err := g.claim(st, kr)
 		if err != nil {
 			return g.storageFailed(w, kr, err)
 		}
 		switch {
 		case claim.Outcome == store.Claimed:
 			countRequest(outcomeNew)
-			return g.run(w, kr, next, st, claim.Token)
+			return g.run(w, kr, next, st, claim.Token, durable)
 		case g.joinStream(w, kr, st, claim):
 			return nil
 		case claim.Outcome == store.InProgress && !streamAsked:
@@ -223,6 +223,18 @@ func (g *gate) claimAndRun(w http.ResponseWriter, kr *keyedRequest, next caddyht
 		g.answer(w, kr, claim)
 		return nil
 	}
+}
+
+// claim claims the key. Where the store can commit a claim before it is durable (Badger), the
+// upstream is called while the claim's fsync runs, and durable waits for it before the client
+// hears anything (docs/api.md, "Durability"); elsewhere durable is nil and the claim is durable
+// when it returns.
+func (g *gate) claim(st store.Backend, kr *keyedRequest) (store.Claim, func() error, error) {
+	if early, ok := st.(store.EarlyClaimer); ok {
+		return early.ClaimKeyEarly(kr.recordKey, kr.fp, g.lease)
+	}
+	claim, err := st.ClaimKey(kr.recordKey, kr.fp, g.lease)
+	return claim, nil, err
 }
 
 func later(a, b time.Time) time.Time {
@@ -336,8 +348,9 @@ func (g *gate) storageFailed(w http.ResponseWriter, kr *keyedRequest, err error)
 }
 
 // run sends the claimed request upstream on a context that outlives the client (bounded by the
-// lease), streams the answer to the client, and records or releases the key.
-func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Backend, token string) error {
+// lease), streams the answer to the client, and records or releases the key. durable, when
+// set, waits for the claim's fsync: nothing of the answer goes to the client before it.
+func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Backend, token string, durable func() error) error {
 	defer g.flights.start(string(kr.recordKey), token)()
 	ctx, cancel := detachedContext(kr.r.Context(), g.lease)
 	defer cancel()
@@ -346,6 +359,25 @@ func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handl
 
 	tee := capture.NewTee(w, g.maxResult)
 	tee.Trailers = []string{headerExpires} // a stream says until when it replays at its end
+	// refused: the claim's fsync failed, and the client was answered 503 instead.
+	refused := false
+	if durable != nil {
+		tee.Ready = func(client http.ResponseWriter) bool {
+			err := durable()
+			if err == nil {
+				return true
+			}
+			refused = true
+			kr.log.Error("storage unavailable", zap.Error(err))
+			for name := range client.Header() { // the upstream's, copied for its answer
+				if name != apierr.HeaderRequestID {
+					client.Header().Del(name)
+				}
+			}
+			apierr.Write(client, apierr.Error{Code: apierr.CodeStorage, Message: "The gateway's storage is unavailable; retry shortly.", RetryAfter: time.Second})
+			return false
+		}
+	}
 	stream := g.newStreamRecording(tee, kr, st, token)
 	defer func() {
 		// reverse_proxy panics with http.ErrAbortHandler when the upstream breaks off its body
@@ -359,9 +391,21 @@ func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handl
 		}
 	}()
 	err := next.ServeHTTP(tee, up)
+	tee.WaitReady() // an upstream that answered nothing: the error answer comes after the claim too
 	if tee.Streaming() {
-		return stream.end(err)
+		err = stream.end(err)
+	} else {
+		err = g.settle(w, kr, st, token, tee, err)
 	}
+	if refused {
+		return nil // answered 503 STORAGE_UNAVAILABLE
+	}
+	return err
+}
+
+// settle records or releases the key after an answer that was not streamed, and releases the
+// held answer to the client once its record is durable.
+func (g *gate) settle(w http.ResponseWriter, kr *keyedRequest, st store.Backend, token string, tee *capture.Tee, err error) error {
 	if err == nil && !tee.Written() {
 		tee.WriteHeader(http.StatusOK) // the handler wrote nothing: net/http's implicit 200
 	}

@@ -50,6 +50,18 @@ type Keys interface {
 	EvictKey(key []byte) (bool, error)
 }
 
+// EarlyClaimer is a Keys whose claim can be committed before it is durable: Badger's, where
+// durability is a group fsync after the commit. On PostgreSQL the commit is the flush that makes
+// a claim seen by the other replicas, so it has nothing to overlap and does not implement it.
+type EarlyClaimer interface {
+	// ClaimKeyEarly is ClaimKey returning as soon as a claim is committed, and seen by every
+	// other claim of the key, with the fsync that makes it durable started: durable blocks until
+	// that fsync is done (at once under durability relaxed). Call durable once, and answer the
+	// client only after it (docs/api.md, "Durability"). An outcome other than Claimed is
+	// returned as ClaimKey returns it, once what it read is durable; durable is for a claim only.
+	ClaimKeyEarly(key, fp []byte, lease time.Duration) (claim Claim, durable func() error, err error)
+}
+
 // Operations are the operation resources, their stored requests and results.
 type Operations interface {
 	// AcceptOperation durably stores op (queued, or running for a call converted after it

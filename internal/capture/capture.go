@@ -56,6 +56,10 @@ type Tee struct {
 	// Streams, when set, may take over an event-stream answer (docs/streams.md).
 	Streams   Sink
 	streaming bool
+	// Ready, when set, is called once, before the first byte of the answer (its status line
+	// included) goes to the client; it reports whether the answer may go. When it may not,
+	// Ready answered the client itself, and the rest is recorded but not sent.
+	Ready func(client http.ResponseWriter) bool
 
 	status  int
 	header  http.Header // snapshot of the recorded headers
@@ -91,19 +95,33 @@ func (t *Tee) WriteHeader(status int) {
 		return
 	}
 	if status >= 100 && status < 200 && status != http.StatusSwitchingProtocols {
-		t.client.WriteHeader(status) // informational: passed on, not recorded
+		if t.WaitReady() {
+			t.client.WriteHeader(status) // informational: passed on, not recorded
+		}
 		return
 	}
 	t.status = status
 	t.header = RecordableHeader(t.client.Header())
 	t.holding = !IsStreamed(t.header.Get("Content-Type"))
 	t.streaming = t.Streams != nil && t.Streams.Open(status, t.header)
-	if !t.holding {
+	if !t.holding && t.WaitReady() {
 		for _, name := range t.Trailers {
 			t.client.Header().Add("Trailer", name)
 		}
 		t.client.WriteHeader(status)
 	}
+}
+
+// WaitReady calls Ready once, and reports whether the client may have the answer: false when
+// Ready answered it instead, or it went away.
+func (t *Tee) WaitReady() bool {
+	if ready := t.Ready; ready != nil {
+		t.Ready = nil
+		if !ready(t.client) {
+			t.clientGone = true
+		}
+	}
+	return !t.clientGone
 }
 
 func (t *Tee) Write(p []byte) (int, error) {
@@ -137,13 +155,15 @@ func (t *Tee) Release() {
 		return
 	}
 	t.holding = false
-	t.client.WriteHeader(t.status)
-	t.ToClient(t.body.Bytes())
+	if t.WaitReady() {
+		t.client.WriteHeader(t.status)
+		t.ToClient(t.body.Bytes())
+	}
 }
 
 // ToClient writes p to the client unless it went away.
 func (t *Tee) ToClient(p []byte) {
-	if t.clientGone {
+	if !t.WaitReady() {
 		return
 	}
 	if _, err := t.client.Write(p); err != nil {
@@ -164,7 +184,7 @@ func (t *Tee) Flush() {
 
 // FlushClient flushes the client's writer unless it went away.
 func (t *Tee) FlushClient() {
-	if t.clientGone {
+	if !t.WaitReady() {
 		return
 	}
 	if err := http.NewResponseController(t.client).Flush(); err != nil {

@@ -29,13 +29,18 @@ func newGroupSyncer(sync func() error) *groupSyncer {
 }
 
 // wait blocks until an fsync that started after the call covers the caller's committed write.
-func (g *groupSyncer) wait() error {
+func (g *groupSyncer) wait() error { return <-g.start() }
+
+// start registers the caller's committed write for the next fsync, which it starts if none is
+// waiting to, and returns where that fsync's outcome arrives (once).
+func (g *groupSyncer) start() <-chan error {
 	ch := make(chan error, 1)
 	g.mu.Lock()
 	select {
 	case <-g.done:
 		g.mu.Unlock()
-		return errSyncerStopped
+		ch <- errSyncerStopped
+		return ch
 	default:
 	}
 	g.waiters = append(g.waiters, ch)
@@ -44,7 +49,7 @@ func (g *groupSyncer) wait() error {
 	case g.kick <- struct{}{}:
 	default:
 	}
-	return <-ch
+	return ch
 }
 
 func (g *groupSyncer) run() {

@@ -15,26 +15,56 @@ func (s *Store) ClaimKey(key, fp []byte, lease time.Duration) (store.Claim, erro
 	unlock := s.locks.lock(key)
 	defer unlock()
 	var claim store.Claim
-	err := s.updateIf(func(txn *badger.Txn) (bool, error) {
+	if err := s.updateIf(claimKey(s, key, fp, lease, &claim)); err != nil {
+		return store.Claim{}, err
+	}
+	return claim, nil
+}
+
+// ClaimKeyEarly is ClaimKey returning once the claim is committed, its fsync started
+// (store.EarlyClaimer): the gate calls the upstream while the fsync runs and answers the client
+// after it (docs/api.md, "Durability"). A replay, a conflict or a claim in flight is returned
+// as ClaimKey returns it, once what it read is durable.
+func (s *Store) ClaimKeyEarly(key, fp []byte, lease time.Duration) (store.Claim, func() error, error) {
+	unlock := s.locks.lock(key)
+	defer unlock()
+	var claim store.Claim
+	wrote, read, err := s.commit(claimKey(s, key, fp, lease, &claim), nil)
+	switch {
+	case err != nil:
+		return store.Claim{}, nil, err
+	case !s.sync:
+		return claim, noWait, nil
+	case !wrote:
+		if err := wrap(s.awaitDurable(read)); err != nil {
+			return store.Claim{}, nil, err
+		}
+		return claim, nil, nil
+	}
+	synced := s.sh.syncer.start() // covers what it read too
+	return claim, func() error { return wrap(<-synced) }, nil
+}
+
+func noWait() error { return nil }
+
+// claimKey is the claim's transaction: it sets *claim to what it found or took.
+func claimKey(s *Store, key, fp []byte, lease time.Duration, claim *store.Claim) func(txn *badger.Txn) (bool, error) {
+	return func(txn *badger.Txn) (bool, error) {
 		rec, err := getRecord(txn, key)
 		if err != nil {
 			return false, err
 		}
 		now := s.now()
 		var answered bool
-		if claim, answered = store.AnswerFor(rec, fp, now); answered {
+		if *claim, answered = store.AnswerFor(rec, fp, now); answered {
 			return false, nil // a replay or a conflict: nothing written, no fsync
 		}
 		// Absent, or an in-flight claim whose holder outlived its lease (a crash): take it. The
 		// record outlives its lease a little, so a late retry still sees an expired claim.
 		rec = &store.Record{State: store.InFlight, Fingerprint: fp, Token: store.NewToken(), ClaimedAt: now, LeaseUntil: now.Add(lease)}
-		claim = store.Claim{Outcome: store.Claimed, Token: rec.Token}
+		*claim = store.Claim{Outcome: store.Claimed, Token: rec.Token}
 		return true, putRecord(txn, key, rec, lease+time.Minute)
-	})
-	if err != nil {
-		return store.Claim{}, err
 	}
-	return claim, nil
 }
 
 // CompleteKey records resp for the key held under token; it replays until expires.

@@ -141,11 +141,27 @@ func (s *Store) updateIf(fn func(txn *badger.Txn) (bool, error)) error {
 // before the call returns (nil: it must). A transaction that wrote nothing, or need not wait,
 // still waits for the sync of what it read when that was not yet durable (fresh.go).
 func (s *Store) write(fn func(txn *badger.Txn) (bool, error), committed func(), durable func() bool) error {
-	if err := s.usable(); err != nil {
+	wrote, read, err := s.commit(fn, committed)
+	if err != nil || !s.sync {
 		return err
 	}
-	wrote := false
-	var read uint64
+	mustSync := durable == nil || durable()
+	switch {
+	case wrote && mustSync:
+		return wrap(s.sh.syncer.wait()) // covers what it read too
+	case !wrote:
+		return wrap(s.awaitDurable(read))
+	}
+	return nil // a claim that need not be durable runs on what it read (store.ClaimMustBeDurable)
+}
+
+// commit runs fn in a read-write transaction, retrying on optimistic conflicts, and calls
+// committed once it is committed when fn wrote. It reports whether fn wrote and, under
+// durability sync, the newest version it read that no sync had covered yet (fresh.go).
+func (s *Store) commit(fn func(txn *badger.Txn) (bool, error), committed func()) (wrote bool, read uint64, err error) {
+	if err := s.usable(); err != nil {
+		return false, 0, err
+	}
 	for attempt := 0; ; attempt++ {
 		var txn *badger.Txn
 		err := s.sh.db.Update(func(t *badger.Txn) error {
@@ -164,24 +180,14 @@ func (s *Store) write(fn func(txn *badger.Txn) (bool, error), committed func(), 
 			continue
 		}
 		if err != nil {
-			return wrap(err)
+			return false, 0, wrap(err)
 		}
 		break
 	}
 	if committed != nil && wrote {
 		committed()
 	}
-	if !s.sync {
-		return nil
-	}
-	mustSync := durable == nil || durable()
-	switch {
-	case wrote && mustSync:
-		return wrap(s.sh.syncer.wait()) // covers what it read too
-	case !wrote:
-		return wrap(s.awaitDurable(read))
-	}
-	return nil // a claim that need not be durable runs on what it read (store.ClaimMustBeDurable)
+	return wrote, read, nil
 }
 
 // view runs fn in a read-only transaction. Under durability sync it returns once what fn read
@@ -235,7 +241,10 @@ func wrapAnswer(err error) error {
 func wrap(err error) error { return store.Unavailable(err) }
 
 // The Badger Store is a Backend.
-var _ store.Backend = (*Store)(nil)
+var (
+	_ store.Backend      = (*Store)(nil)
+	_ store.EarlyClaimer = (*Store)(nil)
+)
 
 // read runs one of the layout's getters in a read transaction.
 func read[K, T any](s *Store, get func(*badger.Txn, K) (T, error), key K) (T, error) {
