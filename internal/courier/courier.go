@@ -137,13 +137,14 @@ func (c *Courier) Stop() {
 
 // Configure installs the endpoints of every block on the storage; the circuit breakers are
 // kept unless their settings change. An endpoint new to the courier has its waiting events
-// made due at once.
+// made due before Configure returns: done later, in the background, it could land after an
+// attempt had recorded its retry wait, and cut that wait short.
 func (c *Courier) Configure(endpoints map[string]Endpoint) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	var added []string
 	for name := range endpoints {
 		if _, ok := c.endpoints[name]; !ok {
-			c.wakeEndpoint(name)
+			added = append(added, name)
 		}
 	}
 	c.endpoints = endpoints
@@ -158,7 +159,11 @@ func (c *Courier) Configure(endpoints map[string]Endpoint) {
 		}
 	}
 	c.deliverers = kept
-	c.kickLocked()
+	c.mu.Unlock()
+	for _, name := range added {
+		c.wakeEndpoint(name)
+	}
+	c.Kick()
 }
 
 // unknownEndpointMaxAge is how long an event waits for a config that declares its endpoint
@@ -167,12 +172,9 @@ const unknownEndpointMaxAge = 72 * time.Hour
 
 // wakeEndpoint makes the events waiting for an endpoint this config now declares due at once.
 func (c *Courier) wakeEndpoint(name string) {
-	go func() {
-		if _, err := c.st.RescheduleEndpoint(name, c.clk.Now()); err != nil && !errors.Is(err, store.ErrClosed) {
-			c.log.Warn("making a newly configured endpoint's events due", zap.String("endpoint", name), zap.Error(err))
-		}
-		c.Kick()
-	}()
+	if _, err := c.st.RescheduleEndpoint(name, c.clk.Now()); err != nil && !errors.Is(err, store.ErrClosed) {
+		c.log.Warn("making a newly configured endpoint's events due", zap.String("endpoint", name), zap.Error(err))
+	}
 }
 
 // endpoint returns endpoint name's settings and the deliverer of its breaker settings; false

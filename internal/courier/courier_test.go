@@ -191,3 +191,25 @@ func TestStopWaitsForTheDeliveryUnderWay(t *testing.T) {
 		t.Fatalf("event after Stop: %+v, %v; want pending with no attempt", ev, err)
 	}
 }
+
+// TestConfigureMakesANewEndpointsEventsDueBeforeItReturns: an event waiting for an endpoint
+// that a config now declares is due once Configure returns. Made due later, in the background,
+// it could land after the first attempt had recorded its retry wait and cut that wait short.
+func TestConfigureMakesANewEndpointsEventsDueBeforeItReturns(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now().UTC().Truncate(time.Millisecond))
+	st := outbox(t, clock, "http://127.0.0.1:1/hook")
+	finish(t, st, clock, "op_1")
+	if err := st.Reschedule("evt_op_1", clock.Now().Add(time.Hour), store.Attempt{}); err != nil {
+		t.Fatal(err)
+	}
+	c := New(Options{Store: st, Worker: "worker-1", Clock: clock, Render: render})
+	defer c.Stop()
+	c.Configure(hooks(t, 30*time.Second))
+	ev, err := st.GetEvent("evt_op_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ev.NextAttempt.Equal(clock.Now()) {
+		t.Fatalf("after Configure the event is due in %v; want now", ev.NextAttempt.Sub(clock.Now()))
+	}
+}
