@@ -25,16 +25,13 @@ const ScenarioResponses = "responses"
 var respEvents = []string{"response.in_progress", "response.output_text.delta", "response.output_text.delta", "response.output_text.delta", "response.completed"}
 
 // respSource answers POST /v1/responses with a short streamed response, flushed event by
-// event; with ?hold=1 it sends the first event and then waits until release is closed.
+// event; with ?hold=1 it sends the first event and then waits for releaseAll.
 type respSource struct {
-	mu      sync.Mutex
-	release chan struct{}
+	*holdGate
 }
 
 func (s *respSource) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	release := s.release
-	s.mu.Unlock()
+	release := s.held()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
@@ -59,14 +56,6 @@ func (s *respSource) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// releaseAll lets every held stream finish, and arms a fresh release.
-func (s *respSource) releaseAll() {
-	s.mu.Lock()
-	close(s.release)
-	s.release = make(chan struct{})
-	s.mu.Unlock()
-}
-
 // responses runs the scenario against plain Caddy and a Mulligan gateway of its own, both in
 // front of respSource.
 func (h *harness) responses(ctx context.Context) ([]Row, error) {
@@ -74,7 +63,7 @@ func (h *harness) responses(ctx context.Context) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	src := &respSource{release: make(chan struct{})}
+	src := &respSource{holdGate: newHoldGate()}
 	srv := &http.Server{Handler: src, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(l) }()
 	defer srv.Close()

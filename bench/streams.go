@@ -28,14 +28,13 @@ const (
 
 // streamSource answers POST streamPath?events=N&size=B with N events of about B bytes each,
 // flushed one by one, as fast as the connection takes them, or with every=D one per D after
-// the first (a model server's pace). With hold=1 it sends the first event and then waits until
-// release is closed.
+// the first (a model server's pace). With hold=1 it sends the first event and then waits for
+// releaseAll.
 type streamSource struct {
-	mu      sync.Mutex
-	release chan struct{}
+	*holdGate
 }
 
-func newStreamSource() *streamSource { return &streamSource{release: make(chan struct{})} }
+func newStreamSource() *streamSource { return &streamSource{holdGate: newHoldGate()} }
 
 func (s *streamSource) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
@@ -43,9 +42,7 @@ func (s *streamSource) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	events, _ := strconv.Atoi(q.Get("events"))
 	size, _ := strconv.Atoi(q.Get("size"))
 	every, _ := time.ParseDuration(q.Get("every"))
-	s.mu.Lock()
-	release := s.release
-	s.mu.Unlock()
+	release := s.held()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
@@ -72,14 +69,6 @@ func (s *streamSource) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-}
-
-// releaseAll lets every held stream finish, and arms a fresh release for the next ones.
-func (s *streamSource) releaseAll() {
-	s.mu.Lock()
-	close(s.release)
-	s.release = make(chan struct{})
-	s.mu.Unlock()
 }
 
 // streams measures keyed Server-Sent Events relayed through Mulligan (recorded event by event)
