@@ -98,6 +98,32 @@ func TestSharedSeatTakenIsReleasedAfterAReloadDropsShared(t *testing.T) {
 	}
 }
 
+// A shared seat that cannot be counted (the database is down) fails the call with the
+// storage's error, holding no local seat: the shared seats fail closed.
+func TestSharedSeatStorageFailureFailsTheCallAndFreesItsLocalSeat(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	st := openSeats(t, pgtest.Database(t), clock)
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	freed := make(chan struct{}, 1)
+	var shared atomic.Pointer[Shared]
+	shared.Store(newTestShared(st, clock, time.Minute))
+	p := NewSeats(Config{Limit: 1}, SeatsOptions{Clock: clock, Shared: shared.Load, OnFree: func() { freed <- struct{}{} }})
+	s, err := p.Acquire(context.Background(), Ask{Scope: "a", Since: clock.Now()}, time.Minute)
+	if err == nil || errors.Is(err, ErrNoSeat) {
+		t.Fatalf("a seat with the database down: %v %v; want the storage's error", s, err)
+	}
+	if n := p.Snapshot().InUse; n != 0 {
+		t.Fatalf("%d local seats in use after the failure; want 0", n)
+	}
+	select {
+	case <-freed:
+	default:
+		t.Fatal("the local seat went back without OnFree: queued work would not look for it")
+	}
+}
+
 // The replica's one look for a shared seat serves its waiters in the order they came: each
 // seat that comes free goes to the longest waiting.
 func TestSharedSeatGoesToTheLocalWaitersInTheOrderTheyCame(t *testing.T) {
