@@ -47,7 +47,7 @@ func TestCapacityForgedUrgencyDoesNotPassAnotherTenant(t *testing.T) {
 // share their tenant's turn instead of getting one each.
 func TestCapacityFairKeyFromAHeaderSharesTurnsByTenant(t *testing.T) {
 	g, a := startSlotted(t, 1, 30*time.Millisecond, "capacity {\n limit 1\n wait 1m\n fair_key {http.request.header.X-Tenant}\n}")
-	pool := func() seatSnapshot { return gatewayPool(t, g).snapshot() }
+	pool := func() seatSnapshot { return gatewayPool(t, g).Snapshot() }
 	var wg sync.WaitGroup
 	call := func(key, credential, tenant string, more ...string) {
 		wg.Add(1)

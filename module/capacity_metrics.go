@@ -63,7 +63,7 @@ func (seatCollector) Collect(ch chan<- prometheus.Metric) {
 		if !ok {
 			return true
 		}
-		s := p.snapshot()
+		s := p.Snapshot()
 		ch <- prometheus.MustNewConstMetric(descSeatLimit, prometheus.GaugeValue, float64(s.Limit), p.label)
 		ch <- prometheus.MustNewConstMetric(descSeatsInUse, prometheus.GaugeValue, float64(s.InUse), p.label)
 		for u, n := range s.Waiting {
@@ -126,7 +126,7 @@ func (r *runner) capacityStats() map[string]any {
 	replica := map[string]seatSnapshot{}
 	shared := map[string]*sharedSnapshot{}
 	for _, p := range pools {
-		replica[p.label] = p.snapshot()
+		replica[p.label] = p.Snapshot()
 		if ss := p.sharedSnapshot(); ss != nil {
 			shared[p.label] = ss
 		}

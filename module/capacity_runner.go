@@ -83,12 +83,12 @@ func (r *runner) claimQueued(takeover time.Duration) (*store.Operation, *seat, e
 	for tries := 0; tries < standInTries && r.alive(); {
 		head, err := r.st.NextQueued()
 		if err != nil || head == nil {
-			held.giveBack()
+			held.GiveBack()
 			return nil, nil, err
 		}
 		pool := r.poolFor(head)
-		if held != nil && held.pool != pool {
-			held.giveBack()
+		if held != nil && (pool == nil || !held.Of(pool.Seats)) {
+			held.GiveBack()
 			held = nil
 		}
 		if pool != nil && held == nil {
@@ -103,14 +103,14 @@ func (r *runner) claimQueued(takeover time.Duration) (*store.Operation, *seat, e
 		op, err := r.st.ClaimQueued(head.ID, r.worker, takeover)
 		if err != nil || op != nil {
 			if op == nil {
-				held.giveBack()
+				held.GiveBack()
 				held = nil
 			}
 			return op, held, err
 		}
 		tries++ // claimed elsewhere, canceled or stale meanwhile: the next head may use the seat
 	}
-	held.giveBack()
+	held.GiveBack()
 	return nil, nil, nil
 }
 
@@ -128,13 +128,13 @@ func (r *runner) claimWithFreeSeat(takeover time.Duration) (op *store.Operation,
 	if !free {
 		return nil, nil, false, nil
 	}
-	s := &seat{pool: p, start: start}
+	s := p.Seated(start)
 	if op, err = r.st.ClaimNext(r.worker, takeover); err != nil || op == nil {
-		s.giveBack()
+		s.GiveBack()
 		return nil, nil, true, err
 	}
 	if r.poolFor(op) != p {
-		s.giveBack() // the head is another block's: its first attempt waits for its own seat
+		s.GiveBack() // the head is another block's: its first attempt waits for its own seat
 		return op, nil, true, nil
 	}
 	return op, s, true, nil
@@ -144,13 +144,13 @@ func (r *runner) claimWithFreeSeat(takeover time.Duration) (op *store.Operation,
 // the queued operation head; nil when none came free meanwhile. A shared seat that cannot be
 // counted is an error: the operation stays queued (shared seats fail closed).
 func (p *seatPool) standIn(head *store.Operation) (*seat, error) {
-	deadline := time.Now().Add(standInRefresh)
+	deadline := p.Clock().Now().Add(standInRefresh)
 	ask := operationAsk(head)
-	start, err := p.Await(context.Background(), p.enqueue(ask), standInRefresh)
+	start, err := p.Await(context.Background(), p.Enqueue(ask), standInRefresh)
 	if err != nil {
 		return nil, nil
 	}
-	s, err := p.withShared(context.Background(), &seat{pool: p, start: start}, ask, deadline)
+	s, err := p.WithShared(context.Background(), p.Seated(start), ask, deadline)
 	switch {
 	case errors.Is(err, errNoSeat):
 		return nil, nil
@@ -186,8 +186,8 @@ func (r *runner) takePending(id string) *seat {
 func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *store.Request, limit int64, first bool) (res attemptResult, halt *store.Change) {
 	pending := r.takePending(op.ID)
 	pool := r.poolFor(op)
-	if pool == nil || pending != nil && pending.pool != pool {
-		pending.giveBack() // a reload took the block's capacity away, or moved it
+	if pool == nil || pending != nil && !pending.Of(pool.Seats) {
+		pending.GiveBack() // a reload took the block's capacity away, or moved it
 		pending = nil
 	}
 	if pool == nil {
@@ -203,7 +203,7 @@ func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *st
 			}
 		}
 		var err error
-		s, err = pool.acquire(ctx, operationAsk(op), wait)
+		s, err = pool.Acquire(ctx, operationAsk(op), wait)
 		switch {
 		case errors.Is(err, errNoSeat):
 			timedOut := queueTimedOut()
@@ -215,17 +215,17 @@ func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *st
 			return attemptResult{}, nil // the execution ended while it waited: outcome says how
 		}
 	} else {
-		s.start = r.clock.Now() // the claim's write is not the call's latency
+		s.Begin(r.clock.Now()) // the claim's write is not the call's latency
 	}
 	// A shared seat that can no longer be renewed cuts the attempt, as an upstream cut would:
 	// another replica may take the seat (docs/capacity.md).
-	actx, stop := s.watch(ctx)
+	actx, stop := s.Watch(ctx)
 	res = r.attempt(actx, op, req, limit)
 	stop()
 	if seatLapsed(actx) && ctx.Err() == nil {
 		r.log.Warn("the attempt's shared seat could not be renewed; the attempt was cut", operationFields(op)...)
 	}
-	s.release(attemptSample(res, ctx.Err()))
+	s.Release(attemptSample(res, ctx.Err()))
 	return res, nil
 }
 
@@ -244,7 +244,7 @@ func (r *runner) expiredInQueue(op *store.Operation) bool {
 func (r *runner) queueTimeout(op *store.Operation) {
 	capacityMetrics.queueTimeouts.Inc()
 	if p := r.poolFor(op); p != nil {
-		p.countQueueTimeout()
+		p.CountQueueTimeout()
 	}
 }
 

@@ -78,14 +78,14 @@ func (h *Handler) seated(next caddyhttp.Handler, scope string) caddyhttp.Handler
 		s := ticketOf(r.Context()).take()
 		if s == nil {
 			var err error
-			if s, err = h.seats.acquire(r.Context(), h.liveAsk(r, scope, h.now()), h.syncSeatWait(r)); err != nil {
+			if s, err = h.seats.Acquire(r.Context(), h.liveAsk(r, scope, h.now()), h.syncSeatWait(r)); err != nil {
 				h.saturated(w, r, err)
 				return nil
 			}
 		}
-		ctx, stop := s.watch(r.Context())
+		ctx, stop := s.Watch(r.Context())
 		sw := &statusWriter{ResponseWriter: w, cut: ctx, now: h.now}
-		defer func() { s.release(sw.sample(s.start, r.Context().Err())) }()
+		defer func() { s.Release(sw.sample(s.Start(), r.Context().Err())) }()
 		err := next.ServeHTTP(sw, r.WithContext(ctx))
 		stop()
 		if sw.status == 0 && seatLapsed(ctx) {
@@ -115,8 +115,8 @@ func (h *Handler) saturated(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	countRequest(outcomeSaturated)
 	h.seats.countRefusal()
-	snap := h.seats.snapshot()
-	apierr.Write(w, apierr.Error{Code: apierr.CodeUpstreamSaturated, RetryAfter: h.seats.retryAfter(),
+	snap := h.seats.Snapshot()
+	apierr.Write(w, apierr.Error{Code: apierr.CodeUpstreamSaturated, RetryAfter: h.seats.RetryAfter(),
 		Details: map[string]any{"limit": snap.Limit, "in_use": snap.InUse},
 		Message: "Every upstream seat stayed busy for as long as this call may wait; retry after the time given."})
 }
@@ -149,7 +149,7 @@ func isEventStream(h http.Header) bool {
 // left while it waited (docs/capacity.md).
 func (h *Handler) reserveSeat(kr *keyedRequest, window time.Duration) (*seatTicket, bool) {
 	wait := max(min(h.syncSeatWait(kr.r), window), time.Millisecond)
-	s, err := h.seats.acquire(kr.r.Context(), h.liveAsk(kr.r, kr.scope, h.now()), wait)
+	s, err := h.seats.Acquire(kr.r.Context(), h.liveAsk(kr.r, kr.scope, h.now()), wait)
 	if err != nil {
 		return nil, false // not a refusal: the call is queued, unless its client left
 	}
@@ -186,7 +186,7 @@ func (t *seatTicket) take() *seat {
 // drop gives the seat back if no call took it.
 func (t *seatTicket) drop() {
 	if s := t.take(); s != nil {
-		s.release(capacity.Sample{}) // no call: nothing for the limit to learn
+		s.Release(capacity.Sample{}) // no call: nothing for the limit to learn
 	}
 }
 

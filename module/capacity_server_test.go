@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/capacity"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
@@ -36,7 +37,7 @@ func TestCapacityServerMetricsSteerTheLimitAndFallBackVisibly(t *testing.T) {
 			testkit.WaitFor(t, 10*time.Second, "the metrics read", func() bool {
 				m := g.scrape(t)
 				if tc.fresh == 0 {
-					return sum(m, "mulligan_capacity_server_metrics_failures_total") >= serverMetricsStale && sum(m, name) == 0 && has(m, name)
+					return sum(m, "mulligan_capacity_server_metrics_failures_total") >= capacity.StaleReads && sum(m, name) == 0 && has(m, name)
 				}
 				return sum(m, name) == 1
 			})

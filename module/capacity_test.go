@@ -1,10 +1,7 @@
 package module
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -213,7 +210,7 @@ func TestCapacitySaturatedSyncCallGets503WithRetryAfterAfterItsWait(t *testing.T
 	if st := g.model.Stats(); st.Received != 1 {
 		t.Fatalf("the model server received %d calls; the refused one must never reach it", st.Received)
 	}
-	if n := gatewayPool(t, g).snapshot().Refused; n != 1 {
+	if n := gatewayPool(t, g).Snapshot().Refused; n != 1 {
 		t.Fatalf("%d refusals counted; want the one 503", n)
 	}
 	// The refusal was not recorded: the key runs once a seat is free.
@@ -238,7 +235,7 @@ func TestCapacitySaturatedCallThatMayBecomeAsyncIsQueued(t *testing.T) {
 	if st := g.model.Stats(); st.MaxInFlight != 1 {
 		t.Fatalf("the model server had %d calls at once; the limit is 1", st.MaxInFlight)
 	}
-	if n := gatewayPool(t, g).snapshot().Refused; n != 0 {
+	if n := gatewayPool(t, g).Snapshot().Refused; n != 0 {
 		t.Fatalf("%d refusals counted for a call answered 202; want none", n)
 	}
 }
@@ -289,26 +286,6 @@ func TestCapacityMaxQueueWaitHeaderOnlyShortensTheConfiguredWait(t *testing.T) {
 		if want := now.Add(c.want); (c.want == 0 && !got.IsZero()) || (c.want != 0 && !got.Equal(want)) {
 			t.Errorf("max_queue_wait %v, Max-Queue-Wait %q: deadline %v; want %v after now", c.configured, c.header, got, c.want)
 		}
-	}
-}
-
-func TestCapacityTurnsHoldOnlyWaitingScopes(t *testing.T) {
-	p := newSeatPool("test|/ops", "test", "test", "/ops", CapacityConfig{Limit: 1})
-	defer p.Destruct()
-	for i := range 100 { // a hundred callers, one call each
-		s, err := p.acquire(context.Background(), seatAsk{Scope: fmt.Sprint("tenant-", i), Since: time.Now()}, time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.release(capacity.Sample{})
-	}
-	held, _ := p.acquire(context.Background(), seatAsk{Scope: "held", Since: time.Now()}, time.Second)
-	if _, err := p.acquire(context.Background(), seatAsk{Scope: "refused", Since: time.Now()}, time.Millisecond); !errors.Is(err, errNoSeat) {
-		t.Fatalf("with the one seat held: %v, want errNoSeat", err)
-	}
-	held.release(capacity.Sample{})
-	if n := p.Remembered(); n != 0 {
-		t.Fatalf("%d scopes remembered with nobody waiting; want none", n)
 	}
 }
 

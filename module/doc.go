@@ -20,8 +20,10 @@
 //	webhooks            webhooks_config.go (endpoints), event.go (an event built and rendered),
 //	                    courier.go (the storage's internal/courier, wired to the gateway's
 //	                    rendering, traces and metrics)
-//	capacity            capacity.go, capacity_serve.go, seats.go, seats_shared.go, adaptive.go,
-//	                    priority.go, capacity_metrics.go
+//	capacity            capacity.go, capacity_fair.go, capacity_server.go (the config),
+//	                    capacity_serve.go, seats.go (the process-wide pools, wired to storage and
+//	                    metrics), capacity_metrics.go; the seats, shared seats and the model
+//	                    server's metrics are internal/capacity
 //	batches and files   batches*.go (the API's routes and objects), files.go; the worker, line
 //	                    checks, output assembly, events and metrics are internal/batches
 //	storage             storage.go (open storages, shared by configs), app.go, postgres.go

@@ -315,7 +315,7 @@ func (r *runner) claimNext() bool {
 	r.log.Info("operation transition", operationFields(op, zap.String("old_status", string(store.StatusQueued)),
 		zap.String("new_status", string(op.Status)), zap.Int("attempts", op.Attempts), zap.Duration("queue_wait", op.StartedAt.Sub(op.SubmittedAt)))...)
 	if r.expiredInQueue(op) {
-		held.giveBack()
+		held.GiveBack()
 		r.kick() // its slot is free again, and more may be queued
 		return true
 	}
@@ -406,7 +406,7 @@ func (r *runner) executionEnded(id string, ex *execution) {
 	pending := ex.seat
 	ex.seat = nil
 	r.mu.Unlock()
-	pending.giveBack() // ended before its first attempt: its seat goes to the next
+	pending.GiveBack() // ended before its first attempt: its seat goes to the next
 	ex.cancel(nil)
 	close(ex.done)
 	r.kick()

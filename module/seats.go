@@ -1,14 +1,15 @@
 package module
 
 import (
-	"context"
-	"errors"
+	"net/http"
 	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/capacity"
+	"github.com/mulligan-gw/mulligan/store"
 )
 
 // seatPools holds the seats of every capacity block in this process, keyed by the upstream the
@@ -20,6 +21,9 @@ var seatPools = caddy.NewUsagePool()
 // errNoSeat: no seat came free within the call's wait.
 var errNoSeat = capacity.ErrNoSeat
 
+// errSeatLapsed cuts a call whose shared seat could not be renewed before its lease ended.
+var errSeatLapsed = capacity.ErrSeatLapsed
+
 // seatPoolKey identifies a block's upstream across reloads: the storage and the operations
 // prefix it serves, which is what makes two blocks one gateway in front of one model server.
 func seatPoolKey(where, prefix string) string { return where + "|" + prefix }
@@ -27,14 +31,14 @@ func seatPoolKey(where, prefix string) string { return where + "|" + prefix }
 // seatAsk is who asks for a seat: the order they wait in (internal/capacity).
 type seatAsk = capacity.Ask
 
-// seatWaiter is one ask waiting in the pool.
-type seatWaiter = capacity.Waiter
+// seat is one held seat, with its shared seat under `shared` (internal/capacity).
+type seat = capacity.Seat
 
-// seatPool is one upstream's seats in this process (capacity.Pool: the local seats and the one
-// order their waiters are served in), with the shared seats among replicas when the block has
-// `shared`.
+// seatPool is one upstream's seats in this process (capacity.Seats), as a block's config and
+// storage set them up: the shared seats once the storage has started, the model server's
+// metrics while they are configured, and the runners woken when a seat comes free.
 type seatPool struct {
-	*capacity.Pool
+	*capacity.Seats
 	key   string
 	where string // the storage whose runners claim operations for these seats
 	label string // how metrics and stats name it: the storage as operators see it, and the prefix
@@ -42,14 +46,19 @@ type seatPool struct {
 	mu  sync.Mutex
 	cfg CapacityConfig
 
-	sharedName string       // the pool's name among replicas (capacity shared)
-	shared     *sharedSeats // nil until first needed, or without shared
-	watch      *serverWatch // reads the model server's metrics (capacity server_metrics); nil without
+	sharedName string                // the pool's name among replicas (capacity shared)
+	shared     *capacity.Shared      // nil until first needed, or without shared
+	watch      *capacity.ServerWatch // reads the model server's metrics (capacity server_metrics); nil without
 }
 
 func newSeatPool(key, where, label, sharedName string, cfg CapacityConfig) *seatPool {
-	p := &seatPool{key: key, where: where, label: label, sharedName: sharedName,
-		Pool: capacity.NewPool(realClock, localConfig(cfg)), cfg: cfg}
+	p := &seatPool{key: key, where: where, label: label, sharedName: sharedName, cfg: cfg}
+	p.Seats = capacity.NewSeats(localConfig(cfg), capacity.SeatsOptions{
+		Clock:  realClock,
+		Shared: p.sharedFor,
+		OnFree: func() { kickRunners(where) },
+		Waited: func(d time.Duration) { capacityMetrics.seatWait.Observe(d.Seconds()) },
+	})
 	return p
 }
 
@@ -66,7 +75,7 @@ func (p *seatPool) Destruct() error {
 	p.watch = nil
 	p.mu.Unlock()
 	if w != nil {
-		w.close()
+		w.Close()
 	}
 	return nil
 }
@@ -77,18 +86,35 @@ func (p *seatPool) configure(cfg CapacityConfig) {
 	p.mu.Lock()
 	old := p.cfg.ServerMetrics
 	p.cfg = cfg
-	var stopped *serverWatch
+	var stopped *capacity.ServerWatch
 	if p.watch != nil && (cfg.ServerMetrics == nil || old == nil || !sameServerMetrics(*old, *cfg.ServerMetrics)) {
 		stopped, p.watch = p.watch, nil
 	}
 	if p.watch == nil && cfg.ServerMetrics != nil {
-		p.watch = startServerWatch(p, *cfg.ServerMetrics, caddy.Log().Named("mulligan.capacity"))
+		p.watch = p.startWatch(*cfg.ServerMetrics)
 	}
 	p.mu.Unlock()
 	if stopped != nil {
-		stopped.close()
+		stopped.Close()
 	}
 	p.Configure(localConfig(cfg))
+}
+
+// serverMetricsClient reads the model servers' metrics.
+var serverMetricsClient = &http.Client{}
+
+// startWatch reads the model server's metrics of m for p (docs/capacity.md, "The model server's
+// metrics").
+func (p *seatPool) startWatch(m ServerMetricsConfig) *capacity.ServerWatch {
+	cfg := capacity.WatchConfig{Label: p.label, URL: m.URL, Names: capacity.ServerMetricNames[m.Server],
+		Every: time.Duration(m.Interval), Saturation: capacity.Saturation{MaxWaiting: *m.MaxWaiting, MaxKVCache: m.MaxKVCache}}
+	return capacity.StartServerWatch(p.Pool, cfg, capacity.WatchOptions{Clock: realClock,
+		Log: caddy.Log().Named("mulligan.capacity"), Client: serverMetricsClient,
+		Read: func(err error) {
+			if err != nil {
+				capacityMetrics.serverReadFailures.Inc()
+			}
+		}})
 }
 
 func sameServerMetrics(a, b ServerMetricsConfig) bool {
@@ -102,128 +128,51 @@ func (p *seatPool) watching() bool {
 	return p.watch != nil
 }
 
-// seat is one held seat; release gives it back once.
-type seat struct {
-	pool   *seatPool
-	start  time.Time
-	once   sync.Once
-	shared *heldSeat    // the shared seat also held (capacity shared); nil without
-	from   *sharedSeats // where shared came from: a reload may drop `shared` while it is held
-}
-
-// acquire waits for a seat in the pool's order, up to wait (zero: until ctx ends).
-func (p *seatPool) acquire(ctx context.Context, ask seatAsk, wait time.Duration) (*seat, error) {
-	return p.awaitAll(ctx, p.enqueue(ask), wait)
-}
-
-// awaitAll is await, then a shared seat too when the pool has `shared`, within the same wait.
-func (p *seatPool) awaitAll(ctx context.Context, w *seatWaiter, wait time.Duration) (*seat, error) {
-	var deadline time.Time
-	if wait > 0 {
-		deadline = time.Now().Add(wait)
+// sharedFor finds the shared seats of p once its storage is open: nil without `shared`, or
+// before the storage has started.
+func (p *seatPool) sharedFor() *capacity.Shared {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cfg.Shared == 0 {
+		return nil
 	}
-	s, err := p.await(ctx, w, wait)
-	if err != nil {
-		return nil, err
+	if p.shared != nil {
+		p.shared.SetLimit(p.cfg.Shared)
+		return p.shared
 	}
-	return p.withShared(ctx, s, w.Ask, deadline)
-}
-
-// withShared adds a shared seat to local seat s when the pool has `shared`, waiting no later
-// than deadline (zero: until ctx ends). When none is free at once, the local seat goes back
-// while the call waits for a shared one, so that it holds no seat an urgent call of this
-// replica needs, and is taken again, in ask's place, once the shared seat is (docs/capacity.md).
-func (p *seatPool) withShared(ctx context.Context, s *seat, ask seatAsk, deadline time.Time) (*seat, error) {
-	shared := p.sharedFor()
-	if shared == nil {
-		return s, nil
-	}
-	urgency := ask.Band(time.Now())
-	h, err := shared.take(ctx, time.Now(), urgency) // one look
-	if err == nil {
-		s.shared, s.from = h, shared
-		return s, nil
-	}
-	s.giveBack()
-	if !errors.Is(err, errNoSeat) {
-		return nil, err
-	}
-	if h, err = shared.take(ctx, deadline, urgency); err != nil {
-		return nil, err
-	}
-	var wait time.Duration
-	if !deadline.IsZero() {
-		wait = max(time.Until(deadline), time.Millisecond)
-	}
-	local, err := p.await(ctx, p.enqueue(ask), wait)
-	if err != nil {
-		shared.give(h)
-		return nil, err
-	}
-	local.shared, local.from = h, shared
-	return local, nil
-}
-
-// enqueue puts ask in the order, granting it a seat at once when one is free and nobody waits.
-func (p *seatPool) enqueue(ask seatAsk) *seatWaiter { return p.Enqueue(ask) }
-
-// await waits for w's seat up to wait (zero: until ctx ends); on failure w leaves the order.
-func (p *seatPool) await(ctx context.Context, w *seatWaiter, wait time.Duration) (*seat, error) {
-	began := time.Now()
-	defer func() { capacityMetrics.seatWait.Observe(time.Since(began).Seconds()) }()
-	start, err := p.Await(ctx, w, wait)
-	if err != nil {
-		return nil, err
-	}
-	return &seat{pool: p, start: start}, nil
-}
-
-// watch returns ctx for the call holding s: canceled with errSeatLapsed when its shared seat
-// can no longer be renewed before its lease ends, since another replica may then take it
-// (docs/capacity.md). stop ends the watch; without a shared seat ctx is returned as it is.
-func (s *seat) watch(ctx context.Context) (_ context.Context, stop func()) {
-	if s.shared == nil {
-		return ctx, func() {}
-	}
-	return s.from.watch(ctx, s.shared)
-}
-
-// release gives the seat back, telling the adaptive limit how the call went (docs/capacity.md,
-// "limit auto").
-func (s *seat) release(sample capacity.Sample) {
-	s.once.Do(func() {
-		p := s.pool
-		if s.shared != nil {
-			// After the local seat is back: a failed give must not leak it.
-			defer s.from.give(s.shared)
+	openStorages.Range(func(_, v any) bool {
+		s, ok := v.(*storage)
+		if !ok || s.set.where() != p.where {
+			return true
 		}
-		p.Release(s.start, sample)
-		kickRunners(p.where) // a seat may be free for queued work
+		if ss, ok := s.be.(store.SharedSeats); ok {
+			p.shared = newSharedSeats(ss, p.sharedName, s.run.worker, p.cfg.Shared, s.run.config().takeover, s.run.log)
+		}
+		return false
 	})
+	return p.shared
 }
 
-// giveBack returns a seat that was never used for a call, shared seat included: it tells the
-// limit nothing. A nil seat is none.
-func (s *seat) giveBack() {
+// newSharedSeats is a pool's shared seats in st, leased as the storage leases operations
+// (module/lease.go), named as the gateway names its ids.
+func newSharedSeats(st store.SharedSeats, name, worker string, limit int, lease time.Duration, log *zap.Logger) *capacity.Shared {
+	return capacity.NewShared(st, capacity.SharedOptions{Name: name, Worker: worker, Limit: limit,
+		Lease: lease, Margin: leaseMargin(lease), Renew: renewEvery(lease), Clock: realClock, Log: log,
+		NewID: func(now time.Time) string { return newID("seat_", now) }})
+}
+
+// sharedSnapshot reads p's shared seats; nil without `shared` (or before its storage opened).
+func (p *seatPool) sharedSnapshot() *sharedSnapshot {
+	s := p.sharedFor()
 	if s == nil {
-		return
+		return nil
 	}
-	s.once.Do(func() {
-		if s.shared != nil {
-			defer s.from.give(s.shared)
-		}
-		s.pool.GiveBack()
-		kickRunners(s.pool.where)
-	})
+	snap := s.Snapshot()
+	return &snap
 }
-
-// retryAfter estimates when a refused call may find a seat.
-func (p *seatPool) retryAfter() time.Duration { return p.RetryAfter() }
 
 // seatSnapshot is a pool's state for metrics and /mulligan/stats.
 type seatSnapshot = capacity.Snapshot
-
-func (p *seatPool) snapshot() seatSnapshot { return p.Snapshot() }
 
 // countRefusal counts a sync call answered 503 UPSTREAM_SATURATED (a call queued instead is
 // not refused).
@@ -232,4 +181,5 @@ func (p *seatPool) countRefusal() {
 	p.CountRefusal()
 }
 
-func (p *seatPool) countQueueTimeout() { p.CountQueueTimeout() }
+// sharedSnapshot is what /mulligan/stats and the metrics show of a pool's shared seats.
+type sharedSnapshot = capacity.SharedSnapshot

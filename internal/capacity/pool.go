@@ -1,7 +1,9 @@
-// Package capacity holds the leaves of the gateway's capacity (docs/capacity.md): one
-// upstream's seats in this process and the order its waiters are served in, the adaptive limit
-// of `limit auto`, and the urgency of a request's Priority header. It knows nothing of Caddy,
-// the HTTP handler or the storage's shared seats; the module wires it to them.
+// Package capacity holds the gateway's capacity (docs/capacity.md): one upstream's seats in
+// this process and the order its waiters are served in, the seats shared among replicas through
+// a store.SharedSeats, a seat held with its shared part, the adaptive limit of `limit auto`, the
+// model server's metrics that steer it, and the urgency of a request's Priority header. It knows
+// nothing of Caddy or the HTTP handler: time is the clock it is given, and the module wires it
+// to the config, the storage, the runners and the metrics.
 package capacity
 
 import (

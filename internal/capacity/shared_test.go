@@ -1,0 +1,410 @@
+package capacity
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jonboulle/clockwork"
+	"go.uber.org/zap"
+
+	"github.com/mulligan-gw/mulligan/internal/testkit"
+	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/store/postgres"
+	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
+)
+
+// The shared seats are tested against a real PostgreSQL store (the one backend that has them)
+// whose clock is the test's: leases lapse, renewals come and polls look when the test advances
+// it, on both sides of the seam.
+
+// openSeats opens a PostgreSQL store on dsn reading leases on clock.
+func openSeats(t *testing.T, dsn string, clock clockwork.Clock) *postgres.Store {
+	t.Helper()
+	st, err := postgres.Open(context.Background(), postgres.Options{DSN: dsn, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+// newTestShared is pool "test"'s `shared 1` in st for worker "w", leased as the gateway leases
+// an operation of takeover lease.
+func newTestShared(st store.SharedSeats, clock clockwork.Clock, lease time.Duration) *Shared {
+	var n atomic.Int64
+	return NewShared(st, SharedOptions{Name: "test", Worker: "w", Limit: 1, Lease: lease,
+		Margin: min(lease/10, 2*time.Second), Renew: max(min(time.Second, lease/3), 50*time.Millisecond),
+		Clock: clock, Log: zap.NewNop(), NewID: func(time.Time) string { return "seat_" + string(rune('a'+n.Add(1))) }})
+}
+
+// sharedSeatsOf returns seats of cfg on clock that take shared seats from *shared, which the
+// test may swap as a reload does.
+func sharedSeatsOf(cfg Config, clock clockwork.Clock, shared *atomic.Pointer[Shared]) *Seats {
+	return NewSeats(cfg, SeatsOptions{Clock: clock, Shared: shared.Load})
+}
+
+// heldByOther takes the one seat of pool "test" for another replica, for a minute.
+func heldByOther(t *testing.T, st *postgres.Store, clock clockwork.Clock) {
+	t.Helper()
+	if ok, err := st.AcquireSeat("test", "other", "w2", 1, clock.Now().Add(time.Minute)); err != nil || !ok {
+		t.Fatalf("the other replica's seat: %v %v", ok, err)
+	}
+}
+
+// pollUntil moves clock on by the poller's pace until cond holds: the poller looks again at
+// each step, whatever it waits for.
+func pollUntil(t *testing.T, clock *clockwork.FakeClock, what string, cond func() bool) {
+	t.Helper()
+	testkit.WaitFor(t, 10*time.Second, what, func() bool {
+		if cond() {
+			return true
+		}
+		clock.Advance(sharedPoll)
+		return false
+	})
+}
+
+// waiters counts the calls waiting for a shared seat of s.
+func (s *Shared) waiters() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.waiting)
+}
+
+func TestSharedSeatTakenIsReleasedAfterAReloadDropsShared(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	st := openSeats(t, pgtest.Database(t), clock)
+	var shared atomic.Pointer[Shared]
+	shared.Store(newTestShared(st, clock, time.Minute))
+	p := sharedSeatsOf(Config{Limit: 1}, clock, &shared)
+	s, err := p.Acquire(context.Background(), Ask{Scope: "a", Since: clock.Now()}, 0)
+	if err != nil || !s.Shared() {
+		t.Fatalf("taking a seat with a shared one: %v %v", err, s)
+	}
+	shared.Store(nil) // a reload without `shared`
+	s.Release(Sample{})
+	if snap := p.Snapshot(); snap.InUse != 0 {
+		t.Fatalf("%d local seats in use after the release; want 0", snap.InUse)
+	}
+	// The shared seat went back too: with shared 1, another holder takes it.
+	if ok, err := st.AcquireSeat("test", "other", "w2", 1, clock.Now().Add(time.Minute)); err != nil || !ok {
+		t.Fatalf("the shared seat after the release: %v %v; want it free", ok, err)
+	}
+}
+
+// A shared seat that cannot be counted (the database is down) fails the call with the
+// storage's error, holding no local seat: the shared seats fail closed.
+func TestSharedSeatStorageFailureFailsTheCallAndFreesItsLocalSeat(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	st := openSeats(t, pgtest.Database(t), clock)
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	freed := make(chan struct{}, 1)
+	var shared atomic.Pointer[Shared]
+	shared.Store(newTestShared(st, clock, time.Minute))
+	p := NewSeats(Config{Limit: 1}, SeatsOptions{Clock: clock, Shared: shared.Load, OnFree: func() { freed <- struct{}{} }})
+	s, err := p.Acquire(context.Background(), Ask{Scope: "a", Since: clock.Now()}, time.Minute)
+	if err == nil || errors.Is(err, ErrNoSeat) {
+		t.Fatalf("a seat with the database down: %v %v; want the storage's error", s, err)
+	}
+	if n := p.Snapshot().InUse; n != 0 {
+		t.Fatalf("%d local seats in use after the failure; want 0", n)
+	}
+	select {
+	case <-freed:
+	default:
+		t.Fatal("the local seat went back without OnFree: queued work would not look for it")
+	}
+}
+
+// The replica's one look for a shared seat serves its waiters in the order they came: each
+// seat that comes free goes to the longest waiting.
+func TestSharedSeatGoesToTheLocalWaitersInTheOrderTheyCame(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	st := openSeats(t, pgtest.Database(t), clock)
+	heldByOther(t, st, clock)
+	var shared atomic.Pointer[Shared]
+	shared.Store(newTestShared(st, clock, time.Minute))
+	p := sharedSeatsOf(Config{Limit: 3}, clock, &shared)
+	type got struct {
+		i int
+		s *Seat
+	}
+	seats := make(chan got, 3)
+	for i := range 3 {
+		go func() {
+			s, err := p.Acquire(context.Background(), Ask{Scope: "a", Since: clock.Now()}, 0)
+			if err != nil {
+				t.Error(err)
+			}
+			seats <- got{i, s}
+		}()
+		// Its first look found no seat: it gave its local seat back and waits in line.
+		pollUntil(t, clock, "the waiter in line", func() bool {
+			return shared.Load().waiters() == i+1 && p.Snapshot().InUse == 0
+		})
+	}
+	if err := st.ReleaseSeat("test", "other"); err != nil {
+		t.Fatal(err)
+	}
+	for want := range 3 {
+		pollUntil(t, clock, "a waiter served", func() bool { return len(seats) > 0 })
+		g := <-seats
+		if g.i != want {
+			t.Fatalf("waiter %d got the freed seat before waiter %d", g.i, want)
+		}
+		g.s.Release(Sample{})
+	}
+}
+
+// A call waiting for a shared seat holds no local seat an urgent call of its replica needs; the
+// seat that comes free goes to the most urgent waiter; and the shared seats are visible: limit,
+// held by this replica and by the fleet, waiting by urgency.
+func TestSharedSeatWaitersHoldNoLocalSeatAndTheMostUrgentGoesFirst(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	st := openSeats(t, pgtest.Database(t), clock)
+	heldByOther(t, st, clock)
+	var shared atomic.Pointer[Shared]
+	shared.Store(newTestShared(st, clock, time.Minute))
+	p := sharedSeatsOf(Config{Limit: 1}, clock, &shared)
+	type got struct {
+		name string
+		s    *Seat
+	}
+	seats := make(chan got, 2)
+	wait := func(name string, ask Ask, waiters int) {
+		go func() {
+			s, err := p.Acquire(context.Background(), ask, 0)
+			if err != nil {
+				t.Error(err)
+			}
+			seats <- got{name, s}
+		}()
+		// Its first look found no seat: it gave its local seat back and waits in line.
+		pollUntil(t, clock, "the waiter in line without a local seat", func() bool {
+			return shared.Load().waiters() == waiters && p.Snapshot().InUse == 0
+		})
+	}
+	wait("batch", Ask{Urgency: 7, Scope: "a", Since: clock.Now()}, 1)
+	wait("urgent", Ask{Urgency: 0, Trusted: true, Scope: "b", Since: clock.Now()}, 2)
+	ss := shared.Load().Snapshot()
+	if ss.Limit != 1 || ss.Held != 0 || ss.Fleet == nil || *ss.Fleet != 1 || ss.Waiting[0] != 1 || ss.Waiting[7] != 1 {
+		t.Fatalf("shared seats shown as %+v; want limit 1, none held here, 1 in the fleet, one waiter at u=0 and one at u=7", ss)
+	}
+	if err := st.ReleaseSeat("test", "other"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"urgent", "batch"} {
+		pollUntil(t, clock, "a waiter served", func() bool { return len(seats) > 0 })
+		g := <-seats
+		if g.name != want {
+			t.Fatalf("%s got the freed shared seat before %s", g.name, want)
+		}
+		g.s.Release(Sample{})
+	}
+}
+
+// A waiter gets ErrNoSeat once a look after its deadline found none, not before: its deadline
+// is read on the clock.
+func TestSharedSeatWaiterGetsNoSeatAtItsDeadlineOnTheClock(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	st := openSeats(t, pgtest.Database(t), clock)
+	heldByOther(t, st, clock)
+	s := newTestShared(st, clock, time.Minute)
+	began := clock.Now()
+	deadline := began.Add(5 * sharedPoll)
+	answer := make(chan error, 1)
+	go func() {
+		_, err := s.Take(context.Background(), deadline, 3)
+		answer <- err
+	}()
+	pollUntil(t, clock, "the waiter answered", func() bool { return len(answer) > 0 })
+	if err := <-answer; !errors.Is(err, ErrNoSeat) {
+		t.Fatalf("a waiter past its deadline: %v; want ErrNoSeat", err)
+	}
+	if clock.Now().Before(deadline) {
+		t.Fatalf("answered %v after it came; its deadline was %v", clock.Since(began), deadline.Sub(began))
+	}
+}
+
+// proxiedSeats is a PostgreSQL store on clock reached through a loopback proxy the test can
+// cut, as a network partition cuts a replica off its database.
+func proxiedSeats(t *testing.T, clock clockwork.Clock) (*postgres.Store, *testkit.CutProxy, string) {
+	t.Helper()
+	dsn := pgtest.Database(t)
+	u, err := url.Parse(dsn)
+	if err != nil || u.Host == "" {
+		t.Fatalf("the test cluster's DSN is not a URL: %q %v", dsn, err)
+	}
+	proxy := testkit.StartCutProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	return openSeats(t, u.String(), clock), proxy, dsn
+}
+
+// A call whose shared seat cannot be renewed (its replica cut off its database) is cut the
+// margin before the seat's lease ends on the clock, whatever the renewals do: then another
+// replica may take the seat.
+func TestSharedSeatThatCannotBeRenewedCutsItsCallBeforeItsLeaseEnds(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	st, proxy, _ := proxiedSeats(t, clock)
+	const lease, margin = 10 * time.Second, time.Second
+	s := newTestShared(st, clock, lease)
+	taken := clock.Now()
+	h, err := s.Take(context.Background(), time.Time{}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := s.Watch(context.Background(), h)
+	defer stop()
+	proxy.Cut()
+	for clock.Since(taken) < lease-margin-time.Second {
+		clock.Advance(time.Second) // a renewal each second, each failing
+		if ctx.Err() != nil {
+			t.Fatalf("the call was cut %v after its seat was taken; its lease runs %v", clock.Since(taken), lease)
+		}
+	}
+	clock.Advance(time.Second)
+	testkit.WaitFor(t, 5*time.Second, "the call cut", func() bool { return ctx.Err() != nil })
+	if cause := context.Cause(ctx); !errors.Is(cause, ErrSeatLapsed) {
+		t.Fatalf("the call was cut by %v; want ErrSeatLapsed", cause)
+	}
+}
+
+// A seat the storage no longer has (it lapsed, and another replica may hold its place) cuts its
+// call at the next renewal.
+func TestSharedSeatLostInStorageCutsItsCallAtTheNextRenewal(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	st := openSeats(t, pgtest.Database(t), clock)
+	s := newTestShared(st, clock, time.Minute)
+	h, err := s.Take(context.Background(), time.Time{}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := s.Watch(context.Background(), h)
+	defer stop()
+	if err := st.ReleaseSeat("test", h.id); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 10*time.Second, "the call cut", func() bool {
+		if ctx.Err() != nil {
+			return true
+		}
+		clock.Advance(time.Second) // the renewal's pace with a lease of a minute
+		return false
+	})
+	if cause := context.Cause(ctx); !errors.Is(cause, ErrSeatLapsed) {
+		t.Fatalf("the call was cut by %v; want ErrSeatLapsed", cause)
+	}
+	if lease := h.until.Sub(clock.Now()); lease < time.Minute-10*time.Second {
+		t.Fatalf("the call was cut only %v before its lease ended; want at the next renewal", lease)
+	}
+}
+
+// A shared seat whose release failed (the database blipped) comes back to the other replicas:
+// the release is retried, and the replica does not renew a seat none of its calls holds. With
+// shared 1, another replica then takes the seat, rather than finding it "held, renewed" for as
+// long as this replica lives.
+func TestSharedSeatWhoseReleaseFailedComesBack(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	st, proxy, dsn := proxiedSeats(t, clock)
+	other := openSeats(t, dsn, clock)
+	var shared atomic.Pointer[Shared]
+	shared.Store(newTestShared(st, clock, time.Second))
+	p := sharedSeatsOf(Config{Limit: 1}, clock, &shared)
+	s, err := p.Acquire(context.Background(), Ask{Scope: "a", Since: clock.Now()}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Cut()
+	s.Release(Sample{}) // fails: the database is out of reach
+	proxy.Restore()
+	if n := p.Snapshot().InUse; n != 0 {
+		t.Fatalf("%d local seats in use after the release; want 0", n)
+	}
+	released := clock.Now()
+	testkit.WaitFor(t, 10*time.Second, "another replica takes the shared seat (lease 1s)", func() bool {
+		if ok, err := other.AcquireSeat("test", "b", "w2", 1, clock.Now().Add(time.Minute)); ok && err == nil {
+			return true
+		}
+		if clock.Since(released) > 5*time.Second {
+			t.Fatalf("the shared seat still held %v after its release, with a lease of 1s", clock.Since(released))
+		}
+		clock.Advance(50 * time.Millisecond)
+		return false
+	})
+}
+
+// inFlightSeats is a real PostgreSQL store's shared seats, counting the looks for a seat and
+// the most of them under way at once.
+type inFlightSeats struct {
+	store.SharedSeats
+	takes, now, most atomic.Int64
+}
+
+func (c *inFlightSeats) AcquireSeat(pool, seat, worker string, limit int, until time.Time) (bool, error) {
+	c.takes.Add(1)
+	n := c.now.Add(1)
+	defer c.now.Add(-1)
+	for m := c.most.Load(); n > m && !c.most.CompareAndSwap(m, n); m = c.most.Load() {
+	}
+	return c.SharedSeats.AcquireSeat(pool, seat, worker, limit, until)
+}
+
+// xactCommits reads the transactions committed in the database of dsn so far.
+func xactCommits(t *testing.T, dsn string) int64 {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var n int64
+	if err := conn.QueryRow(context.Background(), `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// 100 calls wait for the one shared seat another replica holds: the replica looks for a free
+// seat for all of them with one transaction at a time, not one each every poll. It runs on the
+// real clock, at the poller's real pace: run with -v for the transactions per second the
+// database served meanwhile (docs/capacity.md).
+func TestSharedSeatWaitersLookForASeatOneAtATime(t *testing.T) {
+	clock := clockwork.NewRealClock()
+	dsn := pgtest.Database(t)
+	st := openSeats(t, dsn, clock)
+	heldByOther(t, st, clock)
+	seats := &inFlightSeats{SharedSeats: st}
+	const waiters = 100
+	var shared atomic.Pointer[Shared]
+	shared.Store(newTestShared(seats, clock, time.Minute))
+	p := sharedSeatsOf(Config{Limit: waiters}, clock, &shared)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range waiters {
+		wg.Go(func() {
+			if _, err := p.Acquire(ctx, Ask{Scope: "a", Since: clock.Now()}, 0); err == nil {
+				t.Error("a waiter got the seat the other replica holds")
+			}
+		})
+	}
+	testkit.WaitFor(t, 30*time.Second, "waiters looking", func() bool { return seats.takes.Load() >= waiters })
+	began, commits, takes := time.Now(), xactCommits(t, dsn), seats.takes.Load()
+	testkit.WaitFor(t, 60*time.Second, "200 more looks", func() bool { return seats.takes.Load() >= takes+200 })
+	time.Sleep(time.Second) // pg_stat_database is flushed about once a second: measured, not asserted
+	secs := time.Since(began).Seconds()
+	t.Logf("%d waiters: %.0f looks/s, %.0f transactions/s committed in the database, at most %d looks at once",
+		waiters, float64(seats.takes.Load()-takes)/secs, float64(xactCommits(t, dsn)-commits)/secs, seats.most.Load())
+	cancel()
+	wg.Wait()
+	if m := seats.most.Load(); m != 1 {
+		t.Fatalf("%d looks for a shared seat under way at once for %d waiters; want 1 (one look for all)", m, waiters)
+	}
+}
