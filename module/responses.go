@@ -342,7 +342,7 @@ func (a *respCall) delete(id string) {
 			return
 		}
 	}
-	key := deletedKey(op)
+	key := responses.DeletedKey(op)
 	claim, err := a.st.ClaimKey(key, []byte("deleted"), time.Minute)
 	if err == nil && claim.Outcome == store.Claimed {
 		expires := a.now.Add(op.Retention + execOf(op).Timeout + time.Hour)
@@ -361,19 +361,10 @@ func (a *respCall) delete(id string) {
 	writeJSON(a.w, http.StatusOK, map[string]any{"id": id, "object": "response", "deleted": true})
 }
 
-// responseDeleted reports whether op is a background response that was deleted: every API,
-// the operations API's included, then answers 404 for it (docs/responses.md).
+// responseDeleted reports whether op is a background response that was deleted
+// (responses.Deleted).
 func responseDeleted(st store.Backend, op *store.Operation) (bool, error) {
-	if op.Kind != responses.Kind {
-		return false, nil
-	}
-	rec, err := st.LookupKey(deletedKey(op))
-	return err == nil && rec != nil, err
-}
-
-// deletedKey names the record that marks op deleted.
-func deletedKey(op *store.Operation) []byte {
-	return idemkey.Record(op.Scope, http.MethodDelete, "responses", op.ID)
+	return responses.Deleted(st, op)
 }
 
 // openAIError answers e in the error schema with OpenAI's type, as the Batches API does.
