@@ -30,7 +30,8 @@ func announcer(clock clockwork.Clock) store.Announcer {
 
 func announce(clock clockwork.Clock, op *store.Operation, result *store.Response) *store.Event {
 	if op.Kind == responses.Kind {
-		return announceResponse(clock, op, result)
+		now := clock.Now()
+		return responses.Announce(op, result, newID("evt_", now), now)
 	}
 	typ := eventTypes[op.Status]
 	ex := execOf(op)
@@ -63,7 +64,7 @@ type eventEnvelope struct {
 
 func renderEvent(ev *store.Event, attempt int) ([]byte, error) {
 	if responses.IsWebhookType(ev.Type) {
-		return renderResponseEvent(ev)
+		return responses.RenderEvent(ev)
 	}
 	env := eventEnvelope{EventID: ev.ID, EventType: ev.Type, EventVersion: "1.0",
 		OccurredAt: ev.OccurredAt.UTC(), DeliveryAttempt: attempt, Operation: ev.Operation}

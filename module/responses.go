@@ -1,14 +1,11 @@
 package module
 
 import (
-	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/dgraph-io/ristretto/v2"
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
@@ -32,6 +29,7 @@ type respCall struct {
 	caller
 	now time.Time
 	log reqLog
+	rd  *responses.Reader // reads its responses' objects and streams through it: reader()
 }
 
 // serveResponses serves the Responses API under the block's prefix and reports whether it
@@ -174,13 +172,10 @@ func (a *respCall) newResponse(kr *keyedRequest, c responses.Create) *store.Oper
 	op.Exec.Timeout, op.Exec.MaxResult = time.Duration(cfg.Timeout), cfg.MaxResult
 	op.Exec.Events = nil
 	if op.Callback != nil {
-		op.Exec.Events = responseWebhookTypes
+		op.Exec.Events = responses.WebhookTypes
 	}
 	return op
 }
-
-// responseWebhookTypes are the events a background response with a callback sends.
-var responseWebhookTypes = []string{"response.completed", "response.failed", "response.cancelled", "response.incomplete"}
 
 // createdAnswer is the answer to a create, as sent and recorded for its key: the response
 // object, queued.
@@ -210,7 +205,7 @@ func (a *respCall) load(id string) *store.Operation {
 	}
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		a.openAIError(apierr.Error{Code: apierr.CodeResponseNotFound, Param: param("response_id"), Message: "No response with id '" + id + "' found."})
+		a.openAIError(apierr.Error{Code: apierr.CodeResponseNotFound, Param: apierr.Param("response_id"), Message: "No response with id '" + id + "' found."})
 		return nil
 	case err != nil:
 		a.fail(err)
@@ -240,7 +235,7 @@ func (a *respCall) retrieve(id string) {
 		a.follow(op, after)
 		return
 	}
-	o, err := a.object(op)
+	o, err := a.reader().Object(op)
 	if err != nil {
 		a.fail(err)
 		return
@@ -248,68 +243,15 @@ func (a *respCall) retrieve(id string) {
 	writeJSON(a.w, http.StatusOK, o)
 }
 
-// object is op's response object as it stands: from its request while it waits or runs, from
-// the final event of its recorded answer once it has finished, failed with the reason when
-// the answer carries no final object.
-func (a *respCall) object(op *store.Operation) (responses.Object, error) {
-	created := op.SubmittedAt.Unix()
-	base := func(status string) responses.Object { return responses.Base(op.ID, created, status, op.Echo) }
-	switch op.Status {
-	case store.StatusQueued:
-		return base(responses.Queued), nil
-	case store.StatusRunning:
-		o := base(responses.InProgress)
-		if out := a.partialOutput(op); out != nil {
-			o["output"] = out
-		}
-		return o, nil
-	case store.StatusCanceled:
-		return base(responses.Cancelled), nil
-	}
-	key := op.ID + "@" + strconv.FormatInt(op.Version, 10) // a final op's version moves no more
-	if b, ok := finalObjects.Get(key); ok {
-		if o, ok := responses.DecodeObject(b); ok {
-			return o, nil
-		}
-	}
-	res, release, err := a.loadResult(op, 2) // the answer, and its final event decoded
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	o := finalObject(op, res, base)
-	if b, err := json.Marshal(o); err == nil && len(b) <= maxCachedObject {
-		finalObjects.Set(key, b, int64(len(b)))
-	}
-	return o, nil
-}
-
-// finalObjects keeps the final objects of finished responses, encoded, so that the polls of
-// one read its recorded answer once, not each time (docs/responses.md, Limits): ristretto's
-// cost-bounded cache (already in the build with Badger), by bytes.
-var finalObjects = func() *ristretto.Cache[string, []byte] {
-	c, err := ristretto.NewCache(&ristretto.Config[string, []byte]{NumCounters: 1 << 16, MaxCost: finalObjectsBytes, BufferItems: 64})
-	if err != nil {
-		panic(err) // only a config out of range
-	}
-	return c
-}()
-
-// The final objects kept at most, in bytes, and the largest one kept.
-const (
-	finalObjectsBytes = 32 << 20
-	maxCachedObject   = 1 << 20
-)
-
 // errBusy: reading a finished response's recorded answer would pass the block's budget of
 // bytes held in memory (max_buffered); the client retries shortly (503 GATEWAY_BUSY).
 var errBusy = errors.New("the gateway holds its max_buffered in memory")
 
-// loadResult loads op's recorded answer (nil when it has none), with times its size reserved
+// LoadResult loads op's recorded answer (nil when it has none), with times its size reserved
 // from the bytes the block holds in memory at once (max_buffered, shared with request bodies),
 // so that polls and replays of large answers at once are bounded; release gives it back. It
 // fails errBusy when the reservation does not fit.
-func (a *respCall) loadResult(op *store.Operation, times int64) (res *store.Response, release func(), err error) {
+func (a *respCall) LoadResult(op *store.Operation, times int64) (res *store.Response, release func(), err error) {
 	release = func() {}
 	if op.Result == nil {
 		return nil, release, nil
@@ -330,49 +272,6 @@ func (a *respCall) loadResult(op *store.Operation, times int64) (res *store.Resp
 	return res, func() { a.h.bodies.give(n) }, nil
 }
 
-// partialOutput is the output the running attempt of op has streamed so far, here or on
-// another replica; nil when none has begun.
-func (a *respCall) partialOutput(op *store.Operation) []any {
-	src := a.liveSource(op)
-	if src == nil {
-		return nil
-	}
-	var p responses.Partial
-	for cursor := uint64(0); ; {
-		evs, _, _, err := src.Next(cursor)
-		if err != nil || len(evs) == 0 {
-			return p.Output()
-		}
-		for _, e := range evs {
-			if e.Seq > cursor {
-				p.Add(e.Data)
-				cursor = e.Seq
-			}
-		}
-	}
-}
-
-// finalObject is the final response object of a finished op whose recorded answer is res
-// (nil when none was kept).
-func finalObject(op *store.Operation, res *store.Response, base func(string) responses.Object) responses.Object {
-	created := op.SubmittedAt.Unix()
-	if res != nil && op.Status == store.StatusSucceeded {
-		if o, ok := responses.Final(res.Header.Get("Content-Type"), res.Body); ok {
-			return o.Own(op.ID, created)
-		}
-		return base(responses.Failed).Failure("UPSTREAM_ERROR", "The upstream's answer ended without a final response event.")
-	}
-	if res != nil {
-		if code, msg, ok := responses.UpstreamError(res.Body); ok {
-			return base(responses.Failed).Failure(code, msg)
-		}
-	}
-	if op.Error != nil {
-		return base(responses.Failed).Failure(op.Error.Code, op.Error.Message)
-	}
-	return base(responses.Failed).Failure("UPSTREAM_ERROR", "The upstream call failed.")
-}
-
 // cancel stops a queued or running response; cancelling a cancelled one answers it again,
 // cancelling one that finished otherwise is 409 RESPONSE_ALREADY_FINAL. A response running on
 // another replica stops at its next lease renewal; the answer waits for it a little while.
@@ -387,16 +286,16 @@ func (a *respCall) cancel(id string) {
 		return
 	}
 	if op.Status.Final() && op.Status != store.StatusCanceled {
-		o, err := a.object(op)
+		o, err := a.reader().Object(op)
 		if err != nil {
 			a.fail(err)
 			return
 		}
-		a.openAIError(apierr.Error{Code: apierr.CodeResponseAlreadyFinal, Param: param("response_id"), Details: map[string]any{"status": o.Status()},
+		a.openAIError(apierr.Error{Code: apierr.CodeResponseAlreadyFinal, Param: apierr.Param("response_id"), Details: map[string]any{"status": o.Status()},
 			Message: "Cannot cancel a response with status " + o.Status() + "."})
 		return
 	}
-	o, err := a.object(op)
+	o, err := a.reader().Object(op)
 	if err != nil {
 		a.fail(err)
 		return
@@ -443,7 +342,7 @@ func (a *respCall) delete(id string) {
 			return
 		}
 	}
-	key := deletedKey(op)
+	key := responses.DeletedKey(op)
 	claim, err := a.st.ClaimKey(key, []byte("deleted"), time.Minute)
 	if err == nil && claim.Outcome == store.Claimed {
 		expires := a.now.Add(op.Retention + execOf(op).Timeout + time.Hour)
@@ -462,34 +361,17 @@ func (a *respCall) delete(id string) {
 	writeJSON(a.w, http.StatusOK, map[string]any{"id": id, "object": "response", "deleted": true})
 }
 
-// responseDeleted reports whether op is a background response that was deleted: every API,
-// the operations API's included, then answers 404 for it (docs/responses.md).
+// responseDeleted reports whether op is a background response that was deleted
+// (responses.Deleted).
 func responseDeleted(st store.Backend, op *store.Operation) (bool, error) {
-	if op.Kind != responses.Kind {
-		return false, nil
-	}
-	rec, err := st.LookupKey(deletedKey(op))
-	return err == nil && rec != nil, err
-}
-
-// deletedKey names the record that marks op deleted.
-func deletedKey(op *store.Operation) []byte {
-	return idemkey.Record(op.Scope, http.MethodDelete, "responses", op.ID)
+	return responses.Deleted(st, op)
 }
 
 // openAIError answers e in the error schema with OpenAI's type, as the Batches API does.
-func (a *respCall) openAIError(e apierr.Error) {
-	if e.Type == "" {
-		e.Type = "invalid_request_error"
-		if apierr.Status(e.Code) >= 500 {
-			e.Type = "server_error"
-		}
-	}
-	apierr.Write(a.w, e)
-}
+func (a *respCall) openAIError(e apierr.Error) { apierr.WriteOpenAI(a.w, e) }
 
 func (a *respCall) invalid(message, p string) {
-	a.openAIError(apierr.Error{Code: apierr.CodeInvalidRequest, Message: message, Param: param(p)})
+	a.openAIError(apierr.Error{Code: apierr.CodeInvalidRequest, Message: message, Param: apierr.Param(p)})
 }
 
 func (a *respCall) notFound(path string) {

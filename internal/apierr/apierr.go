@@ -144,6 +144,27 @@ func Write(w http.ResponseWriter, e Error) {
 	}})
 }
 
+// WriteOpenAI is Write for the OpenAI-shaped APIs (Files and Batches, docs/batches.md;
+// Responses, docs/responses.md): e.Type, when unset, is OpenAI's invalid_request_error, or
+// server_error for a 5xx, so that the official SDKs raise their own error classes.
+func WriteOpenAI(w http.ResponseWriter, e Error) {
+	if e.Type == "" {
+		e.Type = "invalid_request_error"
+		if Status(e.Code) >= 500 {
+			e.Type = "server_error"
+		}
+	}
+	Write(w, e)
+}
+
+// Param is OpenAI's param of an error: the field it is about, nil for none ("").
+func Param(p string) *string {
+	if p == "" {
+		return nil
+	}
+	return &p
+}
+
 // WriteJSON writes v as a JSON answer with status, never cached.
 func WriteJSON(w http.ResponseWriter, status int, v any) {
 	body, _ := json.Marshal(v)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 )
@@ -39,5 +40,31 @@ func TestStatusOverrideKeepsTheCode(t *testing.T) {
 func TestFailureTakesTheCataloguesRetryability(t *testing.T) {
 	if !Failure(CodeQueueTimeout, "x").Retryable || Failure(CodeUpstreamRejected, "x").Retryable {
 		t.Fatal("retryability differs from the catalogue")
+	}
+}
+
+func TestWriteOpenAIAddsOpenAIsErrorType(t *testing.T) {
+	for _, c := range []struct {
+		e    Error
+		want string
+	}{
+		{Error{Code: CodeInvalidRequest, Param: Param("limit")}, "invalid_request_error"},
+		{Error{Code: CodeStorage}, "server_error"},
+		{Error{Code: CodeStorage, Type: "custom"}, "custom"},
+	} {
+		w := httptest.NewRecorder()
+		WriteOpenAI(w, c.e)
+		var b Body
+		if err := json.Unmarshal(w.Body.Bytes(), &b); err != nil {
+			t.Fatal(err)
+		}
+		if b.Error.Type != c.want || b.Error.Code != c.e.Code || w.Code != Status(c.e.Code) {
+			t.Errorf("%s: %d %+v, want type %s", c.e.Code, w.Code, b.Error, c.want)
+		}
+	}
+	w := httptest.NewRecorder()
+	WriteOpenAI(w, Error{Code: CodeInvalidRequest, Param: Param("")})
+	if b := w.Body.String(); strings.Contains(b, `"param"`) {
+		t.Errorf("an empty param is written: %s", b)
 	}
 }
