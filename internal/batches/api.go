@@ -120,17 +120,9 @@ func (api *API) Call(w http.ResponseWriter, r *http.Request, c Caller) *Call {
 	return &Call{api: api, w: w, r: r, Caller: c, now: api.Clock.Now()}
 }
 
-// Error answers e through the one error writer, with OpenAI's type beside the gateway's
-// fields, so the official SDKs raise their own error classes (docs/batches.md).
-func (a *Call) Error(e apierr.Error) {
-	if e.Type == "" {
-		e.Type = "invalid_request_error"
-		if apierr.Status(e.Code) >= 500 {
-			e.Type = "server_error"
-		}
-	}
-	apierr.Write(a.w, e)
-}
+// Error answers e in OpenAI's error shape (apierr.WriteOpenAI), so the official SDKs raise
+// their own error classes (docs/batches.md).
+func (a *Call) Error(e apierr.Error) { apierr.WriteOpenAI(a.w, e) }
 
 // NotAllowed answers a method the path does not take.
 func (a *Call) NotAllowed(allow string) {
@@ -167,6 +159,29 @@ func (a *Call) paging(max int) (after string, limit int, ok bool) {
 		limit = n
 	}
 	return q.Get("after"), limit, true
+}
+
+// answerList answers a page of the caller's items, newest first, from list (a store's
+// ListFiles or ListBatches), each shown as view; none for an anonymous caller (docs/batches.md).
+func answerList[T, V any](a *Call, max int, list func(scope, after string, limit int) ([]T, bool, error), view func(T) V, id func(V) string) {
+	after, limit, ok := a.paging(max)
+	if !ok {
+		return
+	}
+	var items []T
+	var more bool
+	if !a.Anonymous {
+		var err error
+		if items, more, err = list(a.Scope, after, limit); err != nil {
+			a.fail(err)
+			return
+		}
+	}
+	views := make([]V, 0, len(items))
+	for _, it := range items {
+		views = append(views, view(it))
+	}
+	apierr.WriteJSON(a.w, http.StatusOK, listOf(views, id, more))
 }
 
 // listView is OpenAI's list object.

@@ -153,24 +153,7 @@ func (a *Call) GetBatch(id string) {
 
 // ListBatches answers the caller's batches, newest first; none for an anonymous caller.
 func (a *Call) ListBatches() {
-	after, limit, ok := a.paging(100)
-	if !ok {
-		return
-	}
-	var bs []*store.Batch
-	var more bool
-	if !a.Anonymous {
-		var err error
-		if bs, more, err = a.api.Store.ListBatches(a.Scope, after, limit); err != nil {
-			a.fail(err)
-			return
-		}
-	}
-	views := make([]View, 0, len(bs))
-	for _, b := range bs {
-		views = append(views, ViewOf(b))
-	}
-	apierr.WriteJSON(a.w, http.StatusOK, listOf(views, func(v View) string { return v.ID }, more))
+	answerList(a, 100, a.api.Store.ListBatches, ViewOf, func(v View) string { return v.ID })
 }
 
 // CancelBatch moves a batch to cancelling; the batch worker stops its lines and the last one

@@ -251,24 +251,7 @@ func (a *Call) DeleteFile(id string) {
 
 // ListFiles answers the caller's files, newest first; none for an anonymous caller.
 func (a *Call) ListFiles() {
-	after, limit, ok := a.paging(10000)
-	if !ok {
-		return
-	}
-	var files []*store.File
-	var more bool
-	if !a.Anonymous {
-		var err error
-		if files, more, err = a.api.Store.ListFiles(a.Scope, after, limit); err != nil {
-			a.fail(err)
-			return
-		}
-	}
-	views := make([]fileView, 0, len(files))
-	for _, f := range files {
-		views = append(views, viewOfFile(f))
-	}
-	apierr.WriteJSON(a.w, http.StatusOK, listOf(views, func(v fileView) string { return v.ID }, more))
+	answerList(a, 10000, a.api.Store.ListFiles, viewOfFile, func(v fileView) string { return v.ID })
 }
 
 // loadFile returns the caller's file id, or answers 404: another scope's file is missing.
