@@ -76,19 +76,26 @@ func refused(t *testing.T, rec *httptest.ResponseRecorder, code apierr.Code, msg
 
 var alice = Caller{Scope: "alice"}
 
+// uploaded is alice's upload of content as a batch file.
+func uploaded(t *testing.T, api *API, content string) fileView {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	api.Call(rec, upload(t, content, "batch"), alice).UploadFile()
+	var file fileView
+	answer(t, rec, http.StatusOK, &file)
+	return file
+}
+
 // TestAnUploadExpiresAfterTheRetentionOnTheAPIsClock: an upload is stored with its lines and an
 // expiry one retention after the clock's now; once the clock passes it, the file is gone.
 func TestAnUploadExpiresAfterTheRetentionOnTheAPIsClock(t *testing.T) {
 	f := newFixture(t)
 	api := f.api(t, &kicks{})
-	rec := httptest.NewRecorder()
-	api.Call(rec, upload(t, input(3), "batch"), alice).UploadFile()
-	var file fileView
-	answer(t, rec, http.StatusOK, &file)
+	file := uploaded(t, api, input(3))
 	if want := f.clock.Now().Add(time.Hour).Unix(); file.ExpiresAt == nil || *file.ExpiresAt != want || file.Purpose != "batch" || file.Filename != "in.jsonl" {
 		t.Fatalf("file %+v, want batch file in.jsonl expiring at %d", file, want)
 	}
-	rec = httptest.NewRecorder()
+	rec := httptest.NewRecorder()
 	api.Call(rec, httptest.NewRequest(http.MethodGet, "/v1/files/"+file.ID+"/content", nil), alice).FileContent(file.ID)
 	if rec.Code != http.StatusOK || rec.Body.String() != input(3) {
 		t.Fatalf("content %d %q, want the upload", rec.Code, rec.Body)
@@ -109,9 +116,7 @@ func TestUploadsOverTheScopesQuotaOrOfAnotherPurposeLeaveNothingStored(t *testin
 	api.Call(rec, upload(t, input(1), "fine-tune"), alice).UploadFile()
 	refused(t, rec, apierr.CodeInvalidRequest, `Only purpose "batch" is served here; got "fine-tune"`)
 	for range 2 {
-		rec = httptest.NewRecorder()
-		api.Call(rec, upload(t, input(1), "batch"), alice).UploadFile()
-		answer(t, rec, http.StatusOK, &fileView{})
+		uploaded(t, api, input(1))
 	}
 	rec = httptest.NewRecorder()
 	api.Call(rec, upload(t, input(1), "batch"), alice).UploadFile()
@@ -133,16 +138,12 @@ func TestABatchIsCreatedOnTheClockSeenOnlyByItsScopeAndCancelled(t *testing.T) {
 	f := newFixture(t)
 	k := &kicks{}
 	api := f.api(t, k)
-	rec := httptest.NewRecorder()
-	api.Call(rec, upload(t, input(2), "batch"), alice).UploadFile()
-	var file fileView
-	answer(t, rec, http.StatusOK, &file)
-
+	file := uploaded(t, api, input(2))
 	body := fmt.Sprintf(`{"input_file_id":%q,"endpoint":%q,"completion_window":"2h"}`, file.ID, chatPath)
 	r := httptest.NewRequest(http.MethodPost, "/v1/batches", strings.NewReader(body))
 	r.Header.Set("Authorization", "Bearer a")
 	r.Header.Set("Cookie", "session=1")
-	rec = httptest.NewRecorder()
+	rec := httptest.NewRecorder()
 	api.Call(rec, r, alice).CreateBatch()
 	var v View
 	answer(t, rec, http.StatusOK, &v)
@@ -172,17 +173,14 @@ func TestABatchMustNameAnEndpointItsFileAndAWindowInRange(t *testing.T) {
 	f := newFixture(t)
 	k := &kicks{}
 	api := f.api(t, k)
-	rec := httptest.NewRecorder()
-	api.Call(rec, upload(t, input(11), "batch"), alice).UploadFile()
-	var big fileView
-	answer(t, rec, http.StatusOK, &big)
+	big := uploaded(t, api, input(11))
 	for _, c := range []struct{ body, msg string }{
 		{`{"endpoint":"/v1/chat/completions","completion_window":"24h"}`, "Missing required parameter: 'input_file_id'."},
 		{`{"input_file_id":"file-x","endpoint":"/v1/files","completion_window":"24h"}`, "endpoint must be the path each line is sent to"},
 		{`{"input_file_id":"file-x","endpoint":"/v1/chat/completions","completion_window":"169h"}`, "completion_window must be a duration"},
 		{`{"input_file_id":"` + big.ID + `","endpoint":"/v1/chat/completions","completion_window":"24h"}`, "more lines than max_requests allows"},
 	} {
-		rec = httptest.NewRecorder()
+		rec := httptest.NewRecorder()
 		api.Call(rec, httptest.NewRequest(http.MethodPost, "/v1/batches", strings.NewReader(c.body)), alice).CreateBatch()
 		refused(t, rec, apierr.CodeInvalidRequest, c.msg)
 	}
