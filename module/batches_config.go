@@ -2,10 +2,9 @@ package module
 
 import (
 	"fmt"
-	"path"
 	"strings"
 
-	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/internal/batches"
 )
 
 // Defaults of the batches block (docs/caddyfile.md): OpenAI's own limits.
@@ -54,10 +53,8 @@ func (c *BatchesConfig) setDefaults() {
 	}
 }
 
-// fileLimits bound one upload (docs/batches.md, Scope and retention).
-func (c *BatchesConfig) fileLimits() store.FileLimits {
-	return store.FileLimits{MaxBytes: c.MaxFileSize, ScopeBytes: c.MaxScopeBytes, ScopeFiles: c.MaxScopeFiles}
-}
+// api is c as the API's settings.
+func (c *BatchesConfig) api() batches.Config { return batches.Config(*c) }
 
 func (c *BatchesConfig) validate() error {
 	if c == nil {
@@ -79,25 +76,6 @@ func (c *BatchesConfig) covers(path string) bool {
 	if c == nil {
 		return false
 	}
-	for _, p := range []string{c.Prefix + "/files", c.Prefix + "/batches"} {
-		if path == p || strings.HasPrefix(path, p+"/") {
-			return true
-		}
-	}
-	return false
-}
-
-// servesEndpoint reports whether ep may be a batch's endpoint (docs/batches.md): a path under
-// the prefix, outside the API's own files and batches, written in its one canonical form (no
-// dot segments, no doubled or trailing slash, no escapes, query, fragment or control
-// characters), so the path stored, the one checked here and the one the site routes are the
-// same string.
-func (c *BatchesConfig) servesEndpoint(ep string) bool {
-	if !strings.HasPrefix(ep, c.Prefix+"/") || path.Clean(ep) != ep || strings.HasPrefix(ep, "//") {
-		return false
-	}
-	if strings.ContainsFunc(ep, func(r rune) bool { return r <= ' ' || r == 0x7f || strings.ContainsRune("?#%\\", r) }) {
-		return false
-	}
-	return !c.covers(ep)
+	api := c.api()
+	return api.Covers(path)
 }

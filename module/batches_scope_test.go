@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -173,10 +172,9 @@ func TestABatchFileObjectIsReadWithoutAssemblingTheFile(t *testing.T) {
 			t.Fatalf("content of %s: %v", id, content.Status)
 		}
 		rec := httptest.NewRecorder()
-		a := &batchCall{w: rec, r: httptest.NewRequest("GET", "/v1/files/"+id, nil), st: counted, cfg: &BatchesConfig{Prefix: "/v1"},
-			caller: caller{scope: idemkey.Scope("Bearer a")}, now: time.Now(), log: zap.NewNop()}
-		a.getFile(id)
-		var f fileView
+		api := &batches.API{Store: counted, Clock: realClock, Config: batches.Config{Prefix: "/v1"}, Log: zap.NewNop()}
+		api.Call(rec, httptest.NewRequest("GET", "/v1/files/"+id, nil), batches.Caller{Scope: idemkey.Scope("Bearer a")}).GetFile(id)
+		var f struct{ Bytes int64 }
 		if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &f) != nil || f.Bytes != int64(len(content.body)) {
 			t.Fatalf("file object of %s: %d %s, want %d bytes", id, rec.Code, rec.Body, len(content.body))
 		}

@@ -11,30 +11,10 @@ import "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 //		max_scope_files 100
 //	}
 func (c *BatchesConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	if !d.NextArg() {
-		return d.Errf("batches needs the prefix to serve the API under, such as /v1")
-	}
-	c.Prefix = d.Val()
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		var err error
-		switch d.Val() {
-		case "max_file_size":
-			err = sizeArg(d, &c.MaxFileSize)
-		case "max_requests":
-			err = intArg(d, &c.MaxRequests, 1)
-		case "max_scope_bytes":
-			err = sizeArg(d, &c.MaxScopeBytes)
-		case "max_scope_files":
-			err = intArg(d, &c.MaxScopeFiles, 1)
-		default:
-			err = d.Errf("unrecognized batches subdirective %q", d.Val())
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return unmarshalPrefixBlock(d, "batches", &c.Prefix, subdirectives{
+		"max_file_size":   func(d *caddyfile.Dispenser) error { return sizeArg(d, &c.MaxFileSize) },
+		"max_requests":    func(d *caddyfile.Dispenser) error { return intArg(d, &c.MaxRequests, 1) },
+		"max_scope_bytes": func(d *caddyfile.Dispenser) error { return sizeArg(d, &c.MaxScopeBytes) },
+		"max_scope_files": func(d *caddyfile.Dispenser) error { return intArg(d, &c.MaxScopeFiles, 1) },
+	})
 }

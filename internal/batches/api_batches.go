@@ -1,4 +1,4 @@
-package module
+package batches
 
 import (
 	"encoding/json"
@@ -9,17 +9,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
-	"github.com/mulligan-gw/mulligan/internal/batches"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
 // The Batches API (docs/batches.md): a batch is validated, then its lines run as operations.
 
-// batchRequest is the body of POST {prefix}/batches.
+// batchRequest is the body of POST {prefix}/
 type batchRequest struct {
 	InputFileID      string          `json:"input_file_id"`
 	Endpoint         string          `json:"endpoint"`
@@ -33,8 +31,8 @@ const (
 	maxCompletionWindow = 7 * 24 * time.Hour
 )
 
-// createBatch stores a new batch, validating; the batch worker validates its file.
-func (a *batchCall) createBatch() {
+// CreateBatch stores a new batch, validating; the batch worker validates its file.
+func (a *Call) CreateBatch() {
 	var req batchRequest
 	if err := json.NewDecoder(io.LimitReader(a.r.Body, 1<<20)).Decode(&req); err != nil {
 		a.invalid("The body must be a JSON object with input_file_id, endpoint and completion_window.", "")
@@ -51,33 +49,31 @@ func (a *batchCall) createBatch() {
 	if !a.checkInputFile(f) {
 		return
 	}
-	// Only an explicit Callback-Url: the site's default endpoint consumes operation events, and
-	// a batch's are asked for by its creator (docs/batches.md, Webhooks).
-	var cb *store.Callback
-	if a.r.Header.Get(headerCallback) != "" {
-		if cb, ok = a.h.conv.callbackFor(a.w, a.r, ""); !ok {
-			return
-		}
+	// The callback is resolved last, so a refused Callback-Url is answered only for a create
+	// that is otherwise sound.
+	o, ok := a.api.Origin(a.w, a.r)
+	if !ok {
+		return
 	}
-	b := a.newBatch(&req, window, cb)
-	if err := a.st.CreateBatch(b); err != nil {
+	b := a.newBatch(&req, window, o)
+	if err := a.api.Store.CreateBatch(b); err != nil {
 		a.fail(err)
 		return
 	}
-	batches.CountCreated()
-	a.log.Info("batch created", zap.String("batch_id", b.ID), zap.String("input_file_id", b.InputFileID), zap.Int("lines", f.Lines))
-	a.work.Kick()
-	writeJSON(a.w, http.StatusOK, batches.ViewOf(b))
+	CountCreated()
+	a.api.Log.Info("batch created", zap.String("batch_id", b.ID), zap.String("input_file_id", b.InputFileID), zap.Int("lines", f.Lines))
+	a.api.Worker.Kick()
+	apierr.WriteJSON(a.w, http.StatusOK, ViewOf(b))
 }
 
 // checkBatchRequest refuses a malformed create with OpenAI's shape and returns the window.
-func (a *batchCall) checkBatchRequest(req *batchRequest) (time.Duration, bool) {
+func (a *Call) checkBatchRequest(req *batchRequest) (time.Duration, bool) {
 	if req.InputFileID == "" {
 		a.invalid("Missing required parameter: 'input_file_id'.", "input_file_id")
 		return 0, false
 	}
-	if !a.cfg.servesEndpoint(req.Endpoint) {
-		a.invalid("endpoint must be the path each line is sent to, under "+a.cfg.Prefix+"/ and outside its files and batches, written plainly, such as "+a.cfg.Prefix+"/chat/completions.", "endpoint")
+	if !a.api.Config.ServesEndpoint(req.Endpoint) {
+		a.invalid("endpoint must be the path each line is sent to, under "+a.api.Config.Prefix+"/ and outside its files and batches, written plainly, such as "+a.api.Config.Prefix+"/chat/completions.", "endpoint")
 		return 0, false
 	}
 	window, err := time.ParseDuration(req.CompletionWindow)
@@ -96,13 +92,13 @@ func (a *batchCall) checkBatchRequest(req *batchRequest) (time.Duration, bool) {
 const metadataLimit = 4096
 
 // checkInputFile refuses an input file that is not a batch file or has too many lines.
-func (a *batchCall) checkInputFile(f *store.File) bool {
+func (a *Call) checkInputFile(f *store.File) bool {
 	switch {
 	case f.Purpose != purposeBatch:
 		a.invalid("The input file's purpose must be batch.", "input_file_id")
 	case f.Lines == 0:
 		a.invalid("The input file is empty.", "input_file_id")
-	case f.Lines > a.cfg.MaxRequests:
+	case f.Lines > a.api.Config.MaxRequests:
 		a.invalid("The input file has more lines than max_requests allows.", "input_file_id")
 	default:
 		return true
@@ -112,80 +108,61 @@ func (a *batchCall) checkInputFile(f *store.File) bool {
 
 // newBatch is the batch req creates, not stored yet: its lines will be sent with the creator's
 // credentials (lineHeaders) to the same server, with the block's async settings.
-func (a *batchCall) newBatch(req *batchRequest, window time.Duration, cb *store.Callback) *store.Batch {
+func (a *Call) newBatch(req *batchRequest, window time.Duration, o Origin) *store.Batch {
 	now := a.now
 	h := a.lineHeaders()
-	b := &store.Batch{ID: newID("batch_", now), Scope: a.scope, Endpoint: req.Endpoint, InputFileID: req.InputFileID,
+	b := &store.Batch{ID: a.api.NewID("batch_", now), Scope: a.Scope, Endpoint: req.Endpoint, InputFileID: req.InputFileID,
 		CompletionWindow: req.CompletionWindow, Status: store.BatchValidating, CreatedAt: now, UpdatedAt: now,
-		ExpiresAt: now.Add(window), Retention: a.retention, Callback: cb, Exec: a.h.conv.execution(),
+		ExpiresAt: now.Add(window), Retention: a.api.Retention, Callback: o.Callback, Exec: o.Exec, Server: o.Server,
 		FileBytes: &store.BatchFileBytes{}, // sized from its first line (lineBytes)
 		Template:  &store.Request{Host: a.r.Host, Proto: a.r.Proto, RemoteAddr: a.r.RemoteAddr, Header: h}}
 	if string(req.Metadata) != "null" {
 		b.Metadata = req.Metadata
-	}
-	if srv, ok := a.r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok {
-		b.Server = serverID(srv)
 	}
 	return b
 }
 
 // findBatch returns the caller's batch id; nil (and no error) when it is missing or another
 // scope's.
-func (a *batchCall) findBatch(id string) (*store.Batch, error) {
-	b, err := a.st.GetBatch(id)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && b.Scope != a.scope) {
+func (a *Call) findBatch(id string) (*store.Batch, error) {
+	b, err := a.api.Store.GetBatch(id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && b.Scope != a.Scope) {
 		return nil, nil
 	}
 	return b, err
 }
 
 // loadBatch returns the caller's batch id, or answers 404 (the same for another scope's).
-func (a *batchCall) loadBatch(id string) *store.Batch {
+func (a *Call) loadBatch(id string) *store.Batch {
 	b, err := a.findBatch(id)
 	switch {
 	case err != nil:
 		a.fail(err)
 	case b == nil:
-		a.openAIError(apierr.Error{Code: apierr.CodeBatchNotFound, Param: param("batch_id"), Message: "No such Batch object: " + id})
+		a.Error(apierr.Error{Code: apierr.CodeBatchNotFound, Param: param("batch_id"), Message: "No such Batch object: " + id})
 	}
 	return b
 }
 
-func (a *batchCall) getBatch(id string) {
+// GetBatch answers the caller's batch id.
+func (a *Call) GetBatch(id string) {
 	if b := a.loadBatch(id); b != nil {
-		writeJSON(a.w, http.StatusOK, batches.ViewOf(b))
+		apierr.WriteJSON(a.w, http.StatusOK, ViewOf(b))
 	}
 }
 
-// listBatches answers the caller's batches, newest first; none for an anonymous caller.
-func (a *batchCall) listBatches() {
-	after, limit, ok := a.paging(100)
-	if !ok {
-		return
-	}
-	var bs []*store.Batch
-	var more bool
-	if !a.anonymous {
-		var err error
-		if bs, more, err = a.st.ListBatches(a.scope, after, limit); err != nil {
-			a.fail(err)
-			return
-		}
-	}
-	views := make([]batches.View, 0, len(bs))
-	for _, b := range bs {
-		views = append(views, batches.ViewOf(b))
-	}
-	writeJSON(a.w, http.StatusOK, listOf(views, func(v batches.View) string { return v.ID }, more))
+// ListBatches answers the caller's batches, newest first; none for an anonymous caller.
+func (a *Call) ListBatches() {
+	answerList(a, 100, a.api.Store.ListBatches, ViewOf, func(v View) string { return v.ID })
 }
 
-// cancelBatch moves a batch to cancelling; the batch worker stops its lines and the last one
+// CancelBatch moves a batch to cancelling; the batch worker stops its lines and the last one
 // settles it cancelled.
-func (a *batchCall) cancelBatch(id string) {
+func (a *Call) CancelBatch(id string) {
 	if a.loadBatch(id) == nil {
 		return
 	}
-	b, err := a.st.UpdateBatch(id, func(b *store.Batch) error {
+	b, err := a.api.Store.UpdateBatch(id, func(b *store.Batch) error {
 		if b.Status != store.BatchCancelling {
 			b.Status, b.CancellingAt = store.BatchCancelling, a.now
 		}
@@ -196,21 +173,21 @@ func (a *batchCall) cancelBatch(id string) {
 		return
 	}
 	if b.Status.Final() && b.Status != store.BatchCancelled {
-		a.openAIError(apierr.Error{Code: apierr.CodeBatchAlreadyFinal, Param: param("batch_id"),
+		a.Error(apierr.Error{Code: apierr.CodeBatchAlreadyFinal, Param: param("batch_id"),
 			Message: "Cannot cancel a batch with status " + string(b.Status) + "."})
 		return
 	}
-	a.log.Info("batch cancelling", zap.String("batch_id", id))
-	a.work.Kick()
-	writeJSON(a.w, http.StatusOK, batches.ViewOf(b))
+	a.api.Log.Info("batch cancelling", zap.String("batch_id", id))
+	a.api.Worker.Kick()
+	apierr.WriteJSON(a.w, http.StatusOK, ViewOf(b))
 }
 
 // lineHeaders are the creator's headers every line carries: an allow-list (docs/batches.md) of
 // what identifies and shapes an OpenAI call (Authorization, Accept, User-Agent, OpenAI-*), and
 // the headers the block's scope reads, so a line is scoped and authorized as its creator; never
 // cookies, X-Forwarded-*, Expect or Content-Encoding, which belonged to the create call alone.
-func (a *batchCall) lineHeaders() http.Header {
-	scope := strings.ToLower(a.h.Scope)
+func (a *Call) lineHeaders() http.Header {
+	scope := strings.ToLower(a.api.Scope)
 	h := http.Header{}
 	for name, values := range a.r.Header {
 		switch {
@@ -221,4 +198,28 @@ func (a *batchCall) lineHeaders() http.Header {
 	}
 	h.Set("Content-Type", "application/json")
 	return h
+}
+
+// outputOf reports whether id names a batch's output or error file (ok), and returns the
+// batch when it is the caller's and final; otherwise it has answered 404 and b is nil.
+func (a *Call) outputOf(id string) (b *store.Batch, kind string, ok bool) {
+	rest, found := strings.CutPrefix(id, "file-")
+	if !found {
+		return nil, "", false
+	}
+	for _, k := range []string{OutputKind, ErrorsKind} {
+		if base, cut := strings.CutSuffix(rest, "-"+k); cut {
+			b, err := a.findBatch("batch_" + base)
+			switch {
+			case err != nil && !errors.Is(err, store.ErrNotFound):
+				a.fail(err)
+				return nil, k, true
+			case b == nil || !b.Status.Final():
+				a.Error(apierr.Error{Code: apierr.CodeFileNotFound, Param: param("file_id"), Message: "No such File object: " + id})
+				return nil, k, true
+			}
+			return b, k, true
+		}
+	}
+	return nil, "", false
 }

@@ -1,4 +1,4 @@
-package module
+package batches
 
 import (
 	"errors"
@@ -12,7 +12,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
-	"github.com/mulligan-gw/mulligan/internal/batches"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -35,30 +34,10 @@ type fileView struct {
 	StatusDetails *string `json:"status_details"`
 }
 
+// viewOfFile is f as OpenAI's file object.
 func viewOfFile(f *store.File) fileView {
-	return fileView{ID: f.ID, Object: "file", Bytes: f.Bytes, CreatedAt: f.CreatedAt.Unix(), ExpiresAt: batches.UnixOrNil(f.ExpiresAt),
+	return fileView{ID: f.ID, Object: "file", Bytes: f.Bytes, CreatedAt: f.CreatedAt.Unix(), ExpiresAt: UnixOrNil(f.ExpiresAt),
 		Filename: f.Filename, Purpose: f.Purpose, Status: "processed"}
-}
-
-// listView is OpenAI's list object.
-type listView[T any] struct {
-	Object  string  `json:"object"`
-	Data    []T     `json:"data"`
-	FirstID *string `json:"first_id"`
-	LastID  *string `json:"last_id"`
-	HasMore bool    `json:"has_more"`
-}
-
-func listOf[T any](data []T, id func(T) string, more bool) listView[T] {
-	l := listView[T]{Object: "list", Data: data, HasMore: more}
-	if l.Data == nil {
-		l.Data = []T{}
-	}
-	if len(data) > 0 {
-		first, last := id(data[0]), id(data[len(data)-1])
-		l.FirstID, l.LastID = &first, &last
-	}
-	return l
 }
 
 // Bounds of an upload beside max_file_size (docs/batches.md, Files): what a client sends around
@@ -73,17 +52,17 @@ const (
 	maxFilename = 255
 )
 
-// uploadFile stores a multipart upload's "file" part as it arrives; its "purpose" must be batch.
+// UploadFile stores a multipart upload's "file" part as it arrives; its "purpose" must be batch.
 // The body is bounded by max_file_size plus uploadOverhead, and its parts by maxUploadParts.
-func (a *batchCall) uploadFile() {
-	a.r.Body = http.MaxBytesReader(a.w, a.r.Body, min(a.cfg.MaxFileSize, math.MaxInt64-uploadOverhead)+uploadOverhead)
+func (a *Call) UploadFile() {
+	a.r.Body = http.MaxBytesReader(a.w, a.r.Body, min(a.api.Config.MaxFileSize, math.MaxInt64-uploadOverhead)+uploadOverhead)
 	mr, err := a.r.MultipartReader()
 	if err != nil {
 		a.invalid("Send the file as multipart/form-data with the fields file and purpose.", "file")
 		return
 	}
 	now := a.now
-	f := &store.File{ID: newID("file-", now), Scope: a.scope, Purpose: purposeBatch, CreatedAt: now, ExpiresAt: now.Add(a.retention)}
+	f := &store.File{ID: a.api.NewID("file-", now), Scope: a.Scope, Purpose: purposeBatch, CreatedAt: now, ExpiresAt: now.Add(a.api.Retention)}
 	purpose, stored := "", false
 	for parts := 0; ; parts++ {
 		part, err := mr.NextPart()
@@ -125,10 +104,10 @@ var errTooManyParts = errors.New("too many parts")
 
 // unreadable answers an upload whose multipart body could not be read: over its size bound,
 // over maxUploadParts, or malformed.
-func (a *batchCall) unreadable(err error) {
+func (a *Call) unreadable(err error) {
 	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-		a.openAIError(apierr.Error{Code: apierr.CodeRequestTooLarge, Param: param("file"),
-			Message: "The upload is over max_file_size (" + strconv.FormatInt(a.cfg.MaxFileSize, 10) + " bytes) and its form fields."})
+		a.Error(apierr.Error{Code: apierr.CodeRequestTooLarge, Param: param("file"),
+			Message: "The upload is over max_file_size (" + strconv.FormatInt(a.api.Config.MaxFileSize, 10) + " bytes) and its form fields."})
 		return
 	}
 	if errors.Is(err, errTooManyParts) {
@@ -145,18 +124,18 @@ func readField(p *multipart.Part) string {
 }
 
 // storeUpload streams part into storage; false when it answered a failure.
-func (a *batchCall) storeUpload(f *store.File, part io.Reader) bool {
-	err := a.st.CreateFile(f, part, a.cfg.fileLimits())
+func (a *Call) storeUpload(f *store.File, part io.Reader) bool {
+	err := a.api.Store.CreateFile(f, part, a.api.Config.fileLimits())
 	switch {
 	case errors.Is(err, store.ErrTooLarge):
-		a.openAIError(apierr.Error{Code: apierr.CodeRequestTooLarge, Param: param("file"),
-			Message: "The file is over max_file_size (" + strconv.FormatInt(a.cfg.MaxFileSize, 10) + " bytes)."})
+		a.Error(apierr.Error{Code: apierr.CodeRequestTooLarge, Param: param("file"),
+			Message: "The file is over max_file_size (" + strconv.FormatInt(a.api.Config.MaxFileSize, 10) + " bytes)."})
 		return false
 	case errors.Is(err, store.ErrFileQuota):
-		a.openAIError(apierr.Error{Code: apierr.CodeFileQuota, Param: param("file"),
-			Message: "The files stored in your scope would be over its quota (" + strconv.Itoa(a.cfg.MaxScopeFiles) + " files, " +
-				strconv.FormatInt(a.cfg.MaxScopeBytes, 10) + " bytes together); delete files you no longer need, or wait for them to expire.",
-			Details: map[string]any{"max_scope_files": a.cfg.MaxScopeFiles, "max_scope_bytes": a.cfg.MaxScopeBytes}})
+		a.Error(apierr.Error{Code: apierr.CodeFileQuota, Param: param("file"),
+			Message: "The files stored in your scope would be over its quota (" + strconv.Itoa(a.api.Config.MaxScopeFiles) + " files, " +
+				strconv.FormatInt(a.api.Config.MaxScopeBytes, 10) + " bytes together); delete files you no longer need, or wait for them to expire.",
+			Details: map[string]any{"max_scope_files": a.api.Config.MaxScopeFiles, "max_scope_bytes": a.api.Config.MaxScopeBytes}})
 		return false
 	case errors.Is(err, store.ErrUnavailable):
 		a.fail(err)
@@ -174,7 +153,7 @@ func (a *batchCall) storeUpload(f *store.File, part io.Reader) bool {
 // finishUpload answers an upload whose parts were all read. The official SDKs send the purpose
 // after the file, so the file is stored as a batch file as it arrives, and dropped when the
 // purpose then turns out to be another.
-func (a *batchCall) finishUpload(f *store.File, purpose string, stored bool) {
+func (a *Call) finishUpload(f *store.File, purpose string, stored bool) {
 	switch {
 	case !stored:
 		a.invalid("The upload has no file field.", "file")
@@ -182,48 +161,48 @@ func (a *batchCall) finishUpload(f *store.File, purpose string, stored bool) {
 		a.dropUpload(f, stored)
 		a.invalid("Only purpose \"batch\" is served here; got \""+purpose+"\".", "purpose")
 	default:
-		batches.CountUploaded()
-		writeJSON(a.w, http.StatusOK, viewOfFile(f))
+		CountUploaded()
+		apierr.WriteJSON(a.w, http.StatusOK, viewOfFile(f))
 	}
 }
 
-func (a *batchCall) dropUpload(f *store.File, stored bool) {
+func (a *Call) dropUpload(f *store.File, stored bool) {
 	if stored {
-		if err := a.st.DeleteFile(f.ID); err != nil {
-			a.log.Warn("dropping a refused upload", zap.String("file_id", f.ID), zap.Error(err))
+		if err := a.api.Store.DeleteFile(f.ID); err != nil {
+			a.api.Log.Warn("dropping a refused upload", zap.String("file_id", f.ID), zap.Error(err))
 		}
 	}
 }
 
-// getFile answers a file object: an uploaded file, or a batch's output or error file.
-func (a *batchCall) getFile(id string) {
+// GetFile answers a file object: an uploaded file, or a batch's output or error file.
+func (a *Call) GetFile(id string) {
 	if b, kind, ok := a.outputOf(id); ok {
 		if b == nil {
 			return
 		}
-		n, err := batches.FileBytes(a.st, b, kind == batches.OutputKind)
+		n, err := FileBytes(a.api.Store, b, kind == OutputKind)
 		if err != nil {
 			a.fail(err)
 			return
 		}
-		writeJSON(a.w, http.StatusOK, fileView{ID: id, Object: "file", Bytes: n, CreatedAt: b.FinishedAt().Unix(),
-			ExpiresAt: batches.UnixOrNil(b.PurgeAt()), Filename: b.ID + "_" + kind + ".jsonl", Purpose: "batch_" + kind, Status: "processed"})
+		apierr.WriteJSON(a.w, http.StatusOK, fileView{ID: id, Object: "file", Bytes: n, CreatedAt: b.FinishedAt().Unix(),
+			ExpiresAt: UnixOrNil(b.PurgeAt()), Filename: b.ID + "_" + kind + ".jsonl", Purpose: "batch_" + kind, Status: "processed"})
 		return
 	}
 	if f := a.loadFile(id); f != nil {
-		writeJSON(a.w, http.StatusOK, viewOfFile(f))
+		apierr.WriteJSON(a.w, http.StatusOK, viewOfFile(f))
 	}
 }
 
-// fileContent streams a file's content: an upload from its chunks, an output or error file
+// FileContent streams a file's content: an upload from its chunks, an output or error file
 // assembled line by line from the batch's line operations.
-func (a *batchCall) fileContent(id string) {
+func (a *Call) FileContent(id string) {
 	if b, kind, ok := a.outputOf(id); ok {
 		if b != nil {
 			a.w.Header().Set("Content-Type", "application/jsonl")
 			a.w.WriteHeader(http.StatusOK)
-			if _, err := batches.WriteLines(a.w, a.st, b, kind == batches.OutputKind); err != nil {
-				a.log.Error("assembling a batch's file", zap.String("batch_id", b.ID), zap.Error(err))
+			if _, err := WriteLines(a.w, a.api.Store, b, kind == OutputKind); err != nil {
+				a.api.Log.Error("assembling a batch's file", zap.String("batch_id", b.ID), zap.Error(err))
 				panic(http.ErrAbortHandler) // the client must not take a cut file for a whole one
 			}
 		}
@@ -232,7 +211,7 @@ func (a *batchCall) fileContent(id string) {
 	if a.loadFile(id) == nil {
 		return
 	}
-	rc, err := a.st.OpenFile(id)
+	rc, err := a.api.Store.OpenFile(id)
 	if err != nil {
 		a.fail(err)
 		return
@@ -241,13 +220,13 @@ func (a *batchCall) fileContent(id string) {
 	a.w.Header().Set("Content-Type", "application/octet-stream")
 	a.w.WriteHeader(http.StatusOK)
 	if _, err := io.Copy(a.w, rc); err != nil {
-		a.log.Warn("streaming a file", zap.String("file_id", id), zap.Error(err))
+		a.api.Log.Warn("streaming a file", zap.String("file_id", id), zap.Error(err))
 		panic(http.ErrAbortHandler)
 	}
 }
 
-// deleteFile removes an uploaded file (a batch's output goes with its batch).
-func (a *batchCall) deleteFile(id string) {
+// DeleteFile removes an uploaded file (a batch's output goes with its batch).
+func (a *Call) DeleteFile(id string) {
 	if _, _, ok := a.outputOf(id); ok {
 		a.invalid("A batch's output and error files go with the batch; they cannot be deleted alone.", "file_id")
 		return
@@ -263,41 +242,24 @@ func (a *batchCall) deleteFile(id string) {
 		a.invalid("File "+id+" is the input of batch "+batch+", which is not finished; delete it once the batch ends.", "file_id")
 		return
 	}
-	if err := a.st.DeleteFile(id); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err := a.api.Store.DeleteFile(id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		a.fail(err)
 		return
 	}
-	writeJSON(a.w, http.StatusOK, map[string]any{"id": id, "object": "file", "deleted": true})
+	apierr.WriteJSON(a.w, http.StatusOK, map[string]any{"id": id, "object": "file", "deleted": true})
 }
 
-// listFiles answers the caller's files, newest first; none for an anonymous caller.
-func (a *batchCall) listFiles() {
-	after, limit, ok := a.paging(10000)
-	if !ok {
-		return
-	}
-	var files []*store.File
-	var more bool
-	if !a.anonymous {
-		var err error
-		if files, more, err = a.st.ListFiles(a.scope, after, limit); err != nil {
-			a.fail(err)
-			return
-		}
-	}
-	views := make([]fileView, 0, len(files))
-	for _, f := range files {
-		views = append(views, viewOfFile(f))
-	}
-	writeJSON(a.w, http.StatusOK, listOf(views, func(v fileView) string { return v.ID }, more))
+// ListFiles answers the caller's files, newest first; none for an anonymous caller.
+func (a *Call) ListFiles() {
+	answerList(a, 10000, a.api.Store.ListFiles, viewOfFile, func(v fileView) string { return v.ID })
 }
 
 // loadFile returns the caller's file id, or answers 404: another scope's file is missing.
-func (a *batchCall) loadFile(id string) *store.File {
-	f, err := a.st.GetFile(id)
+func (a *Call) loadFile(id string) *store.File {
+	f, err := a.api.Store.GetFile(id)
 	switch {
-	case errors.Is(err, store.ErrNotFound) || (err == nil && (f.Scope != a.scope || !a.now.Before(f.ExpiresAt))):
-		a.openAIError(apierr.Error{Code: apierr.CodeFileNotFound, Param: param("file_id"), Message: "No such File object: " + id})
+	case errors.Is(err, store.ErrNotFound) || (err == nil && (f.Scope != a.Scope || !a.now.Before(f.ExpiresAt))):
+		a.Error(apierr.Error{Code: apierr.CodeFileNotFound, Param: param("file_id"), Message: "No such File object: " + id})
 		return nil
 	case err != nil:
 		a.fail(err)
@@ -309,13 +271,13 @@ func (a *batchCall) loadFile(id string) *store.File {
 // batchReading returns the batch not yet final whose input is file id, or "": such a file is
 // pinned (docs/batches.md), as the batch reads its lines again until every one is created.
 // Unfinished batches are few (each holds a file of up to max_requests lines), so a scan is cheap.
-func (a *batchCall) batchReading(id string) (string, error) {
-	ids, err := a.st.UnsettledBatches()
+func (a *Call) batchReading(id string) (string, error) {
+	ids, err := a.api.Store.UnsettledBatches()
 	if err != nil {
 		return "", err
 	}
 	for _, bid := range ids {
-		b, err := a.st.GetBatch(bid)
+		b, err := a.api.Store.GetBatch(bid)
 		if errors.Is(err, store.ErrNotFound) {
 			continue
 		}
