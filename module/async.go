@@ -16,6 +16,7 @@ import (
 	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/capture"
 	"github.com/mulligan-gw/mulligan/internal/streams"
+	"github.com/mulligan-gw/mulligan/internal/tracing"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -73,7 +74,7 @@ func (c *converter) newOperation(kr *keyedRequest, status store.Status) *store.O
 		ID: newID("op_", now), Scope: kr.scope, Status: status, Version: 1,
 		Method: kr.r.Method, Path: kr.r.URL.Path, IdempotencyKey: kr.key, SubmittedAt: now, UpdatedAt: now,
 		Retention: time.Duration(c.cfg.Retention), Type: c.cfg.Type, Metadata: kr.metadata,
-		Traceparent: kr.trace.parent, Tracestate: kr.trace.state,
+		Traceparent: kr.trace.Parent, Tracestate: kr.trace.State,
 		QueueDeadline: queueDeadline(c.capacity, kr.r, now),
 	}
 	op.Urgency, op.FairKey, op.Weight = c.queueAsk(kr, now)
@@ -179,11 +180,11 @@ func (c *converter) enqueue(w http.ResponseWriter, kr *keyedRequest, st store.Ba
 			return resp, false, nil
 		}
 	}
-	span := startAccept(kr)
+	span := tracing.StartAccept(kr.r.Context(), kr.trace)
 	ka, resp := c.keyAccept(kr, op, "", answer)
 	claim, err := st.AcceptOperation(op, req, ka)
 	if err != nil || claim.Outcome != store.Claimed {
-		endAccept(span, nil)
+		tracing.EndAccept(span, nil)
 	}
 	if errors.Is(err, store.ErrScopeFull) {
 		c.rateLimited(w)
@@ -201,7 +202,7 @@ func (c *converter) enqueue(w http.ResponseWriter, kr *keyedRequest, st store.Ba
 		}
 		return resp, false, nil
 	}
-	defer endAccept(span, op)
+	defer tracing.EndAccept(span, op)
 	countRequest(outcomeAccepted)
 	countSubmitted(op)
 	run.accepted()
@@ -266,14 +267,14 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 	}
 	op := c.newOperation(kr, store.StatusRunning)
 	op.Holder, op.LeaseUntil = run.worker, op.StartedAt.Add(run.config().takeover) // held by this runner, as a claimed one
-	span := startAccept(kr)
+	span := tracing.StartAccept(kr.r.Context(), kr.trace)
 	ka, resp := c.keyAccept(kr, op, token, c.accepted)
 	if _, err := st.AcceptOperation(op, storedRequest(kr), ka); err != nil {
-		endAccept(span, nil)
+		tracing.EndAccept(span, nil)
 		cancel(err)
 		return c.gate.storageFailed(w, kr, err)
 	}
-	defer endAccept(span, op)
+	defer tracing.EndAccept(span, op)
 	countRequest(outcomeAccepted)
 	countSubmitted(op)
 	run.launchConverted(op, ctx, cancel, first)

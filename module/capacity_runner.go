@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
+	"github.com/mulligan-gw/mulligan/internal/tracing"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -209,7 +210,7 @@ func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *st
 			timedOut := queueTimedOut()
 			return attemptResult{}, &timedOut
 		case err != nil && ctx.Err() == nil:
-			r.log.Warn("taking a shared seat; the operation goes back to the queue", operationFields(op, zap.Error(err))...)
+			r.log.Warn("taking a shared seat; the operation goes back to the queue", tracing.OperationFields(op, zap.Error(err))...)
 			return attemptResult{}, &store.Change{To: store.StatusQueued}
 		case err != nil:
 			return attemptResult{}, nil // the execution ended while it waited: outcome says how
@@ -223,7 +224,7 @@ func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *st
 	res = r.attempt(actx, op, req, limit)
 	stop()
 	if seatLapsed(actx) && ctx.Err() == nil {
-		r.log.Warn("the attempt's shared seat could not be renewed; the attempt was cut", operationFields(op)...)
+		r.log.Warn("the attempt's shared seat could not be renewed; the attempt was cut", tracing.OperationFields(op)...)
 	}
 	s.Release(attemptSample(res, ctx.Err()))
 	return res, nil
@@ -236,7 +237,7 @@ func (r *runner) expiredInQueue(op *store.Operation) bool {
 		return false
 	}
 	r.queueTimeout(op)
-	r.finish(context.Background(), op.ID, queueTimedOut(), r.log.With(operationFields(op)...))
+	r.finish(context.Background(), op.ID, queueTimedOut(), r.log.With(tracing.OperationFields(op)...))
 	return true
 }
 
@@ -269,7 +270,7 @@ func (r *runner) dropStale() {
 		r.queueTimeout(op)
 		countFinal(final)
 		r.courier.Kick()
-		r.log.Info("operation transition", operationFields(final, zap.String("old_status", string(store.StatusQueued)),
+		r.log.Info("operation transition", tracing.OperationFields(final, zap.String("old_status", string(store.StatusQueued)),
 			zap.String("new_status", string(final.Status)), zap.String("error_code", string(apierr.CodeQueueTimeout)))...)
 	}
 }

@@ -5,38 +5,17 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/mulligan-gw/mulligan/internal/clocks"
 )
 
-// realClock is the clock of the runner and courier in production; tests hand them a
-// clockwork.FakeClock, which also serves as their storage's clock (badger.Options.Now), so
-// leases, retries and polls move together when a test advances it (docs/development.md).
-var realClock = clockwork.NewRealClock()
+// realClock is the clock of the services in production (internal/clocks).
+var realClock = clocks.Real
 
-// withTimeout is context.WithTimeout on clock: the standard library's on the real clock; on any
-// other, a context canceled with cause context.DeadlineExceeded once clock passes the deadline.
-// Either way context.Cause tells a timeout apart. clockwork.WithTimeout will not do: its Err
-// blocks until the context is done, and the proxy asks Err of a live request.
 func withTimeout(parent context.Context, clock clockwork.Clock, d time.Duration) (context.Context, context.CancelFunc) {
-	if clock == realClock {
-		return context.WithTimeout(parent, d)
-	}
-	ctx, cancel := context.WithCancelCause(parent)
-	t := clock.AfterFunc(d, func() { cancel(context.DeadlineExceeded) })
-	return deadlineContext{ctx, clock.Now().Add(d)}, func() { t.Stop(); cancel(nil) }
+	return clocks.WithTimeout(parent, clock, d)
 }
 
-// withDeadline is withTimeout until at.
 func withDeadline(parent context.Context, clock clockwork.Clock, at time.Time) (context.Context, context.CancelFunc) {
-	if clock == realClock {
-		return context.WithDeadline(parent, at)
-	}
-	return withTimeout(parent, clock, clock.Until(at))
+	return clocks.WithDeadline(parent, clock, at)
 }
-
-// deadlineContext reports a deadline on a fake clock, as the backoff reads it.
-type deadlineContext struct {
-	context.Context
-	deadline time.Time
-}
-
-func (c deadlineContext) Deadline() (time.Time, bool) { return c.deadline, true }

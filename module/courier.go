@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/courier"
+	"github.com/mulligan-gw/mulligan/internal/tracing"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/webhook"
 )
@@ -19,11 +20,11 @@ func newCourier(st store.Outbox, clock clockwork.Clock, log *zap.Logger) *courie
 	return courier.New(courier.Options{
 		Store: st, Worker: newID("wrk_", clock.Now()), Clock: clock, Log: log, Render: renderEvent,
 		Trace: func(ctx context.Context, ev *store.Event) (http.Header, func(webhook.Outcome)) {
-			span, header := startDelivery(ctx, ev)
-			return header, func(out webhook.Outcome) { endDelivery(span, out) }
+			span, header := tracing.StartDelivery(ctx, ev)
+			return header, func(out webhook.Outcome) { tracing.EndDelivery(span, out) }
 		},
 		EventFields: func(ev *store.Event) []zap.Field {
-			return traceContext{parent: ev.Traceparent, state: ev.Tracestate}.fields()
+			return tracing.Context{Parent: ev.Traceparent, State: ev.Tracestate}.Fields()
 		},
 		Attempted: func(endpoint string, result webhook.Result, n int) {
 			metrics.attempts.WithLabelValues(endpoint, result.String()).Add(float64(n))

@@ -15,6 +15,7 @@ import (
 	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/capture"
 	"github.com/mulligan-gw/mulligan/internal/responses"
+	"github.com/mulligan-gw/mulligan/internal/tracing"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/webhook"
 )
@@ -56,15 +57,15 @@ func (r *runner) execute(parent context.Context, ex *execution, op *store.Operat
 	settings := execOf(op)
 	ctx, cancel := withTimeout(parent, r.clock, settings.Timeout)
 	defer cancel()
-	log := r.log.With(operationFields(op)...)
+	log := r.log.With(tracing.OperationFields(op)...)
 	retryOn := retrySet(settings.RetryOn)
 	if first == nil {
 		metrics.queueWait.Observe(op.StartedAt.Sub(op.SubmittedAt).Seconds())
-		recordQueueWait(op)
+		tracing.RecordQueueWait(op)
 	}
-	ctx, span := startExecution(ctx, op)
+	ctx, span := tracing.StartExecution(ctx, op)
 	var last store.Change // what the execution came to, for its span
-	defer func() { endExecution(span, last) }()
+	defer func() { tracing.EndExecution(span, last) }()
 	// settle writes where the execution came to; its upstream work is over, so its slot goes
 	// to the next claim first.
 	settle := func(c store.Change) {
@@ -275,7 +276,7 @@ func (r *runner) attempt(ctx context.Context, op *store.Operation, req *store.Re
 	}
 	hr.RequestURI, hr.Host, hr.RemoteAddr = req.URL, req.Host, req.RemoteAddr
 	hr.Header = req.Header.Clone()
-	injectTrace(hr)
+	tracing.Inject(hr)
 	hr.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(req.Body)), nil }
 	rec := capture.NewBuffer(limit)
 	stream := r.streams.start(op.ID, r.recordingFor(ctx, op.ID))

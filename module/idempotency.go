@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/streams"
+	"github.com/mulligan-gw/mulligan/internal/tracing"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -76,7 +77,7 @@ type keyedRequest struct {
 	reserved  int64           // bytes of max_buffered the body holds
 	callback  *store.Callback // where the operation's events go, for converted requests
 	metadata  json.RawMessage // the body's metadata object, for converted requests
-	trace     traceContext    // the request's W3C Trace Context
+	trace     tracing.Context // the request's W3C Trace Context
 	log       reqLog
 	// replayed, when set, answers a converted request's replay of its key's record itself (a
 	// background response's stream, docs/responses.md); false to answer it as recorded.
@@ -119,7 +120,7 @@ func (g *gate) prepare(w http.ResponseWriter, r *http.Request, budget *byteBudge
 	if key != "" {
 		kr.recordKey = idemkey.Record(scope, r.Method, r.URL.Path, key)
 		kr.fp = g.fp.Sum(r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Get("Content-Type"), body)
-		kr.log = log.with(zap.String("idempotency_key", key))
+		kr.log = log.With(zap.String("idempotency_key", key))
 	}
 	return kr, nil
 }

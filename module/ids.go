@@ -1,30 +1,16 @@
 package module
 
 import (
-	"crypto/rand"
-	"encoding/base32"
-	"encoding/binary"
 	"net/http"
 	"time"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/idemkey"
+	"github.com/mulligan-gw/mulligan/internal/ids"
 )
 
-// crockford is Crockford's base32 alphabet, lower-cased: ids sort as their bytes do.
-var crockford = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
-
-// newID returns prefix followed by 48 bits of Unix milliseconds and 128 random bits, so ids are
-// unguessable and sort by creation time.
-func newID(prefix string, now time.Time) string {
-	var b [22]byte // 6 time bytes, 16 random bytes
-	ms := uint64(now.UnixMilli())
-	var t [8]byte
-	binary.BigEndian.PutUint64(t[:], ms)
-	copy(b[:6], t[2:])
-	_, _ = rand.Read(b[6:])
-	return prefix + crockford.EncodeToString(b[:])
-}
+// newID is ids.New: a prefix, the time, 128 random bits.
+func newID(prefix string, now time.Time) string { return ids.New(prefix, now) }
 
 const headerRequestID = apierr.HeaderRequestID
 

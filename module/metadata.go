@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/mulligan-gw/mulligan/internal/fingerprint"
+	"github.com/mulligan-gw/mulligan/internal/tracing"
 
 	"go.uber.org/zap"
 )
@@ -94,8 +95,8 @@ func (c *converter) describe(w http.ResponseWriter, kr *keyedRequest) bool {
 	if !ok {
 		return false
 	}
-	kr.callback, kr.metadata, kr.trace = callback, fields.Metadata, traceOf(kr.r)
-	kr.log = kr.log.with(kr.trace.fields()...)
+	kr.callback, kr.metadata, kr.trace = callback, fields.Metadata, tracing.Of(kr.r)
+	kr.log = kr.log.With(kr.trace.Fields()...)
 	if fields.MetadataIgnored != "" {
 		kr.log.Info("request metadata not kept with the operation", zap.String("reason", fields.MetadataIgnored))
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mulligan-gw/mulligan/internal/capture"
 	"github.com/mulligan-gw/mulligan/internal/courier"
+	"github.com/mulligan-gw/mulligan/internal/tracing"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -312,7 +313,7 @@ func (r *runner) claimNext() bool {
 		return false
 	}
 	r.countMoved(op, -1)
-	r.log.Info("operation transition", operationFields(op, zap.String("old_status", string(store.StatusQueued)),
+	r.log.Info("operation transition", tracing.OperationFields(op, zap.String("old_status", string(store.StatusQueued)),
 		zap.String("new_status", string(op.Status)), zap.Int("attempts", op.Attempts), zap.Duration("queue_wait", op.StartedAt.Sub(op.SubmittedAt)))...)
 	if r.expiredInQueue(op) {
 		held.GiveBack()
@@ -450,7 +451,7 @@ func (r *runner) cancelQueued(op *store.Operation, log reqLog) (*store.Operation
 	countFinal(canceled)
 	r.countMoved(canceled, -1)
 	r.courier.Kick()
-	log.Info("operation transition", operationFields(op, zap.String("old_status", "queued"), zap.String("new_status", "canceled"))...)
+	log.Info("operation transition", tracing.OperationFields(op, zap.String("old_status", "queued"), zap.String("new_status", "canceled"))...)
 	return canceled, nil
 }
 

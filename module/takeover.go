@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
+	"github.com/mulligan-gw/mulligan/internal/tracing"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -88,6 +89,6 @@ func (r *runner) resolveLost(op *store.Operation, c store.Change, msg string) {
 		r.countMoved(op, 1)
 		r.kick()
 	}
-	r.log.Info(msg, operationFields(op, zap.String("old_holder", op.Holder),
+	r.log.Info(msg, tracing.OperationFields(op, zap.String("old_holder", op.Holder),
 		zap.String("old_status", string(op.Status)), zap.String("new_status", string(c.To)))...)
 }

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/mulligan-gw/mulligan/internal/testkit"
+	"github.com/mulligan-gw/mulligan/internal/tracing"
 )
 
 // headerLog keeps one header of every request that passes through it.
@@ -127,10 +128,10 @@ func inMemorySpans(t *testing.T) *tracetest.InMemoryExporter {
 	t.Helper()
 	exp := tracetest.NewInMemoryExporter()
 	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp)))
-	seenProvider.Store(nil)
+	tracing.SeenProvider.Store(nil)
 	t.Cleanup(func() {
 		otel.SetTracerProvider(noop.NewTracerProvider())
-		seenProvider.Store(nil)
+		tracing.SeenProvider.Store(nil)
 	})
 	return exp
 }
@@ -174,7 +175,7 @@ func TestGatewaySpansJoinTheClientsTrace(t *testing.T) {
 	_, op := g.submit(t, "", "traceparent", clientTraceparent)
 	g.await(t, op.OperationID)
 	testkit.WaitFor(t, 5*time.Second, "rc.delivered() == 2", func() bool { return rc.delivered() == 2 })
-	spans := spansByName(t, exp, spanAccept, spanQueueWait, spanExecute, spanDeliver)
+	spans := spansByName(t, exp, tracing.SpanAccept, tracing.SpanQueueWait, tracing.SpanExecute, tracing.SpanDeliver)
 	for _, s := range exp.GetSpans() {
 		if hasAttribute(s, "mulligan.operation_id", untraced.OperationID) {
 			t.Errorf("an operation without a trace has span %s", s.Name)
@@ -191,18 +192,18 @@ func TestGatewaySpansJoinTheClientsTrace(t *testing.T) {
 		}
 	}
 	// The upstream call is a child of the execution span, the delivery carries its own span.
-	if got := upstream.values(); len(got) != 2 || got[0] != "" || spanIDOf(got[1]) != spans[spanExecute].SpanContext.SpanID().String() {
-		t.Errorf("upstream traceparent %q, execution span %s", got, spans[spanExecute].SpanContext.SpanID())
+	if got := upstream.values(); len(got) != 2 || got[0] != "" || spanIDOf(got[1]) != spans[tracing.SpanExecute].SpanContext.SpanID().String() {
+		t.Errorf("upstream traceparent %q, execution span %s", got, spans[tracing.SpanExecute].SpanContext.SpanID())
 	}
-	if got := delivered.values(); len(got) != 2 || got[0] != "" || spanIDOf(got[1]) != spans[spanDeliver].SpanContext.SpanID().String() {
-		t.Errorf("delivery traceparent %q, delivery span %s", got, spans[spanDeliver].SpanContext.SpanID())
+	if got := delivered.values(); len(got) != 2 || got[0] != "" || spanIDOf(got[1]) != spans[tracing.SpanDeliver].SpanContext.SpanID().String() {
+		t.Errorf("delivery traceparent %q, delivery span %s", got, spans[tracing.SpanDeliver].SpanContext.SpanID())
 	}
-	wait := spans[spanQueueWait]
-	if wait.EndTime.Before(wait.StartTime) || wait.EndTime.After(spans[spanExecute].StartTime) {
-		t.Errorf("queue wait %v..%v, execution from %v", wait.StartTime, wait.EndTime, spans[spanExecute].StartTime)
+	wait := spans[tracing.SpanQueueWait]
+	if wait.EndTime.Before(wait.StartTime) || wait.EndTime.After(spans[tracing.SpanExecute].StartTime) {
+		t.Errorf("queue wait %v..%v, execution from %v", wait.StartTime, wait.EndTime, spans[tracing.SpanExecute].StartTime)
 	}
-	if !hasAttribute(spans[spanExecute], "mulligan.status", "succeeded") || !hasAttribute(spans[spanDeliver], "mulligan.result", "delivered") {
-		t.Errorf("outcomes: %v / %v", spans[spanExecute].Attributes, spans[spanDeliver].Attributes)
+	if !hasAttribute(spans[tracing.SpanExecute], "mulligan.status", "succeeded") || !hasAttribute(spans[tracing.SpanDeliver], "mulligan.result", "delivered") {
+		t.Errorf("outcomes: %v / %v", spans[tracing.SpanExecute].Attributes, spans[tracing.SpanDeliver].Attributes)
 	}
 }
 
@@ -217,7 +218,7 @@ func hasAttribute(s tracetest.SpanStub, key, value string) bool {
 
 func TestCaddyTracingDirectiveSpansLeadToTheOperation(t *testing.T) {
 	t.Setenv("OTEL_TRACES_EXPORTER", "none") // Caddy's own provider exports nowhere in a test
-	t.Cleanup(func() { seenProvider.Store(nil) })
+	t.Cleanup(func() { tracing.SeenProvider.Store(nil) })
 	upstream, delivered := &headerLog{name: "traceparent"}, &headerLog{name: "traceparent"}
 	rc := newReceiver(t, secretA, func(r *http.Request) int { delivered.add(r); return http.StatusNoContent })
 	g := startGatewayWith(t, gatewaySetup{
