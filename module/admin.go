@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/mulligan-gw/mulligan/internal/idemkey"
+	"github.com/mulligan-gw/mulligan/internal/runner"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -62,7 +63,7 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 	}
 	switch {
 	case route("GET", "stats"):
-		return adminJSON(w, run.stats())
+		return adminJSON(w, run.Stats())
 	case route("GET", "dead-letters"):
 		return a.deadLetters(w, r, run)
 	case route("POST", "dead-letters", "redeliver"):
@@ -70,7 +71,7 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 	case route("POST", "dead-letters", "*", "redeliver"):
 		return a.redeliver(w, run, parts[1])
 	case route("GET", "attempts"):
-		return adminJSON(w, map[string]any{"attempts": run.courier.RecentAttempts()})
+		return adminJSON(w, map[string]any{"attempts": run.Courier().RecentAttempts()})
 	case route("POST", "endpoints", "*", "enable"):
 		return a.enable(w, run, parts[1])
 	case route("GET", "operations"):
@@ -83,8 +84,8 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 
 // runnerFor returns the runner of the storage named name (its directory, or its database as
 // storageSpec.name shows it), or the only one when name is empty.
-func runnerFor(name string) (*runner, error) {
-	byName := map[string]*runner{}
+func runnerFor(name string) (*runner.Runner, error) {
+	byName := map[string]*runner.Runner{}
 	eachStorage(func(_ string, s *storage) bool {
 		byName[s.set.name()] = s.run
 		return true
@@ -121,12 +122,12 @@ func storeFailure(err error) error {
 	return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: err}
 }
 
-func (a *AdminAPI) deadLetters(w http.ResponseWriter, r *http.Request, run *runner) error {
+func (a *AdminAPI) deadLetters(w http.ResponseWriter, r *http.Request, run *runner.Runner) error {
 	limit, err := strconv.Atoi(r.URL.Query().Get("limit"))
 	if err != nil || limit < 1 || limit > 1000 {
 		limit = 100
 	}
-	events, err := run.st.DeadLetters(r.URL.Query().Get("after"), limit)
+	events, err := run.Store().DeadLetters(r.URL.Query().Get("after"), limit)
 	if err != nil {
 		return storeFailure(err)
 	}
@@ -134,8 +135,8 @@ func (a *AdminAPI) deadLetters(w http.ResponseWriter, r *http.Request, run *runn
 }
 
 // redeliver answers the courier's redelivery of dead letter id.
-func (a *AdminAPI) redeliver(w http.ResponseWriter, run *runner, id string) error {
-	ev, err := run.courier.Redeliver(id)
+func (a *AdminAPI) redeliver(w http.ResponseWriter, run *runner.Runner, id string) error {
+	ev, err := run.Courier().Redeliver(id)
 	if err != nil {
 		return storeFailure(err)
 	}
@@ -143,8 +144,8 @@ func (a *AdminAPI) redeliver(w http.ResponseWriter, run *runner, id string) erro
 }
 
 // redeliverAll answers the courier's redelivery of every dead letter.
-func (a *AdminAPI) redeliverAll(w http.ResponseWriter, run *runner) error {
-	n, err := run.courier.RedeliverAll()
+func (a *AdminAPI) redeliverAll(w http.ResponseWriter, run *runner.Runner) error {
+	n, err := run.Courier().RedeliverAll()
 	if err != nil {
 		return storeFailure(err)
 	}
@@ -152,8 +153,8 @@ func (a *AdminAPI) redeliverAll(w http.ResponseWriter, run *runner) error {
 }
 
 // enable answers the courier's re-enabling of endpoint name.
-func (a *AdminAPI) enable(w http.ResponseWriter, run *runner, name string) error {
-	n, err := run.courier.Enable(name)
+func (a *AdminAPI) enable(w http.ResponseWriter, run *runner.Runner, name string) error {
+	n, err := run.Courier().Enable(name)
 	if err != nil {
 		return storeFailure(err)
 	}
@@ -161,7 +162,7 @@ func (a *AdminAPI) enable(w http.ResponseWriter, run *runner, name string) error
 }
 
 // operations lists operations across scopes, in the same form clients see.
-func (a *AdminAPI) operations(w http.ResponseWriter, r *http.Request, run *runner) error {
+func (a *AdminAPI) operations(w http.ResponseWriter, r *http.Request, run *runner.Runner) error {
 	q := r.URL.Query()
 	status := store.Status(q.Get("status"))
 	if status != "" && !status.Valid() {
@@ -171,25 +172,25 @@ func (a *AdminAPI) operations(w http.ResponseWriter, r *http.Request, run *runne
 	if err != nil || limit < 1 || limit > 1000 {
 		limit = 100
 	}
-	ops, next, err := run.st.ListAllOperations(status, q.Get("after"), limit)
+	ops, next, err := run.Store().ListAllOperations(status, q.Get("after"), limit)
 	if err != nil {
 		return storeFailure(err)
 	}
 	views := make([]operationView, 0, len(ops))
 	for _, op := range ops {
-		views = append(views, viewOf(execOf(op).Prefix, op, nil, run.clock.Now()))
+		views = append(views, viewOf(execOf(op).Prefix, op, nil, run.Clock().Now()))
 	}
 	return adminJSON(w, map[string]any{"operations": views, "next_after": next})
 }
 
 // evict forgets one idempotency key, named as a request names it: its raw scope value (hashed
 // here, as the gateway does), method, path and key.
-func (a *AdminAPI) evict(w http.ResponseWriter, r *http.Request, run *runner) error {
+func (a *AdminAPI) evict(w http.ResponseWriter, r *http.Request, run *runner.Runner) error {
 	var k struct{ Scope, Method, Path, Key string }
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&k); err != nil || k.Method == "" || k.Path == "" || k.Key == "" {
 		return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf(`send {"scope":"...","method":"POST","path":"/v1/...","key":"..."}`)}
 	}
-	found, err := run.st.EvictKey(idemkey.Record(k.Scope, strings.ToUpper(k.Method), k.Path, k.Key))
+	found, err := run.Store().EvictKey(idemkey.Record(k.Scope, strings.ToUpper(k.Method), k.Path, k.Key))
 	if err != nil {
 		return storeFailure(err)
 	}

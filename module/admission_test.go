@@ -1,12 +1,12 @@
 package module
 
 import (
-	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 )
 
 func TestScopeOverMaxPerScopeIsRateLimited(t *testing.T) {

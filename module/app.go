@@ -9,6 +9,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
+
+	"github.com/mulligan-gw/mulligan/internal/runner"
 )
 
 func init() {
@@ -76,7 +78,7 @@ func (a *App) Start() error {
 
 // startLocked opens (or joins) the storages with dispatch as what their runners' attempts go
 // through; a.mu is held.
-func (a *App) startLocked(dispatch dispatcher, grace time.Duration) error {
+func (a *App) startLocked(dispatch runner.Dispatcher, grace time.Duration) error {
 	wheres := make([]string, 0, len(a.refs))
 	for w := range a.refs {
 		wheres = append(wheres, w)
@@ -96,10 +98,7 @@ func (a *App) startLocked(dispatch dispatcher, grace time.Duration) error {
 			return err
 		}
 		u.open = v.(*storage)
-		v.(*storage).run.configure(a, runnerConfig{
-			concurrency: u.set.concurrency, takeover: u.set.takeover, grace: grace,
-			dispatch: dispatch, endpoints: u.endpoints,
-		})
+		v.(*storage).run.Configure(a, runnerConfig(u.set.concurrency, u.set.takeover, grace, dispatch, u.endpoints))
 		u.key = key
 		close(u.ready)
 	}
@@ -121,7 +120,7 @@ func (a *App) Cleanup() error {
 func (a *App) releaseLocked() {
 	for _, u := range a.refs {
 		if u.open != nil {
-			u.open.run.release(a)
+			u.open.run.Release(a)
 			_, _ = openStorages.Delete(u.key)
 			u.open = nil
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/capture"
+	"github.com/mulligan-gw/mulligan/internal/runner"
 	"github.com/mulligan-gw/mulligan/internal/streams"
 	"github.com/mulligan-gw/mulligan/internal/tracing"
 	"github.com/mulligan-gw/mulligan/store"
@@ -154,7 +155,7 @@ func (c *converter) keyAccept(kr *keyedRequest, op *store.Operation, token strin
 }
 
 // accept stores the request as a queued operation (durably, with its key) and answers 202.
-func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st store.Backend, run *runner) error {
+func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st store.Backend, run *runner.Runner) error {
 	resp, ok, err := c.enqueue(w, kr, st, run, c.newOperation(kr, store.StatusQueued), storedRequest(kr), c.accepted)
 	if ok {
 		capture.WriteResponse(w, resp)
@@ -166,9 +167,9 @@ func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st store.Bac
 // key, whose record is answer's), and returns the answer to send; ok is false when it has
 // answered the client itself (the queue or the scope is full, the key has a record, the
 // storage failed).
-func (c *converter) enqueue(w http.ResponseWriter, kr *keyedRequest, st store.Backend, run *runner, op *store.Operation, req *store.Request,
+func (c *converter) enqueue(w http.ResponseWriter, kr *keyedRequest, st store.Backend, run *runner.Runner, op *store.Operation, req *store.Request,
 	answer func(*store.Operation, time.Time) store.Response) (resp store.Response, ok bool, err error) {
-	if n := run.queued.Load(); n >= int64(c.cfg.Queue) && !c.recorded(kr, st) {
+	if n := run.Queued(); n >= int64(c.cfg.Queue) && !c.recorded(kr, st) {
 		countRequest(outcomeQueueFull)
 		apierr.Write(w, apierr.Error{Code: apierr.CodeQueueFull, RetryAfter: 5 * time.Second, Details: map[string]any{"queue": c.cfg.Queue},
 			Message: "The operation queue is full; retry later."})
@@ -205,7 +206,7 @@ func (c *converter) enqueue(w http.ResponseWriter, kr *keyedRequest, st store.Ba
 	defer tracing.EndAccept(span, op)
 	countRequest(outcomeAccepted)
 	countSubmitted(op)
-	run.accepted()
+	run.Accepted()
 	kr.log.Info("operation accepted", zap.String("operation_id", op.ID), zap.String("type", op.Type), zap.String("new_status", string(op.Status)))
 	return resp, true, nil
 }
@@ -216,7 +217,7 @@ func (c *converter) enqueue(w http.ResponseWriter, kr *keyedRequest, st store.Ba
 // and the call, so the claim cannot lapse while the call it guards still runs. The calls under
 // way here are bounded by the block's concurrency: without a free slot the request is queued
 // for the worker pool at once.
-func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Backend, run *runner, window time.Duration) error {
+func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Backend, run *runner.Runner, window time.Duration) error {
 	if !c.calls.tryAcquire() {
 		return c.accept(w, kr, st, run)
 	}
@@ -266,7 +267,7 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 	case <-kr.r.Context().Done(): // the client left: convert, so the call's outcome is kept
 	}
 	op := c.newOperation(kr, store.StatusRunning)
-	op.Holder, op.LeaseUntil = run.worker, op.StartedAt.Add(run.config().takeover) // held by this runner, as a claimed one
+	op.Holder, op.LeaseUntil = run.Worker(), op.StartedAt.Add(run.Settings().Takeover) // held by this runner, as a claimed one
 	span := tracing.StartAccept(kr.r.Context(), kr.trace)
 	ka, resp := c.keyAccept(kr, op, token, c.accepted)
 	if _, err := st.AcceptOperation(op, storedRequest(kr), ka); err != nil {
@@ -277,7 +278,7 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 	defer tracing.EndAccept(span, op)
 	countRequest(outcomeAccepted)
 	countSubmitted(op)
-	run.launchConverted(op, ctx, cancel, first)
+	run.LaunchConverted(op, ctx, cancel, first)
 	kr.log.Info("call converted to an operation", zap.String("operation_id", op.ID), zap.String("type", op.Type), zap.String("new_status", string(op.Status)))
 	capture.WriteResponse(w, resp)
 	return nil
@@ -334,18 +335,18 @@ func (c *converter) answerInWindow(w http.ResponseWriter, kr *keyedRequest, st s
 		}
 	}
 	switch {
-	case res.panicked != nil: // a buggy handler of the route: the outcome table's UPSTREAM_ERROR
-		kr.log.Error("a handler panicked serving the call", zap.Any("panic", res.panicked), zap.ByteString("stack", res.stack))
+	case res.Panicked != nil: // a buggy handler of the route: the outcome table's UPSTREAM_ERROR
+		kr.log.Error("a handler panicked serving the call", zap.Any("panic", res.Panicked), zap.ByteString("stack", res.Stack))
 		apierr.Write(w, apierr.Error{Code: apierr.CodeUpstreamError, RetryAfter: time.Second, Message: "A handler of the route failed while serving the call."})
-	case res.over:
+	case res.Over:
 		apierr.Write(w, apierr.Error{Code: apierr.CodeResultTooLarge, Details: map[string]any{"max_result": c.cfg.MaxResult},
 			Message: fmt.Sprintf("The upstream response is over the %d-byte max_result.", c.cfg.MaxResult)})
-	case res.status == 0 && errors.Is(ctxErr, context.DeadlineExceeded):
+	case res.Status == 0 && errors.Is(ctxErr, context.DeadlineExceeded):
 		apierr.Write(w, apierr.Error{Code: apierr.CodeOperationTimeout, RetryAfter: time.Second, Message: "The upstream call did not finish within the async timeout."})
-	case res.status == 0:
+	case res.Status == 0:
 		apierr.Write(w, apierr.Error{Code: apierr.CodeUpstreamUnavailable, RetryAfter: time.Second, Message: errUpstreamUnreachable.Error() + "."})
 	default:
-		capture.WriteResponse(w, store.Response{Status: res.status, Header: res.header, Body: res.body})
+		capture.WriteResponse(w, store.Response{Status: res.Status, Header: res.Header, Body: res.Body})
 	}
 }
 
@@ -366,8 +367,8 @@ func (c *converter) attemptNext(ctx context.Context, kr *keyedRequest, next cadd
 	setBody(up, kr.body)
 	rec := capture.NewBuffer(c.cfg.MaxResult)
 	rec.Stream = stream
-	res := serveRecorded(rec, func() error { return next.ServeHTTP(rec, up) })
-	if res.status != 0 && !res.over {
+	res := runner.ServeRecorded(rec, func() error { return next.ServeHTTP(rec, up) })
+	if res.Status != 0 && !res.Over {
 		stream.Finish(streams.Whole)
 	} else {
 		stream.Finish(streams.BrokeOff)
@@ -388,8 +389,8 @@ func (c *converter) relayLive(w http.ResponseWriter, kr *keyedRequest, st store.
 	broken := streams.Relay(w, kr.r, s, 0)
 	res := <-first
 	if kr.key != "" {
-		if res.status != 0 && !res.over {
-			res.body = s.Relayed()
+		if res.Status != 0 && !res.Over {
+			res.Body = s.Relayed()
 		}
 		c.gate.recordOutcome(st, kr, token, res)
 	}

@@ -118,8 +118,8 @@ func queuePosition(st store.Queue, op *store.Operation) *int {
 
 // capacityStats is /mulligan/stats' capacity section (docs/capacity.md): this replica's seats
 // per pool, and the storage-wide queue by urgency; nil without capacity.
-func (r *runner) capacityStats() map[string]any {
-	pools := seatPoolsOf(r.where)
+func capacityStats(st store.Backend, where string) map[string]any {
+	pools := seatPoolsOf(where)
 	if len(pools) == 0 {
 		return nil
 	}
@@ -135,7 +135,7 @@ func (r *runner) capacityStats() map[string]any {
 	if len(shared) > 0 {
 		out["shared"] = shared
 	}
-	if counts, err := r.st.QueuedByUrgency(); err == nil {
+	if counts, err := st.QueuedByUrgency(); err == nil {
 		out["queued_by_urgency"] = counts
 	}
 	return out

@@ -15,7 +15,6 @@ import (
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/capacity"
-	"github.com/mulligan-gw/mulligan/store"
 )
 
 // headerMaxQueueWait is the request header asking for a shorter queue deadline than
@@ -121,29 +120,6 @@ func (h *Handler) saturated(w http.ResponseWriter, r *http.Request, err error) {
 		Message: "Every upstream seat stayed busy for as long as this call may wait; retry after the time given."})
 }
 
-// overloaded reports whether a call's outcome tells the adaptive limit that the upstream is
-// past its capacity: 429 or 503, or no answer before the deadline.
-func overloaded(status int, ctxErr error) bool {
-	return status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable ||
-		(status == 0 && errors.Is(ctxErr, context.DeadlineExceeded))
-}
-
-// attemptSample is how an operation's attempt tells the adaptive limit how it went: its status
-// and the generation's length from the recorded answer's usage (docs/capacity.md).
-func attemptSample(res attemptResult, ctxErr error) capacity.Sample {
-	out := capacity.Sample{Status: res.status, Overloaded: overloaded(res.status, ctxErr)}
-	if res.status >= 200 && res.status < 300 {
-		out.Tokens = capacity.CompletionTokens(res.body)
-		out.Stream = isEventStream(res.header)
-	}
-	return out
-}
-
-// isEventStream reports whether an answer is server-sent events.
-func isEventStream(h http.Header) bool {
-	return strings.HasPrefix(strings.ToLower(strings.TrimSpace(h.Get("Content-Type"))), "text/event-stream")
-}
-
 // reserveSeat takes a seat for a call in `after` mode, waiting no longer than its window or
 // capacity.wait: false when none came free, and the call is queued instead, or when its client
 // left while it waited (docs/capacity.md).
@@ -211,12 +187,6 @@ func queueDeadline(cfg *CapacityConfig, r *http.Request, now time.Time) time.Tim
 	return now.Add(wait)
 }
 
-// queueTimedOut is the change failing an operation that waited past its queue deadline.
-func queueTimedOut() store.Change {
-	return store.Change{To: store.StatusFailed, Error: apierr.Failure(apierr.CodeQueueTimeout,
-		"The operation waited in the queue past its deadline (max_queue_wait or Max-Queue-Wait) and was never sent upstream.")}
-}
-
 // statusWriter notes the status the route answers with; Unwrap keeps flushing and the rest of
 // http.ResponseController working through it. Once cut is canceled because the call's shared
 // seat lapsed, a route that had not answered yet passes nothing on (the proxy's 499 for a
@@ -235,7 +205,7 @@ type statusWriter struct {
 
 // sample is how the call that started at start went, for the adaptive limit.
 func (w *statusWriter) sample(start time.Time, ctxErr error) capacity.Sample {
-	out := capacity.Sample{Status: w.status, Overloaded: overloaded(w.status, ctxErr), Stream: w.stream, Tokens: w.tokens.Tokens()}
+	out := capacity.Sample{Status: w.status, Overloaded: capacity.Overloaded(w.status, ctxErr), Stream: w.stream, Tokens: w.tokens.Tokens()}
 	if !w.firstByte.IsZero() {
 		out.FirstByte = w.firstByte.Sub(start)
 	}
@@ -253,7 +223,7 @@ func (w *statusWriter) WriteHeader(code int) {
 	}
 	if w.status == 0 && code >= 200 {
 		w.status = code
-		w.stream = isEventStream(w.Header())
+		w.stream = capacity.StreamedAnswer(w.Header())
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
@@ -264,7 +234,7 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	}
 	if w.status == 0 {
 		w.status = http.StatusOK
-		w.stream = isEventStream(w.Header())
+		w.stream = capacity.StreamedAnswer(w.Header())
 	}
 	if w.firstByte.IsZero() && len(b) > 0 && w.now != nil {
 		w.firstByte = w.now()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mulligan-gw/mulligan/internal/fingerprint"
+	"github.com/mulligan-gw/mulligan/internal/runner"
 
 	"github.com/caddyserver/caddy/v2"
 )
@@ -214,22 +215,8 @@ func (c *AsyncConfig) setDefaults() {
 	}
 }
 
-// defaultRetryOn are the statuses that say "try again" (timeouts, rate limits, a gateway or
-// server briefly unavailable); a plain 500 is not among them: it usually fails again.
-var defaultRetryOn = []int{408, 429, 502, 503, 504}
-
-// retrySet is a retry_on list as a set; an empty one (an operation stored before retry_on
-// existed) is the default.
-func retrySet(codes []int) map[int]bool {
-	if len(codes) == 0 {
-		codes = defaultRetryOn
-	}
-	set := make(map[int]bool, len(codes))
-	for _, code := range codes {
-		set[code] = true
-	}
-	return set
-}
+// defaultRetryOn are the statuses that say "try again" (runner.DefaultRetryOn).
+var defaultRetryOn = runner.DefaultRetryOn
 
 func (c *AsyncConfig) validate() error {
 	switch {

@@ -156,9 +156,9 @@ func TestDefaultScheduleSpacesEightAttemptsThenDeadLetters(t *testing.T) {
 		return http.StatusServiceUnavailable
 	})
 	url := rc.srv.URL + "/hook"
-	lr := newLoopRunner(t, clock, answerOK, runnerConfig{endpoints: testEndpoint(t, "hooks", url)})
+	lr := newLoopRunner(t, clock, answerOK, 0, testEndpoint(t, "hooks", url))
 	lr.accept(t, "op_1", testExecution(time.Minute, 3), &store.Callback{Endpoint: "hooks", URL: url}, chat("announced"))
-	lr.claimNext()
+	lr.ClaimNext()
 	d := awaitDelivery(t, clock, deliveries, "the first attempt")
 	start := d.at
 	for retry, wait := range webhook.DefaultSchedule {
@@ -226,13 +226,6 @@ func testEndpoint(t *testing.T, name, url string) map[string]*webhookSetup {
 	return map[string]*webhookSetup{name: h}
 }
 
-// endpoints hands the runner's courier other endpoints, as a reload does.
-func (lr *loopRunner) endpoints(e map[string]*webhookSetup) {
-	cfg := lr.config()
-	cfg.endpoints = e
-	lr.configure(testConfigOwner, cfg)
-}
-
 // TestEventOfAnEndpointMissingFromTheConfigWaitsForIt: in a rolling deploy a replica may not yet
 // (or no longer) declare an endpoint that others do; it must leave that endpoint's events to
 // them, uncharged, not dead-letter them. Each courier pass over the due event puts it off a
@@ -243,9 +236,9 @@ func TestEventOfAnEndpointMissingFromTheConfigWaitsForIt(t *testing.T) {
 	rc, deliveries, failing := failingReceiver(t, clock, http.StatusServiceUnavailable)
 	url := rc.srv.URL + "/hook"
 	hooks := testEndpoint(t, "hooks", url)
-	lr := newLoopRunner(t, clock, answerOK, runnerConfig{endpoints: hooks})
+	lr := newLoopRunner(t, clock, answerOK, 0, hooks)
 	lr.accept(t, "op_1", testExecution(time.Minute, 3), &store.Callback{Endpoint: "hooks", URL: url}, chat("rolling"))
-	lr.claimNext()
+	lr.ClaimNext()
 	d := awaitDelivery(t, clock, deliveries, "the first attempt")
 	ev := awaitEvent(t, lr.st, d.eventID, "the 503 recorded", func(ev *store.Event) bool { return ev.Attempts == 1 })
 	lr.endpoints(testEndpoint(t, "other", rc.srv.URL+"/other"))

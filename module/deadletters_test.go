@@ -43,14 +43,14 @@ func TestRedeliveredDeadLetterPastMaxAgeIsDelivered(t *testing.T) {
 	url := rc.srv.URL + "/hook"
 	hooks := testEndpoint(t, "hooks", url)
 	hooks["hooks"].cfg.MaxAge = caddy.Duration(time.Hour)
-	lr := newLoopRunner(t, clock, answerOK, runnerConfig{endpoints: hooks})
+	lr := newLoopRunner(t, clock, answerOK, 0, hooks)
 	lr.accept(t, "op_1", testExecution(time.Minute, 3), &store.Callback{Endpoint: "hooks", URL: url}, chat("refused"))
-	lr.claimNext()
+	lr.ClaimNext()
 	d := awaitDelivery(t, clock, deliveries, "the refused attempt")
 	awaitEvent(t, lr.st, d.eventID, "dead-lettered", func(ev *store.Event) bool { return ev.State == store.EventDead })
 	clock.Advance(2 * time.Hour) // the event is now older than max_age
 	refuse.Store(false)
-	if err := (&AdminAPI{}).redeliver(httptest.NewRecorder(), lr.runner, d.eventID); err != nil {
+	if err := (&AdminAPI{}).redeliver(httptest.NewRecorder(), lr.Runner, d.eventID); err != nil {
 		t.Fatal(err)
 	}
 	awaitDelivery(t, clock, deliveries, "the redelivery")

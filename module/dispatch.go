@@ -7,18 +7,13 @@ import (
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/mulligan-gw/mulligan/internal/runner"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
-// dispatcher returns the handler an operation's attempts are sent through, or nil when the
-// config serving now has none for it (the attempt then fails as an unreachable upstream). The
-// runner is handed one with each config; in production it is serverDispatch over the config's
-// Caddy servers, and a test hands it any http.Handler, so the runner runs without Caddy.
-type dispatcher func(op *store.Operation) http.Handler
-
-// serverDispatch sends each operation through the server of servers that accepted it (see
+// serverDispatch is the runner's dispatcher over a config's Caddy servers: it sends each operation through the server of servers that accepted it (see
 // serverFor).
-func serverDispatch(servers map[string]*caddyhttp.Server) dispatcher {
+func serverDispatch(servers map[string]*caddyhttp.Server) runner.Dispatcher {
 	return func(op *store.Operation) http.Handler {
 		if srv := serverFor(servers, op.Server); srv != nil {
 			return srv
@@ -61,13 +56,4 @@ func listenOf(srv *caddyhttp.Server) string {
 	listen := slices.Clone(srv.Listen)
 	slices.Sort(listen)
 	return strings.Join(listen, ",")
-}
-
-// handlerFor returns what op's attempts go through under the newest config; nil before any
-// config has started.
-func (r *runner) handlerFor(op *store.Operation) http.Handler {
-	if d := r.config().dispatch; d != nil {
-		return d(op)
-	}
-	return nil
 }

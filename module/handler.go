@@ -18,6 +18,7 @@ import (
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/idemkey"
+	"github.com/mulligan-gw/mulligan/internal/runner"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -321,7 +322,7 @@ func (h *Handler) now() time.Time { return h.clock.Now() }
 // ServeHTTP serves the operations API, and sends covered requests through the idempotency
 // gate and async conversion. Requests the runner replays through the server pass straight on.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	if r.Context().Value(execKey{}) != nil {
+	if runner.Executing(r.Context()) {
 		return next.ServeHTTP(w, r)
 	}
 	now := h.now()
@@ -359,7 +360,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 }
 
 // serveCovered runs a covered request: directly, through the gate, or as an operation.
-func (h *Handler) serveCovered(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, st store.Backend, run *runner, log reqLog) error {
+func (h *Handler) serveCovered(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, st store.Backend, run *runner.Runner, log reqLog) error {
 	key, ok := h.gate.keyOf(w, r)
 	if !ok {
 		return nil

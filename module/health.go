@@ -1,9 +1,10 @@
 package module
 
 import (
-	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"net/http"
 	"time"
+
+	"github.com/mulligan-gw/mulligan/internal/apierr"
 )
 
 // Health paths, served on the gateway's own port for Kubernetes probes.
@@ -38,15 +39,15 @@ func (h *Handler) serveHealth(w http.ResponseWriter, r *http.Request) {
 		h.storageFailed(w, err)
 		return
 	}
-	if !run.alive() {
+	if !run.Alive() {
 		apierr.Write(w, apierr.Error{Code: apierr.CodeStorage, RetryAfter: time.Second, Message: "The operation runner is not running."})
 		return
 	}
 	limit := h.Async.Queue
-	if q := run.queued.Load(); q >= int64(limit) {
+	if q := run.Queued(); q >= int64(limit) {
 		apierr.Write(w, apierr.Error{Code: apierr.CodeQueueFull, RetryAfter: 5 * time.Second, Details: map[string]any{"queued": q, "queue": limit},
 			Message: "The operation queue is full."})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "queued": run.queued.Load(), "queue_limit": limit})
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "queued": run.Queued(), "queue_limit": limit})
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/runner"
 	"github.com/mulligan-gw/mulligan/internal/streams"
 	"github.com/mulligan-gw/mulligan/internal/tracing"
 	"github.com/mulligan-gw/mulligan/store"
@@ -410,9 +411,9 @@ func (g *gate) settle(w http.ResponseWriter, kr *keyedRequest, st store.Backend,
 	if err == nil && !tee.Written() {
 		tee.WriteHeader(http.StatusOK) // the handler wrote nothing: net/http's implicit 200
 	}
-	res := resultOf(tee.Recorded())
+	res := runner.ResultOf(tee.Recorded())
 	if err != nil {
-		res.status = 0
+		res.Status = 0
 	}
 	if expires, ok := g.recordOutcome(st, kr, token, res); ok {
 		w.Header().Set(headerExpires, expires.UTC().Format(http.TimeFormat)) // a trailer if streamed
@@ -427,20 +428,20 @@ func (g *gate) settle(w http.ResponseWriter, kr *keyedRequest, st store.Backend,
 // the key so that the next retry runs again. It reports until when the key replays, and whether
 // it was recorded: the replay window starts now, when the response is recorded.
 func (g *gate) recordOutcome(st store.Keys, kr *keyedRequest, token string, res attemptResult) (time.Time, bool) {
-	if res.status == 0 || res.over || !g.policy.records(res.status) {
+	if res.Status == 0 || res.Over || !g.policy.records(res.Status) {
 		if err := st.ReleaseKey(kr.recordKey, token); err != nil {
 			kr.log.Warn("releasing idempotency key", zap.Error(err))
 		}
-		kr.log.Debug("upstream outcome not recorded; key released", zap.Int("status", res.status), zap.Bool("too_large", res.over))
+		kr.log.Debug("upstream outcome not recorded; key released", zap.Int("status", res.Status), zap.Bool("too_large", res.Over))
 		return time.Time{}, false
 	}
 	expires := g.expiry()
-	resp := store.Response{Status: res.status, Header: res.header, Body: res.body}
+	resp := store.Response{Status: res.Status, Header: res.Header, Body: res.Body}
 	if err := st.CompleteKey(kr.recordKey, token, resp, expires); err != nil {
 		kr.log.Error("recording response", zap.Error(err))
 		return time.Time{}, false
 	}
-	kr.log.Debug("response recorded for replay", zap.Int("status", res.status), zap.Int("bytes", len(res.body)))
+	kr.log.Debug("response recorded for replay", zap.Int("status", res.Status), zap.Int("bytes", len(res.Body)))
 	return expires, true
 }
 

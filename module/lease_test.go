@@ -11,10 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.uber.org/zap"
 
-	"github.com/mulligan-gw/mulligan/store"
-	"github.com/mulligan-gw/mulligan/store/postgres"
 	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
 )
 
@@ -150,52 +147,4 @@ func leaseOf(t *testing.T, dsn, id string) time.Time {
 		t.Fatal(err)
 	}
 	return until
-}
-
-// TestTakeoverWaitsAGracePastTheLease: a replica takes over an operation whose holder fell
-// silent only a grace period after its lease ended, so the holder (which stops before its lease
-// ends) has stopped, even on a clock a little behind.
-func TestTakeoverWaitsAGracePastTheLease(t *testing.T) {
-	const takeover = 20 * time.Second
-	// A grace of 2s: no slow step of the test carries op_1within past it.
-	grace := leaseMargin(takeover)
-	// The store's clock is now+offset, to claim leases that ended earlier.
-	var offset time.Duration
-	var mu sync.Mutex
-	st, err := postgres.Open(context.Background(), postgres.Options{DSN: pgtest.Database(t), SweepEvery: -1,
-		Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return time.Now().Add(offset) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	claimEndedAgo := func(id string, ago time.Duration) {
-		t.Helper()
-		op := &store.Operation{ID: id, Scope: "s", Status: store.StatusQueued, Version: 1, Method: "POST", Path: "/v1/x",
-			SubmittedAt: time.Now(), Retention: time.Hour}
-		if _, err := st.AcceptOperation(op, &store.Request{}, nil); err != nil {
-			t.Fatal(err)
-		}
-		mu.Lock()
-		offset = -takeover - ago
-		mu.Unlock()
-		if got, err := st.ClaimNext("silent", takeover); err != nil || got == nil || got.ID != id {
-			t.Fatalf("claim %s: %+v %v", id, got, err)
-		}
-		mu.Lock()
-		offset = 0
-		mu.Unlock()
-	}
-	claimEndedAgo("op_1within", grace/2)
-	claimEndedAgo("op_2past", 2*grace)
-	r := newRunner(st, storageSpec{backend: BackendPostgres, location: "test", concurrency: 1, takeover: takeover}, realClock, zap.NewNop(), newCourier(st, realClock, zap.NewNop()))
-	r.takeOver()
-	for id, want := range map[string]store.Status{"op_1within": store.StatusRunning, "op_2past": store.StatusQueued} {
-		op, err := st.GetOperation(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if op.Status != want {
-			t.Errorf("%s, whose lease ended %s: %s, want %s", id, map[string]string{"op_1within": "within the grace", "op_2past": "past the grace"}[id], op.Status, want)
-		}
-	}
 }

@@ -174,24 +174,24 @@ func (runnerCollector) Collect(ch chan<- prometheus.Metric) {
 	})
 	for _, s := range list {
 		r, name := s.run, s.set.name()
-		running, oldest := r.runningSince()
+		running, oldest := r.RunningSince()
 		// Storage-wide: counted in the storage at scrape time, so every replica shows the same
 		// queue (never this process's own tally of what it accepted and claimed).
-		if queued, _, err := r.st.QueueStats(); err == nil {
+		if queued, _, err := r.Store().QueueStats(); err == nil {
 			ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(queued), name)
 		}
 		ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(running), name)
 		age := 0.0
 		if !oldest.IsZero() {
-			age = r.clock.Since(oldest).Seconds()
+			age = r.Clock().Since(oldest).Seconds()
 		}
 		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, age, name)
-		if pending, dead, err := r.st.CountEvents(); err == nil {
+		if pending, dead, err := r.Store().CountEvents(); err == nil {
 			ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(pending), name)
 			ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(dead), name)
 		}
 		ch <- prometheus.MustNewConstMetric(descSize, prometheus.GaugeValue, float64(s.be.Size()), name)
-		for endpoint, state := range r.courier.Breakers() {
+		for endpoint, state := range r.Courier().Breakers() {
 			ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, breakerValue[state], name, endpoint)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/capture"
 	"github.com/mulligan-gw/mulligan/internal/idemkey"
+	"github.com/mulligan-gw/mulligan/internal/runner"
 	"github.com/mulligan-gw/mulligan/internal/sse"
 	"github.com/mulligan-gw/mulligan/store"
 )
@@ -25,7 +26,7 @@ type opsRequest struct {
 	w   http.ResponseWriter
 	r   *http.Request
 	st  store.Backend
-	run *runner
+	run *runner.Runner
 	// caller: an anonymous one (no credentials) lists nothing, so callers without credentials
 	// never see each other's operations.
 	caller
@@ -38,7 +39,7 @@ type opsRequest struct {
 //	GET    {prefix}/{id}            one operation
 //	GET    {prefix}/{id}/result     its upstream response, as sent
 //	POST   {prefix}/{id}/cancel     cancel it (also DELETE {prefix}/{id})
-func (h *Handler) serveOperations(w http.ResponseWriter, r *http.Request, st store.Backend, run *runner, who caller, log reqLog) {
+func (h *Handler) serveOperations(w http.ResponseWriter, r *http.Request, st store.Backend, run *runner.Runner, who caller, log reqLog) {
 	q := &opsRequest{w: w, r: r, st: st, run: run, caller: who, log: log}
 	rest := strings.Trim(strings.TrimPrefix(r.URL.Path, h.conv.prefix), "/")
 	id, action, _ := strings.Cut(rest, "/")
@@ -123,10 +124,10 @@ func (h *Handler) writeOperation(q *opsRequest, status int, op *store.Operation)
 	v := viewOf(h.conv.prefix, op, result, now)
 	v.QueuePosition = queuePosition(q.st, op)
 	if !op.Status.Final() { // docs/streams.md
-		if s := q.run.streamOf(op.ID); s != nil {
+		if s := q.run.StreamOf(op.ID); s != nil {
 			v.Progress = progressOf(s)
 		} else {
-			v.Progress = q.run.storedProgress(op)
+			v.Progress = storedProgress(q.run, op)
 		}
 	}
 	writeJSON(q.w, status, v)
@@ -227,7 +228,7 @@ func (h *Handler) cancelOperation(q *opsRequest, id string) {
 		return
 	}
 	if op.Status == store.StatusQueued {
-		canceled, err := q.run.cancelQueued(op, q.log)
+		canceled, err := q.run.CancelQueued(op, q.log)
 		if err == nil {
 			h.writeOperation(q, http.StatusOK, canceled)
 			return
@@ -278,7 +279,7 @@ func (h *Handler) awaitCancel(q *opsRequest, id string) (*store.Operation, error
 	deadline := h.clock.NewTimer(cancelWait)
 	defer deadline.Stop()
 	for {
-		done := q.run.cancel(id)
+		done := q.run.Cancel(id)
 		if done != nil {
 			select {
 			case <-done:

@@ -12,6 +12,7 @@ import (
 	"github.com/mulligan-gw/mulligan/internal/capacity"
 	"github.com/mulligan-gw/mulligan/internal/idemkey"
 	"github.com/mulligan-gw/mulligan/internal/responses"
+	"github.com/mulligan-gw/mulligan/internal/runner"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -25,7 +26,7 @@ type respCall struct {
 	w   http.ResponseWriter
 	r   *http.Request
 	st  store.Backend
-	run *runner
+	run *runner.Runner
 	caller
 	now time.Time
 	log reqLog
@@ -308,7 +309,7 @@ func (a *respCall) cancel(id string) {
 func (a *respCall) stop(op *store.Operation) (*store.Operation, error) {
 	q := &opsRequest{w: a.w, r: a.r, st: a.st, run: a.run, caller: a.caller, log: a.log}
 	if op.Status == store.StatusQueued {
-		canceled, err := a.run.cancelQueued(op, a.log)
+		canceled, err := a.run.CancelQueued(op, a.log)
 		if err == nil {
 			return canceled, nil
 		}

@@ -48,10 +48,10 @@ func (a *respCall) GetOperation(id string) (*store.Operation, error) { return a.
 // Live is the running attempt's stream of op, here or on another replica; nil when none has
 // begun.
 func (a *respCall) Live(op *store.Operation) streams.Source {
-	if s := a.run.streamOf(op.ID); s != nil {
+	if s := a.run.StreamOf(op.ID); s != nil {
 		return s
 	}
-	if f, _ := a.run.followStored(op); f != nil {
+	if f, _ := a.run.FollowStored(op); f != nil {
 		return f
 	}
 	return nil

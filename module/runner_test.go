@@ -26,7 +26,7 @@ func latencyFor(i int) string {
 func TestThousandOperationsAllSucceedWithTheirOwnResults(t *testing.T) {
 	const n = 1000
 	model := modelserver.New(modelserver.Config{})
-	lr := newLoopRunner(t, realClock, model, runnerConfig{concurrency: 4})
+	lr := newLoopRunner(t, realClock, model, 4, nil)
 	lr.Start()
 	for i := range n {
 		lr.acceptWith(t, fmt.Sprintf("op_%04d", i), testExecution(time.Minute, 3), http.Header{modelserver.HeaderMockLatency: {latencyFor(i)}}, chat(fmt.Sprintf("prompt %d", i)))

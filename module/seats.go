@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/capacity"
+	"github.com/mulligan-gw/mulligan/internal/runner"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -146,7 +147,7 @@ func (p *seatPool) sharedFor() *capacity.Shared {
 			return true
 		}
 		if ss, ok := s.be.(store.SharedSeats); ok {
-			p.shared = newSharedSeats(ss, p.sharedName, s.run.worker, p.cfg.Shared, s.run.config().takeover, s.run.log)
+			p.shared = newSharedSeats(ss, p.sharedName, s.run.Worker(), p.cfg.Shared, s.run.Settings().Takeover, s.run.Log())
 		}
 		return false
 	})
@@ -154,10 +155,10 @@ func (p *seatPool) sharedFor() *capacity.Shared {
 }
 
 // newSharedSeats is a pool's shared seats in st, leased as the storage leases operations
-// (module/lease.go), named as the gateway names its ids.
+// (internal/runner), named as the gateway names its ids.
 func newSharedSeats(st store.SharedSeats, name, worker string, limit int, lease time.Duration, log *zap.Logger) *capacity.Shared {
 	return capacity.NewShared(st, capacity.SharedOptions{Name: name, Worker: worker, Limit: limit,
-		Lease: lease, Margin: leaseMargin(lease), Renew: renewEvery(lease), Clock: realClock, Log: log,
+		Lease: lease, Margin: runner.LeaseMargin(lease), Renew: runner.RenewEvery(lease), Clock: realClock, Log: log,
 		NewID: func(now time.Time) string { return newID("seat_", now) }})
 }
 
@@ -183,3 +184,56 @@ func (p *seatPool) countRefusal() {
 
 // sharedSnapshot is what /mulligan/stats and the metrics show of a pool's shared seats.
 type sharedSnapshot = capacity.SharedSnapshot
+
+// lookupSeatPool returns the seats of key, nil when no block has them.
+func lookupSeatPool(key string) *seatPool {
+	var found *seatPool
+	seatPools.Range(func(k, v any) bool {
+		if k == key {
+			found, _ = v.(*seatPool)
+			return false
+		}
+		return true
+	})
+	return found
+}
+
+// seatPoolsOf lists the seat pools whose operations the storage at where holds.
+func seatPoolsOf(where string) []*seatPool {
+	var pools []*seatPool
+	seatPools.Range(func(_, v any) bool {
+		if p, ok := v.(*seatPool); ok && p.where == where {
+			pools = append(pools, p)
+		}
+		return true
+	})
+	return pools
+}
+
+// kickRunners wakes the claim loops of the storage at where: a seat came free.
+func kickRunners(where string) {
+	openStorages.Range(func(_, v any) bool {
+		if s, ok := v.(*storage); ok && s.set.where() == where {
+			s.run.Kick()
+		}
+		return true
+	})
+}
+
+// storageSeats is the runner's view of the seat pools of the storage at where (runner.Capacity).
+type storageSeats string
+
+func (where storageSeats) Pools() []*capacity.Seats {
+	var out []*capacity.Seats
+	for _, p := range seatPoolsOf(string(where)) {
+		out = append(out, p.Seats)
+	}
+	return out
+}
+
+func (where storageSeats) PoolFor(prefix string) *capacity.Seats {
+	if p := lookupSeatPool(seatPoolKey(string(where), prefix)); p != nil {
+		return p.Seats
+	}
+	return nil
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mulligan-gw/mulligan/internal/batches"
 	"github.com/mulligan-gw/mulligan/internal/courier"
+	"github.com/mulligan-gw/mulligan/internal/runner"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/badger"
 	"github.com/mulligan-gw/mulligan/store/postgres"
@@ -29,8 +30,8 @@ const (
 
 // Defaults of the storage-wide settings.
 const (
-	defaultConcurrency = 4
-	defaultTakeover    = 30 * time.Second
+	defaultConcurrency = runner.DefaultConcurrency
+	defaultTakeover    = runner.DefaultTakeover
 )
 
 // openStorages holds the process's open storages, each with the runner that works its queue and
@@ -79,7 +80,7 @@ func (s storageSpec) name() string {
 type storage struct {
 	set storageSpec
 	be  store.Backend
-	run *runner
+	run *runner.Runner
 	// courier delivers the storage's outbox (docs/webhooks.md); the runner kicks it.
 	courier *courier.Courier
 	// batches moves the storage's batches along (docs/batches.md).
@@ -125,10 +126,10 @@ func openStorage(set storageSpec, log *zap.Logger) (*storage, error) {
 }
 
 // batchLines is what the batch worker asks of the runner executing a storage's lines.
-type batchLines struct{ run *runner }
+type batchLines struct{ run *runner.Runner }
 
-func (l batchLines) Kick()                   { l.run.kick() }
-func (l batchLines) Cancel(id string)        { l.run.cancel(id) }
+func (l batchLines) Kick()                   { l.run.Kick() }
+func (l batchLines) Cancel(id string)        { l.run.Cancel(id) }
 func (l batchLines) Cut(op *store.Operation) { countFinal(op) }
 
 // Destruct stops the storage's services, each waited for, then closes the backend; the pool
@@ -137,13 +138,13 @@ func (l batchLines) Cut(op *store.Operation) { countFinal(op) }
 // courier, which gets what is left of the runner's grace period to deliver what is due.
 func (s *storage) Destruct() error {
 	s.batches.Stop()
-	if deadline, done := s.run.shutdown(s.sharedInProcess()); done {
+	if deadline, done := s.run.Shutdown(s.sharedInProcess()); done {
 		s.courier.Flush(deadline)
 		s.courier.Stop()
 		return s.be.Close()
 	}
 	go func() { // executions go on in this process under another handle's config: see shutdown
-		s.run.drain()
+		s.run.Drain()
 		s.courier.Stop()
 		_ = s.be.Close()
 	}()

@@ -51,6 +51,10 @@ func NewSeats(cfg Config, o SeatsOptions) *Seats {
 // Clock is the clock the seats' waits and deadlines are read on.
 func (p *Seats) Clock() clockwork.Clock { return p.clock }
 
+// Shares reports whether a take of these seats also takes a shared one (`shared`, once its
+// storage has started).
+func (p *Seats) Shares() bool { return p.sharedOf() != nil }
+
 // Seat is one held seat: a local one, and a shared one with `shared`. Release or GiveBack
 // returns it, once.
 type Seat struct {

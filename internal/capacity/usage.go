@@ -2,7 +2,11 @@ package capacity
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"net/http"
 	"strconv"
+	"strings"
 )
 
 // usageKey is the member of an OpenAI-style answer's usage that says how long the generation
@@ -72,4 +76,27 @@ func lastTokens(b []byte) (int, bool) {
 		}
 		end = i
 	}
+}
+
+// Overloaded reports whether a call's outcome tells the adaptive limit that the upstream is
+// past its capacity: 429 or 503, or no answer before the deadline.
+func Overloaded(status int, ctxErr error) bool {
+	return status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable ||
+		(status == 0 && errors.Is(ctxErr, context.DeadlineExceeded))
+}
+
+// StreamedAnswer reports whether an answer with header h is server-sent events.
+func StreamedAnswer(h http.Header) bool {
+	return strings.HasPrefix(strings.ToLower(strings.TrimSpace(h.Get("Content-Type"))), "text/event-stream")
+}
+
+// AnswerSample is how a recorded answer tells the adaptive limit how its call went: its status
+// and the generation's length from the answer's usage (docs/capacity.md).
+func AnswerSample(status int, header http.Header, body []byte, ctxErr error) Sample {
+	out := Sample{Status: status, Overloaded: Overloaded(status, ctxErr)}
+	if status >= 200 && status < 300 {
+		out.Tokens = CompletionTokens(body)
+		out.Stream = StreamedAnswer(header)
+	}
+	return out
 }

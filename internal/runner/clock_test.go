@@ -1,7 +1,8 @@
-package module
+package runner
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
+	"github.com/mulligan-gw/mulligan/internal/courier"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/badger"
@@ -21,47 +23,49 @@ import (
 // every attempt dispatched to an in-process handler, on a clock the test holds. The store reads
 // the same clock, so leases, due times and the runner's timers move together.
 type loopRunner struct {
-	*runner
+	*Runner
 	st *badger.Store
 }
 
-// newLoopRunner starts no loop of the runner: a test claims with claimNext, or calls Start for
+// newLoopRunner starts no loop of the runner: a test claims with ClaimNext, or calls Start for
 // the claim, heartbeat and takeover loops. cfg's zero concurrency and takeover take the
-// defaults; without endpoints the courier is not started.
-func newLoopRunner(t *testing.T, clock clockwork.Clock, handler http.Handler, cfg runnerConfig) *loopRunner {
+// defaults.
+func newLoopRunner(t *testing.T, clock clockwork.Clock, handler http.Handler, cfg Config) *loopRunner {
 	t.Helper()
 	st, err := badger.Open(badger.Options{Dir: t.TempDir(), Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.SetAnnouncer(announcer(clock))
-	r := newRunner(st, storageSpec{concurrency: cfg.concurrency, takeover: cfg.takeover}, clock, zap.NewNop(), newCourier(st, clock, zap.NewNop()))
-	cfg.dispatch = func(*store.Operation) http.Handler { return handler }
-	r.configure(testConfigOwner, cfg)
-	if cfg.endpoints != nil {
-		r.courier.Start() // without, nothing to deliver: the runner's timers alone are on the clock
-	}
-	lr := &loopRunner{runner: r, st: st}
+	deliveries := courier.New(courier.Options{Store: st, Worker: "wrk_courier", Clock: clock, Log: zap.NewNop()})
+	r := New(Options{Store: st, Clock: clock, Log: zap.NewNop(), Courier: deliveries,
+		Config: Config{Concurrency: cfg.Concurrency, Takeover: cfg.Takeover}})
+	cfg.Dispatch = func(*store.Operation) http.Handler { return handler }
+	r.Configure(testConfigOwner, cfg)
+	lr := &loopRunner{Runner: r, st: st}
 	t.Cleanup(func() {
-		lr.stop()
+		lr.Stop()
+		deliveries.Stop()
 		_ = st.Close()
 	})
 	return lr
 }
 
+// answerOK answers every attempt 200.
+var answerOK = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"ok":true}`)) })
+
+// chat is a chat completion's body asking content.
+func chat(content string) string {
+	return fmt.Sprintf(`{"model":"demo","messages":[{"role":"user","content":%q}]}`, content)
+}
+
 // testConfigOwner stands for the config that configures a loopRunner.
 const testConfigOwner = "test config"
 
-// stop ends the loops and the executions at once: shutdown would wait its grace period on the
-// test's clock, which does not move by itself.
-func (lr *loopRunner) stop() {
-	close(lr.stopping)
-	lr.claims.Wait()
-	lr.stopAll(errRunnerStopping)
-	lr.inFlight.Wait()
-	lr.endBeats()
-	lr.courier.Stop()
-}
+// chatPath is where the tests' operations post.
+const chatPath = "/v1/chat/completions"
+
+// testMaxResult is the tests' max_result, the gateway's default.
+const testMaxResult = 32 << 20
 
 // accept queues an operation that runs with ex, posting body to the chat path; events about it
 // go to callback, if any.
@@ -88,7 +92,7 @@ func (lr *loopRunner) queue(t *testing.T, op *store.Operation, header http.Heade
 	if _, err := lr.st.AcceptOperation(op, req, nil); err != nil {
 		t.Fatal(err)
 	}
-	lr.accepted()
+	lr.Accepted()
 }
 
 // await waits for operation id to reach a final status, and returns it.
@@ -105,8 +109,8 @@ func (lr *loopRunner) await(t *testing.T, id string) *store.Operation {
 
 // testExecution is how the operations of these tests run: timeout and retries as given.
 func testExecution(timeout time.Duration, retries int) store.Execution {
-	return store.Execution{Timeout: timeout, Retries: retries, MaxResult: defaultMaxResult, OnCrash: CrashRequeue,
-		Events: []string{EventSucceeded, EventFailed, EventCanceled}, Prefix: defaultOperationsPath}
+	return store.Execution{Timeout: timeout, Retries: retries, MaxResult: testMaxResult, OnCrash: "requeue",
+		Events: []string{"operation.succeeded", "operation.failed", "operation.canceled"}, Prefix: "/v1/operations"}
 }
 
 // newFakeClock is a fake clock at the present to the millisecond, as both backends store times
@@ -185,9 +189,9 @@ const (
 func answeredRetryAfter(t *testing.T, timeout time.Duration) (*loopRunner, *clockwork.FakeClock, <-chan upstreamCall, upstreamCall) {
 	clock := newFakeClock()
 	up, calls, _ := gatedUpstream(clock, "11")
-	lr := newLoopRunner(t, clock, up, runnerConfig{})
+	lr := newLoopRunner(t, clock, up, Config{})
 	lr.accept(t, "op_1", testExecution(timeout, 3), nil, chat("retry-after"))
-	lr.claimNext()
+	lr.ClaimNext()
 	first := receive(t, calls, "the first attempt")
 	first.answer <- http.StatusServiceUnavailable
 	return lr, clock, calls, first
@@ -232,9 +236,9 @@ func TestUpstreamRetryAfterIsHonouredUpToTheTimeout(t *testing.T) {
 func TestRetryableFailuresAreRetriedWithinTheBackoffThenFail(t *testing.T) {
 	clock := newFakeClock()
 	up, calls, _ := gatedUpstream(clock, "")
-	lr := newLoopRunner(t, clock, up, runnerConfig{})
+	lr := newLoopRunner(t, clock, up, Config{})
 	lr.accept(t, "op_1", testExecution(time.Minute, 2), nil, chat("flaky"))
-	lr.claimNext()
+	lr.ClaimNext()
 	call := receive(t, calls, "the first attempt")
 	for retry, ceiling := range []time.Duration{500 * time.Millisecond, time.Second} {
 		call.answer <- http.StatusServiceUnavailable
@@ -258,21 +262,21 @@ func TestRetryableFailuresAreRetriedWithinTheBackoffThenFail(t *testing.T) {
 }
 
 // TestExecutionStopsOnItsOwnClockBeforeItsLeaseEnds: when no renewal gets through, the holder
-// stops the upstream call leaseMargin before its lease ends, by its own clock, without waiting
+// stops the upstream call LeaseMargin before its lease ends, by its own clock, without waiting
 // for the storage; the operation is left running for a takeover (docs/backends.md).
 func TestExecutionStopsOnItsOwnClockBeforeItsLeaseEnds(t *testing.T) {
 	const takeover = 2 * time.Second
 	clock := newFakeClock()
 	up, calls, stopped := gatedUpstream(clock, "")
-	lr := newLoopRunner(t, clock, up, runnerConfig{takeover: takeover}) // not begun: no heartbeat renews
+	lr := newLoopRunner(t, clock, up, Config{Takeover: takeover}) // not begun: no heartbeat renews
 	lr.accept(t, "op_1", testExecution(time.Minute, 3), nil, chat("held"))
-	lr.claimNext()
+	lr.ClaimNext()
 	receive(t, calls, "the attempt")
 	held, err := lr.st.GetOperation("op_1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopAt := held.LeaseUntil.Add(-leaseMargin(takeover))
+	stopAt := held.LeaseUntil.Add(-LeaseMargin(takeover))
 	awaitWaiting(t, clock, timersRunning, "the execution's timers")
 	clock.Advance(clock.Until(stopAt) - time.Millisecond)
 	select {
@@ -297,7 +301,7 @@ func TestSilentWorkersOperationIsTakenOverOnlyAfterItsLease(t *testing.T) {
 	const takeover = 3 * time.Second
 	clock := newFakeClock()
 	up, calls, _ := gatedUpstream(clock, "")
-	lr := newLoopRunner(t, clock, up, runnerConfig{concurrency: 1, takeover: takeover})
+	lr := newLoopRunner(t, clock, up, Config{Concurrency: 1, Takeover: takeover})
 	lr.accept(t, "op_1", testExecution(time.Minute, 3), nil, chat("orphan"))
 	silent, err := lr.st.ClaimNext("wrk_silent", takeover)
 	if err != nil || silent == nil {
@@ -344,18 +348,18 @@ func TestOneExecutionOfAnOperationAtATimeInAProcess(t *testing.T) {
 		calls <- firstEnded.Load()
 		w.WriteHeader(http.StatusOK)
 	})
-	lr := newLoopRunner(t, clock, up, runnerConfig{concurrency: 2})
+	lr := newLoopRunner(t, clock, up, Config{Concurrency: 2})
 	var once sync.Once
 	free := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(free) // runs before the runner's cleanup, which waits for the held call
 	lr.accept(t, "op_1", testExecution(time.Minute, 0), nil, chat("twice"))
-	lr.claimNext()
+	lr.ClaimNext()
 	receive(t, calls, "the first execution's call")
-	clock.Advance(defaultTakeover + time.Second) // its lease runs out: the expiry cancels it, in vain
+	clock.Advance(DefaultTakeover + time.Second) // its lease runs out: the expiry cancels it, in vain
 	if _, err := lr.st.Transition("op_1", store.Change{To: store.StatusQueued, Holder: lr.worker, LeaseExpired: true}); err != nil {
 		t.Fatal(err) // as a takeover does once the lease ran out
 	}
-	if !lr.claimNext() {
+	if !lr.ClaimNext() {
 		t.Fatal("op_1, requeued, was not claimed again")
 	}
 	lr.mu.Lock()
@@ -378,7 +382,7 @@ func TestOneExecutionOfAnOperationAtATimeInAProcess(t *testing.T) {
 // that outcomes held in memory while their writes are retried stay bounded.
 func TestSettlingExecutionsAreBoundedByConcurrency(t *testing.T) {
 	clock := newFakeClock()
-	lr := newLoopRunner(t, clock, http.NotFoundHandler(), runnerConfig{concurrency: 2})
+	lr := newLoopRunner(t, clock, http.NotFoundHandler(), Config{Concurrency: 2})
 	var exs []*execution
 	for range 3 {
 		ex := &execution{cancel: func(error) {}, done: make(chan struct{}), pooled: true, expiry: clock.NewTimer(time.Hour)}
@@ -417,7 +421,7 @@ func TestSettlingExecutionsAreBoundedByConcurrency(t *testing.T) {
 func TestQueueDeadlinesAreReadOnTheRunnersClock(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond))
 	up, calls, _ := gatedUpstream(clock, "")
-	lr := newLoopRunner(t, clock, up, runnerConfig{concurrency: 1})
+	lr := newLoopRunner(t, clock, up, Config{Concurrency: 1})
 	deadline := clock.Now().Add(time.Minute)
 	for _, id := range []string{"op_run", "op_wait"} {
 		ex := testExecution(time.Minute, 0)
@@ -428,7 +432,7 @@ func TestQueueDeadlinesAreReadOnTheRunnersClock(t *testing.T) {
 	if op, err := lr.st.GetOperation("op_wait"); err != nil || op.Status != store.StatusQueued {
 		t.Fatalf("before its deadline on the runner's clock: %+v, %v; want it still queued", op, err)
 	}
-	if !lr.claimNext() {
+	if !lr.ClaimNext() {
 		t.Fatal("nothing claimed")
 	}
 	receive(t, calls, "the call of the operation claimed before its deadline").answer <- http.StatusOK

@@ -1,4 +1,4 @@
-package module
+package runner
 
 import (
 	"errors"
@@ -19,17 +19,17 @@ const takeOverBatch = 25
 // takeOverLoop looks for operations whose worker fell silent, every takeoverEvery, and recounts
 // the queue. It has a goroutine of its own: on a slow database a round may take long, and the
 // heartbeat must renew this replica's own leases meanwhile, or the others would take them over.
-func (r *runner) takeOverLoop() {
+func (r *Runner) takeOverLoop() {
 	defer r.beats.Done()
 	for {
-		t := r.clock.NewTimer(takeoverEvery(r.config().takeover))
+		t := r.clock.NewTimer(takeoverEvery(r.Settings().Takeover))
 		select {
 		case <-r.stopped:
 			t.Stop()
 			return
 		case <-t.Chan():
 		}
-		if r.alive() {
+		if r.Alive() {
 			r.takeOver()
 			r.countQueued()
 		}
@@ -45,14 +45,14 @@ func takeoverEvery(takeover time.Duration) time.Duration {
 // for longer than a lease): asked to cancel -> canceled; else per the operation's on_crash,
 // re-queued or failed with WORKER_LOST. The store applies each only while the lease is still
 // expired and held by the same worker, so a takeover never races a renewal.
-func (r *runner) takeOver() {
+func (r *Runner) takeOver() {
 	ops, err := r.st.ExpiredLeases(takeOverBatch)
 	if err != nil {
 		r.log.Warn("looking for expired leases", zap.Error(err))
 		return
 	}
 	grace := r.takeoverGrace()
-	budget := r.clock.Now().Add(takeoverEvery(r.config().takeover))
+	budget := r.clock.Now().Add(takeoverEvery(r.Settings().Takeover))
 	for _, op := range ops {
 		if r.clock.Now().After(budget) {
 			return // the rest in the next round
@@ -66,12 +66,12 @@ func (r *runner) takeOver() {
 
 // resolveLost decides and applies the fate of an operation whose worker is gone: canceled,
 // re-queued or failed. c carries the fence.
-func (r *runner) resolveLost(op *store.Operation, c store.Change, msg string) {
+func (r *Runner) resolveLost(op *store.Operation, c store.Change, msg string) {
 	c.To = store.StatusQueued
 	switch {
 	case !op.CancelRequestedAt.IsZero():
 		c.To = store.StatusCanceled
-	case execOf(op).OnCrash == CrashFail:
+	case r.execOf(op).OnCrash == crashFail:
 		c.To, c.Error = store.StatusFailed, apierr.Failure(apierr.CodeWorkerLost, "The gateway stopped while this operation was running.")
 	}
 	final, err := r.st.Transition(op.ID, c)
@@ -83,12 +83,15 @@ func (r *runner) resolveLost(op *store.Operation, c store.Change, msg string) {
 		return
 	}
 	if final.Status.Final() {
-		countFinal(final)
+		r.hooks.Settled(final)
 		r.courier.Kick()
 	} else {
 		r.countMoved(op, 1)
-		r.kick()
+		r.Kick()
 	}
 	r.log.Info(msg, tracing.OperationFields(op, zap.String("old_holder", op.Holder),
 		zap.String("old_status", string(op.Status)), zap.String("new_status", string(c.To)))...)
 }
+
+// crashFail is on_crash's value failing an operation whose worker is gone (docs/caddyfile.md).
+const crashFail = "fail"

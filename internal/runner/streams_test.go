@@ -1,4 +1,4 @@
-package module
+package runner
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/reqlog"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/badger"
 )
@@ -42,11 +43,11 @@ func TestStoredFollowerIgnoresTheRecordingOfADeadAttempt(t *testing.T) {
 	if err != nil || running == nil || running.Holder != "H2" {
 		t.Fatalf("claim by H2: %+v %v", running, err)
 	}
-	r := &runner{st: st, shared: st}
-	if p := r.storedProgress(running); p != nil {
-		t.Errorf("progress of H2's attempt reads the dead attempt's: %+v", *p)
+	r := &Runner{st: st, shared: st}
+	if events, bytes, ok := r.StoredProgress(running); ok {
+		t.Errorf("progress of H2's attempt reads the dead attempt's: %d events, %d bytes", events, bytes)
 	}
-	if f, _ := r.followStored(running); f != nil {
+	if f, _ := r.FollowStored(running); f != nil {
 		got, _, _, _ := f.Next(0)
 		t.Errorf("a follower of H2's attempt is given the dead attempt's %d events", len(got))
 	}
@@ -56,10 +57,10 @@ func TestStoredFollowerIgnoresTheRecordingOfADeadAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = st.AppendEvents(stream, h2, evs[:2])
-	if p := r.storedProgress(running); p == nil || p.Events != 2 {
-		t.Errorf("progress of H2's own recording: %+v", p)
+	if events, _, ok := r.StoredProgress(running); !ok || events != 2 {
+		t.Errorf("progress of H2's own recording: %d events, %v", events, ok)
 	}
-	if f, page := r.followStored(running); f == nil || page.Token != h2.Token {
+	if f, page := r.FollowStored(running); f == nil || page.Token != h2.Token {
 		t.Errorf("H2's own recording is not followed: %+v", page)
 	}
 }
@@ -74,7 +75,7 @@ func TestStaleHolderDoesNotWipeTheCurrentHoldersRecording(t *testing.T) {
 	}
 	header := http.Header{"Content-Type": {"text/event-stream"}}
 	recording := func(worker string) *opRecording {
-		return &opRecording{st: st, id: "op_1", holder: store.OperationHolder(worker), keep: time.Minute, log: newReqLog(zap.NewNop())}
+		return &opRecording{st: st, id: "op_1", holder: store.OperationHolder(worker), keep: time.Minute, log: reqlog.New(zap.NewNop())}
 	}
 	event := func(i int, who string) store.StreamEvent {
 		return store.StreamEvent{ID: fmt.Sprint(i), Data: []byte(fmt.Sprintf("id: %d\ndata: %s %d\n\n", i, who, i))}

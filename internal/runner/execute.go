@@ -1,4 +1,4 @@
-package module
+package runner
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/capture"
+	"github.com/mulligan-gw/mulligan/internal/clocks"
 	"github.com/mulligan-gw/mulligan/internal/responses"
 	"github.com/mulligan-gw/mulligan/internal/tracing"
 	"github.com/mulligan-gw/mulligan/store"
@@ -24,25 +25,51 @@ import (
 // straight to the rest of its route.
 type execKey struct{}
 
-// attemptResult is what one upstream attempt produced.
-type attemptResult struct {
-	status int // 0: no response (transport error or cancellation)
-	header http.Header
-	body   []byte
-	over   bool // the response passed max_result
-	// panicked is what a handler of the route panicked with (never http.ErrAbortHandler), and
-	// stack where: the attempt failed, the process goes on.
-	panicked any
-	stack    []byte
-	// cut is, for a background response whose attempt ended without a whole answer (cut by a
-	// cancel, the timeout, the upstream breaking off, max_result), the event stream it had
-	// relayed so far: within max_result, as the stream is given only what the capture keeps.
-	cut *store.Response
+// Executing reports whether ctx is an attempt's request, sent by a runner.
+func Executing(ctx context.Context) bool { return ctx.Value(execKey{}) != nil }
+
+// DefaultRetryOn are the statuses that say "try again" (timeouts, rate limits, a gateway or
+// an upstream unavailable for now).
+var DefaultRetryOn = []int{408, 429, 502, 503, 504}
+
+// RetrySet is a retry_on list as a set; an empty one (an operation stored before retry_on
+// existed) is DefaultRetryOn.
+func RetrySet(codes []int) map[int]bool {
+	if len(codes) == 0 {
+		codes = DefaultRetryOn
+	}
+	set := make(map[int]bool, len(codes))
+	for _, code := range codes {
+		set[code] = true
+	}
+	return set
 }
 
-// resultOf is the attempt's result of an answer a capture writer recorded.
-func resultOf(r capture.Recorded) attemptResult {
-	return attemptResult{status: r.Status, header: r.Header, body: r.Body, over: r.Over}
+// queueTimedOut is the change failing an operation that waited past its queue deadline.
+func queueTimedOut() store.Change {
+	return store.Change{To: store.StatusFailed, Error: apierr.Failure(apierr.CodeQueueTimeout,
+		"The operation waited in the queue past its deadline (max_queue_wait or Max-Queue-Wait) and was never sent upstream.")}
+}
+
+// Result is what one upstream attempt produced.
+type Result struct {
+	Status int // 0: no response (transport error or cancellation)
+	Header http.Header
+	Body   []byte
+	Over   bool // the response passed max_result
+	// Panicked is what a handler of the route panicked with (never http.ErrAbortHandler), and
+	// Stack where: the attempt failed, the process goes on.
+	Panicked any
+	Stack    []byte
+	// Cut is, for a background response whose attempt ended without a whole answer (cut by a
+	// cancel, the timeout, the upstream breaking off, max_result), the event stream it had
+	// relayed so far: within max_result, as the stream is given only what the capture keeps.
+	Cut *store.Response
+}
+
+// ResultOf is the attempt's result of an answer a capture writer recorded.
+func ResultOf(r capture.Recorded) Result {
+	return Result{Status: r.Status, Header: r.Header, Body: r.Body, Over: r.Over}
 }
 
 // Retry pacing of upstream attempts: exponential with full jitter, honouring Retry-After.
@@ -53,14 +80,14 @@ const (
 
 // execute runs op to a final status (or back to the queue when the gateway stops), retrying as
 // the outcome table says, with the settings stored with op by the block that accepted it.
-func (r *runner) execute(parent context.Context, ex *execution, op *store.Operation, first <-chan attemptResult) {
-	settings := execOf(op)
-	ctx, cancel := withTimeout(parent, r.clock, settings.Timeout)
+func (r *Runner) execute(parent context.Context, ex *execution, op *store.Operation, first <-chan Result) {
+	settings := r.execOf(op)
+	ctx, cancel := clocks.WithTimeout(parent, r.clock, settings.Timeout)
 	defer cancel()
 	log := r.log.With(tracing.OperationFields(op)...)
-	retryOn := retrySet(settings.RetryOn)
+	retryOn := RetrySet(settings.RetryOn)
 	if first == nil {
-		metrics.queueWait.Observe(op.StartedAt.Sub(op.SubmittedAt).Seconds())
+		r.hooks.QueueWaited(op.StartedAt.Sub(op.SubmittedAt))
 		tracing.RecordQueueWait(op)
 	}
 	ctx, span := tracing.StartExecution(ctx, op)
@@ -87,7 +114,7 @@ func (r *runner) execute(parent context.Context, ex *execution, op *store.Operat
 		}
 	}
 	for attempt := 0; ; attempt++ {
-		var res attemptResult
+		var res Result
 		if attempt == 0 && first != nil {
 			res = <-first
 		} else {
@@ -108,22 +135,22 @@ func (r *runner) execute(parent context.Context, ex *execution, op *store.Operat
 				return
 			}
 		}
-		if res.panicked != nil {
-			log.Error("a handler panicked serving the operation", zap.Any("panic", res.panicked), zap.ByteString("stack", res.stack))
+		if res.Panicked != nil {
+			log.Error("a handler panicked serving the operation", zap.Any("panic", res.Panicked), zap.ByteString("stack", res.Stack))
 		}
 		change, retry := outcome(ctx, parent, res, retryOn)
-		if (change.To == store.StatusCanceled || change.To == store.StatusFailed) && change.Result == nil && res.cut != nil {
+		if (change.To == store.StatusCanceled || change.To == store.StatusFailed) && change.Result == nil && res.Cut != nil {
 			// A background response keeps what its cut attempt streamed: its replay then
 			// numbers the events, and the final one, as its live stream did (docs/responses.md).
-			change.Result = res.cut
+			change.Result = res.Cut
 		}
 		if retry && attempt < settings.Retries {
 			if !r.backoff(ctx, attempt, res) {
 				if ctx.Err() != nil {
-					change, _ = outcome(ctx, parent, attemptResult{}, retryOn)
+					change, _ = outcome(ctx, parent, Result{}, retryOn)
 				}
 			} else {
-				metrics.retries.Inc()
+				r.hooks.Retried()
 				if _, err := r.st.RecordAttempt(op.ID); err != nil {
 					log.Warn("counting an attempt", zap.Error(err))
 				}
@@ -138,10 +165,10 @@ func (r *runner) execute(parent context.Context, ex *execution, op *store.Operat
 // backoff waits before the next attempt, at least as long as the upstream's Retry-After asks
 // when that fits in what is left of the timeout; false when the execution ended meanwhile, or
 // the wait would outlast it (the attempt's failure then stands).
-func (r *runner) backoff(ctx context.Context, attempt int, res attemptResult) bool {
+func (r *Runner) backoff(ctx context.Context, attempt int, res Result) bool {
 	var retryAfter time.Duration
-	if res.header != nil {
-		retryAfter = webhook.ParseRetryAfter(res.header.Get("Retry-After"), r.clock.Now())
+	if res.Header != nil {
+		retryAfter = webhook.ParseRetryAfter(res.Header.Get("Retry-After"), r.clock.Now())
 	}
 	wait := max(webhook.Backoff(retryBase, retryCap, attempt, 0), retryAfter)
 	if dl, ok := ctx.Deadline(); ok && r.clock.Now().Add(wait).After(dl) {
@@ -164,10 +191,10 @@ func (r *runner) backoff(ctx context.Context, attempt int, res attemptResult) bo
 // whether the attempt may be retried: a connection error always, a status when retryOn has
 // it. A zero Change.To means nothing is to be written: the operation was lost to another
 // worker.
-func outcome(ctx, parent context.Context, res attemptResult, retryOn map[int]bool) (store.Change, bool) {
+func outcome(ctx, parent context.Context, res Result, retryOn map[int]bool) (store.Change, bool) {
 	var result *store.Response
-	if res.status != 0 && !res.over {
-		result = &store.Response{Status: res.status, Header: res.header, Body: res.body}
+	if res.Status != 0 && !res.Over {
+		result = &store.Response{Status: res.Status, Header: res.Header, Body: res.Body}
 	}
 	failed := func(code apierr.Code, msg string) store.Change {
 		return store.Change{To: store.StatusFailed, Error: apierr.Failure(code, msg), Result: result}
@@ -181,22 +208,22 @@ func outcome(ctx, parent context.Context, res attemptResult, retryOn map[int]boo
 		return store.Change{To: store.StatusQueued}, false
 	}
 	switch {
-	case res.panicked != nil:
+	case res.Panicked != nil:
 		return failed(apierr.CodeUpstreamError, "A handler of the route failed while serving the operation."), false
-	case res.over:
+	case res.Over:
 		return failed(apierr.CodeResultTooLarge, "The upstream response was larger than max_result."), false
 	case errors.Is(context.Cause(ctx), context.DeadlineExceeded):
 		return failed(apierr.CodeOperationTimeout, "The upstream call did not finish within the operation timeout."), false
-	case res.status == 0:
+	case res.Status == 0:
 		return failed(apierr.CodeUpstreamUnavailable, "The upstream could not be reached."), true
-	case res.status >= 200 && res.status < 300:
+	case res.Status >= 200 && res.Status < 300:
 		return store.Change{To: store.StatusSucceeded, Result: result}, false
 	}
-	msg := fmt.Sprintf("The upstream answered %d.", res.status)
-	switch retry := retryOn[res.status]; {
-	case res.status == 408 || res.status == 429 || res.status == 502 || res.status == 503 || res.status == 504:
+	msg := fmt.Sprintf("The upstream answered %d.", res.Status)
+	switch retry := retryOn[res.Status]; {
+	case res.Status == 408 || res.Status == 429 || res.Status == 502 || res.Status == 503 || res.Status == 504:
 		return failed(apierr.CodeUpstreamUnavailable, msg), retry
-	case res.status >= 500:
+	case res.Status >= 500:
 		return failed(apierr.CodeUpstreamError, msg), retry
 	default:
 		return failed(apierr.CodeUpstreamRejected, msg), retry
@@ -213,7 +240,7 @@ const (
 )
 
 // finish applies the final change (or the hand-back to the queue), fenced to this worker.
-func (r *runner) finish(parent context.Context, id string, change store.Change, log *zap.Logger) {
+func (r *Runner) finish(parent context.Context, id string, change store.Change, log *zap.Logger) {
 	if change.To == "" {
 		log.Warn("operation lost to another worker; its outcome here is dropped")
 		return
@@ -245,12 +272,12 @@ func (r *runner) finish(parent context.Context, id string, change store.Change, 
 	}
 }
 
-func (r *runner) finished(op *store.Operation, log *zap.Logger) {
+func (r *Runner) finished(op *store.Operation, log *zap.Logger) {
 	r.streams.settled() // followers waiting for the outcome of an attempt whose stream ended
 	if op.Status == store.StatusQueued {
 		r.countMoved(op, 1)
 	} else {
-		countFinal(op)
+		r.hooks.Settled(op)
 	}
 	r.courier.Kick()
 	fields := []zap.Field{zap.String("old_status", string(store.StatusRunning)), zap.String("new_status", string(op.Status)), zap.Int("attempts", op.Attempts)}
@@ -265,14 +292,14 @@ func (r *runner) finished(op *store.Operation, log *zap.Logger) {
 
 // attempt sends the stored request once through the current config's dispatch (the server
 // that accepted it), and records the answer.
-func (r *runner) attempt(ctx context.Context, op *store.Operation, req *store.Request, limit int64) attemptResult {
+func (r *Runner) attempt(ctx context.Context, op *store.Operation, req *store.Request, limit int64) Result {
 	srv := r.handlerFor(op)
 	if srv == nil {
-		return attemptResult{}
+		return Result{}
 	}
 	hr, err := http.NewRequestWithContext(context.WithValue(ctx, execKey{}, op.ID), req.Method, req.URL, bytes.NewReader(req.Body))
 	if err != nil {
-		return attemptResult{}
+		return Result{}
 	}
 	hr.RequestURI, hr.Host, hr.RemoteAddr = req.URL, req.Host, req.RemoteAddr
 	hr.Header = req.Header.Clone()
@@ -281,35 +308,35 @@ func (r *runner) attempt(ctx context.Context, op *store.Operation, req *store.Re
 	rec := capture.NewBuffer(limit)
 	stream := r.streams.start(op.ID, r.recordingFor(ctx, op.ID))
 	rec.Stream = stream
-	res := serveRecorded(rec, func() error { srv.ServeHTTP(rec, hr); return nil })
-	r.streams.end(op.ID, stream, res.status != 0 && !res.over)
-	if (res.status == 0 || res.over) && res.panicked == nil && op.Kind == responses.Kind && stream.Started() {
+	res := ServeRecorded(rec, func() error { srv.ServeHTTP(rec, hr); return nil })
+	r.streams.end(op.ID, stream, res.Status != 0 && !res.Over)
+	if (res.Status == 0 || res.Over) && res.Panicked == nil && op.Kind == responses.Kind && stream.Started() {
 		status, header := stream.Head()
-		res.cut = &store.Response{Status: status, Header: header.Clone(), Body: stream.Relayed()}
+		res.Cut = &store.Response{Status: status, Header: header.Clone(), Body: stream.Relayed()}
 	}
 	return res
 }
 
-// serveRecorded runs serve into rec. The proxy aborts a response it cannot finish writing
+// ServeRecorded runs serve into rec. The proxy aborts a response it cannot finish writing
 // (rec past max_result, or the call canceled) with http.ErrAbortHandler, which net/http would
 // recover on a real connection; here it means the attempt ended without a whole response. Any
 // other panic is this goroutine's, with no net/http above it to recover it: it becomes a failed
 // attempt, never a dead process.
-func serveRecorded(rec *capture.Buffer, serve func() error) (res attemptResult) {
+func ServeRecorded(rec *capture.Buffer, serve func() error) (res Result) {
 	defer func() {
 		if v := recover(); v != nil {
 			if v != http.ErrAbortHandler {
-				res = attemptResult{panicked: v, stack: debug.Stack()}
+				res = Result{Panicked: v, Stack: debug.Stack()}
 				return
 			}
-			res = resultOf(rec.Result())
-			if !res.over {
-				res = attemptResult{}
+			res = ResultOf(rec.Result())
+			if !res.Over {
+				res = Result{}
 			}
 		}
 	}()
 	if err := serve(); err != nil {
-		return attemptResult{}
+		return Result{}
 	}
-	return resultOf(rec.Result())
+	return ResultOf(rec.Result())
 }

@@ -1,4 +1,4 @@
-package module
+package runner
 
 import (
 	"time"
@@ -14,26 +14,26 @@ import (
 // holder's stop and the takeover lie both: room for clocks that disagree a little (NTP keeps
 // them well within it) and for the cancel to close the upstream connection.
 
-// leaseMargin is how long before its lease ends an execution stops when no renewal got through:
+// LeaseMargin is how long before its lease ends an execution stops when no renewal got through:
 // a tenth of the lease, at most 2 s. Renewals come at least three times a lease (renewEvery), so
 // a healthy execution is never stopped.
-func leaseMargin(takeover time.Duration) time.Duration {
+func LeaseMargin(takeover time.Duration) time.Duration {
 	return min(takeover/10, 2*time.Second)
 }
 
 // takeoverGrace is how long past a lease's end a replica waits before taking the operation over
 // from its silent holder. A Badger storage has one process: its leases end with it (a restart
 // voids them at once), so there is no other holder to wait for.
-func (r *runner) takeoverGrace() time.Duration {
+func (r *Runner) takeoverGrace() time.Duration {
 	if !r.replicated {
 		return 0
 	}
-	return leaseMargin(r.config().takeover)
+	return LeaseMargin(r.Settings().Takeover)
 }
 
 // armExpiry (re)sets ex's timer to stop it leaseMargin before ex.leaseUntil; r.mu is held.
-func (r *runner) armExpiry(id string, ex *execution, takeover time.Duration) {
-	wait := r.clock.Until(ex.leaseUntil.Add(-leaseMargin(takeover)))
+func (r *Runner) armExpiry(id string, ex *execution, takeover time.Duration) {
+	wait := r.clock.Until(ex.leaseUntil.Add(-LeaseMargin(takeover)))
 	if ex.expiry != nil {
 		ex.expiry.Reset(wait)
 		return
@@ -44,21 +44,21 @@ func (r *runner) armExpiry(id string, ex *execution, takeover time.Duration) {
 	})
 }
 
-// renewEvery paces the heartbeat: well under takeover, and at most a second apart so a
+// RenewEvery paces the heartbeat: well under takeover, and at most a second apart so a
 // cancel asked through another replica stops the call within 2 s (docs/api.md).
-func renewEvery(takeover time.Duration) time.Duration {
+func RenewEvery(takeover time.Duration) time.Duration {
 	return max(min(time.Second, takeover/3), 50*time.Millisecond)
 }
 
 // heartbeat renews the leases of what this runner executes and stops what was canceled or
 // lost. Takeovers run in their own goroutine (takeOverLoop): however slow they are, renewals
 // keep their pace.
-func (r *runner) heartbeat() {
+func (r *Runner) heartbeat() {
 	defer r.beats.Done()
 	var lastStale time.Time
 	for {
-		takeover := r.config().takeover
-		t := r.clock.NewTimer(renewEvery(takeover))
+		takeover := r.Settings().Takeover
+		t := r.clock.NewTimer(RenewEvery(takeover))
 		select {
 		case <-r.stopped:
 			t.Stop()
@@ -68,7 +68,7 @@ func (r *runner) heartbeat() {
 			t.Stop()
 		}
 		r.renew(takeover)
-		if r.clock.Since(lastStale) >= staleEvery && r.alive() {
+		if r.clock.Since(lastStale) >= staleEvery && r.Alive() {
 			lastStale = r.clock.Now()
 			r.dropStale()
 		}
@@ -78,7 +78,7 @@ func (r *runner) heartbeat() {
 // renew extends the leases of every execution here. When storage cannot be reached for
 // longer than a lease lasts, the executions are stopped: another worker may take them over
 // once storage is back, and two must never run one operation.
-func (r *runner) renew(takeover time.Duration) {
+func (r *Runner) renew(takeover time.Duration) {
 	r.mu.Lock()
 	ids := make([]string, 0, len(r.running))
 	for id := range r.running {

@@ -1,4 +1,4 @@
-package module
+package runner
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/mulligan-gw/mulligan/internal/reqlog"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -15,18 +16,18 @@ import (
 // lowered a second time.
 func TestCancelQueuedLosesToAClaimInBetween(t *testing.T) {
 	clock := clockwork.NewFakeClock()
-	lr := newLoopRunner(t, clock, answerOK, runnerConfig{})
+	lr := newLoopRunner(t, clock, answerOK, Config{})
 	lr.accept(t, "op_raced", testExecution(0, 0), nil, `{}`)
 	read, err := lr.st.GetOperation("op_raced")
 	if err != nil || read.Status != store.StatusQueued {
 		t.Fatalf("read %+v %v", read, err)
 	}
-	if got, err := lr.st.ClaimNext("another-worker", defaultTakeover); err != nil || got == nil || got.ID != "op_raced" {
+	if got, err := lr.st.ClaimNext("another-worker", DefaultTakeover); err != nil || got == nil || got.ID != "op_raced" {
 		t.Fatalf("claim: %+v %v", got, err)
 	}
 	lr.queued.Add(-1) // as the claiming runner counts it
 	before := lr.queued.Load()
-	if _, err := lr.cancelQueued(read, newReqLog(lr.log)); !errors.Is(err, store.ErrIllegalTransition) {
+	if _, err := lr.CancelQueued(read, reqlog.New(lr.log)); !errors.Is(err, store.ErrIllegalTransition) {
 		t.Fatalf("cancelQueued of a claimed operation: %v, want ErrIllegalTransition", err)
 	}
 	if op, _ := lr.st.GetOperation("op_raced"); op.Status != store.StatusRunning {

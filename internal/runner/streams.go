@@ -1,4 +1,4 @@
-package module
+package runner
 
 import (
 	"context"
@@ -9,18 +9,15 @@ import (
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 
-	"github.com/mulligan-gw/mulligan/internal/capture"
+	"github.com/mulligan-gw/mulligan/internal/reqlog"
 	"github.com/mulligan-gw/mulligan/internal/streams"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
 // opStream is the event stream of an operation's answer (a streams.Broadcast), for GET
-// {operations}/{id}/result with Accept: text/event-stream (docs/streams.md): live while the
-// runner's attempt receives it, or rebuilt from the stored result once the operation is final.
+// {operations}/{id}/result with Accept: text/event-stream (docs/streams.md), live while the
+// runner's attempt receives it.
 type opStream = streams.Broadcast
-
-// newOpStream is an operation's stream copied nowhere.
-func newOpStream() *opStream { return streams.NewBroadcast(nil) }
 
 // opStreams are the streams of the operations this runner is executing, by operation id.
 type opStreams struct {
@@ -35,7 +32,7 @@ type opStreams struct {
 // start registers a fresh stream for an attempt of operation id, copied to the store by rec
 // when it is set.
 func (o *opStreams) start(id string, rec *opRecording) *opStream {
-	s := newOpStream()
+	s := streams.NewBroadcast(nil)
 	if rec != nil {
 		s = streams.NewBroadcast(rec)
 	}
@@ -78,76 +75,12 @@ func (o *opStreams) get(id string) *opStream {
 	return s
 }
 
-// streamOf returns the live event stream of operation id on this runner, or nil.
-func (r *runner) streamOf(id string) *opStream {
+// StreamOf returns the live event stream of operation id on this runner, or nil.
+func (r *Runner) StreamOf(id string) *opStream {
 	if r == nil {
 		return nil
 	}
 	return r.streams.get(id)
-}
-
-// progressView is a running operation's progress: the events and bytes of its streamed answer
-// so far.
-type progressView struct {
-	Events int   `json:"events"`
-	Bytes  int64 `json:"bytes"`
-}
-
-// progressOf is the progress of a stream under way here.
-func progressOf(s *opStream) *progressView {
-	events, bytes := s.Progress()
-	return &progressView{Events: events, Bytes: bytes}
-}
-
-// followResult serves an operation's answer as Server-Sent Events: the events so far, then the
-// live ones while it runs (from this replica's runner, or from the store when another replica
-// runs it); Last-Event-ID or ?starting_after= resumes after that event. It reports false when
-// there is no event stream to serve (the caller answers as usual).
-func (h *Handler) followResult(q *opsRequest, op *store.Operation) bool {
-	var (
-		src    streams.Source
-		status int
-		header http.Header
-	)
-	switch {
-	case !op.Status.Final():
-		if s := q.run.streamOf(op.ID); s != nil {
-			src = s
-			status, header = s.Head()
-		} else if f, page := q.run.followStored(op); f != nil {
-			src, status, header = f, page.Status, page.Header
-		} else {
-			return false
-		}
-	default:
-		res, err := q.st.LoadResult(op.ID)
-		if err != nil || res == nil {
-			return false
-		}
-		s := newOpStream()
-		if !s.Open(res.Status, res.Header) {
-			return false
-		}
-		s.Write(res.Body)
-		s.Finish(streams.Whole)
-		src = s
-		status, header = s.Head()
-	}
-	after := uint64(0)
-	id := q.r.Header.Get(headerLastEventID)
-	if id == "" {
-		id = q.r.URL.Query().Get("starting_after")
-	}
-	if id != "" {
-		after, _ = src.Find(id)
-	}
-	capture.SetRecordedHeader(q.w.Header(), header)
-	q.w.Header().Del("Content-Length")
-	q.w.WriteHeader(status)
-	if streams.Relay(q.w, q.r, src, after) {
-		panic(http.ErrAbortHandler) // see streams.Relay
-	}
-	return true
 }
 
 // opRecording copies an operation's streamed answer into a store shared by replicas, so that a
@@ -163,14 +96,14 @@ type opRecording struct {
 	id     string
 	holder store.StreamHolder
 	keep   time.Duration // how long the store keeps the events: the attempt's whole run, and a minute
-	log    reqLog
+	log    reqlog.Logger
 	live   *streams.Live
 }
 
 // recordingFor returns what copies the stream of an attempt of operation id to a shared store,
 // or nil when the storage is this process's alone (its followers are all here). Every backend
 // records streams; only storage that replicas share, PostgreSQL, has followers elsewhere.
-func (r *runner) recordingFor(ctx context.Context, id string) *opRecording {
+func (r *Runner) recordingFor(ctx context.Context, id string) *opRecording {
 	if r.shared == nil {
 		return nil
 	}
@@ -179,13 +112,13 @@ func (r *runner) recordingFor(ctx context.Context, id string) *opRecording {
 		keep = r.clock.Until(dl) + 30*time.Second
 	}
 	return &opRecording{clock: r.clock, st: r.shared, id: id, holder: store.OperationHolder(r.worker), keep: keep + time.Minute,
-		log: newReqLog(r.log, zap.String("operation_id", id))}
+		log: reqlog.New(r.log, zap.String("operation_id", id))}
 }
 
-// currentRecording reads the live recording of operation op's running attempt, or reports
+// CurrentRecording reads the live recording of operation op's running attempt, or reports
 // false when there is none: none begun yet, or one whose holder no longer holds the operation
 // (taken over, or its lease ran out), which the store reads as aborted.
-func (r *runner) currentRecording(op *store.Operation) (store.StreamPage, bool) {
+func (r *Runner) CurrentRecording(op *store.Operation) (store.StreamPage, bool) {
 	if r == nil || r.shared == nil || op.Status != store.StatusRunning {
 		return store.StreamPage{}, false
 	}
@@ -228,24 +161,24 @@ func (o *opRecording) end(whole bool) {
 	}
 }
 
-// followStored returns operation op's live stream as recorded in a shared store, from another
+// FollowStored returns operation op's live stream as recorded in a shared store, from another
 // replica than the one running it, with the page that found it; nil when there is none. It
 // breaks off when the store reads it as aborted: the upstream broke off, or the operation
 // stopped running under the holder that recorded it (a takeover after that replica died).
-func (r *runner) followStored(op *store.Operation) (*streams.Stored, store.StreamPage) {
-	page, ok := r.currentRecording(op)
+func (r *Runner) FollowStored(op *store.Operation) (*streams.Stored, store.StreamPage) {
+	page, ok := r.CurrentRecording(op)
 	if !ok {
 		return nil, page
 	}
 	return streams.NewStored(r.shared, []byte(op.ID), page.Token, r.clock), page
 }
 
-// storedProgress is the progress of operation op's stream as recorded in a shared store, or
-// nil.
-func (r *runner) storedProgress(op *store.Operation) *progressView {
-	page, ok := r.currentRecording(op)
+// StoredProgress is the progress of operation op's stream as recorded in a shared store: its
+// events and bytes so far; false when there is none.
+func (r *Runner) StoredProgress(op *store.Operation) (events int, bytes int64, ok bool) {
+	page, ok := r.CurrentRecording(op)
 	if !ok {
-		return nil
+		return 0, 0, false
 	}
-	return &progressView{Events: int(page.Events), Bytes: page.Bytes}
+	return int(page.Events), page.Bytes, true
 }

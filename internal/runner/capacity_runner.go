@@ -1,4 +1,4 @@
-package module
+package runner
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
+	"github.com/mulligan-gw/mulligan/internal/capacity"
 	"github.com/mulligan-gw/mulligan/internal/tracing"
 	"github.com/mulligan-gw/mulligan/store"
 )
@@ -20,44 +21,9 @@ import (
 // order. Every attempt holds a seat; an operation past its queue deadline fails QUEUE_TIMEOUT
 // without an upstream call.
 
-// lookupSeatPool returns the seats of key, nil when no block has them.
-func lookupSeatPool(key string) *seatPool {
-	var found *seatPool
-	seatPools.Range(func(k, v any) bool {
-		if k == key {
-			found, _ = v.(*seatPool)
-			return false
-		}
-		return true
-	})
-	return found
-}
-
-// seatPoolsOf lists the seat pools whose operations the storage at where holds.
-func seatPoolsOf(where string) []*seatPool {
-	var pools []*seatPool
-	seatPools.Range(func(_, v any) bool {
-		if p, ok := v.(*seatPool); ok && p.where == where {
-			pools = append(pools, p)
-		}
-		return true
-	})
-	return pools
-}
-
-// kickRunners wakes the claim loops of the storage at where: a seat came free.
-func kickRunners(where string) {
-	openStorages.Range(func(_, v any) bool {
-		if s, ok := v.(*storage); ok && s.set.where() == where {
-			s.run.kick()
-		}
-		return true
-	})
-}
-
 // poolFor returns the seats op's block sends it through; nil without capacity.
-func (r *runner) poolFor(op *store.Operation) *seatPool {
-	return lookupSeatPool(seatPoolKey(r.where, execOf(op).Prefix))
+func (r *Runner) poolFor(op *store.Operation) *capacity.Seats {
+	return r.seats.PoolFor(r.execOf(op).Prefix)
 }
 
 // standInRefresh is how long the queue's head waits for a seat before the runner looks at the
@@ -71,35 +37,35 @@ const standInTries = 8
 // pool of the queue's head in the head's place, then claims the head by id, and returns the
 // seat with it; nil when nothing could be claimed now (the claim loop looks again on its next
 // wake-up).
-func (r *runner) claimQueued(takeover time.Duration) (*store.Operation, *seat, error) {
-	if len(seatPoolsOf(r.where)) == 0 {
+func (r *Runner) claimQueued(takeover time.Duration) (*store.Operation, *capacity.Seat, error) {
+	if len(r.seats.Pools()) == 0 {
 		op, err := r.st.ClaimNext(r.worker, takeover)
 		return op, nil, err
 	}
 	if op, held, ok, err := r.claimWithFreeSeat(takeover); ok || err != nil {
 		return op, held, err
 	}
-	var held *seat
+	var held *capacity.Seat
 	began := r.clock.Now()
-	for tries := 0; tries < standInTries && r.alive(); {
+	for tries := 0; tries < standInTries && r.Alive(); {
 		head, err := r.st.NextQueued()
 		if err != nil || head == nil {
 			held.GiveBack()
 			return nil, nil, err
 		}
 		pool := r.poolFor(head)
-		if held != nil && (pool == nil || !held.Of(pool.Seats)) {
+		if held != nil && (pool == nil || !held.Of(pool)) {
 			held.GiveBack()
 			held = nil
 		}
 		if pool != nil && held == nil {
-			if held, err = pool.standIn(head); err != nil {
+			if held, err = standIn(pool, head); err != nil {
 				return nil, nil, err
 			}
 			if held == nil {
 				continue // no seat yet: look at the head again
 			}
-			capacityMetrics.seatWait.Observe(r.clock.Since(began).Seconds())
+			r.hooks.SeatWaited(r.clock.Since(began))
 		}
 		op, err := r.st.ClaimQueued(head.ID, r.worker, takeover)
 		if err != nil || op != nil {
@@ -119,9 +85,9 @@ func (r *runner) claimQueued(takeover time.Duration) (*store.Operation, *seat, e
 // one of its seats is free and nothing waits for it: the seat is taken, then the queue's head
 // claimed in one step, with no look at the queue first. ok is false when the claim must go the
 // long way (several blocks, shared seats, no seat free, or the head is another block's).
-func (r *runner) claimWithFreeSeat(takeover time.Duration) (op *store.Operation, held *seat, ok bool, err error) {
-	pools := seatPoolsOf(r.where)
-	if len(pools) != 1 || pools[0].sharedFor() != nil {
+func (r *Runner) claimWithFreeSeat(takeover time.Duration) (op *store.Operation, held *capacity.Seat, ok bool, err error) {
+	pools := r.seats.Pools()
+	if len(pools) != 1 || pools[0].Shares() {
 		return nil, nil, false, nil
 	}
 	p := pools[0]
@@ -144,7 +110,7 @@ func (r *runner) claimWithFreeSeat(takeover time.Duration) (op *store.Operation,
 // standIn waits up to standInRefresh for a seat (and a shared one with `shared`) in the place of
 // the queued operation head; nil when none came free meanwhile. A shared seat that cannot be
 // counted is an error: the operation stays queued (shared seats fail closed).
-func (p *seatPool) standIn(head *store.Operation) (*seat, error) {
+func standIn(p *capacity.Seats, head *store.Operation) (*capacity.Seat, error) {
 	deadline := p.Clock().Now().Add(standInRefresh)
 	ask := operationAsk(head)
 	start, err := p.Await(context.Background(), p.Enqueue(ask), standInRefresh)
@@ -153,7 +119,7 @@ func (p *seatPool) standIn(head *store.Operation) (*seat, error) {
 	}
 	s, err := p.WithShared(context.Background(), p.Seated(start), ask, deadline)
 	switch {
-	case errors.Is(err, errNoSeat):
+	case errors.Is(err, capacity.ErrNoSeat):
 		return nil, nil
 	case err != nil:
 		return nil, err
@@ -161,14 +127,14 @@ func (p *seatPool) standIn(head *store.Operation) (*seat, error) {
 	return s, nil
 }
 
-func operationAsk(op *store.Operation) seatAsk {
-	// Its stored urgency is the one it competes at across tenants (storedUrgency): trusted.
-	return seatAsk{Urgency: store.ClampUrgency(op.Urgency), Trusted: true, Scope: op.Scope, Key: op.FairKey,
+func operationAsk(op *store.Operation) capacity.Ask {
+	// Its stored urgency is the one it competes at across tenants: trusted.
+	return capacity.Ask{Urgency: store.ClampUrgency(op.Urgency), Trusted: true, Scope: op.Scope, Key: op.FairKey,
 		Weight: op.Weight, Since: op.SubmittedAt}
 }
 
 // takePending hands the execution of id the seat it was claimed with, once.
-func (r *runner) takePending(id string) *seat {
+func (r *Runner) takePending(id string) *capacity.Seat {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ex := r.running[id]
@@ -184,10 +150,10 @@ func (r *runner) takePending(id string) *seat {
 // claimed with; a retry waits for one. When no attempt ran, halt is where op goes instead:
 // failed QUEUE_TIMEOUT past its deadline, or back to the queue when the shared seats could not
 // be counted (storage trouble is not the upstream's failure, so it costs no attempt).
-func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *store.Request, limit int64, first bool) (res attemptResult, halt *store.Change) {
+func (r *Runner) seatedAttempt(ctx context.Context, op *store.Operation, req *store.Request, limit int64, first bool) (res Result, halt *store.Change) {
 	pending := r.takePending(op.ID)
 	pool := r.poolFor(op)
-	if pool == nil || pending != nil && !pending.Of(pool.Seats) {
+	if pool == nil || pending != nil && !pending.Of(pool) {
 		pending.GiveBack() // a reload took the block's capacity away, or moved it
 		pending = nil
 	}
@@ -200,20 +166,20 @@ func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *st
 		if first && !op.QueueDeadline.IsZero() {
 			if wait = r.clock.Until(op.QueueDeadline); wait <= 0 {
 				timedOut := queueTimedOut()
-				return attemptResult{}, &timedOut
+				return Result{}, &timedOut
 			}
 		}
 		var err error
 		s, err = pool.Acquire(ctx, operationAsk(op), wait)
 		switch {
-		case errors.Is(err, errNoSeat):
+		case errors.Is(err, capacity.ErrNoSeat):
 			timedOut := queueTimedOut()
-			return attemptResult{}, &timedOut
+			return Result{}, &timedOut
 		case err != nil && ctx.Err() == nil:
 			r.log.Warn("taking a shared seat; the operation goes back to the queue", tracing.OperationFields(op, zap.Error(err))...)
-			return attemptResult{}, &store.Change{To: store.StatusQueued}
+			return Result{}, &store.Change{To: store.StatusQueued}
 		case err != nil:
-			return attemptResult{}, nil // the execution ended while it waited: outcome says how
+			return Result{}, nil // the execution ended while it waited: outcome says how
 		}
 	} else {
 		s.Begin(r.clock.Now()) // the claim's write is not the call's latency
@@ -223,16 +189,16 @@ func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *st
 	actx, stop := s.Watch(ctx)
 	res = r.attempt(actx, op, req, limit)
 	stop()
-	if seatLapsed(actx) && ctx.Err() == nil {
+	if errors.Is(context.Cause(actx), capacity.ErrSeatLapsed) && ctx.Err() == nil {
 		r.log.Warn("the attempt's shared seat could not be renewed; the attempt was cut", tracing.OperationFields(op)...)
 	}
-	s.Release(attemptSample(res, ctx.Err()))
+	s.Release(capacity.AnswerSample(res.Status, res.Header, res.Body, ctx.Err()))
 	return res, nil
 }
 
 // expiredInQueue fails a just-claimed operation whose queue deadline has passed, before it
 // reaches the upstream; it reports whether it did.
-func (r *runner) expiredInQueue(op *store.Operation) bool {
+func (r *Runner) expiredInQueue(op *store.Operation) bool {
 	if op.QueueDeadline.IsZero() || r.clock.Now().Before(op.QueueDeadline) {
 		return false
 	}
@@ -242,8 +208,8 @@ func (r *runner) expiredInQueue(op *store.Operation) bool {
 }
 
 // queueTimeout counts an operation failed QUEUE_TIMEOUT.
-func (r *runner) queueTimeout(op *store.Operation) {
-	capacityMetrics.queueTimeouts.Inc()
+func (r *Runner) queueTimeout(op *store.Operation) {
+	r.hooks.QueueTimedOut()
 	if p := r.poolFor(op); p != nil {
 		p.CountQueueTimeout()
 	}
@@ -254,7 +220,7 @@ const staleEvery = time.Second
 
 // dropStale fails queued operations past their queue deadline, so that they fail at their
 // deadline even while nothing is claimed, and never reach the upstream.
-func (r *runner) dropStale() {
+func (r *Runner) dropStale() {
 	ops, err := r.st.StaleQueued(r.clock.Now(), 100)
 	if err != nil {
 		r.log.Warn("looking for stale queued operations", zap.Error(err))
@@ -268,7 +234,7 @@ func (r *runner) dropStale() {
 		}
 		r.countMoved(op, -1)
 		r.queueTimeout(op)
-		countFinal(final)
+		r.hooks.Settled(final)
 		r.courier.Kick()
 		r.log.Info("operation transition", tracing.OperationFields(final, zap.String("old_status", string(store.StatusQueued)),
 			zap.String("new_status", string(final.Status)), zap.String("error_code", string(apierr.CodeQueueTimeout)))...)
