@@ -9,7 +9,7 @@
 //
 //	request path        handler.go (the handler, Provision, ServeHTTP), config.go, caddyfile*.go
 //	idempotency         idempotency.go (gate: claim, run once, record, replay), recorder.go (the
-//	                    tee that records), flights.go (duplicates waiting in process)
+//	                    tee that records), internal/streams.Flights (duplicates waiting in process)
 //	keyed streams       stream.go (a keyed run's recording), stream_join.go (join, resume); the
 //	                    broadcasts, the store follower and the one relay are internal/streams
 //	async conversion    async.go (accept, after-mode window), prefer.go, metadata.go, admission.go

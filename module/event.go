@@ -3,11 +3,11 @@ package module
 import (
 	"encoding/json"
 	"slices"
-	"time"
 
 	"github.com/jonboulle/clockwork"
 
 	"github.com/mulligan-gw/mulligan/internal/batches"
+	"github.com/mulligan-gw/mulligan/internal/opview"
 	"github.com/mulligan-gw/mulligan/internal/responses"
 	"github.com/mulligan-gw/mulligan/store"
 )
@@ -39,7 +39,7 @@ func announce(clock clockwork.Clock, op *store.Operation, result *store.Response
 		return nil
 	}
 	now := clock.Now()
-	payload, err := json.Marshal(viewOf(ex.Prefix, op, result, now))
+	payload, err := json.Marshal(opview.Of(ex.Prefix, op, result, now))
 	if err != nil {
 		return nil
 	}
@@ -50,23 +50,11 @@ func announce(clock clockwork.Clock, op *store.Operation, result *store.Response
 	}
 }
 
-// eventEnvelope is the body of a delivery (docs/webhooks.md, Events).
-type eventEnvelope struct {
-	EventID         string          `json:"event_id"`
-	EventType       string          `json:"event_type"`
-	EventVersion    string          `json:"event_version"`
-	OccurredAt      time.Time       `json:"occurred_at"`
-	DeliveryAttempt int             `json:"delivery_attempt"`
-	Operation       json.RawMessage `json:"operation,omitempty"`
-	// Batch is a batch.* event's subject (docs/batches.md), kept in the event's Operation.
-	Batch json.RawMessage `json:"batch,omitempty"`
-}
-
 func renderEvent(ev *store.Event, attempt int) ([]byte, error) {
 	if responses.IsWebhookType(ev.Type) {
 		return responses.RenderEvent(ev)
 	}
-	env := eventEnvelope{EventID: ev.ID, EventType: ev.Type, EventVersion: "1.0",
+	env := opview.Envelope{EventID: ev.ID, EventType: ev.Type, EventVersion: "1.0",
 		OccurredAt: ev.OccurredAt.UTC(), DeliveryAttempt: attempt, Operation: ev.Operation}
 	if batches.IsEvent(ev.Type) {
 		env.Operation, env.Batch = nil, ev.Operation

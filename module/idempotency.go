@@ -45,7 +45,7 @@ type gate struct {
 	mismatch  int
 	policy    statusPolicy
 	fp        *fingerprint.Fingerprinter
-	flights   *flights
+	flights   *streams.Flights
 	streams   *liveStreams
 	clock     clockwork.Clock
 }
@@ -62,7 +62,7 @@ func newGate(c *IdempotencyConfig, a *AsyncConfig, clock clockwork.Clock) (*gate
 	return &gate{
 		header: c.Header, required: c.Required, ttl: time.Duration(c.TTL), lease: time.Duration(c.Lease),
 		wait: time.Duration(c.WaitInflight), maxBody: c.MaxBody, maxResult: a.MaxResult,
-		mismatch: c.MismatchStatus, policy: policy, fp: fp, flights: newFlights(), streams: newLiveStreams(), clock: clock,
+		mismatch: c.MismatchStatus, policy: policy, fp: fp, flights: streams.NewFlights(), streams: newLiveStreams(), clock: clock,
 	}, nil
 }
 
@@ -311,12 +311,12 @@ type waiting struct {
 // claiming again: not when the key already has maxStreamWaiters stream duplicates waiting.
 func (g *gate) awaitFlight(kr *keyedRequest, deadline time.Time, w *waiting) bool {
 	if w.backoff { // a stream duplicate: it holds one of the key's places while it waits
-		if !g.flights.enterWait(string(kr.recordKey)) {
+		if !g.flights.EnterWait(string(kr.recordKey)) {
 			return false
 		}
-		defer g.flights.leaveWait(string(kr.recordKey))
+		defer g.flights.LeaveWait(string(kr.recordKey))
 	}
-	done, begun := g.flights.wait(string(kr.recordKey))
+	done, begun := g.flights.Wait(string(kr.recordKey))
 	if !w.stream {
 		begun = nil
 	}
@@ -353,7 +353,7 @@ func (g *gate) storageFailed(w http.ResponseWriter, kr *keyedRequest, err error)
 // lease), streams the answer to the client, and records or releases the key. durable, when
 // set, waits for the claim's fsync: nothing of the answer goes to the client before it.
 func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Backend, token string, durable func() error) error {
-	defer g.flights.start(string(kr.recordKey), token)()
+	defer g.flights.Start(string(kr.recordKey), token)()
 	ctx, cancel := detachedContext(kr.r.Context(), g.lease)
 	defer cancel()
 	up := kr.r.WithContext(ctx)

@@ -8,6 +8,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/mulligan-gw/mulligan/internal/capture"
+	"github.com/mulligan-gw/mulligan/internal/opview"
 	"github.com/mulligan-gw/mulligan/internal/runner"
 	"github.com/mulligan-gw/mulligan/internal/streams"
 	"github.com/mulligan-gw/mulligan/store"
@@ -82,27 +83,20 @@ func waitSignal(q *opsRequest, clock clockwork.Clock, d time.Duration, signals .
 	return true
 }
 
-// progressView is a running operation's progress: the events and bytes of its streamed answer
-// so far.
-type progressView struct {
-	Events int   `json:"events"`
-	Bytes  int64 `json:"bytes"`
-}
-
 // storedProgress is the progress of operation op's stream as recorded in a shared store, or
 // nil.
-func storedProgress(run *runner.Runner, op *store.Operation) *progressView {
+func storedProgress(run *runner.Runner, op *store.Operation) *opview.Progress {
 	events, bytes, ok := run.StoredProgress(op)
 	if !ok {
 		return nil
 	}
-	return &progressView{Events: events, Bytes: bytes}
+	return &opview.Progress{Events: events, Bytes: bytes}
 }
 
 // progressOf is the progress of a stream under way here.
-func progressOf(s *opStream) *progressView {
+func progressOf(s *opStream) *opview.Progress {
 	events, bytes := s.Progress()
-	return &progressView{Events: events, Bytes: bytes}
+	return &opview.Progress{Events: events, Bytes: bytes}
 }
 
 // followResult serves an operation's answer as Server-Sent Events: the events so far, then the

@@ -77,7 +77,7 @@ func (r *streamRecording) Open(status int, header http.Header) bool {
 	keep := r.g.lease + r.g.ttl + time.Minute // the record replays for ttl after the stream ends
 	r.live = streams.NewLive(r.st, r.kr.recordKey, store.KeyHolder(r.token), status, header, keep)
 	r.g.streams.add(r.live)
-	r.g.flights.began(string(r.kr.recordKey), r.token) // duplicates waiting here join it now
+	r.g.flights.Began(string(r.kr.recordKey), r.token) // duplicates waiting here join it now
 	go r.live.AppendEvents(r.kr.log)
 	return true
 }

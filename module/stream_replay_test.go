@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
+	"github.com/mulligan-gw/mulligan/internal/streams"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/badger"
 )
@@ -36,7 +37,7 @@ func bareGate(t *testing.T) *gate {
 		t.Fatal(err)
 	}
 	return &gate{header: "Idempotency-Key", ttl: time.Hour, lease: time.Minute, maxResult: 1 << 20, policy: policy,
-		flights: newFlights(), streams: newLiveStreams(), clock: realClock}
+		flights: streams.NewFlights(), streams: newLiveStreams(), clock: realClock}
 }
 
 // A retry of a finished, recorded stream whose recording cannot be read at that moment (one

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
 	"github.com/mulligan-gw/mulligan/internal/sse"
+	"github.com/mulligan-gw/mulligan/internal/streams"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
@@ -283,7 +284,7 @@ func TestDuplicateBeforeTheStreamBeginsWaitsAndJoinsIt(t *testing.T) {
 	go send()
 	testkit.WaitFor(t, 5*time.Second, "up.runs.Load() == 1", func() bool { return up.runs.Load() == 1 })
 	go send()
-	testkit.WaitFor(t, 10*time.Second, "the duplicate waiting for the stream to begin", func() bool { return streamWaiting.Load() == 1 })
+	testkit.WaitFor(t, 10*time.Second, "the duplicate waiting for the stream to begin", func() bool { return streams.FlightWaiters() == 1 })
 	up.release()
 	for range 2 {
 		a := <-answers
@@ -297,11 +298,11 @@ func TestDuplicateBeforeTheStreamBeginsWaitsAndJoinsIt(t *testing.T) {
 	}
 }
 
-// At most maxStreamWaiters duplicates of one key wait for its stream to begin; the ones past
+// At most streams.MaxFlightWaiters duplicates of one key wait for its stream to begin; the ones past
 // that are answered 409 at once, and the ones that waited join the stream.
 func TestWaitingStreamDuplicatesAreBounded(t *testing.T) {
 	up, g := heldHeadGateway(t, 5)
-	statuses := make(chan int, maxStreamWaiters+7)
+	statuses := make(chan int, streams.MaxFlightWaiters+7)
 	send := func() {
 		r := g.post(chatPath, "crowd", `{"model":"demo","stream":true,"messages":[]}`)
 		if r.err != nil {
@@ -316,18 +317,18 @@ func TestWaitingStreamDuplicatesAreBounded(t *testing.T) {
 	}
 	go send()
 	testkit.WaitFor(t, 5*time.Second, "up.runs.Load() == 1", func() bool { return up.runs.Load() == 1 })
-	for range maxStreamWaiters + 6 {
+	for range streams.MaxFlightWaiters + 6 {
 		go send()
 	}
 	// The ones past the bound are answered at once; the others are counted waiting. Any of them
 	// answered before the release would show in the counts below.
-	testkit.WaitFor(t, 5*time.Second, "len(statuses) == 6 && streamWaiting.Load() == maxStreamWaiters", func() bool { return len(statuses) == 6 && streamWaiting.Load() == maxStreamWaiters })
+	testkit.WaitFor(t, 5*time.Second, "len(statuses) == 6 && streams.FlightWaiters() == streams.MaxFlightWaiters", func() bool { return len(statuses) == 6 && streams.FlightWaiters() == streams.MaxFlightWaiters })
 	up.release()
 	count := map[int]int{}
-	for range maxStreamWaiters + 7 {
+	for range streams.MaxFlightWaiters + 7 {
 		count[<-statuses]++
 	}
-	if count[http.StatusConflict] != 6 || count[200] != maxStreamWaiters+1 || up.runs.Load() != 1 {
+	if count[http.StatusConflict] != 6 || count[200] != streams.MaxFlightWaiters+1 || up.runs.Load() != 1 {
 		t.Fatalf("answers by status %v (0: no answer, -1: not the whole stream), upstream runs %d", count, up.runs.Load())
 	}
 }

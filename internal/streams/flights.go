@@ -1,14 +1,14 @@
-package module
+package streams
 
 import (
 	"sync"
 	"sync/atomic"
 )
 
-// flights lets duplicates of an in-flight keyed request wait for its end (wait_inflight), or
+// Flights lets duplicates of an in-flight keyed request wait for its end (wait_inflight), or
 // for its answer to begin as a stream they can join, instead of polling storage. It only knows
 // about claims held by this process.
-type flights struct {
+type Flights struct {
 	mu      sync.Mutex
 	m       map[string]*flight
 	waiters map[string]int // duplicates waiting for a stream to begin, by key
@@ -22,18 +22,23 @@ type flight struct {
 	beginOnce   sync.Once
 }
 
-// maxStreamWaiters bounds the duplicates of one key that wait in this process for its stream
+// MaxFlightWaiters bounds the duplicates of one key that wait in this process for its stream
 // to begin: each holds a connection and its request body. The others are answered at once.
-const maxStreamWaiters = 64
+const MaxFlightWaiters = 64
 
 // streamWaiting counts the duplicates waiting in this process, across keys and configs, for a
-// stream to begin: a test sees a duplicate has reached its wait without sleeping for it.
+// stream to begin.
 var streamWaiting atomic.Int64
 
-func newFlights() *flights { return &flights{m: map[string]*flight{}, waiters: map[string]int{}} }
+// FlightWaiters is how many duplicates wait in this process for a stream to begin: a test sees
+// a duplicate has reached its wait without sleeping for it.
+func FlightWaiters() int64 { return streamWaiting.Load() }
 
-// start registers the claim held under token on key and returns the function that ends it.
-func (f *flights) start(key, token string) func() {
+// NewFlights returns an empty registry.
+func NewFlights() *Flights { return &Flights{m: map[string]*flight{}, waiters: map[string]int{}} }
+
+// Start registers the claim held under token on key and returns the function that ends it.
+func (f *Flights) Start(key, token string) func() {
 	fl := &flight{token: token, done: make(chan struct{}), begun: make(chan struct{})}
 	f.mu.Lock()
 	f.m[key] = fl
@@ -48,9 +53,9 @@ func (f *flights) start(key, token string) func() {
 	}
 }
 
-// began says that the answer of the claim held under token on key has begun as a recorded
+// Began says that the answer of the claim held under token on key has begun as a recorded
 // stream (an older attempt that opens its stream late wakes nobody).
-func (f *flights) began(key, token string) {
+func (f *Flights) Began(key, token string) {
 	f.mu.Lock()
 	fl := f.m[key]
 	f.mu.Unlock()
@@ -59,9 +64,9 @@ func (f *flights) began(key, token string) {
 	}
 }
 
-// wait returns channels closed when the claim on key ends and when its answer begins as a
+// Wait returns channels closed when the claim on key ends and when its answer begins as a
 // stream; both nil when this process holds no claim on key.
-func (f *flights) wait(key string) (done, begun <-chan struct{}) {
+func (f *Flights) Wait(key string) (done, begun <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if fl := f.m[key]; fl != nil {
@@ -70,12 +75,12 @@ func (f *flights) wait(key string) (done, begun <-chan struct{}) {
 	return nil, nil
 }
 
-// enterWait counts one more duplicate waiting for key's stream to begin; false when
-// maxStreamWaiters already do. leaveWait undoes it.
-func (f *flights) enterWait(key string) bool {
+// EnterWait counts one more duplicate waiting for key's stream to begin; false when
+// MaxFlightWaiters already do. LeaveWait undoes it.
+func (f *Flights) EnterWait(key string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.waiters[key] >= maxStreamWaiters {
+	if f.waiters[key] >= MaxFlightWaiters {
 		return false
 	}
 	f.waiters[key]++
@@ -83,7 +88,7 @@ func (f *flights) enterWait(key string) bool {
 	return true
 }
 
-func (f *flights) leaveWait(key string) {
+func (f *Flights) LeaveWait(key string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	streamWaiting.Add(-1)
