@@ -70,6 +70,9 @@ type Courier struct {
 	log  *zap.Logger
 	clk  clockwork.Clock
 
+	// configuring is held by Configure while it makes a new endpoint's waiting events due and
+	// installs it; a delivery reads its endpoint only after (see Configure).
+	configuring sync.Mutex
 	mu          sync.Mutex
 	endpoints   map[string]Endpoint // by name, across the storage's blocks
 	deliverers  map[Breaker]*webhook.Deliverer
@@ -137,9 +140,12 @@ func (c *Courier) Stop() {
 
 // Configure installs the endpoints of every block on the storage; the circuit breakers are
 // kept unless their settings change. An endpoint new to the courier has its waiting events
-// made due before Configure returns: done later, in the background, it could land after an
-// attempt had recorded its retry wait, and cut that wait short.
+// made due before it is installed, and no delivery reads the endpoints meanwhile: made due any
+// later, the events could include one whose attempt had just recorded its retry wait, which
+// would then be cut short.
 func (c *Courier) Configure(endpoints map[string]Endpoint) {
+	c.configuring.Lock()
+	defer c.configuring.Unlock()
 	c.mu.Lock()
 	var added []string
 	for name := range endpoints {
@@ -147,6 +153,11 @@ func (c *Courier) Configure(endpoints map[string]Endpoint) {
 			added = append(added, name)
 		}
 	}
+	c.mu.Unlock()
+	for _, name := range added {
+		c.wakeEndpoint(name)
+	}
+	c.mu.Lock()
 	c.endpoints = endpoints
 	kept := map[Breaker]*webhook.Deliverer{}
 	for _, ep := range endpoints {
@@ -160,9 +171,6 @@ func (c *Courier) Configure(endpoints map[string]Endpoint) {
 	}
 	c.deliverers = kept
 	c.mu.Unlock()
-	for _, name := range added {
-		c.wakeEndpoint(name)
-	}
 	c.Kick()
 }
 
@@ -178,8 +186,10 @@ func (c *Courier) wakeEndpoint(name string) {
 }
 
 // endpoint returns endpoint name's settings and the deliverer of its breaker settings; false
-// when no block on the storage declares it.
+// when no block on the storage declares it. It waits for a Configure under way.
 func (c *Courier) endpoint(name string) (Endpoint, *webhook.Deliverer, bool) {
+	c.configuring.Lock()
+	defer c.configuring.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ep, ok := c.endpoints[name]

@@ -213,3 +213,72 @@ func TestConfigureMakesANewEndpointsEventsDueBeforeItReturns(t *testing.T) {
 		t.Fatalf("after Configure the event is due in %v; want now", ev.NextAttempt.Sub(clock.Now()))
 	}
 }
+
+// heldReschedule is an outbox whose RescheduleEndpoint waits for the test's release.
+type heldReschedule struct {
+	*badger.Store
+	entered, release chan struct{}
+}
+
+func (h heldReschedule) RescheduleEndpoint(endpoint string, at time.Time) (int, error) {
+	h.entered <- struct{}{}
+	<-h.release
+	return h.Store.RescheduleEndpoint(endpoint, at)
+}
+
+// TestAttemptDuringConfigureKeepsItsRetryWait: a config declares an endpoint whose event is
+// waiting. Until its events are made due, no attempt may start: an attempt in between would
+// record its retry wait, and the making due would then cut that wait short (a failing
+// receiver hit again at once). Once Configure has returned, the first attempt's 503 keeps its
+// 30 s wait.
+func TestAttemptDuringConfigureKeepsItsRetryWait(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now().UTC().Truncate(time.Millisecond))
+	calls := make(chan int, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		calls <- http.StatusServiceUnavailable
+	}))
+	defer srv.Close()
+	st := outbox(t, clock, srv.URL+"/hook")
+	held := heldReschedule{Store: st, entered: make(chan struct{}), release: make(chan struct{})}
+	c := New(Options{Store: held, Worker: "worker-1", Clock: clock, Render: render})
+	c.Start()
+	defer c.Stop()
+	finish(t, st, clock, "op_1") // announced for "hooks", which no config declares yet
+
+	configured := make(chan struct{})
+	go func() { c.Configure(hooks(t, 30*time.Second)); close(configured) }()
+	<-held.entered
+	c.Kick()
+	select {
+	case <-calls:
+		t.Error("an attempt started before the new endpoint's events were made due")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(held.release)
+	<-configured
+	c.Kick()
+	receive(t, calls, "the first attempt")
+	ev := awaitEvent(t, st, "evt_op_1", "the 503 recorded", func(ev *store.Event) bool { return ev.Attempts >= 1 })
+	c.Kick()
+	select {
+	case <-calls:
+		t.Fatal("the retry was sent at once: the 503's wait was cut short")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if ev, _ = st.GetEvent("evt_op_1"); ev.Attempts != 1 || ev.NextAttempt.Sub(clock.Now()) != 30*time.Second {
+		t.Fatalf("after the 503: %d attempts, due in %v; want 1, due in 30s", ev.Attempts, ev.NextAttempt.Sub(clock.Now()))
+	}
+}
+
+// receive waits, bounded, for what ch brings.
+func receive[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("not within 10s: %s", what)
+		panic("unreachable")
+	}
+}
