@@ -99,7 +99,10 @@ func (r *Runner) renew(takeover time.Duration) {
 	lost := map[string]bool{}
 	for _, id := range ren.Lost {
 		lost[id] = true
-		if r.stopExecution(id, errLeaseLost) != nil {
+		// An execution writing its outcome reads as lost once the write is in (the operation is
+		// final, or back in the queue): no call of its is cut, and nothing is amiss. One that
+		// really lost the operation while writing learns it from its fenced write.
+		if r.stopLost(id) {
 			r.log.Warn("operation no longer held by this worker", zap.String("operation_id", id))
 		}
 	}
@@ -114,4 +117,17 @@ func (r *Runner) renew(takeover time.Duration) {
 		}
 	}
 	r.mu.Unlock()
+}
+
+// stopLost stops execution id, whose operation the store no longer counts as held by this
+// worker; it reports whether the execution was still at its upstream work (not settling).
+func (r *Runner) stopLost(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ex, ok := r.running[id]
+	if !ok {
+		return false
+	}
+	ex.cancel(errLeaseLost)
+	return !ex.settling
 }

@@ -141,10 +141,13 @@ type heldConfig struct {
 
 // execution is one operation being executed here.
 type execution struct {
-	cancel     context.CancelCauseFunc
-	done       chan struct{}
-	pooled     bool            // claimed from the queue: it holds one of the concurrency slots
-	slotFreed  bool            // its upstream work ended: the slot went to the next claim (freeSlot)
+	cancel    context.CancelCauseFunc
+	done      chan struct{}
+	pooled    bool // claimed from the queue: it holds one of the concurrency slots
+	slotFreed bool // its upstream work ended: the slot went to the next claim (freeSlot)
+	// settling is set once its upstream work has ended and it writes its outcome: it has no call
+	// left to stop, and its fenced write tells it whether it still held the operation.
+	settling   bool
 	leaseUntil time.Time       // as last renewed
 	started    time.Time       // when it began running here, for the oldest-running gauge
 	seat       *capacity.Seat  // the seat it was claimed with (capacity), until its first attempt takes it
@@ -492,6 +495,7 @@ func (r *Runner) start(op *store.Operation, ctx context.Context, ex *execution, 
 // slot until it ends, and no more work is claimed meanwhile.
 func (r *Runner) freeSlot(ex *execution) {
 	r.mu.Lock()
+	ex.settling = true
 	freed := ex.pooled && !ex.slotFreed && r.settling < r.cfg.Concurrency
 	if freed {
 		ex.slotFreed = true

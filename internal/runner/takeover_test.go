@@ -2,11 +2,15 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/jonboulle/clockwork"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/mulligan-gw/mulligan/internal/clocks"
 	"github.com/mulligan-gw/mulligan/internal/courier"
@@ -139,4 +143,42 @@ func TestTakeoverWaitsAGracePastTheLease(t *testing.T) {
 			t.Errorf("%s, whose lease ended %s: %s, want %s", id, map[string]string{"op_1within": "within the grace", "op_2past": "past the grace"}[id], op.Status, want)
 		}
 	}
+}
+
+// TestRenewalOfASettledExecutionIsNoLoss: an execution whose outcome is written reads as lost
+// to the renewal that lists it in the instant before it leaves the runner. That is no lost
+// lease: nothing is warned of. An execution still at its upstream work is stopped, warned of.
+func TestRenewalOfASettledExecutionIsNoLoss(t *testing.T) {
+	clock := clockwork.NewFakeClock()
+	lr := newLoopRunner(t, clock, answerOK, Config{})
+	logs, observed := observer.New(zap.WarnLevel)
+	lr.log = zap.New(logs)
+	for _, id := range []string{"op_settled", "op_running"} {
+		lr.accept(t, id, testExecution(time.Minute, 0), nil, `{}`)
+		if _, err := lr.st.ClaimQueued(id, lr.worker, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lr.st.Transition(id, store.Change{To: store.StatusSucceeded, Holder: lr.worker, Result: &store.Response{Status: 200}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, cancelSettled := context.WithCancelCause(context.Background())
+	runningCtx, cancelRunning := context.WithCancelCause(context.Background())
+	settled := &execution{cancel: cancelSettled, done: make(chan struct{}), settling: true, expiry: clock.NewTimer(time.Hour)}
+	running := &execution{cancel: cancelRunning, done: make(chan struct{}), expiry: clock.NewTimer(time.Hour)}
+	lr.mu.Lock()
+	lr.running["op_settled"], lr.running["op_running"] = settled, running
+	lr.mu.Unlock()
+	lr.renew(time.Minute)
+	if !errors.Is(context.Cause(runningCtx), errLeaseLost) {
+		t.Errorf("the execution at its upstream work: cause %v, want errLeaseLost", context.Cause(runningCtx))
+	}
+	warned := observed.FilterMessage("operation no longer held by this worker").All()
+	if len(warned) != 1 || warned[0].ContextMap()["operation_id"] != "op_running" {
+		t.Errorf("warnings %v; want one, of op_running", warned)
+	}
+	lr.mu.Lock()
+	delete(lr.running, "op_settled")
+	delete(lr.running, "op_running")
+	lr.mu.Unlock()
 }
