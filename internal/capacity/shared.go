@@ -51,7 +51,7 @@ type SharedOptions struct {
 	Lease time.Duration
 	// Margin is how long before its lease ends a seat that could not be renewed cuts its call,
 	// and Renew how often held seats are renewed: an operation's lease uses the same two
-	// (module/lease.go), so a seat and the operation holding it are lost alike.
+	// (internal/runner), so a seat and the operation holding it are lost alike.
 	Margin, Renew time.Duration
 	Clock         clockwork.Clock
 	Log           *zap.Logger
@@ -269,7 +269,7 @@ func (s *Shared) holdLocked(id string, until time.Time) *Held {
 }
 
 // armLocked (re)sets h's timer to cut its call margin before its lease ends, whether or not a
-// renewal ever answers (as an operation's lease does, module/lease.go).
+// renewal ever answers (as an operation's lease does, internal/runner).
 func (s *Shared) armLocked(h *Held) {
 	wait := s.clock.Until(h.until.Add(-s.margin))
 	if h.expiry != nil {
