@@ -193,6 +193,7 @@ func (r *runner) seatedAttempt(ctx context.Context, op *store.Operation, req *st
 	if pool == nil {
 		return r.attempt(ctx, op, req, limit), nil
 	}
+	req = pool.passPriorityStored(op, req)
 	s := pending
 	if s == nil {
 		var wait time.Duration
