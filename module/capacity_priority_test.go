@@ -117,3 +117,16 @@ func TestCapacityPassPriorityKeepsTheFingerprintAndReaches0perations(t *testing.
 		t.Fatalf("operation: priority %s upstream, want 4", got)
 	}
 }
+
+// A background response waits, and reaches the model server, at the trusted urgency: a forged
+// u=0 from a caller nobody trusts counts as the default.
+func TestCapacityPassPriorityOnABackgroundResponseUsesTheTrustedUrgency(t *testing.T) {
+	up, b := &respUpstream{}, &bodies{}
+	g := startGatewayWith(t, gatewaySetup{wrap: func(h http.Handler) http.Handler { return b.wrap(up.wrap(h)) },
+		mulligan: responsesBlock + "\ncapacity {\n limit 2\n pass_priority vllm\n}"})
+	o := g.createResponse(t, `{"model":"m1","input":"hi","background":true}`, append([]string{"Priority", "u=0"}, alice...)...)
+	g.awaitResponse(t, o.ID, alice...)
+	if got, _ := b.last(); got != "0" {
+		t.Fatalf("priority %s upstream for a forged u=0; want 0 (the default)", got)
+	}
+}
