@@ -93,7 +93,7 @@ func TestCapacityPassPriorityRefusesAJSONBodyThatIsNotAnObject(t *testing.T) {
 	}
 }
 
-func TestCapacityPassPriorityKeepsTheFingerprintAndReaches0perations(t *testing.T) {
+func TestCapacityPassPriorityKeepsTheFingerprintAndReachesOperations(t *testing.T) {
 	g, b := startPriority(t, "vllm")
 	body := `{"model":"demo","priority":1,"messages":[]}`
 	first := g.post(chatPath, "k1", body, "Priority", "u=6")
@@ -128,5 +128,25 @@ func TestCapacityPassPriorityOnABackgroundResponseUsesTheTrustedUrgency(t *testi
 	g.awaitResponse(t, o.ID, alice...)
 	if got, _ := b.last(); got != "0" {
 		t.Fatalf("priority %s upstream for a forged u=0; want 0 (the default)", got)
+	}
+}
+
+// A batch's lines wait at the gateway's own urgency, u=7, and reach the model server with it.
+func TestCapacityPassPriorityOnBatchLines(t *testing.T) {
+	b := &bodies{}
+	g := startGatewayWith(t, gatewaySetup{wrap: b.wrap, mulligan: batchesBlock + "capacity {\n limit 2\n pass_priority sglang\n}"})
+	batch := g.createBatch(t, batchInput(3, func(i int) string { return "line " + strconv.Itoa(i) }), "24h", "Authorization", "Bearer a")
+	if batch = g.awaitBatch(t, batch.ID, "Authorization", "Bearer a"); batch.Status != "completed" {
+		t.Fatalf("batch ended %s", batch.Status)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.seen) != 3 {
+		t.Fatalf("the model server got %d lines, want 3", len(b.seen))
+	}
+	for _, p := range b.seen {
+		if p != "-4" {
+			t.Fatalf("a batch line reached the model server with priority %s, want -4 (u=7)", p)
+		}
 	}
 }
