@@ -13,6 +13,7 @@ import (
 //		shared         <n>
 //		wait           <duration>
 //		max_queue_wait <duration>
+//		pass_priority  vllm|sglang
 //		server_metrics <url> [vllm|sglang|tgi|llamacpp] {
 //			interval     <duration>
 //			max_waiting  <n>
@@ -42,6 +43,8 @@ func (c *CapacityConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = durationArg(d, &c.MaxQueueWait)
 		case "fair_key":
 			err = oneArg(d, &c.FairKey)
+		case "pass_priority":
+			err = oneArg(d, &c.PassPriority)
 		case "server_metrics":
 			err = c.unmarshalServerMetrics(d)
 		case "class":

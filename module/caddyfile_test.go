@@ -88,6 +88,7 @@ func TestCaddyfileParsesEveryOption(t *testing.T) {
 			shared 8
 			wait 5s
 			max_queue_wait 10m
+			pass_priority sglang
 		}
 		webhooks {
 			endpoint consumer_a https://consumer.example.com/webhooks/* {
@@ -117,7 +118,7 @@ func TestCaddyfileParsesEveryOption(t *testing.T) {
 		len(i.FingerprintIgnore) != 2 || len(i.StoreStatus) != 2 || h.Async.MaxResult != 2<<20 || i.MaxBuffered != 64<<20 || h.Async.MaxPerScope != 5 {
 		t.Fatalf("parsed %+v %+v %+v", h, *i, *h.Async)
 	}
-	if c := h.Capacity; c == nil || !c.Auto || c.Min != 2 || c.Max != 32 || c.Shared != 8 || c.Wait != caddy.Duration(5*time.Second) || c.MaxQueueWait != caddy.Duration(10*time.Minute) {
+	if c := h.Capacity; c == nil || !c.Auto || c.Min != 2 || c.Max != 32 || c.Shared != 8 || c.Wait != caddy.Duration(5*time.Second) || c.MaxQueueWait != caddy.Duration(10*time.Minute) || c.PassPriority != "sglang" {
 		t.Fatalf("capacity %+v", h.Capacity)
 	}
 	a, wh := h.Async, h.Webhooks

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/mulligan-gw/mulligan/internal/capacity"
 )
 
 // CapacityConfig bounds the calls this block sends upstream to the model server's real seats,
@@ -51,6 +53,11 @@ type CapacityConfig struct {
 	// QUEUE_TIMEOUT without reaching the upstream. A request may ask for less with the
 	// Max-Queue-Wait header. Zero: no bound.
 	MaxQueueWait caddy.Duration `json:"max_queue_wait,omitempty"`
+
+	// PassPriority, "vllm" or "sglang", sets the top-level "priority" field of a JSON body
+	// sent upstream to the trusted urgency in that server's scale (docs/capacity.md, Passing
+	// urgency upstream). Empty: the body goes as the client sent it.
+	PassPriority string `json:"pass_priority,omitempty"`
 }
 
 // Capacity defaults (docs/caddyfile.md).
@@ -95,6 +102,9 @@ func (c *CapacityConfig) validate() error {
 		if err := c.ServerMetrics.validate(c.Auto); err != nil {
 			return err
 		}
+	}
+	if !capacity.ValidPassPriority(c.PassPriority) {
+		return fmt.Errorf("capacity: pass_priority must be vllm or sglang, got %q", c.PassPriority)
 	}
 	if err := validateFairKey(c.FairKey); err != nil {
 		return err

@@ -74,10 +74,16 @@ func (h *Handler) liveAsk(r *http.Request, scope string, now time.Time) seatAsk 
 // the upstream.
 func (h *Handler) seated(next caddyhttp.Handler, scope string) caddyhttp.Handler {
 	return caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		ask := h.liveAsk(r, scope, h.now())
+		r, release, ok := h.passPriorityLive(w, r, ask)
+		if !ok {
+			return nil
+		}
+		defer release()
 		s := ticketOf(r.Context()).take()
 		if s == nil {
 			var err error
-			if s, err = h.seats.Acquire(r.Context(), h.liveAsk(r, scope, h.now()), h.syncSeatWait(r)); err != nil {
+			if s, err = h.seats.Acquire(r.Context(), ask, h.syncSeatWait(r)); err != nil {
 				h.saturated(w, r, err)
 				return nil
 			}

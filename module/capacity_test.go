@@ -249,6 +249,7 @@ func TestCapacityValidationRefusesWhatItCannotHonour(t *testing.T) {
 		{CapacityConfig{Auto: true, Min: 0, Max: 8}, "limit auto needs 1 <= min <= max, got 0 8"},
 		{CapacityConfig{Limit: -1}, "limit must be at least 1, got -1"},
 		{CapacityConfig{Limit: 2, Shared: -1}, "shared, wait and max_queue_wait must not be negative"},
+		{CapacityConfig{Limit: 2, PassPriority: "tgi"}, `pass_priority must be vllm or sglang, got "tgi"`},
 	} {
 		if err := tc.cfg.validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: error %v, want one containing %q", tc.cfg, err, tc.want)

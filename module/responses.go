@@ -9,7 +9,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
-	"github.com/mulligan-gw/mulligan/internal/capacity"
 	"github.com/mulligan-gw/mulligan/internal/idemkey"
 	"github.com/mulligan-gw/mulligan/internal/responses"
 	"github.com/mulligan-gw/mulligan/internal/runner"
@@ -166,10 +165,8 @@ func (a *respCall) newResponse(kr *keyedRequest, c responses.Create) *store.Oper
 	op.ID, op.Kind, op.Echo, op.Type = newID("resp_", op.SubmittedAt), responses.Kind, c.Echo, cfg.path()
 	op.Retention = time.Duration(cfg.Retention)
 	if cfg.Urgency != nil && len(kr.r.Header.Values("Priority")) == 0 {
-		op.Urgency = *cfg.Urgency
-	} else {
-		op.Urgency = capacity.UrgencyOf(kr.r.Header.Values("Priority"))
-	}
+		op.Urgency = *cfg.Urgency // the operator's
+	} // else the urgency newOperation gave it: the caller's only as far as it is trusted (queueAsk)
 	op.Exec.Timeout, op.Exec.MaxResult = time.Duration(cfg.Timeout), cfg.MaxResult
 	op.Exec.Events = nil
 	if op.Callback != nil {

@@ -231,6 +231,13 @@ func (where storageSeats) Pools() []*capacity.Seats {
 	return out
 }
 
+func (where storageSeats) Upstream(op *store.Operation, req *store.Request) *store.Request {
+	if p := lookupSeatPool(seatPoolKey(string(where), execOf(op).Prefix)); p != nil {
+		return p.passPriorityStored(op, req)
+	}
+	return req
+}
+
 func (where storageSeats) PoolFor(prefix string) *capacity.Seats {
 	if p := lookupSeatPool(seatPoolKey(string(where), prefix)); p != nil {
 		return p.Seats

@@ -17,12 +17,13 @@ type capacityBlock struct {
 	Shared       int
 	Wait         string
 	MaxQueueWait string
+	PassPriority string
 }
 
 // capacity reads the MULLIGAN_CAPACITY_* variables; nil when none is set. shared is refused
 // unless postgres is: on Badger there is one replica, and the module refuses it at load.
 func (r *envReader) capacity(postgres bool) *capacityBlock {
-	names := []string{"MULLIGAN_CAPACITY_LIMIT", "MULLIGAN_CAPACITY_SHARED", "MULLIGAN_CAPACITY_WAIT", "MULLIGAN_CAPACITY_MAX_QUEUE_WAIT"}
+	names := []string{"MULLIGAN_CAPACITY_LIMIT", "MULLIGAN_CAPACITY_SHARED", "MULLIGAN_CAPACITY_WAIT", "MULLIGAN_CAPACITY_MAX_QUEUE_WAIT", "MULLIGAN_CAPACITY_PASS_PRIORITY"}
 	if !r.anySet(names...) {
 		return nil
 	}
@@ -35,6 +36,12 @@ func (r *envReader) capacity(postgres bool) *capacityBlock {
 	}
 	if r.set(names[3]) {
 		c.MaxQueueWait = r.duration(names[3], true)
+	}
+	if r.set(names[4]) {
+		c.PassPriority = r.get(names[4])
+		if c.PassPriority != "vllm" && c.PassPriority != "sglang" {
+			r.fail(names[4], "must be vllm or sglang, got %q", c.PassPriority)
+		}
 	}
 	return c
 }
@@ -76,6 +83,9 @@ func (c *capacityBlock) caddyfile(line func(depth int, words ...string)) {
 	line(3, "wait", c.Wait)
 	if c.MaxQueueWait != "" {
 		line(3, "max_queue_wait", c.MaxQueueWait)
+	}
+	if c.PassPriority != "" {
+		line(3, "pass_priority", c.PassPriority)
 	}
 	line(2, "}")
 }

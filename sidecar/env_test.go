@@ -127,6 +127,8 @@ func TestEachVariableReachesTheCaddyfile(t *testing.T) {
 		{"MULLIGAN_CAPACITY_LIMIT", " auto  2 16 ", []string{"limit auto 2 16"}, `"capacity":{"auto":true,"max":16,"min":2,"wait":30000000000}`},
 		{"MULLIGAN_CAPACITY_WAIT", "5s", []string{"capacity {", "wait 5s"}, `"capacity":{"wait":5000000000}`},
 		{"MULLIGAN_CAPACITY_MAX_QUEUE_WAIT", "1h", []string{"max_queue_wait 1h"}, `"max_queue_wait":3600000000000`},
+		{"MULLIGAN_CAPACITY_PASS_PRIORITY", "vllm", []string{"capacity {", "pass_priority vllm"}, `"pass_priority":"vllm"`},
+		{"MULLIGAN_CAPACITY_PASS_PRIORITY", "sglang", []string{"pass_priority sglang"}, `"pass_priority":"sglang"`},
 		{"MULLIGAN_BATCHES", "/v1", []string{"batches /v1 {", "max_file_size 200MiB", "max_requests 50000"}, `"batches":{"max_file_size":209715200,"max_requests":50000,"prefix":"/v1"}`},
 		{"MULLIGAN_RESPONSES", "/v1", []string{"responses /v1 {", "retention 24h"}, `"responses":{"prefix":"/v1","retention":86400000000000}`},
 	} {
@@ -216,6 +218,7 @@ func TestBadValuesAreRefusedByName(t *testing.T) {
 		{"MULLIGAN_CAPACITY_WAIT", "0s"},
 		{"MULLIGAN_CAPACITY_WAIT", "soon"},
 		{"MULLIGAN_CAPACITY_MAX_QUEUE_WAIT", "-1m"},
+		{"MULLIGAN_CAPACITY_PASS_PRIORITY", "tgi"},
 		{"MULLIGAN_BATCHES", "v1"},
 		{"MULLIGAN_BATCHES", "/v1/*"},
 		{"MULLIGAN_BATCHES_MAX_FILE_SIZE", "1GB"}, // without MULLIGAN_BATCHES

@@ -160,6 +160,7 @@ func (r *Runner) seatedAttempt(ctx context.Context, op *store.Operation, req *st
 	if pool == nil {
 		return r.attempt(ctx, op, req, limit), nil
 	}
+	req = r.seats.Upstream(op, req)
 	s := pending
 	if s == nil {
 		var wait time.Duration

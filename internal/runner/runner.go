@@ -94,6 +94,9 @@ type Capacity interface {
 	Pools() []*capacity.Seats
 	// PoolFor returns the pool of the block serving the operations prefix; nil without.
 	PoolFor(prefix string) *capacity.Seats
+	// Upstream returns the request an attempt of op, seated in its block's pool, sends: req,
+	// or a copy the block changes (pass_priority, docs/capacity.md).
+	Upstream(op *store.Operation, req *store.Request) *store.Request
 }
 
 // Hooks are what the runner tells the gateway around it (its metrics, its stats); any may be
@@ -229,6 +232,9 @@ type noSeats struct{}
 
 func (noSeats) Pools() []*capacity.Seats       { return nil }
 func (noSeats) PoolFor(string) *capacity.Seats { return nil }
+func (noSeats) Upstream(_ *store.Operation, req *store.Request) *store.Request {
+	return req
+}
 
 // Start begins claiming, renewing and taking over; shutdown (or drain) stops it.
 func (r *Runner) Start() {

@@ -1,0 +1,87 @@
+package capacity
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestUpstreamPriorityMapping(t *testing.T) {
+	for _, c := range []struct {
+		mode    string
+		urgency int
+		want    int
+	}{
+		{PassPriorityVLLM, 0, -3}, {PassPriorityVLLM, 3, 0}, {PassPriorityVLLM, 7, 4},
+		{PassPrioritySGLang, 0, 3}, {PassPrioritySGLang, 3, 0}, {PassPrioritySGLang, 7, -4},
+	} {
+		if got := UpstreamPriority(c.mode, c.urgency); got != c.want {
+			t.Errorf("UpstreamPriority(%s, %d) = %d, want %d", c.mode, c.urgency, got, c.want)
+		}
+	}
+	for _, m := range []string{"", "vllm", "sglang"} {
+		if !ValidPassPriority(m) {
+			t.Errorf("%q should be valid", m)
+		}
+	}
+	if ValidPassPriority("tgi") {
+		t.Error("tgi should not be valid")
+	}
+}
+
+func TestSetBodyPriority(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{`{}`, `{"priority":-3}`},
+		{` { } `, `{"priority":-3}`},
+		{`{"model":"m"}`, `{"priority":-3,"model":"m"}`},
+		{`{"priority":5,"model":"m"}`, `{"priority":-3,"model":"m"}`},
+		{`{"model":"m", "priority" : 5 }`, `{"priority":-3,"model":"m"}`},
+		{`{"priorit\u0079":5,"n":12345678901234567890123}`, `{"priority":-3,"n":12345678901234567890123}`},
+		{`{"priority":1,"priority":2,"x":1.50e3}`, `{"priority":-3,"x":1.50e3}`},
+		{`{"a":{"priority":9},"b":["}",{"c":"\"{"}],"é":"日本\u00e9"}`,
+			`{"priority":-3,"a":{"priority":9},"b":["}",{"c":"\"{"}],"é":"日本\u00e9"}`},
+		{`{"t":true,"f":false,"z":null,"n":-0.5}`, `{"priority":-3,"t":true,"f":false,"z":null,"n":-0.5}`},
+	} {
+		got, err := SetBodyPriority([]byte(c.in), -3)
+		if err != nil || string(got) != c.want {
+			t.Errorf("SetBodyPriority(%s) = %s, %v; want %s", c.in, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{``, `[]`, `"x"`, `3`, `{`, `{"a":1}{}`, `null`, `{"a":}`} {
+		if _, err := SetBodyPriority([]byte(bad), 0); err != ErrNotJSONObject {
+			t.Errorf("SetBodyPriority(%q) error = %v, want ErrNotJSONObject", bad, err)
+		}
+	}
+}
+
+func FuzzSetBodyPriority(f *testing.F) {
+	for _, s := range []string{`{}`, `{"priority":1}`, `{"a":[1,{"b":"}"}],"priority":"x"}`, `[1]`, `{"\u0070riority":2}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		out, err := SetBodyPriority(body, 4)
+		var obj map[string]json.RawMessage
+		isObject := json.Valid(body) && json.Unmarshal(body, &obj) == nil && obj != nil
+		if !isObject {
+			if err == nil {
+				t.Fatalf("accepted %q", body)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("refused object %q: %v", body, err)
+		}
+		var got map[string]json.RawMessage
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("output %q of %q is not JSON: %v", out, body, err)
+		}
+		if strings.TrimSpace(string(got["priority"])) != "4" {
+			t.Fatalf("priority of %q = %s", out, got["priority"])
+		}
+		for k, v := range obj {
+			if k != "priority" && string(got[k]) != string(v) {
+				t.Fatalf("member %q changed: %s -> %s", k, v, got[k])
+			}
+		}
+	})
+}
