@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/mulligan-gw/mulligan/internal/idemkey"
+	"github.com/mulligan-gw/mulligan/internal/opview"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
@@ -175,9 +176,9 @@ func (a *AdminAPI) operations(w http.ResponseWriter, r *http.Request, run *runne
 	if err != nil {
 		return storeFailure(err)
 	}
-	views := make([]operationView, 0, len(ops))
+	views := make([]opview.View, 0, len(ops))
 	for _, op := range ops {
-		views = append(views, viewOf(execOf(op).Prefix, op, nil, run.clock.Now()))
+		views = append(views, opview.Of(execOf(op).Prefix, op, nil, run.clock.Now()))
 	}
 	return adminJSON(w, map[string]any{"operations": views, "next_after": next})
 }

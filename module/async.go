@@ -15,6 +15,7 @@ import (
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/capture"
+	"github.com/mulligan-gw/mulligan/internal/opview"
 	"github.com/mulligan-gw/mulligan/internal/streams"
 	"github.com/mulligan-gw/mulligan/store"
 )
@@ -123,14 +124,14 @@ func storedRequest(kr *keyedRequest) *store.Request {
 
 // accepted is the 202 answer for op, as sent and as recorded for the key.
 func (c *converter) accepted(op *store.Operation, expires time.Time) store.Response {
-	l := linksFor(c.prefix, op.ID)
-	body, _ := json.Marshal(acceptedView{
+	l := opview.LinksFor(c.prefix, op.ID)
+	body, _ := json.Marshal(opview.Accepted{
 		OperationID: op.ID, Status: op.Status, StatusURL: l.Self, SubmittedAt: op.SubmittedAt.UTC(),
 		IdempotencyKey: op.IdempotencyKey, WebhookRegistered: op.Callback != nil, Links: l,
 	})
 	h := http.Header{}
 	h.Set("Location", l.Self)
-	h.Set("Retry-After", apierr.RetryAfterValue(pollAfter))
+	h.Set("Retry-After", apierr.RetryAfterValue(opview.PollAfter))
 	h.Set("Preference-Applied", "respond-async")
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")

@@ -8,6 +8,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/mulligan-gw/mulligan/internal/batches"
+	"github.com/mulligan-gw/mulligan/internal/opview"
 	"github.com/mulligan-gw/mulligan/internal/responses"
 	"github.com/mulligan-gw/mulligan/store"
 )
@@ -39,7 +40,7 @@ func announce(clock clockwork.Clock, op *store.Operation, result *store.Response
 		return nil
 	}
 	now := clock.Now()
-	payload, err := json.Marshal(viewOf(ex.Prefix, op, result, now))
+	payload, err := json.Marshal(opview.Of(ex.Prefix, op, result, now))
 	if err != nil {
 		return nil
 	}

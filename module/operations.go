@@ -12,6 +12,7 @@ import (
 	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/capture"
 	"github.com/mulligan-gw/mulligan/internal/idemkey"
+	"github.com/mulligan-gw/mulligan/internal/opview"
 	"github.com/mulligan-gw/mulligan/internal/sse"
 	"github.com/mulligan-gw/mulligan/store"
 )
@@ -112,21 +113,21 @@ func (h *Handler) getOperation(q *opsRequest, id string) {
 func (h *Handler) writeOperation(q *opsRequest, status int, op *store.Operation) {
 	now := h.now()
 	var result *store.Response
-	if cur := op.As(now); cur.Result != nil && cur.Result.Size <= inlineBodyLimit {
+	if cur := op.As(now); cur.Result != nil && cur.Result.Size <= opview.InlineBodyLimit {
 		if res, err := q.st.LoadResult(op.ID); err == nil {
 			result = res
 		}
 	}
 	if !op.Status.Final() {
-		q.w.Header().Set("Retry-After", apierr.RetryAfterValue(pollAfter))
+		q.w.Header().Set("Retry-After", apierr.RetryAfterValue(opview.PollAfter))
 	}
-	v := viewOf(h.conv.prefix, op, result, now)
+	v := opview.Of(h.conv.prefix, op, result, now)
 	v.QueuePosition = queuePosition(q.st, op)
 	if !op.Status.Final() { // docs/streams.md
 		if s := q.run.streamOf(op.ID); s != nil {
-			v.Progress = progressOf(s)
+			v.Progress = (*opview.Progress)(progressOf(s))
 		} else {
-			v.Progress = q.run.storedProgress(op)
+			v.Progress = (*opview.Progress)(q.run.storedProgress(op))
 		}
 	}
 	writeJSON(q.w, status, v)
@@ -150,7 +151,7 @@ func (h *Handler) getResult(q *opsRequest, id string) {
 		}
 	}
 	if !cur.Status.Final() {
-		apierr.Write(q.w, apierr.Error{Code: apierr.CodeNotFinished, RetryAfter: pollAfter, Details: map[string]any{"operation_id": id},
+		apierr.Write(q.w, apierr.Error{Code: apierr.CodeNotFinished, RetryAfter: opview.PollAfter, Details: map[string]any{"operation_id": id},
 			Message: "The operation is " + string(cur.Status) + "; its result is not there yet."})
 		return
 	}
@@ -203,9 +204,9 @@ func (h *Handler) listOperations(q *opsRequest) {
 	}
 	now := h.now()
 	out := struct {
-		Operations []operationView `json:"operations"`
-		NextAfter  string          `json:"next_after,omitempty"`
-	}{Operations: make([]operationView, 0, len(ops)), NextAfter: next}
+		Operations []opview.View `json:"operations"`
+		NextAfter  string        `json:"next_after,omitempty"`
+	}{Operations: make([]opview.View, 0, len(ops)), NextAfter: next}
 	for _, op := range ops {
 		gone, err := responseDeleted(q.st, op)
 		if err != nil {
@@ -213,7 +214,7 @@ func (h *Handler) listOperations(q *opsRequest) {
 			return
 		}
 		if !gone {
-			out.Operations = append(out.Operations, viewOf(h.conv.prefix, op, nil, now))
+			out.Operations = append(out.Operations, opview.Of(h.conv.prefix, op, nil, now))
 		}
 	}
 	writeJSON(q.w, http.StatusOK, out)
@@ -299,3 +300,6 @@ func (h *Handler) awaitCancel(q *opsRequest, id string) (*store.Operation, error
 		}
 	}
 }
+
+// writeJSON writes v with status; the one encoder for the operations API.
+func writeJSON(w http.ResponseWriter, status int, v any) { apierr.WriteJSON(w, status, v) }

@@ -1,25 +1,25 @@
-package module
+// Package opview is the one JSON form of an async operation: what GET answers, lists hold,
+// webhook events carry, and the 202 body (docs/api.md).
+package opview
 
 import (
 	"bytes"
 	"encoding/json"
 	"mime"
-	"net/http"
 	"time"
 
-	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/fingerprint"
 
 	"github.com/mulligan-gw/mulligan/store"
 )
 
-// inlineBodyLimit is the largest JSON result shown inline in an operation; larger ones, and
+// InlineBodyLimit is the largest JSON result shown inline in an operation; larger ones, and
 // non-JSON ones, are served by links.result.
-const inlineBodyLimit = 1 << 20
+const InlineBodyLimit = 1 << 20
 
-// operationView is the one JSON form of an operation: GET answers it, lists hold it, webhook
+// View is the one JSON form of an operation: GET answers it, lists hold it, webhook
 // events carry it.
-type operationView struct {
+type View struct {
 	OperationID    string          `json:"operation_id"`
 	Status         store.Status    `json:"status"`
 	Done           bool            `json:"done"`
@@ -45,33 +45,37 @@ type operationView struct {
 	// be claimed before it (0: next), when the storage can tell.
 	QueuePosition *int `json:"queue_position,omitempty"`
 	// QueueDeadline is when the operation fails QUEUE_TIMEOUT if still queued.
-	QueueDeadline *time.Time      `json:"queue_deadline,omitempty"`
-	Progress      *progressView   `json:"progress,omitempty"`
-	Response      *responseView   `json:"response"`
-	Error         *operationError `json:"error"`
-	Links         links           `json:"links"`
+	QueueDeadline *time.Time `json:"queue_deadline,omitempty"`
+	Progress      *Progress  `json:"progress,omitempty"`
+	Response      *Response  `json:"response"`
+	Error         *Error     `json:"error"`
+	Links         Links      `json:"links"`
 }
 
-type responseView struct {
+// Response is a final operation's answer: its status, its type and, when it is JSON and small
+// enough, its body.
+type Response struct {
 	Status      int             `json:"status"`
 	ContentType string          `json:"content_type,omitempty"`
 	Body        json.RawMessage `json:"body,omitempty"`
 }
 
-type operationError struct {
+// Error is why an operation failed, from the error catalogue.
+type Error struct {
 	Code      string `json:"code"`
 	Message   string `json:"message"`
 	Retryable bool   `json:"retryable"`
 }
 
-type links struct {
+// Links are an operation's URLs: itself, its cancel and its result.
+type Links struct {
 	Self   string `json:"self"`
 	Cancel string `json:"cancel"`
 	Result string `json:"result"`
 }
 
-// acceptedView is the 202 body.
-type acceptedView struct {
+// Accepted is the 202 body.
+type Accepted struct {
 	OperationID    string       `json:"operation_id"`
 	Status         store.Status `json:"status"`
 	Done           bool         `json:"done"`
@@ -80,36 +84,37 @@ type acceptedView struct {
 	IdempotencyKey string       `json:"idempotency_key,omitempty"`
 	// WebhookRegistered says whether the operation's events go to a webhook endpoint.
 	WebhookRegistered bool  `json:"webhook_registered"`
-	Links             links `json:"links"`
+	Links             Links `json:"links"`
 }
 
-func linksFor(prefix, id string) links {
+// LinksFor is the links of operation id served under prefix.
+func LinksFor(prefix, id string) Links {
 	self := prefix + "/" + id
-	return links{Self: self, Cancel: self + "/cancel", Result: self + "/result"}
+	return Links{Self: self, Cancel: self + "/cancel", Result: self + "/result"}
 }
 
-// viewOf renders op as seen at now; result is its stored response when loaded (final only).
-func viewOf(prefix string, op *store.Operation, result *store.Response, now time.Time) operationView {
+// Of renders op as seen at now; result is its stored response when loaded (final only).
+func Of(prefix string, op *store.Operation, result *store.Response, now time.Time) View {
 	op = op.As(now)
-	v := operationView{
+	v := View{
 		OperationID: op.ID, Status: op.Status, Done: op.Status.Final(), Version: op.Version,
 		Type: typeOf(op), Method: op.Method, Path: op.Path, IdempotencyKey: op.IdempotencyKey, Metadata: op.Metadata,
 		SubmittedAt: op.SubmittedAt.UTC(), UpdatedAt: updatedAt(op), StartedAt: timePtr(op.StartedAt), FinishedAt: timePtr(op.FinishedAt),
 		ExpiresAt: timePtr(op.ExpiresAt()), CancelRequestedAt: timePtr(op.CancelRequestedAt),
-		Attempts: op.Attempts, Links: linksFor(prefix, op.ID), Urgency: op.Urgency,
+		Attempts: op.Attempts, Links: LinksFor(prefix, op.ID), Urgency: op.Urgency,
 	}
 	if op.Status == store.StatusQueued {
 		v.QueueDeadline = timePtr(op.QueueDeadline)
 	}
 	if !op.Status.Final() {
-		secs := int(pollAfter / time.Second)
+		secs := int(PollAfter / time.Second)
 		v.RetryAfter = &secs
 	}
 	if op.Error != nil {
-		v.Error = &operationError{Code: op.Error.Code, Message: op.Error.Message, Retryable: op.Error.Retryable}
+		v.Error = &Error{Code: op.Error.Code, Message: op.Error.Message, Retryable: op.Error.Retryable}
 	}
 	if op.Result != nil && op.Status.Final() {
-		v.Response = &responseView{Status: op.Result.Status, ContentType: op.Result.ContentType}
+		v.Response = &Response{Status: op.Result.Status, ContentType: op.Result.ContentType}
 		if result != nil && inlineJSON(op.Result.ContentType, result.Body) {
 			v.Response.Body = compactJSON(result.Body)
 		}
@@ -150,7 +155,7 @@ func timePtr(t time.Time) *time.Time {
 
 func inlineJSON(contentType string, body []byte) bool {
 	mt, _, _ := mime.ParseMediaType(contentType)
-	return fingerprint.IsJSON(mt) && len(body) <= inlineBodyLimit && json.Valid(body)
+	return fingerprint.IsJSON(mt) && len(body) <= InlineBodyLimit && json.Valid(body)
 }
 
 func compactJSON(b []byte) json.RawMessage {
@@ -161,8 +166,12 @@ func compactJSON(b []byte) json.RawMessage {
 	return out.Bytes()
 }
 
-// pollAfter is the Retry-After hint for an operation that is not final yet.
-const pollAfter = 2 * time.Second
+// PollAfter is the Retry-After hint for an operation that is not final yet.
+const PollAfter = 2 * time.Second
 
-// writeJSON writes v with status; the one encoder for the operations API.
-func writeJSON(w http.ResponseWriter, status int, v any) { apierr.WriteJSON(w, status, v) }
+// Progress is a running operation's progress: the events and bytes of its streamed answer so
+// far.
+type Progress struct {
+	Events int   `json:"events"`
+	Bytes  int64 `json:"bytes"`
+}
