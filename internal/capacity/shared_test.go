@@ -3,7 +3,6 @@ package capacity
 import (
 	"context"
 	"errors"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -239,13 +238,8 @@ func TestSharedSeatWaiterGetsNoSeatAtItsDeadlineOnTheClock(t *testing.T) {
 func proxiedSeats(t *testing.T, clock clockwork.Clock) (*postgres.Store, *testkit.CutProxy, string) {
 	t.Helper()
 	dsn := pgtest.Database(t)
-	u, err := url.Parse(dsn)
-	if err != nil || u.Host == "" {
-		t.Fatalf("the test cluster's DSN is not a URL: %q %v", dsn, err)
-	}
-	proxy := testkit.StartCutProxy(t, u.Host)
-	u.Host = proxy.Addr()
-	return openSeats(t, u.String(), clock), proxy, dsn
+	cut, proxy := testkit.CutDSN(t, dsn)
+	return openSeats(t, cut, clock), proxy, dsn
 }
 
 // A call whose shared seat cannot be renewed (its replica cut off its database) is cut the
