@@ -3,7 +3,7 @@
 // storage's queue (the courier is internal/courier, the batch worker internal/batches). Of the
 // library packages it alone imports Caddy (the
 // sidecar's main and the demo embed Caddy too). Storage is behind store.Backend; what needs only
-// the standard library lives in internal/ (fingerprint, idemkey, sse).
+// the standard library lives in internal/ (fingerprint, idemkey, sse, bodyfields, opview).
 //
 // Where each feature is (docs/ has the user's view of each):
 //
@@ -12,12 +12,15 @@
 //	                    tee that records), flights.go (duplicates waiting in process)
 //	keyed streams       stream.go (a keyed run's recording), stream_join.go (join, resume); the
 //	                    broadcasts, the store follower and the one relay are internal/streams
-//	async conversion    async.go (accept, after-mode window), prefer.go, metadata.go, admission.go
-//	operations API      operations.go, operation_json.go, lookup.go, opwait.go, opstream.go
+//	async conversion    async.go (accept, after-mode window), prefer.go, metadata.go, admission.go;
+//	                    the body's metadata and callback.url are read by internal/bodyfields
+//	operations API      operations.go, lookup.go, opwait.go, opstream.go; the operation's JSON
+//	                    view is internal/opview
 //	runner              runner.go (claim, start, stop), execute.go (an attempt and its result),
 //	                    lease.go (renewals, expiry), takeover.go, dispatch.go (what attempts go
 //	                    through: the config's Caddy servers), clock.go, capacity_runner.go
-//	webhooks            webhooks_config.go (endpoints), event.go (an event built and rendered),
+//	webhooks            webhooks_config.go (endpoints; their URL patterns and secrets are
+//	                    webhook/), event.go (an event built and rendered),
 //	                    courier.go (the storage's internal/courier, wired to the gateway's
 //	                    rendering, traces and metrics)
 //	capacity            capacity.go, capacity_fair.go, capacity_server.go (the config),
