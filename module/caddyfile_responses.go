@@ -11,34 +11,21 @@ import "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 //		max_result 32MiB
 //	}
 func (c *ResponsesConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	if !d.NextArg() {
-		return d.Errf("responses needs the prefix to serve the API under, such as /v1")
+	return unmarshalPrefixBlock(d, "responses", &c.Prefix, subdirectives{
+		"retention":  func(d *caddyfile.Dispenser) error { return durationArg(d, &c.Retention) },
+		"urgency":    func(d *caddyfile.Dispenser) error { return urgencyArg(d, &c.Urgency) },
+		"timeout":    func(d *caddyfile.Dispenser) error { return durationArg(d, &c.Timeout) },
+		"max_result": func(d *caddyfile.Dispenser) error { return sizeArg(d, &c.MaxResult) },
+	})
+}
+
+// urgencyArg reads an urgency from 0 to 7 into *u.
+func urgencyArg(d *caddyfile.Dispenser, u **int) error {
+	var v int
+	err := intArg(d, &v, 0)
+	if err == nil && v > 7 {
+		err = d.Errf("urgency must be from 0 to 7, got %d", v)
 	}
-	c.Prefix = d.Val()
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		var err error
-		switch d.Val() {
-		case "retention":
-			err = durationArg(d, &c.Retention)
-		case "urgency":
-			var u int
-			if err = intArg(d, &u, 0); err == nil && u > 7 {
-				err = d.Errf("urgency must be from 0 to 7, got %d", u)
-			}
-			c.Urgency = &u
-		case "timeout":
-			err = durationArg(d, &c.Timeout)
-		case "max_result":
-			err = sizeArg(d, &c.MaxResult)
-		default:
-			err = d.Errf("unrecognized responses subdirective %q", d.Val())
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	*u = &v
+	return err
 }

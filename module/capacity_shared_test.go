@@ -3,7 +3,6 @@ package module
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -112,13 +111,8 @@ func TestCapacitySharedSeatStorageFailureRequeuesTheOperationWithoutAnAttempt(t 
 func proxiedSharedSeats(t *testing.T) (*postgres.Store, *testkit.CutProxy, string) {
 	t.Helper()
 	dsn := pgtest.Database(t)
-	u, err := url.Parse(dsn)
-	if err != nil || u.Host == "" {
-		t.Fatalf("the test cluster's DSN is not a URL: %q %v", dsn, err)
-	}
-	proxy := testkit.StartCutProxy(t, u.Host)
-	u.Host = proxy.Addr()
-	st, err := postgres.Open(context.Background(), postgres.Options{DSN: u.String()})
+	cut, proxy := testkit.CutDSN(t, dsn)
+	st, err := postgres.Open(context.Background(), postgres.Options{DSN: cut})
 	if err != nil {
 		t.Fatal(err)
 	}

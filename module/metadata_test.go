@@ -10,6 +10,7 @@ import (
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
 	"github.com/mulligan-gw/mulligan/internal/apierr"
+	"github.com/mulligan-gw/mulligan/internal/bodyfields"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
@@ -114,8 +115,8 @@ func TestOperationWithoutWebhookOrTypeSaysSo(t *testing.T) {
 
 func TestMetadataOtherThanASmallObjectIsNotKept(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "")
-	big := `{"blob":"` + strings.Repeat("x", maxMetadata) + `"}`
-	near := `{"blob":"` + strings.Repeat("x", maxMetadata-20) + `"}`
+	big := `{"blob":"` + strings.Repeat("x", bodyfields.MaxMetadata) + `"}`
+	near := `{"blob":"` + strings.Repeat("x", bodyfields.MaxMetadata-20) + `"}`
 	for _, tc := range []struct {
 		name, body, contentType, want string
 	}{

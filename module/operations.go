@@ -301,3 +301,6 @@ func (h *Handler) awaitCancel(q *opsRequest, id string) (*store.Operation, error
 		}
 	}
 }
+
+// writeJSON writes v with status; the one encoder for the operations API.
+func writeJSON(w http.ResponseWriter, status int, v any) { apierr.WriteJSON(w, status, v) }

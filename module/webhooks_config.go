@@ -2,9 +2,6 @@ package module
 
 import (
 	"fmt"
-	"net/url"
-	"path"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -119,7 +116,7 @@ func (h *webhookSetup) retryWait(retry int, retryAfter time.Duration) time.Durat
 // endpoint is a provisioned endpoint: parsed pattern, signature style and secrets.
 type endpoint struct {
 	name    string
-	pattern *url.URL
+	pattern *webhook.Pattern
 	style   webhook.Style
 	secrets []webhook.Secret
 }
@@ -162,7 +159,7 @@ func newWebhookSetup(c *WebhooksConfig, repl *caddy.Replacer) (*webhookSetup, er
 		if ep == nil {
 			return nil, fmt.Errorf("webhooks: default endpoint %q is not defined", c.Default)
 		}
-		if strings.Contains(ep.pattern.String(), "*") {
+		if ep.pattern.Wildcard() {
 			return nil, fmt.Errorf("webhooks: default endpoint %q has a wildcard URL; give it a concrete URL", c.Default)
 		}
 	}
@@ -173,32 +170,26 @@ func newEndpoint(ec EndpointConfig, repl *caddy.Replacer) (*endpoint, error) {
 	if ec.Name == "" {
 		return nil, fmt.Errorf("webhooks: an endpoint has no name")
 	}
-	u, err := url.Parse(ec.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Contains(u.Host, "*") || u.User != nil {
-		return nil, fmt.Errorf("webhooks: endpoint %q: URL %q must be an absolute http(s) URL without credentials or a wildcard host", ec.Name, ec.URL)
+	pattern, err := webhook.ParsePattern(ec.URL)
+	if err != nil {
+		return nil, fmt.Errorf("webhooks: endpoint %q: %w", ec.Name, err)
 	}
 	style, err := webhook.ParseStyle(ec.Signature)
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: endpoint %q: %w", ec.Name, err)
 	}
-	parse := webhook.ParseSecret
-	if style == webhook.XWebhook {
-		parse = webhook.RawSecret // the seed's consumers key their HMAC with the secret as written
+	raws := make([]string, len(ec.Secrets))
+	for i, raw := range ec.Secrets {
+		raws[i] = repl.ReplaceAll(raw, "")
 	}
-	ep := &endpoint{name: ec.Name, pattern: u, style: style}
-	for _, raw := range ec.Secrets {
-		for _, s := range strings.Fields(repl.ReplaceAll(raw, "")) {
-			secret, err := parse(s)
-			if err != nil {
-				return nil, fmt.Errorf("webhooks: endpoint %q: %w", ec.Name, err)
-			}
-			ep.secrets = append(ep.secrets, secret)
-		}
+	secrets, err := webhook.ParseSecrets(style, raws)
+	if err != nil {
+		return nil, fmt.Errorf("webhooks: endpoint %q: %w", ec.Name, err)
 	}
-	if len(ep.secrets) == 0 {
+	if len(secrets) == 0 {
 		return nil, fmt.Errorf("webhooks: endpoint %q has no secret", ec.Name)
 	}
-	return ep, nil
+	return &endpoint{name: ec.Name, pattern: pattern, style: style, secrets: secrets}, nil
 }
 
 // callbackFor picks the endpoint for a request's Callback-Url (or the default when it has
@@ -211,51 +202,14 @@ func (h *webhookSetup) callbackFor(raw string) (*endpoint, string, bool) {
 		ep := h.endpoints[h.cfg.Default]
 		return ep, ep.pattern.String(), true
 	}
-	u, err := url.Parse(raw)
-	if err != nil || u.User != nil || u.Fragment != "" || (u.Scheme != "http" && u.Scheme != "https") {
+	u, ok := webhook.ParseCallback(raw)
+	if !ok {
 		return nil, "", false
 	}
 	for _, ep := range h.order {
-		if ep.matches(u) {
+		if ep.pattern.Matches(u) {
 			return ep, u.String(), true
 		}
 	}
 	return nil, "", false
-}
-
-// matches compares scheme and host exactly and the cleaned path against the pattern's, where *
-// stands for any characters.
-func (e *endpoint) matches(u *url.URL) bool {
-	p := e.pattern
-	if u.Scheme != p.Scheme || !strings.EqualFold(u.Host, p.Host) {
-		return false
-	}
-	cleaned := path.Clean("/" + u.Path)
-	if strings.HasSuffix(u.Path, "/") && cleaned != "/" {
-		cleaned += "/"
-	}
-	if cleaned != u.Path && u.Path != "" {
-		return false // dot segments or doubled slashes: refuse rather than guess
-	}
-	return glob(p.Path, u.Path) && (p.RawQuery == "" || p.RawQuery == u.RawQuery)
-}
-
-// glob matches s against pattern, where * stands for any run of characters.
-func glob(pattern, s string) bool {
-	parts := strings.Split(pattern, "*")
-	if len(parts) == 1 {
-		return pattern == s
-	}
-	if !strings.HasPrefix(s, parts[0]) {
-		return false
-	}
-	s = s[len(parts[0]):]
-	for _, mid := range parts[1 : len(parts)-1] {
-		i := strings.Index(s, mid)
-		if i < 0 {
-			return false
-		}
-		s = s[i+len(mid):]
-	}
-	return strings.HasSuffix(s, parts[len(parts)-1])
 }

@@ -3,7 +3,7 @@ package capacity
 import (
 	"context"
 	"errors"
-	"net/url"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -127,85 +127,80 @@ func TestSharedSeatStorageFailureFailsTheCallAndFreesItsLocalSeat(t *testing.T) 
 // The replica's one look for a shared seat serves its waiters in the order they came: each
 // seat that comes free goes to the longest waiting.
 func TestSharedSeatGoesToTheLocalWaitersInTheOrderTheyCame(t *testing.T) {
-	clock := clockwork.NewFakeClockAt(time.Now())
-	st := openSeats(t, pgtest.Database(t), clock)
-	heldByOther(t, st, clock)
-	var shared atomic.Pointer[Shared]
-	shared.Store(newTestShared(st, clock, time.Minute))
-	p := sharedSeatsOf(Config{Limit: 3}, clock, &shared)
-	type got struct {
-		i int
-		s *Seat
-	}
-	seats := make(chan got, 3)
+	w := newSharedWaiters(t, 3)
 	for i := range 3 {
-		go func() {
-			s, err := p.Acquire(context.Background(), Ask{Scope: "a", Since: clock.Now()}, 0)
-			if err != nil {
-				t.Error(err)
-			}
-			seats <- got{i, s}
-		}()
-		// Its first look found no seat: it gave its local seat back and waits in line.
-		pollUntil(t, clock, "the waiter in line", func() bool {
-			return shared.Load().waiters() == i+1 && p.Snapshot().InUse == 0
-		})
+		w.wait(strconv.Itoa(i), Ask{Scope: "a", Since: w.clock.Now()}, i+1)
 	}
-	if err := st.ReleaseSeat("test", "other"); err != nil {
-		t.Fatal(err)
-	}
-	for want := range 3 {
-		pollUntil(t, clock, "a waiter served", func() bool { return len(seats) > 0 })
-		g := <-seats
-		if g.i != want {
-			t.Fatalf("waiter %d got the freed seat before waiter %d", g.i, want)
-		}
-		g.s.Release(Sample{})
-	}
+	w.servedInOrder("0", "1", "2")
 }
 
 // A call waiting for a shared seat holds no local seat an urgent call of its replica needs; the
 // seat that comes free goes to the most urgent waiter; and the shared seats are visible: limit,
 // held by this replica and by the fleet, waiting by urgency.
 func TestSharedSeatWaitersHoldNoLocalSeatAndTheMostUrgentGoesFirst(t *testing.T) {
-	clock := clockwork.NewFakeClockAt(time.Now())
-	st := openSeats(t, pgtest.Database(t), clock)
-	heldByOther(t, st, clock)
-	var shared atomic.Pointer[Shared]
-	shared.Store(newTestShared(st, clock, time.Minute))
-	p := sharedSeatsOf(Config{Limit: 1}, clock, &shared)
-	type got struct {
-		name string
-		s    *Seat
-	}
-	seats := make(chan got, 2)
-	wait := func(name string, ask Ask, waiters int) {
-		go func() {
-			s, err := p.Acquire(context.Background(), ask, 0)
-			if err != nil {
-				t.Error(err)
-			}
-			seats <- got{name, s}
-		}()
-		// Its first look found no seat: it gave its local seat back and waits in line.
-		pollUntil(t, clock, "the waiter in line without a local seat", func() bool {
-			return shared.Load().waiters() == waiters && p.Snapshot().InUse == 0
-		})
-	}
-	wait("batch", Ask{Urgency: 7, Scope: "a", Since: clock.Now()}, 1)
-	wait("urgent", Ask{Urgency: 0, Trusted: true, Scope: "b", Since: clock.Now()}, 2)
-	ss := shared.Load().Snapshot()
+	w := newSharedWaiters(t, 1)
+	w.wait("batch", Ask{Urgency: 7, Scope: "a", Since: w.clock.Now()}, 1)
+	w.wait("urgent", Ask{Urgency: 0, Trusted: true, Scope: "b", Since: w.clock.Now()}, 2)
+	ss := w.shared.Load().Snapshot()
 	if ss.Limit != 1 || ss.Held != 0 || ss.Fleet == nil || *ss.Fleet != 1 || ss.Waiting[0] != 1 || ss.Waiting[7] != 1 {
 		t.Fatalf("shared seats shown as %+v; want limit 1, none held here, 1 in the fleet, one waiter at u=0 and one at u=7", ss)
 	}
-	if err := st.ReleaseSeat("test", "other"); err != nil {
-		t.Fatal(err)
+	w.servedInOrder("urgent", "batch")
+}
+
+// sharedWaiters are calls of one replica waiting for a shared seat of a pool of one, held by
+// another replica.
+type sharedWaiters struct {
+	t      *testing.T
+	clock  *clockwork.FakeClock
+	st     *postgres.Store
+	shared atomic.Pointer[Shared]
+	p      *Seats
+	seats  chan namedSeat
+}
+
+// namedSeat is the seat a waiter got.
+type namedSeat struct {
+	name string
+	s    *Seat
+}
+
+// newSharedWaiters makes a replica with limit local seats whose one shared seat another holds.
+func newSharedWaiters(t *testing.T, limit int) *sharedWaiters {
+	w := &sharedWaiters{t: t, clock: clockwork.NewFakeClockAt(time.Now()), seats: make(chan namedSeat, 3)}
+	w.st = openSeats(t, pgtest.Database(t), w.clock)
+	heldByOther(t, w.st, w.clock)
+	w.shared.Store(newTestShared(w.st, w.clock, time.Minute))
+	w.p = sharedSeatsOf(Config{Limit: limit}, w.clock, &w.shared)
+	return w
+}
+
+// wait starts a call asking for a seat and returns once it is the waiters-th in line.
+func (w *sharedWaiters) wait(name string, ask Ask, waiters int) {
+	go func() {
+		s, err := w.p.Acquire(context.Background(), ask, 0)
+		if err != nil {
+			w.t.Error(err)
+		}
+		w.seats <- namedSeat{name, s}
+	}()
+	// Its first look found no seat: it gave its local seat back and waits in line.
+	pollUntil(w.t, w.clock, "the waiter in line without a local seat", func() bool {
+		return w.shared.Load().waiters() == waiters && w.p.Snapshot().InUse == 0
+	})
+}
+
+// servedInOrder frees the other replica's seat and checks that the waiters get it in the
+// order want names, each releasing it for the next.
+func (w *sharedWaiters) servedInOrder(want ...string) {
+	if err := w.st.ReleaseSeat("test", "other"); err != nil {
+		w.t.Fatal(err)
 	}
-	for _, want := range []string{"urgent", "batch"} {
-		pollUntil(t, clock, "a waiter served", func() bool { return len(seats) > 0 })
-		g := <-seats
-		if g.name != want {
-			t.Fatalf("%s got the freed shared seat before %s", g.name, want)
+	for _, name := range want {
+		pollUntil(w.t, w.clock, "a waiter served", func() bool { return len(w.seats) > 0 })
+		g := <-w.seats
+		if g.name != name {
+			w.t.Fatalf("waiter %s got the freed shared seat before waiter %s", g.name, name)
 		}
 		g.s.Release(Sample{})
 	}
@@ -239,13 +234,8 @@ func TestSharedSeatWaiterGetsNoSeatAtItsDeadlineOnTheClock(t *testing.T) {
 func proxiedSeats(t *testing.T, clock clockwork.Clock) (*postgres.Store, *testkit.CutProxy, string) {
 	t.Helper()
 	dsn := pgtest.Database(t)
-	u, err := url.Parse(dsn)
-	if err != nil || u.Host == "" {
-		t.Fatalf("the test cluster's DSN is not a URL: %q %v", dsn, err)
-	}
-	proxy := testkit.StartCutProxy(t, u.Host)
-	u.Host = proxy.Addr()
-	return openSeats(t, u.String(), clock), proxy, dsn
+	cut, proxy := testkit.CutDSN(t, dsn)
+	return openSeats(t, cut, clock), proxy, dsn
 }
 
 // A call whose shared seat cannot be renewed (its replica cut off its database) is cut the

@@ -166,6 +166,29 @@ func running() *store.Operation {
 	return &store.Operation{ID: "resp_gw", Kind: Kind, Status: store.StatusRunning, SubmittedAt: time.Unix(7, 0), Version: 2}
 }
 
+// runningStream is a running response followed from its start: its store, the attempt's
+// stream, the reader's clock and the client reading what Follow writes (done has what it
+// returned).
+type runningStream struct {
+	op    *store.Operation
+	st    *memStore
+	b     *streams.Broadcast
+	clock *clockwork.FakeClock
+	c     *client
+	done  <-chan error
+}
+
+// followRunning begins following a running response whose attempt has begun to stream.
+func followRunning(t *testing.T) *runningStream {
+	f := &runningStream{op: running()}
+	f.st = newMemStore(f.op)
+	f.b = f.st.begin(f.op.ID)
+	var rd *Reader
+	rd, f.clock = newReader(t, f.st)
+	f.c, f.done = follow(t, rd, f.op, -1)
+	return f
+}
+
 // blockUntil waits until n waiters are on the fake clock.
 func blockUntil(t *testing.T, clock *clockwork.FakeClock, n int) {
 	t.Helper()
@@ -185,60 +208,52 @@ const (
 // The stream begins with the response as created, numbered 0; the attempt's events follow,
 // renumbered on and carrying the gateway's id and creation time; a terminal event ends it.
 func TestFollowRenumbersTheAttemptsEventsAfterTheQueuedOne(t *testing.T) {
-	op := running()
-	st := newMemStore(op)
-	b := st.begin(op.ID)
-	rd, _ := newReader(t, st)
-	c, done := follow(t, rd, op, -1)
-	if typ, d := c.event(t); typ != "response.queued" || d["sequence_number"] != 0.0 || d["response"].(map[string]any)["id"] != "resp_gw" {
+	f := followRunning(t)
+	if typ, d := f.c.event(t); typ != "response.queued" || d["sequence_number"] != 0.0 || d["response"].(map[string]any)["id"] != "resp_gw" {
 		t.Fatalf("first %s %v", typ, d)
 	}
-	b.Write([]byte(created + delta))
-	if typ, d := c.event(t); typ != "response.created" || d["sequence_number"] != 1.0 ||
+	f.b.Write([]byte(created + delta))
+	if typ, d := f.c.event(t); typ != "response.created" || d["sequence_number"] != 1.0 ||
 		d["response"].(map[string]any)["id"] != "resp_gw" || d["response"].(map[string]any)["created_at"] != 7.0 {
 		t.Fatalf("second %s %v", typ, d)
 	}
-	if typ, d := c.event(t); typ != "response.output_text.delta" || d["sequence_number"] != 2.0 {
+	if typ, d := f.c.event(t); typ != "response.output_text.delta" || d["sequence_number"] != 2.0 {
 		t.Fatalf("third %s %v", typ, d)
 	}
-	b.Write([]byte(completed))
-	b.Finish(streams.Whole)
-	if typ, d := c.event(t); typ != "response.completed" || d["sequence_number"] != 3.0 || d["response"].(map[string]any)["id"] != "resp_gw" {
+	f.b.Write([]byte(completed))
+	f.b.Finish(streams.Whole)
+	if typ, d := f.c.event(t); typ != "response.completed" || d["sequence_number"] != 3.0 || d["response"].(map[string]any)["id"] != "resp_gw" {
 		t.Fatalf("last %s %v", typ, d)
 	}
-	c.ended(t, done)
+	f.c.ended(t, f.done)
 }
 
 // A stream waiting for an attempt's next event writes an SSE comment every KeepAlive of its
 // clock, and only then (docs/responses.md).
 func TestFollowKeepsAliveEveryFifteenSecondsOfItsClock(t *testing.T) {
-	op := running()
-	st := newMemStore(op)
-	b := st.begin(op.ID)
-	rd, clock := newReader(t, st)
-	c, done := follow(t, rd, op, -1)
-	if typ, _ := c.event(t); typ != "response.queued" {
+	f := followRunning(t)
+	if typ, _ := f.c.event(t); typ != "response.queued" {
 		t.Fatalf("first %s", typ)
 	}
-	blockUntil(t, clock, 1) // the keep-alive's ticker
-	clock.Advance(KeepAlive - time.Millisecond)
-	b.Write([]byte(delta))
-	if typ, _ := c.event(t); typ != "response.output_text.delta" {
+	blockUntil(t, f.clock, 1) // the keep-alive's ticker
+	f.clock.Advance(KeepAlive - time.Millisecond)
+	f.b.Write([]byte(delta))
+	if typ, _ := f.c.event(t); typ != "response.output_text.delta" {
 		t.Fatalf("before %s: %s", KeepAlive, typ)
 	}
 	for range 2 {
-		clock.Advance(time.Millisecond)
-		if got := c.next(t); got != ": keep-alive\n" {
+		f.clock.Advance(time.Millisecond)
+		if got := f.c.next(t); got != ": keep-alive\n" {
 			t.Fatalf("at %s: %q, want a comment", KeepAlive, got)
 		}
-		clock.Advance(KeepAlive - time.Millisecond)
+		f.clock.Advance(KeepAlive - time.Millisecond)
 	}
-	b.Write([]byte(completed))
-	b.Finish(streams.Whole)
-	if typ, d := c.event(t); typ != "response.completed" || d["sequence_number"] != 2.0 {
+	f.b.Write([]byte(completed))
+	f.b.Finish(streams.Whole)
+	if typ, d := f.c.event(t); typ != "response.completed" || d["sequence_number"] != 2.0 {
 		t.Fatalf("last %s %v", typ, d)
 	}
-	c.ended(t, done)
+	f.c.ended(t, f.done)
 }
 
 // A stream that begins while the response waits for a seat has its queued event at once and
@@ -274,65 +289,53 @@ func TestFollowBeginsWhileQueued(t *testing.T) {
 // response has not settled within settleWait of the clock.
 func TestFollowOfAnAttemptThatBrokeOff(t *testing.T) {
 	t.Run("cancelled", func(t *testing.T) {
-		op := running()
-		st := newMemStore(op)
-		b := st.begin(op.ID)
-		rd, _ := newReader(t, st)
-		c, done := follow(t, rd, op, -1)
-		c.event(t)
-		b.Write([]byte(delta))
-		c.event(t)
-		cancelled := *op
+		f := followRunning(t)
+		f.c.event(t)
+		f.b.Write([]byte(delta))
+		f.c.event(t)
+		cancelled := *f.op
 		cancelled.Status = store.StatusCanceled
-		st.set(cancelled)
-		b.Finish(streams.BrokeOff)
-		if typ, d := c.event(t); typ != "response.cancelled" || d["sequence_number"] != 2.0 || d["response"].(map[string]any)["status"] != Cancelled {
+		f.st.set(cancelled)
+		f.b.Finish(streams.BrokeOff)
+		if typ, d := f.c.event(t); typ != "response.cancelled" || d["sequence_number"] != 2.0 || d["response"].(map[string]any)["status"] != Cancelled {
 			t.Fatalf("last %s %v", typ, d)
 		}
-		c.ended(t, done)
+		f.c.ended(t, f.done)
 	})
 	t.Run("lost", func(t *testing.T) {
-		op := running()
-		st := newMemStore(op)
-		b := st.begin(op.ID)
-		rd, clock := newReader(t, st)
-		c, done := follow(t, rd, op, -1)
-		c.event(t)
-		b.Finish(streams.BrokeOff)
-		for range settleWait/settlePoll + 1 { // till the clock is past settleWait
-			blockUntil(t, clock, 2) // the keep-alive, and the next look
-			clock.Advance(settlePoll)
+		f := followRunning(t)
+		f.c.event(t)
+		f.b.Finish(streams.BrokeOff)
+		for range settleWait/settlePoll + 1 { // till the f.clock is past settleWait
+			blockUntil(t, f.clock, 2) // the keep-alive, and the next look
+			f.clock.Advance(settlePoll)
 		}
-		if typ, d := c.event(t); typ != "error" || d["code"] != "stream_attempt_lost" || d["sequence_number"] != 1.0 {
+		if typ, d := f.c.event(t); typ != "error" || d["code"] != "stream_attempt_lost" || d["sequence_number"] != 1.0 {
 			t.Fatalf("last %s %v", typ, d)
 		}
-		c.ended(t, done)
+		f.c.ended(t, f.done)
 	})
 }
 
 // A whole answer without a terminal event ends with the final object once the response has
 // settled, as a poll reads it.
 func TestFollowOfAnAnswerWithoutATerminalEventEndsWithTheObject(t *testing.T) {
-	op := running()
-	st := newMemStore(op)
-	b := st.begin(op.ID)
-	rd, clock := newReader(t, st)
-	c, done := follow(t, rd, op, -1)
-	c.event(t)
-	b.Write([]byte(delta))
-	c.event(t)
-	b.Finish(streams.Whole)
-	blockUntil(t, clock, 2) // the keep-alive, and the next look
-	failed := *op
+	f := followRunning(t)
+	f.c.event(t)
+	f.b.Write([]byte(delta))
+	f.c.event(t)
+	f.b.Finish(streams.Whole)
+	blockUntil(t, f.clock, 2) // the keep-alive, and the next look
+	failed := *f.op
 	failed.Status, failed.Error = store.StatusFailed, &store.OperationError{Code: "UPSTREAM_TIMEOUT", Message: "too slow"}
-	st.set(failed)
-	clock.Advance(settlePoll)
-	typ, d := c.event(t)
+	f.st.set(failed)
+	f.clock.Advance(settlePoll)
+	typ, d := f.c.event(t)
 	o, _ := d["response"].(map[string]any)
 	if typ != "response.failed" || d["sequence_number"] != 2.0 || o["error"].(map[string]any)["code"] != "UPSTREAM_TIMEOUT" {
 		t.Fatalf("last %s %v", typ, d)
 	}
-	c.ended(t, done)
+	f.c.ended(t, f.done)
 }
 
 // A finished response replays its recorded answer from starting_after, and refuses a

@@ -3,6 +3,7 @@ package testkit
 import (
 	"io"
 	"net"
+	"net/url"
 	"sync"
 	"testing"
 )
@@ -104,4 +105,17 @@ func (p *CutProxy) track(in, out net.Conn) bool {
 	}
 	p.conns[in], p.conns[out] = struct{}{}, struct{}{}
 	return true
+}
+
+// CutDSN is dsn (a URL, such as PostgreSQL's) reaching its host through a CutProxy the test can
+// cut, as a network partition cuts a replica off its database.
+func CutDSN(t testing.TB, dsn string) (string, *CutProxy) {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil || u.Host == "" {
+		t.Fatalf("the DSN is not a URL with a host: %q %v", dsn, err)
+	}
+	proxy := StartCutProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	return u.String(), proxy
 }
