@@ -194,10 +194,12 @@ func (s *Shared) poll() {
 		s.looks++
 		look := s.looks
 		s.mu.Unlock()
+		// The storage leases the seat on its own clock from when it takes it; this replica
+		// reckons the lease from before it asked, so it lets the seat go first (store.SharedSeats).
 		now := s.clock.Now()
 		id, until := s.newID(now), now.Add(s.lease)
 		// A seat taken whose answer was lost (err) is held by no call: it lapses unrenewed.
-		ok, err := s.st.AcquireSeat(s.name, id, s.worker, int(s.limit.Load()), until)
+		ok, err := s.st.AcquireSeat(s.name, id, s.worker, int(s.limit.Load()), s.lease)
 		s.mu.Lock()
 		switch {
 		case ok && len(s.waiting) > 0:
@@ -382,8 +384,8 @@ func (s *Shared) renew() {
 			ids = append(ids, id)
 		}
 		s.mu.Unlock()
-		until := s.clock.Now().Add(s.lease)
-		renewed, err := s.st.RenewSeats(s.name, s.worker, ids, until)
+		until := s.clock.Now().Add(s.lease) // reckoned from before asking, as in poll
+		renewed, err := s.st.RenewSeats(s.name, s.worker, ids, s.lease)
 		if err != nil {
 			s.log.Warn("renewing shared seats", zap.Int("seats", len(ids)), zap.Error(err))
 			continue

@@ -19,9 +19,10 @@ import (
 	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
 )
 
-// The shared seats are tested against a real PostgreSQL store (the one backend that has them)
-// whose clock is the test's: leases lapse, renewals come and polls look when the test advances
-// it, on both sides of the seam.
+// The shared seats are tested against a real PostgreSQL store (the one backend that has them).
+// The replica's side runs on the test's clock: renewals come, polls look and calls are cut when
+// the test advances it. The storage leases seats on the database's own clock, so a seat lapses
+// in storage only as real time passes (short real leases where a test needs one to lapse).
 
 // openSeats opens a PostgreSQL store on dsn reading leases on clock.
 func openSeats(t *testing.T, dsn string, clock clockwork.Clock) *postgres.Store {
@@ -50,9 +51,9 @@ func sharedSeatsOf(cfg Config, clock clockwork.Clock, shared *atomic.Pointer[Sha
 }
 
 // heldByOther takes the one seat of pool "test" for another replica, for a minute.
-func heldByOther(t *testing.T, st *postgres.Store, clock clockwork.Clock) {
+func heldByOther(t *testing.T, st *postgres.Store) {
 	t.Helper()
-	if ok, err := st.AcquireSeat("test", "other", "w2", 1, clock.Now().Add(time.Minute)); err != nil || !ok {
+	if ok, err := st.AcquireSeat("test", "other", "w2", 1, time.Minute); err != nil || !ok {
 		t.Fatalf("the other replica's seat: %v %v", ok, err)
 	}
 }
@@ -93,7 +94,7 @@ func TestSharedSeatTakenIsReleasedAfterAReloadDropsShared(t *testing.T) {
 		t.Fatalf("%d local seats in use after the release; want 0", snap.InUse)
 	}
 	// The shared seat went back too: with shared 1, another holder takes it.
-	if ok, err := st.AcquireSeat("test", "other", "w2", 1, clock.Now().Add(time.Minute)); err != nil || !ok {
+	if ok, err := st.AcquireSeat("test", "other", "w2", 1, time.Minute); err != nil || !ok {
 		t.Fatalf("the shared seat after the release: %v %v; want it free", ok, err)
 	}
 }
@@ -129,7 +130,7 @@ func TestSharedSeatStorageFailureFailsTheCallAndFreesItsLocalSeat(t *testing.T) 
 func TestSharedSeatGoesToTheLocalWaitersInTheOrderTheyCame(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(time.Now())
 	st := openSeats(t, pgtest.Database(t), clock)
-	heldByOther(t, st, clock)
+	heldByOther(t, st)
 	var shared atomic.Pointer[Shared]
 	shared.Store(newTestShared(st, clock, time.Minute))
 	p := sharedSeatsOf(Config{Limit: 3}, clock, &shared)
@@ -170,7 +171,7 @@ func TestSharedSeatGoesToTheLocalWaitersInTheOrderTheyCame(t *testing.T) {
 func TestSharedSeatWaitersHoldNoLocalSeatAndTheMostUrgentGoesFirst(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(time.Now())
 	st := openSeats(t, pgtest.Database(t), clock)
-	heldByOther(t, st, clock)
+	heldByOther(t, st)
 	var shared atomic.Pointer[Shared]
 	shared.Store(newTestShared(st, clock, time.Minute))
 	p := sharedSeatsOf(Config{Limit: 1}, clock, &shared)
@@ -216,7 +217,7 @@ func TestSharedSeatWaitersHoldNoLocalSeatAndTheMostUrgentGoesFirst(t *testing.T)
 func TestSharedSeatWaiterGetsNoSeatAtItsDeadlineOnTheClock(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(time.Now())
 	st := openSeats(t, pgtest.Database(t), clock)
-	heldByOther(t, st, clock)
+	heldByOther(t, st)
 	s := newTestShared(st, clock, time.Minute)
 	began := clock.Now()
 	deadline := began.Add(5 * sharedPoll)
@@ -328,13 +329,15 @@ func TestSharedSeatWhoseReleaseFailedComesBack(t *testing.T) {
 	if n := p.Snapshot().InUse; n != 0 {
 		t.Fatalf("%d local seats in use after the release; want 0", n)
 	}
-	released := clock.Now()
+	// The lease runs on the database's clock: the seat lapses a real second after it was taken,
+	// whatever the replica's clock says, and is never renewed meanwhile.
+	released := time.Now()
 	testkit.WaitFor(t, 10*time.Second, "another replica takes the shared seat (lease 1s)", func() bool {
-		if ok, err := other.AcquireSeat("test", "b", "w2", 1, clock.Now().Add(time.Minute)); ok && err == nil {
+		if ok, err := other.AcquireSeat("test", "b", "w2", 1, time.Minute); ok && err == nil {
 			return true
 		}
-		if clock.Since(released) > 5*time.Second {
-			t.Fatalf("the shared seat still held %v after its release, with a lease of 1s", clock.Since(released))
+		if time.Since(released) > 5*time.Second {
+			t.Fatalf("the shared seat still held %v after its release, with a lease of 1s", time.Since(released))
 		}
 		clock.Advance(50 * time.Millisecond)
 		return false
@@ -348,13 +351,13 @@ type inFlightSeats struct {
 	takes, now, most atomic.Int64
 }
 
-func (c *inFlightSeats) AcquireSeat(pool, seat, worker string, limit int, until time.Time) (bool, error) {
+func (c *inFlightSeats) AcquireSeat(pool, seat, worker string, limit int, lease time.Duration) (bool, error) {
 	c.takes.Add(1)
 	n := c.now.Add(1)
 	defer c.now.Add(-1)
 	for m := c.most.Load(); n > m && !c.most.CompareAndSwap(m, n); m = c.most.Load() {
 	}
-	return c.SharedSeats.AcquireSeat(pool, seat, worker, limit, until)
+	return c.SharedSeats.AcquireSeat(pool, seat, worker, limit, lease)
 }
 
 // xactCommits reads the transactions committed in the database of dsn so far.
@@ -380,7 +383,7 @@ func TestSharedSeatWaitersLookForASeatOneAtATime(t *testing.T) {
 	clock := clockwork.NewRealClock()
 	dsn := pgtest.Database(t)
 	st := openSeats(t, dsn, clock)
-	heldByOther(t, st, clock)
+	heldByOther(t, st)
 	seats := &inFlightSeats{SharedSeats: st}
 	const waiters = 100
 	var shared atomic.Pointer[Shared]

@@ -236,14 +236,15 @@ func timeOrNull(t time.Time) *time.Time {
 }
 
 // sweepCapacity forgets the turns of scopes left without queued or running work (their next work
-// starts afresh, as on Badger) and deletes lapsed seats, a batch of each.
-func sweepCapacity(ctx context.Context, tx pgx.Tx, now time.Time) (turns, seats int64, err error) {
+// starts afresh, as on Badger) and deletes lapsed seats (on the database's clock, which leases
+// them), a batch of each.
+func sweepCapacity(ctx context.Context, tx pgx.Tx) (turns, seats int64, err error) {
 	tag, err := tx.Exec(ctx, `DELETE FROM queue_turns WHERE scope IN (SELECT t.scope FROM queue_turns t
 		WHERE NOT EXISTS (SELECT 1 FROM operations o WHERE o.scope = t.scope AND o.status IN ('queued', 'running')) LIMIT $1)`, sweepBatch)
 	if err != nil {
 		return 0, 0, err
 	}
 	turns = tag.RowsAffected()
-	tag, err = tx.Exec(ctx, `DELETE FROM seats WHERE ctid IN (SELECT ctid FROM seats WHERE until <= $1 LIMIT $2) AND until <= $1`, now, sweepBatch)
+	tag, err = tx.Exec(ctx, `DELETE FROM seats WHERE ctid IN (SELECT ctid FROM seats WHERE NOT `+seatLive+` LIMIT $1) AND NOT `+seatLive, sweepBatch)
 	return turns, tag.RowsAffected(), err
 }

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,6 +13,19 @@ import (
 // Seats shared by the replicas on one database (capacity `shared N`, docs/backends.md): a seat is
 // a row held by a worker until a time it renews; a replica that dies stops renewing, and its
 // seats lapse and stop counting.
+//
+// A seat's lease is set and read on the database's clock (clock_timestamp(), the time of the
+// statement rather than of its transaction), never on a replica's: replicas whose clocks
+// disagree still agree on which seats are live, so a replica running ahead cannot take a live
+// seat, nor one running behind keep a lapsed one. The replicas send lengths of time only.
+
+// seatLive is the condition of a live seat, on the database's clock.
+const seatLive = `until > clock_timestamp()`
+
+// leaseEnd is the end of a lease of $n microseconds begun now on the database's clock.
+func leaseEnd(n int) string {
+	return fmt.Sprintf(`clock_timestamp() + $%d * interval '1 microsecond'`, n)
+}
 
 // seatLockClass is the first key of the two-key advisory lock that serializes acquisitions in one
 // pool (hashtext(pool) is the second); two-key locks never collide with the one-key locks of
@@ -21,17 +35,16 @@ const seatLockClass int32 = 0x6d756c6c
 // The Store shares seats between replicas.
 var _ store.SharedSeats = (*Store)(nil)
 
-// AcquireSeat takes one of limit seats of pool for worker until `until`; false when limit live
-// seats are held (see store.SharedSeats). Taking a seat already held renews it.
-func (s *Store) AcquireSeat(pool, seat, worker string, limit int, until time.Time) (bool, error) {
+// AcquireSeat takes one of limit seats of pool for worker for lease; false when limit live seats
+// are held (see store.SharedSeats). Taking a seat already held renews it.
+func (s *Store) AcquireSeat(pool, seat, worker string, limit int, lease time.Duration) (bool, error) {
 	got := false
 	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
 		// Counting then inserting is a race between two replicas unless they take turns.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, seatLockClass, pool); err != nil {
 			return err
 		}
-		now := s.now()
-		if _, err := tx.Exec(ctx, `DELETE FROM seats WHERE pool = $1 AND until <= $2`, pool, now); err != nil {
+		if _, err := tx.Exec(ctx, `DELETE FROM seats WHERE pool = $1 AND NOT `+seatLive, pool); err != nil {
 			return err
 		}
 		var held int
@@ -42,8 +55,8 @@ func (s *Store) AcquireSeat(pool, seat, worker string, limit int, until time.Tim
 			return nil
 		}
 		got = true
-		_, err := tx.Exec(ctx, `INSERT INTO seats (pool, seat, worker, until) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (pool, seat) DO UPDATE SET worker = $3, until = $4`, pool, seat, worker, until)
+		_, err := tx.Exec(ctx, `INSERT INTO seats (pool, seat, worker, until) VALUES ($1, $2, $3, `+leaseEnd(4)+`)
+			ON CONFLICT (pool, seat) DO UPDATE SET worker = $3, until = EXCLUDED.until`, pool, seat, worker, lease.Microseconds())
 		return err
 	})
 	return got, err
@@ -53,7 +66,7 @@ func (s *Store) AcquireSeat(pool, seat, worker string, limit int, until time.Tim
 func (s *Store) SeatsHeld(pool string) (int, error) {
 	var n int
 	err := s.query(func(ctx context.Context, db querier) error {
-		return db.QueryRow(ctx, `SELECT count(*) FROM seats WHERE pool = $1 AND until > $2`, pool, s.now()).Scan(&n)
+		return db.QueryRow(ctx, `SELECT count(*) FROM seats WHERE pool = $1 AND `+seatLive, pool).Scan(&n)
 	})
 	return n, err
 }
@@ -66,14 +79,14 @@ func (s *Store) ReleaseSeat(pool, seat string) error {
 	})
 }
 
-// RenewSeats extends those of seats that worker holds in pool and that are still live until
-// `until`, and returns them (see store.SharedSeats). A seat that already lapsed is not revived:
-// another replica may have taken its place.
-func (s *Store) RenewSeats(pool, worker string, seats []string, until time.Time) ([]string, error) {
+// RenewSeats extends by lease those of seats that worker holds in pool and that are still live,
+// and returns them (see store.SharedSeats). A seat that already lapsed is not revived: another
+// replica may have taken its place.
+func (s *Store) RenewSeats(pool, worker string, seats []string, lease time.Duration) ([]string, error) {
 	var renewed []string
 	err := s.query(func(ctx context.Context, db querier) error {
-		rows, err := db.Query(ctx, `UPDATE seats SET until = $4 WHERE pool = $1 AND worker = $2 AND seat = ANY($3) AND until > $5
-			RETURNING seat`, pool, worker, seats, until, s.now())
+		rows, err := db.Query(ctx, `UPDATE seats SET until = `+leaseEnd(4)+`
+			WHERE pool = $1 AND worker = $2 AND seat = ANY($3) AND `+seatLive+` RETURNING seat`, pool, worker, seats, lease.Microseconds())
 		if err != nil {
 			return err
 		}
