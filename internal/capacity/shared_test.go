@@ -235,6 +235,26 @@ func TestSharedSeatWaiterGetsNoSeatAtItsDeadlineOnTheClock(t *testing.T) {
 	}
 }
 
+// A replica whose clock runs ten minutes ahead, or behind, does not take the seat another
+// replica holds for a minute: the storage reads leases on its own clock, not the replica's.
+func TestSharedSeatOfAnotherReplicaHoldsWhateverThisReplicasClockSays(t *testing.T) {
+	for _, skew := range []time.Duration{10 * time.Minute, -10 * time.Minute} {
+		clock := clockwork.NewFakeClockAt(time.Now().Add(skew))
+		st := openSeats(t, pgtest.Database(t), clock)
+		heldByOther(t, st)
+		s := newTestShared(st, clock, time.Minute)
+		answer := make(chan error, 1)
+		go func() {
+			_, err := s.Take(context.Background(), clock.Now().Add(5*sharedPoll), 3)
+			answer <- err
+		}()
+		pollUntil(t, clock, "the waiter answered", func() bool { return len(answer) > 0 })
+		if err := <-answer; !errors.Is(err, ErrNoSeat) {
+			t.Fatalf("a replica %v off took the seat another holds: %v; want ErrNoSeat", skew, err)
+		}
+	}
+}
+
 // proxiedSeats is a PostgreSQL store on clock reached through a loopback proxy the test can
 // cut, as a network partition cuts a replica off its database.
 func proxiedSeats(t *testing.T, clock clockwork.Clock) (*postgres.Store, *testkit.CutProxy, string) {
