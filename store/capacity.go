@@ -31,8 +31,13 @@ const QueueTimeoutCode = "QUEUE_TIMEOUT"
 // seat go no later than the storage does.
 type SharedSeats interface {
 	// AcquireSeat takes one of limit seats of pool for worker for lease (renewed by RenewSeats,
-	// released by ReleaseSeat); false when all limit seats are held by live holders.
-	AcquireSeat(pool, seat, worker string, limit int, lease time.Duration) (bool, error)
+	// released by ReleaseSeat), for worker's call w; false when all limit seats are held by live
+	// holders, or when the free ones are due to better calls of other workers (the fleet's
+	// order: more urgent, then waiting longer). It notes w as worker's call in that order until
+	// it takes a seat, WithdrawWaiter, or the worker stops looking.
+	AcquireSeat(pool, seat, worker string, limit int, lease time.Duration, w SeatWaiter) (bool, error)
+	// WithdrawWaiter takes worker's call out of pool's order: it has no call waiting any more.
+	WithdrawWaiter(pool, worker string) error
 	// ReleaseSeat gives seat back.
 	ReleaseSeat(pool, seat string) error
 	// RenewSeats extends by lease, from now on the storage's clock, those of seats that worker
@@ -43,6 +48,13 @@ type SharedSeats interface {
 	RenewSeats(pool, worker string, seats []string, lease time.Duration) ([]string, error)
 	// SeatsHeld counts pool's live seats, held by any replica.
 	SeatsHeld(pool string) (int, error)
+}
+
+// SeatWaiter is a call waiting for a shared seat, as the fleet orders it: its urgency (0..7),
+// then how long it has waited (a length of time, so that replicas' clocks need not agree).
+type SeatWaiter struct {
+	Urgency int
+	Waited  time.Duration
 }
 
 // Turns (docs/backends.md, "The capacity order") are times in microseconds since the epoch:

@@ -63,7 +63,7 @@ func TestSharedSeatsHoldAcrossReplicas(t *testing.T) {
 		wg.Go(func() {
 			<-start // all at once, so that counting and taking overlap
 			seat := fmt.Sprintf("seat%d", i)
-			ok, err := reps[i%3].AcquireSeat("model", seat, fmt.Sprintf("r%d", i%3), 5, lease)
+			ok, err := reps[i%3].AcquireSeat("model", seat, fmt.Sprintf("r%d", i%3), 5, lease, store.SeatWaiter{})
 			if err != nil {
 				t.Error(err)
 			}
@@ -75,41 +75,46 @@ func TestSharedSeatsHoldAcrossReplicas(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
+	for i, r := range reps { // the losers stand in the fleet's line until they give up
+		if err := r.WithdrawWaiter("model", fmt.Sprintf("r%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if won.Load() != 5 || count(t, reps[0], `SELECT count(*) FROM seats`) != 5 {
 		t.Fatalf("%d seats won, %d rows; want 5 of 5", won.Load(), count(t, reps[0], `SELECT count(*) FROM seats`))
 	}
-	if ok, err := reps[1].AcquireSeat("model", "late", "r1", 5, lease); ok || err != nil {
+	if ok, err := reps[1].AcquireSeat("model", "late", "r1", 5, lease, store.SeatWaiter{}); ok || err != nil {
 		t.Fatalf("a sixth seat: %v %v", ok, err)
 	}
-	if ok, err := reps[1].AcquireSeat("other", "late", "r1", 5, lease); !ok || err != nil {
+	if ok, err := reps[1].AcquireSeat("other", "late", "r1", 5, lease, store.SeatWaiter{}); !ok || err != nil {
 		t.Fatalf("a seat of another pool: %v %v", ok, err)
 	}
 	var held string
 	winners.Range(func(k, _ any) bool { held = k.(string); return false })
-	if ok, err := reps[2].AcquireSeat("model", held, "r2", 5, lease); !ok || err != nil {
+	if ok, err := reps[2].AcquireSeat("model", held, "r2", 5, lease, store.SeatWaiter{}); !ok || err != nil {
 		t.Fatalf("taking a held seat again (a renewal): %v %v", ok, err)
 	}
 	if err := reps[2].ReleaseSeat("model", held); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := reps[1].AcquireSeat("model", "late", "r1", 5, lease); !ok || err != nil {
+	if ok, err := reps[1].AcquireSeat("model", "late", "r1", 5, lease, store.SeatWaiter{}); !ok || err != nil {
 		t.Fatalf("after a release: %v %v", ok, err)
 	}
 }
 
 // seatLease is the lease of a seat that a test lets lapse: seats lapse on the database's clock,
 // so such a test waits for it in real time.
-const seatLease = 500 * time.Millisecond
+const seatLease = time.Second
 
-// afterLease waits until the seats taken at taken with seatLease have lapsed on the database's
-// clock, with a margin for the statements that took them.
-func afterLease(taken time.Time) { time.Sleep(time.Until(taken.Add(seatLease + 200*time.Millisecond))) }
+// afterLease waits until the seats taken before it with seatLease have lapsed on the database's
+// clock: a lease begins when the statement that takes the seat runs.
+func afterLease() { time.Sleep(seatLease + 100*time.Millisecond) }
 
 // acquireSeat has st take seat of pool "model" (of limit) for worker, failing the test unless
 // the answer is want.
 func acquireSeat(t *testing.T, st *Store, seat, worker string, limit int, lease time.Duration, want bool) {
 	t.Helper()
-	if ok, err := st.AcquireSeat("model", seat, worker, limit, lease); ok != want || err != nil {
+	if ok, err := st.AcquireSeat("model", seat, worker, limit, lease, store.SeatWaiter{}); ok != want || err != nil {
 		t.Fatalf("%s takes %s: %v %v, want %v", worker, seat, ok, err, want)
 	}
 }
@@ -120,7 +125,6 @@ func TestDeadReplicasSeatsLapse(t *testing.T) {
 	clock := storetest.NewClock()
 	reps := replicas(t, 2, clock)
 	dead, live := reps[0], reps[1]
-	taken := time.Now()
 	for _, seat := range []string{"d1", "d2", "d3"} {
 		acquireSeat(t, dead, seat, "dead", 4, seatLease, true)
 	}
@@ -129,7 +133,7 @@ func TestDeadReplicasSeatsLapse(t *testing.T) {
 	if renewed, err := live.RenewSeats("model", "live", []string{"l1"}, time.Minute); err != nil || !slices.Equal(renewed, []string{"l1"}) {
 		t.Fatalf("renewing l1: %v %v", renewed, err)
 	}
-	afterLease(taken) // dead's seats lapsed; live's renewed one holds for a minute
+	afterLease() // dead's seats lapsed; live's renewed one holds for a minute
 	for _, seat := range []string{"l2", "l3", "l4"} {
 		acquireSeat(t, live, seat, "live", 4, time.Minute, true)
 	}
@@ -150,7 +154,6 @@ func TestSeatWhoseReleaseWasLostLapsesWhileItsWorkerRenewsTheOthers(t *testing.T
 	clock := storetest.NewClock()
 	reps := replicas(t, 2, clock)
 	a, b := reps[0], reps[1]
-	taken := time.Now()
 	for _, seat := range []string{"held", "lost"} {
 		acquireSeat(t, a, seat, "a", 2, seatLease, true)
 	}
@@ -158,7 +161,7 @@ func TestSeatWhoseReleaseWasLostLapsesWhileItsWorkerRenewsTheOthers(t *testing.T
 	if renewed, err := a.RenewSeats("model", "a", []string{"held"}, time.Minute); err != nil || !slices.Equal(renewed, []string{"held"}) {
 		t.Fatalf("renewing the held seat: %v %v", renewed, err)
 	}
-	afterLease(taken)
+	afterLease()
 	acquireSeat(t, b, "b1", "b", 2, time.Minute, true) // the lost seat's place
 	acquireSeat(t, b, "b2", "b", 2, time.Minute, false)
 	renewed, err := a.RenewSeats("model", "a", []string{"held", "lost"}, time.Minute)
@@ -184,6 +187,9 @@ func TestReplicaWithASkewedClockNeitherStealsNorKeepsASeat(t *testing.T) {
 
 	acquireSeat(t, live, "live", "live", 1, time.Minute, true)
 	acquireSeat(t, fast, "fast", "fast", 1, time.Minute, false)
+	if err := fast.WithdrawWaiter("model", "fast"); err != nil { // it gives up
+		t.Fatal(err)
+	}
 	if n, err := fast.SeatsHeld("model"); n != 1 || err != nil {
 		t.Fatalf("seats held, as the replica ahead reads them: %d %v; want the live one", n, err)
 	}
@@ -191,10 +197,9 @@ func TestReplicaWithASkewedClockNeitherStealsNorKeepsASeat(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	taken := time.Now()
 	acquireSeat(t, slow, "slow", "slow", 1, seatLease, true)
 	acquireSeat(t, live, "live", "live", 1, time.Minute, false)
-	afterLease(taken)
+	afterLease()
 	if n, err := slow.SeatsHeld("model"); n != 0 || err != nil {
 		t.Fatalf("seats held past their lease, as the replica behind reads them: %d %v; want none", n, err)
 	}
@@ -256,9 +261,8 @@ func TestSweepForgetsIdleTurnsAndLapsedSeats(t *testing.T) {
 	if _, err := st.Transition("op_0", store.Change{To: store.StatusSucceeded, Holder: "w"}); err != nil {
 		t.Fatal(err)
 	}
-	taken := time.Now()
 	acquireSeat(t, st, "s1", "w", 1, seatLease, true)
-	afterLease(taken)
+	afterLease()
 	stats, err := st.Sweep()
 	if err != nil || stats.Turns != 1 || stats.Seats != 1 {
 		t.Fatalf("sweep: %+v %v, want 1 turn and 1 seat", stats, err)
