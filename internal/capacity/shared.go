@@ -18,9 +18,10 @@ import (
 // shared ones. One poller per pool looks for a free shared seat for all of this replica's
 // waiters, in the order they came, so the database sees one transaction per look however many
 // calls wait; each look stands this replica's best waiter in the fleet's line, so a seat that
-// comes free goes to the fleet's most urgent waiter, not to the replica that looks first. The replica renews exactly the seats its calls hold: a seat whose release failed,
-// or whose taking committed but whose answer was lost, is held by no call, is not renewed, and
-// lapses after its lease. A call whose seat can no longer be renewed before it lapses is cut
+// comes free goes to the fleet's most urgent waiter, not to the replica that looks first. The
+// replica renews exactly the seats its calls hold: a seat whose release failed, or whose taking
+// committed but whose answer was lost, is held by no call, is not renewed, and lapses after its
+// lease. A call whose seat can no longer be renewed before it lapses is cut
 // (Watch), since another replica may take its place.
 type Shared struct {
 	st     store.SharedSeats
@@ -234,7 +235,8 @@ func (s *Shared) poll() {
 }
 
 // leaveLine takes this replica out of the fleet's line for its pool: none of its calls waits. A
-// failure is only logged: its place lapses after a second unrefreshed.
+// failure is only logged: its place lapses after a second unrefreshed. Should a new poller have
+// stood in line meanwhile, its next look (within sharedPoll) stands it there again.
 func (s *Shared) leaveLine() {
 	if err := s.st.WithdrawWaiter(s.name, s.worker); err != nil {
 		s.log.Warn("leaving the fleet's line for a shared seat", zap.Error(err))
