@@ -24,9 +24,9 @@ type countedSeats struct {
 	takes atomic.Int64
 }
 
-func (c *countedSeats) AcquireSeat(pool, seat, worker string, limit int, until time.Time) (bool, error) {
+func (c *countedSeats) AcquireSeat(pool, seat, worker string, limit int, lease time.Duration, w store.SeatWaiter) (bool, error) {
 	c.takes.Add(1)
-	return c.SharedSeats.AcquireSeat(pool, seat, worker, limit, until)
+	return c.SharedSeats.AcquireSeat(pool, seat, worker, limit, lease, w)
 }
 
 // closedSharedSeats is the shared seats of a PostgreSQL store whose pool is closed: every call

@@ -25,20 +25,36 @@ const (
 const QueueTimeoutCode = "QUEUE_TIMEOUT"
 
 // SharedSeats are seats that several replicas share (capacity's `shared N`): implemented by the
-// PostgreSQL backend only, since one Badger directory belongs to one process.
+// PostgreSQL backend only, since one Badger directory belongs to one process. Leases are lengths
+// of time, begun and ended on the storage's one clock, so replicas whose clocks disagree agree
+// on which seats are live; a replica reckons its own hold from before it asked, so it lets a
+// seat go no later than the storage does.
 type SharedSeats interface {
-	// AcquireSeat takes one of limit seats of pool for worker until `until` (renewed by
-	// RenewSeats, released by ReleaseSeat); false when all limit seats are held by live holders.
-	AcquireSeat(pool, seat, worker string, limit int, until time.Time) (bool, error)
+	// AcquireSeat takes one of limit seats of pool for worker for lease (renewed by RenewSeats,
+	// released by ReleaseSeat), for worker's call w; false when all limit seats are held by live
+	// holders, or when the free ones are due to better calls of other workers (the fleet's
+	// order: more urgent, then waiting longer). It notes w as worker's call in that order until
+	// it takes a seat, WithdrawWaiter, or the worker stops looking.
+	AcquireSeat(pool, seat, worker string, limit int, lease time.Duration, w SeatWaiter) (bool, error)
+	// WithdrawWaiter takes worker's call out of pool's order: it has no call waiting any more.
+	WithdrawWaiter(pool, worker string) error
 	// ReleaseSeat gives seat back.
 	ReleaseSeat(pool, seat string) error
-	// RenewSeats extends those of seats that worker holds in pool and that are still live until
-	// `until`, and returns them: a seat not returned lapsed, and another holder may have its
-	// place. Only the seats named are renewed, so a seat of worker's that no call holds any more
-	// (its release failed, or its taking's answer was lost) lapses like a dead worker's.
-	RenewSeats(pool, worker string, seats []string, until time.Time) ([]string, error)
+	// RenewSeats extends by lease, from now on the storage's clock, those of seats that worker
+	// holds in pool and that are still live, and returns them: a seat not returned lapsed, and
+	// another holder may have its place. Only the seats named are renewed, so a seat of worker's
+	// that no call holds any more (its release failed, or its taking's answer was lost) lapses
+	// like a dead worker's.
+	RenewSeats(pool, worker string, seats []string, lease time.Duration) ([]string, error)
 	// SeatsHeld counts pool's live seats, held by any replica.
 	SeatsHeld(pool string) (int, error)
+}
+
+// SeatWaiter is a call waiting for a shared seat, as the fleet orders it: its urgency (0..7),
+// then how long it has waited (a length of time, so that replicas' clocks need not agree).
+type SeatWaiter struct {
+	Urgency int
+	Waited  time.Duration
 }
 
 // Turns (docs/backends.md, "The capacity order") are times in microseconds since the epoch:

@@ -17,9 +17,11 @@ import (
 // (capacity `shared N`, docs/capacity.md). A call takes a local seat first, then one of the N
 // shared ones. One poller per pool looks for a free shared seat for all of this replica's
 // waiters, in the order they came, so the database sees one transaction per look however many
-// calls wait. The replica renews exactly the seats its calls hold: a seat whose release failed,
-// or whose taking committed but whose answer was lost, is held by no call, is not renewed, and
-// lapses after its lease. A call whose seat can no longer be renewed before it lapses is cut
+// calls wait; each look stands this replica's best waiter in the fleet's line, so a seat that
+// comes free goes to the fleet's most urgent waiter, not to the replica that looks first. The
+// replica renews exactly the seats its calls hold: a seat whose release failed, or whose taking
+// committed but whose answer was lost, is held by no call, is not renewed, and lapses after its
+// lease. A call whose seat can no longer be renewed before it lapses is cut
 // (Watch), since another replica may take its place.
 type Shared struct {
 	st     store.SharedSeats
@@ -61,6 +63,7 @@ type SharedOptions struct {
 // sharedWaiter is a call waiting for a shared seat.
 type sharedWaiter struct {
 	urgency  int       // its band (Ask.Band): the most urgent is served first
+	came     time.Time // then the one waiting longest, here and across the fleet
 	deadline time.Time // zero: until its context ends
 	after    uint64    // the looks begun before it came: a failed later one covers it
 	got      chan sharedGrant
@@ -102,7 +105,7 @@ func (s *Shared) SetLimit(n int) { s.limit.Store(int64(n)) }
 // A waiter whose deadline passes gets ErrNoSeat once a look begun after it came found none.
 // Seats found go to the most urgent waiter, then the one that came first.
 func (s *Shared) Take(ctx context.Context, deadline time.Time, urgency int) (*Held, error) {
-	w := &sharedWaiter{urgency: urgency, deadline: deadline, got: make(chan sharedGrant, 1)}
+	w := &sharedWaiter{urgency: urgency, came: s.clock.Now(), deadline: deadline, got: make(chan sharedGrant, 1)}
 	s.mu.Lock()
 	w.after = s.looks
 	s.waiting = append(s.waiting, w)
@@ -182,22 +185,33 @@ func (s *Shared) Snapshot() SharedSnapshot {
 
 // poll looks for a free shared seat while anyone waits, one look at a time: a seat found goes
 // to the most urgent waiter; a look that finds none fails the waiters it covered whose deadline
-// passed; a storage failure fails every waiter it covered (shared seats fail closed).
+// passed; a storage failure fails every waiter it covered (shared seats fail closed). Each look
+// stands the most urgent waiter in the fleet's line, so a seat that comes free goes to the
+// fleet's best call, not to the replica that looks first; once nobody waits, it leaves the line.
 func (s *Shared) poll() {
+	inLine := false // the storage has this replica's waiter in line
 	for {
 		s.mu.Lock()
 		if len(s.waiting) == 0 {
 			s.polling = false
 			s.mu.Unlock()
+			if inLine {
+				s.leaveLine()
+			}
 			return
 		}
 		s.looks++
 		look := s.looks
+		best := s.waiting[s.mostUrgentLocked()]
+		ask := store.SeatWaiter{Urgency: best.urgency, Waited: s.clock.Since(best.came)}
 		s.mu.Unlock()
+		// The storage leases the seat on its own clock from when it takes it; this replica
+		// reckons the lease from before it asked, so it lets the seat go first (store.SharedSeats).
 		now := s.clock.Now()
 		id, until := s.newID(now), now.Add(s.lease)
 		// A seat taken whose answer was lost (err) is held by no call: it lapses unrenewed.
-		ok, err := s.st.AcquireSeat(s.name, id, s.worker, int(s.limit.Load()), until)
+		ok, err := s.st.AcquireSeat(s.name, id, s.worker, int(s.limit.Load()), s.lease, ask)
+		inLine = !ok
 		s.mu.Lock()
 		switch {
 		case ok && len(s.waiting) > 0:
@@ -217,6 +231,15 @@ func (s *Shared) poll() {
 				t.Stop()
 			}
 		}
+	}
+}
+
+// leaveLine takes this replica out of the fleet's line for its pool: none of its calls waits. A
+// failure is only logged: its place lapses after a second unrefreshed. Should a new poller have
+// stood in line meanwhile, its next look (within sharedPoll) stands it there again.
+func (s *Shared) leaveLine() {
+	if err := s.st.WithdrawWaiter(s.name, s.worker); err != nil {
+		s.log.Warn("leaving the fleet's line for a shared seat", zap.Error(err))
 	}
 }
 
@@ -382,8 +405,8 @@ func (s *Shared) renew() {
 			ids = append(ids, id)
 		}
 		s.mu.Unlock()
-		until := s.clock.Now().Add(s.lease)
-		renewed, err := s.st.RenewSeats(s.name, s.worker, ids, until)
+		until := s.clock.Now().Add(s.lease) // reckoned from before asking, as in poll
+		renewed, err := s.st.RenewSeats(s.name, s.worker, ids, s.lease)
 		if err != nil {
 			s.log.Warn("renewing shared seats", zap.Int("seats", len(ids)), zap.Error(err))
 			continue

@@ -19,9 +19,10 @@ import (
 	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
 )
 
-// The shared seats are tested against a real PostgreSQL store (the one backend that has them)
-// whose clock is the test's: leases lapse, renewals come and polls look when the test advances
-// it, on both sides of the seam.
+// The shared seats are tested against a real PostgreSQL store (the one backend that has them).
+// The replica's side runs on the test's clock: renewals come, polls look and calls are cut when
+// the test advances it. The storage leases seats on the database's own clock, so a seat lapses
+// in storage only as real time passes (short real leases where a test needs one to lapse).
 
 // openSeats opens a PostgreSQL store on dsn reading leases on clock.
 func openSeats(t *testing.T, dsn string, clock clockwork.Clock) *postgres.Store {
@@ -37,10 +38,15 @@ func openSeats(t *testing.T, dsn string, clock clockwork.Clock) *postgres.Store 
 // newTestShared is pool "test"'s `shared 1` in st for worker "w", leased as the gateway leases
 // an operation of takeover lease.
 func newTestShared(st store.SharedSeats, clock clockwork.Clock, lease time.Duration) *Shared {
+	return newReplicaShared(st, clock, lease, "w")
+}
+
+// newReplicaShared is newTestShared for the replica named worker.
+func newReplicaShared(st store.SharedSeats, clock clockwork.Clock, lease time.Duration, worker string) *Shared {
 	var n atomic.Int64
-	return NewShared(st, SharedOptions{Name: "test", Worker: "w", Limit: 1, Lease: lease,
+	return NewShared(st, SharedOptions{Name: "test", Worker: worker, Limit: 1, Lease: lease,
 		Margin: min(lease/10, 2*time.Second), Renew: max(min(time.Second, lease/3), 50*time.Millisecond),
-		Clock: clock, Log: zap.NewNop(), NewID: func(time.Time) string { return "seat_" + string(rune('a'+n.Add(1))) }})
+		Clock: clock, Log: zap.NewNop(), NewID: func(time.Time) string { return worker + "_seat_" + string(rune('a'+n.Add(1))) }})
 }
 
 // sharedSeatsOf returns seats of cfg on clock that take shared seats from *shared, which the
@@ -50,9 +56,9 @@ func sharedSeatsOf(cfg Config, clock clockwork.Clock, shared *atomic.Pointer[Sha
 }
 
 // heldByOther takes the one seat of pool "test" for another replica, for a minute.
-func heldByOther(t *testing.T, st *postgres.Store, clock clockwork.Clock) {
+func heldByOther(t *testing.T, st *postgres.Store) {
 	t.Helper()
-	if ok, err := st.AcquireSeat("test", "other", "w2", 1, clock.Now().Add(time.Minute)); err != nil || !ok {
+	if ok, err := st.AcquireSeat("test", "other", "w2", 1, time.Minute, store.SeatWaiter{}); err != nil || !ok {
 		t.Fatalf("the other replica's seat: %v %v", ok, err)
 	}
 }
@@ -93,7 +99,7 @@ func TestSharedSeatTakenIsReleasedAfterAReloadDropsShared(t *testing.T) {
 		t.Fatalf("%d local seats in use after the release; want 0", snap.InUse)
 	}
 	// The shared seat went back too: with shared 1, another holder takes it.
-	if ok, err := st.AcquireSeat("test", "other", "w2", 1, clock.Now().Add(time.Minute)); err != nil || !ok {
+	if ok, err := st.AcquireSeat("test", "other", "w2", 1, time.Minute, store.SeatWaiter{}); err != nil || !ok {
 		t.Fatalf("the shared seat after the release: %v %v; want it free", ok, err)
 	}
 }
@@ -169,7 +175,7 @@ type namedSeat struct {
 func newSharedWaiters(t *testing.T, limit int) *sharedWaiters {
 	w := &sharedWaiters{t: t, clock: clockwork.NewFakeClockAt(time.Now()), seats: make(chan namedSeat, 3)}
 	w.st = openSeats(t, pgtest.Database(t), w.clock)
-	heldByOther(t, w.st, w.clock)
+	heldByOther(t, w.st)
 	w.shared.Store(newTestShared(w.st, w.clock, time.Minute))
 	w.p = sharedSeatsOf(Config{Limit: limit}, w.clock, &w.shared)
 	return w
@@ -211,7 +217,7 @@ func (w *sharedWaiters) servedInOrder(want ...string) {
 func TestSharedSeatWaiterGetsNoSeatAtItsDeadlineOnTheClock(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(time.Now())
 	st := openSeats(t, pgtest.Database(t), clock)
-	heldByOther(t, st, clock)
+	heldByOther(t, st)
 	s := newTestShared(st, clock, time.Minute)
 	began := clock.Now()
 	deadline := began.Add(5 * sharedPoll)
@@ -227,6 +233,95 @@ func TestSharedSeatWaiterGetsNoSeatAtItsDeadlineOnTheClock(t *testing.T) {
 	if clock.Now().Before(deadline) {
 		t.Fatalf("answered %v after it came; its deadline was %v", clock.Since(began), deadline.Sub(began))
 	}
+}
+
+// A replica whose clock runs ten minutes ahead, or behind, does not take the seat another
+// replica holds for a minute: the storage reads leases on its own clock, not the replica's.
+func TestSharedSeatOfAnotherReplicaHoldsWhateverThisReplicasClockSays(t *testing.T) {
+	for _, skew := range []time.Duration{10 * time.Minute, -10 * time.Minute} {
+		clock := clockwork.NewFakeClockAt(time.Now().Add(skew))
+		st := openSeats(t, pgtest.Database(t), clock)
+		heldByOther(t, st)
+		s := newTestShared(st, clock, time.Minute)
+		answer := make(chan error, 1)
+		go func() {
+			_, err := s.Take(context.Background(), clock.Now().Add(5*sharedPoll), 3)
+			answer <- err
+		}()
+		pollUntil(t, clock, "the waiter answered", func() bool { return len(answer) > 0 })
+		if err := <-answer; !errors.Is(err, ErrNoSeat) {
+			t.Fatalf("a replica %v off took the seat another holds: %v; want ErrNoSeat", skew, err)
+		}
+	}
+}
+
+// inLine reports whether worker has a call in the fleet's line for pool "test" in the database
+// of dsn.
+func inLine(t *testing.T, dsn, worker string) bool {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var n int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM seat_waiters WHERE pool = 'test' AND worker = $1`, worker).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n == 1
+}
+
+// With `shared 1` on two replicas, the seat that comes free goes to the fleet's most urgent
+// waiter, not to the replica that looks first: a u=7 call waiting on one replica since before
+// a u=0 call came to the other does not take it, though its replica looks first; it takes the
+// next. Once nobody waits, neither replica stands in line.
+func TestSharedSeatGoesToTheFleetsMostUrgentWaiter(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	dsn := pgtest.Database(t)
+	stA, stB := openSeats(t, dsn, clock), openSeats(t, dsn, clock)
+	heldByOther(t, stA)
+	lookA := &inFlightSeats{SharedSeats: stA}
+	a, b := newReplicaShared(lookA, clock, time.Minute, "a"), newReplicaShared(stB, clock, time.Minute, "b")
+	type got struct {
+		name string
+		s    *Shared
+		h    *Held
+	}
+	seats := make(chan got, 2)
+	wait := func(name string, s *Shared, urgency int) {
+		go func() {
+			h, err := s.Take(context.Background(), time.Time{}, urgency)
+			if err != nil {
+				t.Error(err)
+			}
+			seats <- got{name, s, h}
+		}()
+		pollUntil(t, clock, name+" in the fleet's line", func() bool { return s.waiters() == 1 && inLine(t, dsn, s.worker) })
+	}
+	wait("batch", a, 7)
+	wait("urgent", b, 0)
+	if err := stA.ReleaseSeat("test", "other"); err != nil {
+		t.Fatal(err)
+	}
+	looked := lookA.takes.Load()
+	a.kick <- struct{}{} // the batch call's replica looks first, before the clock moves
+	testkit.WaitFor(t, 10*time.Second, "the batch call's replica looked", func() bool {
+		return lookA.takes.Load() > looked && lookA.now.Load() == 0
+	})
+	if len(seats) > 0 {
+		t.Fatal("the batch call took the freed seat the urgent call on the other replica is due")
+	}
+	for _, want := range []string{"urgent", "batch"} {
+		pollUntil(t, clock, "a waiter served", func() bool { return len(seats) > 0 })
+		g := <-seats
+		if g.name != want {
+			t.Fatalf("%s got the freed shared seat before %s", g.name, want)
+		}
+		g.s.Give(g.h)
+	}
+	testkit.WaitFor(t, 10*time.Second, "both replicas out of the line", func() bool {
+		return !inLine(t, dsn, "a") && !inLine(t, dsn, "b")
+	})
 }
 
 // proxiedSeats is a PostgreSQL store on clock reached through a loopback proxy the test can
@@ -318,13 +413,15 @@ func TestSharedSeatWhoseReleaseFailedComesBack(t *testing.T) {
 	if n := p.Snapshot().InUse; n != 0 {
 		t.Fatalf("%d local seats in use after the release; want 0", n)
 	}
-	released := clock.Now()
+	// The lease runs on the database's clock: the seat lapses a real second after it was taken,
+	// whatever the replica's clock says, and is never renewed meanwhile.
+	released := time.Now()
 	testkit.WaitFor(t, 10*time.Second, "another replica takes the shared seat (lease 1s)", func() bool {
-		if ok, err := other.AcquireSeat("test", "b", "w2", 1, clock.Now().Add(time.Minute)); ok && err == nil {
+		if ok, err := other.AcquireSeat("test", "b", "w2", 1, time.Minute, store.SeatWaiter{}); ok && err == nil {
 			return true
 		}
-		if clock.Since(released) > 5*time.Second {
-			t.Fatalf("the shared seat still held %v after its release, with a lease of 1s", clock.Since(released))
+		if time.Since(released) > 5*time.Second {
+			t.Fatalf("the shared seat still held %v after its release, with a lease of 1s", time.Since(released))
 		}
 		clock.Advance(50 * time.Millisecond)
 		return false
@@ -338,13 +435,13 @@ type inFlightSeats struct {
 	takes, now, most atomic.Int64
 }
 
-func (c *inFlightSeats) AcquireSeat(pool, seat, worker string, limit int, until time.Time) (bool, error) {
+func (c *inFlightSeats) AcquireSeat(pool, seat, worker string, limit int, lease time.Duration, w store.SeatWaiter) (bool, error) {
 	c.takes.Add(1)
 	n := c.now.Add(1)
 	defer c.now.Add(-1)
 	for m := c.most.Load(); n > m && !c.most.CompareAndSwap(m, n); m = c.most.Load() {
 	}
-	return c.SharedSeats.AcquireSeat(pool, seat, worker, limit, until)
+	return c.SharedSeats.AcquireSeat(pool, seat, worker, limit, lease, w)
 }
 
 // xactCommits reads the transactions committed in the database of dsn so far.
@@ -370,7 +467,7 @@ func TestSharedSeatWaitersLookForASeatOneAtATime(t *testing.T) {
 	clock := clockwork.NewRealClock()
 	dsn := pgtest.Database(t)
 	st := openSeats(t, dsn, clock)
-	heldByOther(t, st, clock)
+	heldByOther(t, st)
 	seats := &inFlightSeats{SharedSeats: st}
 	const waiters = 100
 	var shared atomic.Pointer[Shared]

@@ -54,7 +54,7 @@ func TestSharedSeatsHoldAcrossReplicas(t *testing.T) {
 	clock := storetest.NewClock()
 	reps := replicas(t, 3, clock)
 	warm(t, reps, 8)
-	until := clock.Now().Add(30 * time.Second)
+	const lease = 30 * time.Second
 	var won atomic.Int32
 	var winners sync.Map
 	var wg sync.WaitGroup
@@ -63,7 +63,7 @@ func TestSharedSeatsHoldAcrossReplicas(t *testing.T) {
 		wg.Go(func() {
 			<-start // all at once, so that counting and taking overlap
 			seat := fmt.Sprintf("seat%d", i)
-			ok, err := reps[i%3].AcquireSeat("model", seat, fmt.Sprintf("r%d", i%3), 5, until)
+			ok, err := reps[i%3].AcquireSeat("model", seat, fmt.Sprintf("r%d", i%3), 5, lease, store.SeatWaiter{})
 			if err != nil {
 				t.Error(err)
 			}
@@ -75,25 +75,47 @@ func TestSharedSeatsHoldAcrossReplicas(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
+	for i, r := range reps { // the losers stand in the fleet's line until they give up
+		if err := r.WithdrawWaiter("model", fmt.Sprintf("r%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if won.Load() != 5 || count(t, reps[0], `SELECT count(*) FROM seats`) != 5 {
 		t.Fatalf("%d seats won, %d rows; want 5 of 5", won.Load(), count(t, reps[0], `SELECT count(*) FROM seats`))
 	}
-	if ok, err := reps[1].AcquireSeat("model", "late", "r1", 5, until); ok || err != nil {
+	if ok, err := reps[1].AcquireSeat("model", "late", "r1", 5, lease, store.SeatWaiter{}); ok || err != nil {
 		t.Fatalf("a sixth seat: %v %v", ok, err)
 	}
-	if ok, err := reps[1].AcquireSeat("other", "late", "r1", 5, until); !ok || err != nil {
+	if ok, err := reps[1].AcquireSeat("other", "late", "r1", 5, lease, store.SeatWaiter{}); !ok || err != nil {
 		t.Fatalf("a seat of another pool: %v %v", ok, err)
 	}
 	var held string
 	winners.Range(func(k, _ any) bool { held = k.(string); return false })
-	if ok, err := reps[2].AcquireSeat("model", held, "r2", 5, until); !ok || err != nil {
+	if ok, err := reps[2].AcquireSeat("model", held, "r2", 5, lease, store.SeatWaiter{}); !ok || err != nil {
 		t.Fatalf("taking a held seat again (a renewal): %v %v", ok, err)
 	}
 	if err := reps[2].ReleaseSeat("model", held); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := reps[1].AcquireSeat("model", "late", "r1", 5, until); !ok || err != nil {
+	if ok, err := reps[1].AcquireSeat("model", "late", "r1", 5, lease, store.SeatWaiter{}); !ok || err != nil {
 		t.Fatalf("after a release: %v %v", ok, err)
+	}
+}
+
+// seatLease is the lease of a seat that a test lets lapse: seats lapse on the database's clock,
+// so such a test waits for it in real time.
+const seatLease = time.Second
+
+// afterLease waits until the seats taken before it with seatLease have lapsed on the database's
+// clock: a lease begins when the statement that takes the seat runs.
+func afterLease() { time.Sleep(seatLease + 100*time.Millisecond) }
+
+// acquireSeat has st take seat of pool "model" (of limit) for worker, failing the test unless
+// the answer is want.
+func acquireSeat(t *testing.T, st *Store, seat, worker string, limit int, lease time.Duration, want bool) {
+	t.Helper()
+	if ok, err := st.AcquireSeat("model", seat, worker, limit, lease, store.SeatWaiter{}); ok != want || err != nil {
+		t.Fatalf("%s takes %s: %v %v, want %v", worker, seat, ok, err, want)
 	}
 }
 
@@ -103,27 +125,20 @@ func TestDeadReplicasSeatsLapse(t *testing.T) {
 	clock := storetest.NewClock()
 	reps := replicas(t, 2, clock)
 	dead, live := reps[0], reps[1]
-	acquire := func(s *Store, seat, worker string, want bool) {
-		t.Helper()
-		if ok, err := s.AcquireSeat("model", seat, worker, 4, clock.Now().Add(30*time.Second)); ok != want || err != nil {
-			t.Fatalf("%s takes %s: %v %v, want %v", worker, seat, ok, err, want)
-		}
-	}
 	for _, seat := range []string{"d1", "d2", "d3"} {
-		acquire(dead, seat, "dead", true)
+		acquireSeat(t, dead, seat, "dead", 4, seatLease, true)
 	}
-	acquire(live, "l1", "live", true)
-	acquire(live, "l2", "live", false)
-	clock.Advance(20 * time.Second)
-	if renewed, err := live.RenewSeats("model", "live", []string{"l1"}, clock.Now().Add(30*time.Second)); err != nil || !slices.Equal(renewed, []string{"l1"}) {
+	acquireSeat(t, live, "l1", "live", 4, seatLease, true)
+	acquireSeat(t, live, "l2", "live", 4, seatLease, false)
+	if renewed, err := live.RenewSeats("model", "live", []string{"l1"}, time.Minute); err != nil || !slices.Equal(renewed, []string{"l1"}) {
 		t.Fatalf("renewing l1: %v %v", renewed, err)
 	}
-	clock.Advance(15 * time.Second) // dead's seats lapsed 5s ago, live's hold for 15s more
+	afterLease() // dead's seats lapsed; live's renewed one holds for a minute
 	for _, seat := range []string{"l2", "l3", "l4"} {
-		acquire(live, seat, "live", true)
+		acquireSeat(t, live, seat, "live", 4, time.Minute, true)
 	}
-	acquire(live, "l5", "live", false)
-	if renewed, err := dead.RenewSeats("model", "dead", []string{"d1", "d2", "d3"}, clock.Now().Add(time.Minute)); err != nil || len(renewed) != 0 {
+	acquireSeat(t, live, "l5", "live", 4, time.Minute, false)
+	if renewed, err := dead.RenewSeats("model", "dead", []string{"d1", "d2", "d3"}, time.Minute); err != nil || len(renewed) != 0 {
 		t.Fatalf("a late renewal: renewed %v %v, want none", renewed, err)
 	}
 	if n := count(t, live, `SELECT count(*) FROM seats WHERE worker = 'dead'`); n != 0 {
@@ -139,32 +154,58 @@ func TestSeatWhoseReleaseWasLostLapsesWhileItsWorkerRenewsTheOthers(t *testing.T
 	clock := storetest.NewClock()
 	reps := replicas(t, 2, clock)
 	a, b := reps[0], reps[1]
-	const lease = time.Second
 	for _, seat := range []string{"held", "lost"} {
-		if ok, err := a.AcquireSeat("model", seat, "a", 2, clock.Now().Add(lease)); !ok || err != nil {
-			t.Fatalf("a takes %s: %v %v", seat, ok, err)
-		}
+		acquireSeat(t, a, seat, "a", 2, seatLease, true)
 	}
-	// "lost" is never released; a renews what its calls hold, three times a lease, for five.
-	for range 15 {
-		clock.Advance(lease / 3)
-		renewed, err := a.RenewSeats("model", "a", []string{"held"}, clock.Now().Add(lease))
-		if err != nil || !slices.Equal(renewed, []string{"held"}) {
-			t.Fatalf("renewing the held seat: %v %v", renewed, err)
-		}
+	// "lost" is never released; a renews what its calls hold.
+	if renewed, err := a.RenewSeats("model", "a", []string{"held"}, time.Minute); err != nil || !slices.Equal(renewed, []string{"held"}) {
+		t.Fatalf("renewing the held seat: %v %v", renewed, err)
 	}
-	if ok, err := b.AcquireSeat("model", "b1", "b", 2, clock.Now().Add(lease)); !ok || err != nil {
-		t.Fatalf("b after the lost seat's lease: %v %v; want the lost seat's place", ok, err)
-	}
-	if ok, err := b.AcquireSeat("model", "b2", "b", 2, clock.Now().Add(lease)); ok || err != nil {
-		t.Fatalf("b takes a third seat of two: %v %v", ok, err)
-	}
-	renewed, err := a.RenewSeats("model", "a", []string{"held", "lost"}, clock.Now().Add(lease))
+	afterLease()
+	acquireSeat(t, b, "b1", "b", 2, time.Minute, true) // the lost seat's place
+	acquireSeat(t, b, "b2", "b", 2, time.Minute, false)
+	renewed, err := a.RenewSeats("model", "a", []string{"held", "lost"}, time.Minute)
 	if err != nil || !slices.Equal(renewed, []string{"held"}) {
 		t.Fatalf("renewing both: renewed %v %v; want only the held seat", renewed, err)
 	}
 	if n := count(t, a, `SELECT count(*) FROM seats WHERE worker = 'a'`); n != 1 {
 		t.Fatalf("a holds %d seats, want 1", n)
+	}
+}
+
+// Seats are leased on the database's clock: a replica whose clock runs ten minutes ahead does
+// not take a seat a live replica holds, nor count it lapsed; one whose clock runs ten minutes
+// behind does not keep a seat past its lease, and its late renewal does not revive it.
+func TestReplicaWithASkewedClockNeitherStealsNorKeepsASeat(t *testing.T) {
+	dsn := pgtest.Database(t)
+	ahead, behind := storetest.NewClock(), storetest.NewClock()
+	ahead.Advance(10 * time.Minute)
+	behind.Advance(-10 * time.Minute)
+	live := openTest(t, dsn, Options{Now: storetest.NewClock().Now})
+	fast := openTest(t, dsn, Options{Now: ahead.Now})
+	slow := openTest(t, dsn, Options{Now: behind.Now})
+
+	acquireSeat(t, live, "live", "live", 1, time.Minute, true)
+	acquireSeat(t, fast, "fast", "fast", 1, time.Minute, false)
+	if err := fast.WithdrawWaiter("model", "fast"); err != nil { // it gives up
+		t.Fatal(err)
+	}
+	if n, err := fast.SeatsHeld("model"); n != 1 || err != nil {
+		t.Fatalf("seats held, as the replica ahead reads them: %d %v; want the live one", n, err)
+	}
+	if err := live.ReleaseSeat("model", "live"); err != nil {
+		t.Fatal(err)
+	}
+
+	acquireSeat(t, slow, "slow", "slow", 1, seatLease, true)
+	acquireSeat(t, live, "live", "live", 1, time.Minute, false)
+	afterLease()
+	if n, err := slow.SeatsHeld("model"); n != 0 || err != nil {
+		t.Fatalf("seats held past their lease, as the replica behind reads them: %d %v; want none", n, err)
+	}
+	acquireSeat(t, live, "live", "live", 1, time.Minute, true)
+	if renewed, err := slow.RenewSeats("model", "slow", []string{"slow"}, time.Minute); err != nil || len(renewed) != 0 {
+		t.Fatalf("the replica behind renewing its lapsed seat: %v %v; want none renewed", renewed, err)
 	}
 }
 
@@ -220,10 +261,8 @@ func TestSweepForgetsIdleTurnsAndLapsedSeats(t *testing.T) {
 	if _, err := st.Transition("op_0", store.Change{To: store.StatusSucceeded, Holder: "w"}); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := st.AcquireSeat("model", "s1", "w", 1, clock.Now().Add(time.Second)); !ok || err != nil {
-		t.Fatalf("seat: %v %v", ok, err)
-	}
-	clock.Advance(2 * time.Second)
+	acquireSeat(t, st, "s1", "w", 1, seatLease, true)
+	afterLease()
 	stats, err := st.Sweep()
 	if err != nil || stats.Turns != 1 || stats.Seats != 1 {
 		t.Fatalf("sweep: %+v %v, want 1 turn and 1 seat", stats, err)

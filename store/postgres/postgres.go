@@ -30,8 +30,9 @@ type Options struct {
 	// time. Without it, a pooled store does not migrate (ErrMigrationsNeedSession) and its
 	// replica polls for work.
 	DirectDSN string
-	// Now is the clock; nil means time.Now. Replicas compare leases on their own clocks, so they
-	// must agree to well within `takeover` (NTP does).
+	// Now is the clock; nil means time.Now. Replicas compare operations' leases on their own
+	// clocks, so they must agree to well within `takeover` (NTP does); shared seats are leased on
+	// the database's clock instead (seats.go).
 	Now func() time.Time
 	// Timeout bounds each call; past it the call fails with store.ErrUnavailable. Zero: 5s.
 	Timeout time.Duration

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,6 +13,19 @@ import (
 // Seats shared by the replicas on one database (capacity `shared N`, docs/backends.md): a seat is
 // a row held by a worker until a time it renews; a replica that dies stops renewing, and its
 // seats lapse and stop counting.
+//
+// A seat's lease is set and read on the database's clock (clock_timestamp(), the time of the
+// statement rather than of its transaction), never on a replica's: replicas whose clocks
+// disagree still agree on which seats are live, so a replica running ahead cannot take a live
+// seat, nor one running behind keep a lapsed one. The replicas send lengths of time only.
+
+// seatLive is the condition of a live seat, on the database's clock.
+const seatLive = `until > clock_timestamp()`
+
+// leaseEnd is the end of a lease of $n microseconds begun now on the database's clock.
+func leaseEnd(n int) string {
+	return fmt.Sprintf(`clock_timestamp() + $%d * interval '1 microsecond'`, n)
+}
 
 // seatLockClass is the first key of the two-key advisory lock that serializes acquisitions in one
 // pool (hashtext(pool) is the second); two-key locks never collide with the one-key locks of
@@ -21,39 +35,93 @@ const seatLockClass int32 = 0x6d756c6c
 // The Store shares seats between replicas.
 var _ store.SharedSeats = (*Store)(nil)
 
-// AcquireSeat takes one of limit seats of pool for worker until `until`; false when limit live
-// seats are held (see store.SharedSeats). Taking a seat already held renews it.
-func (s *Store) AcquireSeat(pool, seat, worker string, limit int, until time.Time) (bool, error) {
+// waiterLease is how long a worker's place in a pool's order outlives its last look: many of
+// its looks (every 20 ms while it has waiters), so a replica that died, or stopped looking,
+// holds back the others' waiters only this long.
+const waiterLease = time.Second
+
+// AcquireSeat takes one of limit seats of pool for worker for lease, for its call w, in the
+// fleet's order; false when limit live seats are held or the free ones are due to better calls
+// of other workers (see store.SharedSeats). Taking a seat already held renews it.
+func (s *Store) AcquireSeat(pool, seat, worker string, limit int, lease time.Duration, w store.SeatWaiter) (bool, error) {
 	got := false
 	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
 		// Counting then inserting is a race between two replicas unless they take turns.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, seatLockClass, pool); err != nil {
 			return err
 		}
-		now := s.now()
-		if _, err := tx.Exec(ctx, `DELETE FROM seats WHERE pool = $1 AND until <= $2`, pool, now); err != nil {
+		if _, err := tx.Exec(ctx, `DELETE FROM seats WHERE pool = $1 AND NOT `+seatLive, pool); err != nil {
 			return err
 		}
 		var held int
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM seats WHERE pool = $1 AND seat <> $2`, pool, seat).Scan(&held); err != nil {
+		var renewal bool // the seat is already held: it keeps its place, whoever waits
+		if err := tx.QueryRow(ctx, `SELECT count(*) FILTER (WHERE seat <> $2), coalesce(bool_or(seat = $2), false)
+			FROM seats WHERE pool = $1`, pool, seat).Scan(&held, &renewal); err != nil {
 			return err
 		}
 		if held >= limit {
-			return nil
+			return standInLine(ctx, tx, pool, worker, w)
+		}
+		if !renewal {
+			if err := standInLine(ctx, tx, pool, worker, w); err != nil {
+				return err
+			}
+			if due, err := dueToOthers(ctx, tx, pool, worker, limit-held); due || err != nil {
+				return err
+			}
 		}
 		got = true
-		_, err := tx.Exec(ctx, `INSERT INTO seats (pool, seat, worker, until) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (pool, seat) DO UPDATE SET worker = $3, until = $4`, pool, seat, worker, until)
+		_, err := tx.Exec(ctx, `INSERT INTO seats (pool, seat, worker, until) VALUES ($1, $2, $3, `+leaseEnd(4)+`)
+			ON CONFLICT (pool, seat) DO UPDATE SET worker = $3, until = EXCLUDED.until`, pool, seat, worker, lease.Microseconds())
 		return err
 	})
 	return got, err
+}
+
+// dueToOthers reports whether the free seats of pool are due to better calls of other workers
+// than worker's (more urgent, then waiting longer) that stand in line; when they are not,
+// worker's call is served and leaves the line (its next look, should it have another call
+// waiting, stands in line again).
+func dueToOthers(ctx context.Context, tx pgx.Tx, pool, worker string, free int) (bool, error) {
+	var ahead int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM seat_waiters a, seat_waiters me
+		WHERE a.pool = $1 AND me.pool = $1 AND me.worker = $2 AND a.worker <> $2
+		AND (a.urgency, a.since, a.worker) < (me.urgency, me.since, me.worker)`, pool, worker).Scan(&ahead); err != nil {
+		return false, err
+	}
+	if ahead >= free {
+		return true, nil
+	}
+	_, err := tx.Exec(ctx, `DELETE FROM seat_waiters WHERE pool = $1 AND worker = $2`, pool, worker)
+	return false, err
+}
+
+// standInLine notes worker's call w in pool's order, forgetting the places of workers that
+// stopped looking.
+func standInLine(ctx context.Context, tx pgx.Tx, pool, worker string, w store.SeatWaiter) error {
+	if _, err := tx.Exec(ctx, `DELETE FROM seat_waiters WHERE pool = $1 AND until <= clock_timestamp()`, pool); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO seat_waiters (pool, worker, urgency, since, until)
+		VALUES ($1, $2, $3, clock_timestamp() - $4 * interval '1 microsecond', `+leaseEnd(5)+`)
+		ON CONFLICT (pool, worker) DO UPDATE SET urgency = EXCLUDED.urgency, since = EXCLUDED.since, until = EXCLUDED.until`,
+		pool, worker, store.ClampUrgency(w.Urgency), w.Waited.Microseconds(), waiterLease.Microseconds())
+	return err
+}
+
+// WithdrawWaiter takes worker's call out of pool's order (see store.SharedSeats).
+func (s *Store) WithdrawWaiter(pool, worker string) error {
+	return s.query(func(ctx context.Context, db querier) error {
+		_, err := db.Exec(ctx, `DELETE FROM seat_waiters WHERE pool = $1 AND worker = $2`, pool, worker)
+		return err
+	})
 }
 
 // SeatsHeld counts pool's live seats, held by any replica (see store.SharedSeats).
 func (s *Store) SeatsHeld(pool string) (int, error) {
 	var n int
 	err := s.query(func(ctx context.Context, db querier) error {
-		return db.QueryRow(ctx, `SELECT count(*) FROM seats WHERE pool = $1 AND until > $2`, pool, s.now()).Scan(&n)
+		return db.QueryRow(ctx, `SELECT count(*) FROM seats WHERE pool = $1 AND `+seatLive, pool).Scan(&n)
 	})
 	return n, err
 }
@@ -66,14 +134,14 @@ func (s *Store) ReleaseSeat(pool, seat string) error {
 	})
 }
 
-// RenewSeats extends those of seats that worker holds in pool and that are still live until
-// `until`, and returns them (see store.SharedSeats). A seat that already lapsed is not revived:
-// another replica may have taken its place.
-func (s *Store) RenewSeats(pool, worker string, seats []string, until time.Time) ([]string, error) {
+// RenewSeats extends by lease those of seats that worker holds in pool and that are still live,
+// and returns them (see store.SharedSeats). A seat that already lapsed is not revived: another
+// replica may have taken its place.
+func (s *Store) RenewSeats(pool, worker string, seats []string, lease time.Duration) ([]string, error) {
 	var renewed []string
 	err := s.query(func(ctx context.Context, db querier) error {
-		rows, err := db.Query(ctx, `UPDATE seats SET until = $4 WHERE pool = $1 AND worker = $2 AND seat = ANY($3) AND until > $5
-			RETURNING seat`, pool, worker, seats, until, s.now())
+		rows, err := db.Query(ctx, `UPDATE seats SET until = `+leaseEnd(4)+`
+			WHERE pool = $1 AND worker = $2 AND seat = ANY($3) AND `+seatLive+` RETURNING seat`, pool, worker, seats, lease.Microseconds())
 		if err != nil {
 			return err
 		}
