@@ -72,29 +72,14 @@ func (lr *loopRunner) acceptWith(t *testing.T, id string, ex store.Execution, he
 
 func (lr *loopRunner) queue(t *testing.T, op *store.Operation, header http.Header, body string) {
 	t.Helper()
-	op.Scope, op.Status, op.Version, op.Method, op.Path = "s", store.StatusQueued, 1, "POST", chatPath
-	op.SubmittedAt, op.Retention, op.Urgency = lr.clock.Now(), time.Hour, store.DefaultUrgency
-	req := &store.Request{Method: "POST", URL: chatPath, Host: "gateway.test", Header: header.Clone(), Body: []byte(body)}
-	if req.Header == nil {
-		req.Header = http.Header{}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if _, err := lr.st.AcceptOperation(op, req, nil); err != nil {
-		t.Fatal(err)
-	}
+	testkit.QueueChat(t, lr.st, op, lr.clock.Now(), header, body)
 	lr.Accepted()
 }
 
 // await waits for operation id to reach a final status, and returns it.
 func (lr *loopRunner) await(t *testing.T, id string) *store.Operation {
 	t.Helper()
-	var op *store.Operation
-	testkit.WaitFor(t, 30*time.Second, "operation "+id+" final", func() bool {
-		got, err := lr.st.GetOperation(id)
-		op = got
-		return err == nil && got.Status.Final()
-	})
-	return op
+	return testkit.AwaitFinal(t, lr.st, id)
 }
 
 // testExecution is how the operations of these tests run: timeout and retries as given.

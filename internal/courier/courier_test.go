@@ -258,7 +258,7 @@ func TestAttemptDuringConfigureKeepsItsRetryWait(t *testing.T) {
 	close(held.release)
 	<-configured
 	c.Kick()
-	receive(t, calls, "the first attempt")
+	testkit.Receive(t, calls, "the first attempt")
 	ev := awaitEvent(t, st, "evt_op_1", "the 503 recorded", func(ev *store.Event) bool { return ev.Attempts >= 1 })
 	c.Kick()
 	select {
@@ -268,17 +268,5 @@ func TestAttemptDuringConfigureKeepsItsRetryWait(t *testing.T) {
 	}
 	if ev, _ = st.GetEvent("evt_op_1"); ev.Attempts != 1 || ev.NextAttempt.Sub(clock.Now()) != 30*time.Second {
 		t.Fatalf("after the 503: %d attempts, due in %v; want 1, due in 30s", ev.Attempts, ev.NextAttempt.Sub(clock.Now()))
-	}
-}
-
-// receive waits, bounded, for what ch brings.
-func receive[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(10 * time.Second):
-		t.Fatalf("not within 10s: %s", what)
-		panic("unreachable")
 	}
 }

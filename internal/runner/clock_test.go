@@ -82,29 +82,14 @@ func (lr *loopRunner) acceptWith(t *testing.T, id string, ex store.Execution, he
 
 func (lr *loopRunner) queue(t *testing.T, op *store.Operation, header http.Header, body string) {
 	t.Helper()
-	op.Scope, op.Status, op.Version, op.Method, op.Path = "s", store.StatusQueued, 1, "POST", chatPath
-	op.SubmittedAt, op.Retention, op.Urgency = lr.clock.Now(), time.Hour, store.DefaultUrgency
-	req := &store.Request{Method: "POST", URL: chatPath, Host: "gateway.test", Header: header.Clone(), Body: []byte(body)}
-	if req.Header == nil {
-		req.Header = http.Header{}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if _, err := lr.st.AcceptOperation(op, req, nil); err != nil {
-		t.Fatal(err)
-	}
+	testkit.QueueChat(t, lr.st, op, lr.clock.Now(), header, body)
 	lr.Accepted()
 }
 
 // await waits for operation id to reach a final status, and returns it.
 func (lr *loopRunner) await(t *testing.T, id string) *store.Operation {
 	t.Helper()
-	var op *store.Operation
-	testkit.WaitFor(t, 30*time.Second, "operation "+id+" final", func() bool {
-		got, err := lr.st.GetOperation(id)
-		op = got
-		return err == nil && got.Status.Final()
-	})
-	return op
+	return testkit.AwaitFinal(t, lr.st, id)
 }
 
 // testExecution is how the operations of these tests run: timeout and retries as given.
@@ -134,18 +119,6 @@ func awaitWaiting(t *testing.T, clock *clockwork.FakeClock, n int, what string) 
 	defer cancel()
 	if err := clock.BlockUntilContext(ctx, n); err != nil {
 		t.Fatalf("not within 10s: %s (%d timers on the clock)", what, n)
-	}
-}
-
-// receive waits, bounded, for what ch brings.
-func receive[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(10 * time.Second):
-		t.Fatalf("not within 10s: %s", what)
-		panic("unreachable")
 	}
 }
 
@@ -192,7 +165,7 @@ func answeredRetryAfter(t *testing.T, timeout time.Duration) (*loopRunner, *cloc
 	lr := newLoopRunner(t, clock, up, Config{})
 	lr.accept(t, "op_1", testExecution(timeout, 3), nil, chat("retry-after"))
 	lr.ClaimNext()
-	first := receive(t, calls, "the first attempt")
+	first := testkit.Receive(t, calls, "the first attempt")
 	first.answer <- http.StatusServiceUnavailable
 	return lr, clock, calls, first
 }
@@ -209,7 +182,7 @@ func TestUpstreamRetryAfterIsHonouredUpToTheTimeout(t *testing.T) {
 			t.Fatal("retried before the upstream's Retry-After of 11s")
 		}
 		clock.Advance(time.Millisecond)
-		second := receive(t, calls, "the retry at 11s")
+		second := testkit.Receive(t, calls, "the retry at 11s")
 		second.answer <- http.StatusOK
 		if gap := second.at.Sub(first.at); gap != 11*time.Second {
 			t.Fatalf("retried %v after the 503, want 11s", gap)
@@ -239,7 +212,7 @@ func TestRetryableFailuresAreRetriedWithinTheBackoffThenFail(t *testing.T) {
 	lr := newLoopRunner(t, clock, up, Config{})
 	lr.accept(t, "op_1", testExecution(time.Minute, 2), nil, chat("flaky"))
 	lr.ClaimNext()
-	call := receive(t, calls, "the first attempt")
+	call := testkit.Receive(t, calls, "the first attempt")
 	for retry, ceiling := range []time.Duration{500 * time.Millisecond, time.Second} {
 		call.answer <- http.StatusServiceUnavailable
 		awaitWaiting(t, clock, timersBackingOff, "the backoff")
@@ -249,7 +222,7 @@ func TestRetryableFailuresAreRetriedWithinTheBackoffThenFail(t *testing.T) {
 		}
 		clock.Advance(ceiling - retryBase + time.Millisecond)
 		prev := call.at
-		call = receive(t, calls, "a retry within its backoff")
+		call = testkit.Receive(t, calls, "a retry within its backoff")
 		if gap := call.at.Sub(prev); gap < retryBase || gap > ceiling {
 			t.Fatalf("retry %d came %v after the failure, want within [%v, %v]", retry+1, gap, retryBase, ceiling)
 		}
@@ -271,7 +244,7 @@ func TestExecutionStopsOnItsOwnClockBeforeItsLeaseEnds(t *testing.T) {
 	lr := newLoopRunner(t, clock, up, Config{Takeover: takeover}) // not begun: no heartbeat renews
 	lr.accept(t, "op_1", testExecution(time.Minute, 3), nil, chat("held"))
 	lr.ClaimNext()
-	receive(t, calls, "the attempt")
+	testkit.Receive(t, calls, "the attempt")
 	held, err := lr.st.GetOperation("op_1")
 	if err != nil {
 		t.Fatal(err)
@@ -285,7 +258,7 @@ func TestExecutionStopsOnItsOwnClockBeforeItsLeaseEnds(t *testing.T) {
 	default:
 	}
 	clock.Advance(time.Millisecond)
-	at := receive(t, stopped, "the upstream call stopped before the lease ends")
+	at := testkit.Receive(t, stopped, "the upstream call stopped before the lease ends")
 	if !at.Before(held.LeaseUntil) {
 		t.Fatalf("the upstream call ran until %v, past its lease's end at %v", at, held.LeaseUntil)
 	}
@@ -354,7 +327,7 @@ func TestOneExecutionOfAnOperationAtATimeInAProcess(t *testing.T) {
 	t.Cleanup(free) // runs before the runner's cleanup, which waits for the held call
 	lr.accept(t, "op_1", testExecution(time.Minute, 0), nil, chat("twice"))
 	lr.ClaimNext()
-	receive(t, calls, "the first execution's call")
+	testkit.Receive(t, calls, "the first execution's call")
 	clock.Advance(DefaultTakeover + time.Second) // its lease runs out: the expiry cancels it, in vain
 	if _, err := lr.st.Transition("op_1", store.Change{To: store.StatusQueued, Holder: lr.worker, LeaseExpired: true}); err != nil {
 		t.Fatal(err) // as a takeover does once the lease ran out
@@ -369,7 +342,7 @@ func TestOneExecutionOfAnOperationAtATimeInAProcess(t *testing.T) {
 		t.Fatal("the second execution of op_1 does not wait for the first")
 	}
 	free()
-	if ended := receive(t, calls, "the second execution's call"); !ended {
+	if ended := testkit.Receive(t, calls, "the second execution's call"); !ended {
 		t.Fatal("the second execution called the upstream while the first still ran")
 	}
 	if op := lr.await(t, "op_1"); op.Status != store.StatusSucceeded {
@@ -435,7 +408,7 @@ func TestQueueDeadlinesAreReadOnTheRunnersClock(t *testing.T) {
 	if !lr.ClaimNext() {
 		t.Fatal("nothing claimed")
 	}
-	receive(t, calls, "the call of the operation claimed before its deadline").answer <- http.StatusOK
+	testkit.Receive(t, calls, "the call of the operation claimed before its deadline").answer <- http.StatusOK
 	if op := lr.await(t, "op_run"); op.Status != store.StatusSucceeded {
 		t.Fatalf("op_run: %s, want succeeded", op.Status)
 	}

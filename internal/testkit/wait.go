@@ -21,3 +21,16 @@ func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) 
 		every = min(2*every, 50*time.Millisecond) // quick for the common fast case, light for slow ones
 	}
 }
+
+// Receive waits, bounded by 10 s, for what ch brings; the test fails naming what it waited for
+// when nothing comes.
+func Receive[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("not within 10s: %s", what)
+		panic("unreachable")
+	}
+}
