@@ -170,6 +170,9 @@ func (c *converter) accept(w http.ResponseWriter, kr *keyedRequest, st store.Bac
 // storage failed).
 func (c *converter) enqueue(w http.ResponseWriter, kr *keyedRequest, st store.Backend, run *runner.Runner, op *store.Operation, req *store.Request,
 	answer func(*store.Operation, time.Time) store.Response) (resp store.Response, ok bool, err error) {
+	if priorityRefused(w, c.capacity, kr.r.Header.Get("Content-Type"), kr.body) {
+		return resp, false, nil
+	}
 	if n := run.Queued(); n >= int64(c.cfg.Queue) && !c.recorded(kr, st) {
 		countRequest(outcomeQueueFull)
 		apierr.Write(w, apierr.Error{Code: apierr.CodeQueueFull, RetryAfter: 5 * time.Second, Details: map[string]any{"queue": c.cfg.Queue},

@@ -1,9 +1,10 @@
 package module
 
 import (
-	"mime"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"go.uber.org/zap"
 
@@ -17,29 +18,70 @@ import (
 // model server's scale. Only the request that goes upstream changes: the fingerprint and the
 // stored request keep the client's body.
 
-// isJSON reports whether a Content-Type declares JSON.
-func isJSON(contentType string) bool {
-	mt, _, err := mime.ParseMediaType(contentType)
-	return err == nil && (mt == "application/json" || len(mt) > 5 && mt[len(mt)-5:] == "+json")
+// isJSON reports whether a body with Content-Type contentType is sent upstream as JSON. A
+// model server's own check (vLLM's, FastAPI's) reads the media type before any ';', so this
+// does too, and never fails on a parameter it cannot parse; a body with no Content-Type counts
+// as JSON too, so that no body a server might read as JSON carries the client's own priority.
+func isJSON(contentType string, body int64) bool {
+	mt, _, _ := strings.Cut(contentType, ";")
+	mt = strings.ToLower(strings.TrimSpace(mt))
+	if mt == "" {
+		return body != 0
+	}
+	return mt == "application/json" || strings.HasSuffix(mt, "+json")
 }
 
-// passPriorityLive rewrites a live call's body for the upstream, read as the gate reads bodies
-// (max_body, within max_buffered); release gives its bytes back once the call is over. false:
-// it answered (400 for a body declared JSON that is not a JSON object, 413, 503 GATEWAY_BUSY).
+// priorityRefused answers 400 a body declared JSON that pass_priority cannot set a priority in
+// (not a JSON object); false when it answered. The check comes before a call waits for a seat
+// or becomes an operation, so that live calls and operations refuse the same bodies.
+func priorityRefused(w http.ResponseWriter, cfg *CapacityConfig, contentType string, body []byte) bool {
+	if cfg == nil || cfg.PassPriority == "" || !isJSON(contentType, int64(len(body))) {
+		return false
+	}
+	if _, err := capacity.SetBodyPriority(body, 0); err == nil {
+		return false
+	}
+	countRequest(outcomeRejected)
+	apierr.Write(w, apierr.Error{Code: apierr.CodeInvalidRequest,
+		Message: "The request body is declared JSON but is not a JSON object."})
+	return true
+}
+
+// passPriorityLive rewrites a live call's body for the upstream. A body the gate holds already
+// (a keyed call's) is read from memory; any other is read as the gate reads bodies (max_body,
+// within max_buffered), and release gives its bytes back once the call is over. false: it
+// answered (400 for a body declared JSON that is not a JSON object, 413, 503 GATEWAY_BUSY).
 func (h *Handler) passPriorityLive(w http.ResponseWriter, r *http.Request, a seatAsk) (_ *http.Request, release func(), ok bool) {
 	mode := h.Capacity.PassPriority
-	if mode == "" || r.Body == nil || r.Body == http.NoBody || !isJSON(r.Header.Get("Content-Type")) {
+	if mode == "" || r.Body == nil || r.Body == http.NoBody || !isJSON(r.Header.Get("Content-Type"), r.ContentLength) {
 		return r, func() {}, true
 	}
 	w.Header().Set(headerRequestID, r.Header.Get(headerRequestID))
-	body, reserved, err := h.gate.readBody(w, r, h.bodies, newReqLog(h.logger, zap.String("request_id", r.Header.Get(headerRequestID))))
-	_ = r.Body.Close()
-	if err != nil {
-		return nil, nil, false
+	var body []byte
+	var err error
+	release = func() {}
+	if r.GetBody != nil { // the gate's copy (setBody): a server's own request has none
+		rc, gerr := r.GetBody()
+		if gerr == nil {
+			body, err = io.ReadAll(rc)
+		} else {
+			err = gerr
+		}
+	} else {
+		var reserved int64
+		body, reserved, err = h.gate.readBody(w, r, h.bodies, newReqLog(h.logger, zap.String("request_id", r.Header.Get(headerRequestID))))
+		_ = r.Body.Close()
+		if err != nil {
+			return nil, nil, false
+		}
+		release = func() { h.bodies.give(reserved) }
 	}
-	release = func() { h.bodies.give(reserved) }
-	if body, err = capacity.SetBodyPriority(body, capacity.UpstreamPriority(mode, storedUrgency(a))); err != nil {
+	if err == nil {
+		body, err = capacity.SetBodyPriority(body, capacity.UpstreamPriority(mode, storedUrgency(a)))
+	}
+	if err != nil {
 		release()
+		countRequest(outcomeRejected)
 		apierr.Write(w, apierr.Error{Code: apierr.CodeInvalidRequest,
 			Message: "The request body is declared JSON but is not a JSON object."})
 		return nil, nil, false
@@ -59,7 +101,7 @@ func (p *seatPool) passPriorityStored(op *store.Operation, req *store.Request) *
 	p.mu.Lock()
 	mode := p.cfg.PassPriority
 	p.mu.Unlock()
-	if mode == "" || req == nil || !isJSON(req.Header.Get("Content-Type")) {
+	if mode == "" || req == nil || !isJSON(req.Header.Get("Content-Type"), int64(len(req.Body))) {
 		return req
 	}
 	body, err := capacity.SetBodyPriority(req.Body, capacity.UpstreamPriority(mode, store.ClampUrgency(op.Urgency)))

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -148,5 +149,54 @@ func TestCapacityPassPriorityOnBatchLines(t *testing.T) {
 		if p != "-4" {
 			t.Fatalf("a batch line reached the model server with priority %s, want -4 (u=7)", p)
 		}
+	}
+}
+
+// A Content-Type a model server reads as JSON though mime.ParseMediaType refuses it (vLLM and
+// FastAPI read the media type before any ';'), or none at all, still gets the gateway's
+// priority: the client's own never reaches the model server.
+func TestPassPriorityReadsTheMediaTypeAsModelServersDo(t *testing.T) {
+	g, b := startPriority(t, "vllm")
+	for _, ct := range []string{"application/json; charset", "application/json; a=1; a=1", "Application/JSON"} {
+		r := g.post(chatPath, "", `{"priority":-100,"model":"demo","messages":[]}`, "Content-Type", ct)
+		if r.err != nil || r.StatusCode != http.StatusOK {
+			t.Fatalf("%q: %v %d %s", ct, r.err, r.StatusCode, r.body)
+		}
+		if got, _ := b.last(); got != "0" {
+			t.Errorf("Content-Type %q: priority %s upstream, want 0", ct, got)
+		}
+	}
+}
+
+// A body encoding/json refuses but a model server's parser may take (a UTF-8 BOM, NaN) is
+// refused 400 when it would become an operation, as on the live path: it never goes upstream
+// with the client's own priority.
+func TestPassPriorityRefusesAnOperationsBodyItCannotSet(t *testing.T) {
+	g, b := startPriority(t, "vllm")
+	for i, body := range []string{"\xef\xbb\xbf{\"priority\":-100,\"model\":\"demo\",\"messages\":[]}",
+		`{"priority":-100,"model":"demo","messages":[],"temperature":NaN}`} {
+		r := g.post(chatPath, "bom"+string(rune('a'+i)), body, "Prefer", "respond-async")
+		if r.err != nil || r.StatusCode != http.StatusBadRequest {
+			t.Fatalf("body %d: %v %d %s; want 400", i, r.err, r.StatusCode, r.body)
+		}
+		expectError(t, r, http.StatusBadRequest, apierr.CodeInvalidRequest, false)
+	}
+	if got, raw := b.last(); raw != nil {
+		t.Fatalf("a refused body reached the model server (priority %s)", got)
+	}
+}
+
+// A keyed call's body, which the gate holds already, is not counted a second time against
+// max_buffered: with max_buffered = max_body, a body over half of it goes through.
+func TestPassPriorityCountsAKeyedBodyOnce(t *testing.T) {
+	b := &bodies{}
+	g := startGatewayWith(t, gatewaySetup{wrap: b.wrap, globals: "log {\n level ERROR\n }",
+		mulligan: "idempotency {\n max_body 1KiB\n max_buffered 1KiB\n}\ncapacity {\n limit 2\n pass_priority vllm\n}"})
+	body := `{"model":"demo","messages":[],"pad":"` + strings.Repeat("x", 700) + `"}`
+	if r := g.post(chatPath, "", body); r.StatusCode != http.StatusOK {
+		t.Fatalf("unkeyed: %d %s", r.StatusCode, r.body)
+	}
+	if r := g.post(chatPath, "k-once", body); r.StatusCode != http.StatusOK {
+		t.Fatalf("keyed, on an idle gateway: %d %s", r.StatusCode, r.body)
 	}
 }

@@ -60,13 +60,13 @@ func (s *Store) AcquireSeat(pool, seat, worker string, limit int, lease time.Dur
 			return err
 		}
 		if held >= limit {
-			return standInLine(ctx, tx, pool, worker, w)
+			return standInLine(ctx, tx, pool, worker, limit, w)
 		}
 		if !renewal {
-			if err := standInLine(ctx, tx, pool, worker, w); err != nil {
+			if err := standInLine(ctx, tx, pool, worker, limit, w); err != nil {
 				return err
 			}
-			if due, err := dueToOthers(ctx, tx, pool, worker, limit-held); due || err != nil {
+			if due, err := dueToOthers(ctx, tx, pool, worker, held, limit-held); due || err != nil {
 				return err
 			}
 		}
@@ -79,14 +79,16 @@ func (s *Store) AcquireSeat(pool, seat, worker string, limit int, lease time.Dur
 }
 
 // dueToOthers reports whether the free seats of pool are due to better calls of other workers
-// than worker's (more urgent, then waiting longer) that stand in line; when they are not,
+// than worker's (more urgent, then waiting longer) that stand in line and could take one now
+// (their replica's limit is above the held seats: replicas whose `shared N` differ, during a
+// reload rolling through the fleet, hold back no seat they cannot take); when they are not,
 // worker's call is served and leaves the line (its next look, should it have another call
 // waiting, stands in line again).
-func dueToOthers(ctx context.Context, tx pgx.Tx, pool, worker string, free int) (bool, error) {
+func dueToOthers(ctx context.Context, tx pgx.Tx, pool, worker string, held, free int) (bool, error) {
 	var ahead int
 	if err := tx.QueryRow(ctx, `SELECT count(*) FROM seat_waiters a, seat_waiters me
-		WHERE a.pool = $1 AND me.pool = $1 AND me.worker = $2 AND a.worker <> $2
-		AND (a.urgency, a.since, a.worker) < (me.urgency, me.since, me.worker)`, pool, worker).Scan(&ahead); err != nil {
+		WHERE a.pool = $1 AND me.pool = $1 AND me.worker = $2 AND a.worker <> $2 AND a.seat_limit > $3
+		AND (a.urgency, a.since, a.worker) < (me.urgency, me.since, me.worker)`, pool, worker, held).Scan(&ahead); err != nil {
 		return false, err
 	}
 	if ahead >= free {
@@ -96,16 +98,18 @@ func dueToOthers(ctx context.Context, tx pgx.Tx, pool, worker string, free int) 
 	return false, err
 }
 
-// standInLine notes worker's call w in pool's order, forgetting the places of workers that
-// stopped looking.
-func standInLine(ctx context.Context, tx pgx.Tx, pool, worker string, w store.SeatWaiter) error {
+// standInLine notes worker's call w in pool's order, at its urgency aged by its wait as the
+// queue ages it (store.EffectiveUrgency), with the worker's limit, forgetting the places of
+// workers that stopped looking.
+func standInLine(ctx context.Context, tx pgx.Tx, pool, worker string, limit int, w store.SeatWaiter) error {
 	if _, err := tx.Exec(ctx, `DELETE FROM seat_waiters WHERE pool = $1 AND until <= clock_timestamp()`, pool); err != nil {
 		return err
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO seat_waiters (pool, worker, urgency, since, until)
-		VALUES ($1, $2, $3, clock_timestamp() - $4 * interval '1 microsecond', `+leaseEnd(5)+`)
-		ON CONFLICT (pool, worker) DO UPDATE SET urgency = EXCLUDED.urgency, since = EXCLUDED.since, until = EXCLUDED.until`,
-		pool, worker, store.ClampUrgency(w.Urgency), w.Waited.Microseconds(), waiterLease.Microseconds())
+	_, err := tx.Exec(ctx, `INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, until)
+		VALUES ($1, $2, $3, $4, clock_timestamp() - $5 * interval '1 microsecond', `+leaseEnd(6)+`)
+		ON CONFLICT (pool, worker) DO UPDATE SET urgency = EXCLUDED.urgency, seat_limit = EXCLUDED.seat_limit,
+			since = EXCLUDED.since, until = EXCLUDED.until`,
+		pool, worker, store.EffectiveUrgency(store.ClampUrgency(w.Urgency), w.Waited), limit, w.Waited.Microseconds(), waiterLease.Microseconds())
 	return err
 }
 

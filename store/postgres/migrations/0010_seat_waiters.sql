@@ -6,7 +6,8 @@
 CREATE TABLE seat_waiters (
     pool    text NOT NULL,
     worker  text NOT NULL,
-    urgency smallint NOT NULL,
+    urgency smallint NOT NULL,    -- aged as the queue ages it (store.EffectiveUrgency)
+    seat_limit integer NOT NULL,  -- the replica's `shared N`: it can take a seat only while fewer are held
     since   timestamptz NOT NULL, -- when its call came, on the database's clock
     until   timestamptz NOT NULL, -- forgotten after, should its replica stop looking
     PRIMARY KEY (pool, worker)
