@@ -200,3 +200,16 @@ func TestPassPriorityCountsAKeyedBodyOnce(t *testing.T) {
 		t.Fatalf("keyed, on an idle gateway: %d %s", r.StatusCode, r.body)
 	}
 }
+
+// The operator puts background responses at u=5; an untrusted caller's forged Priority: u=0
+// does not lift its own response past the operator's choice, so the model server is told u=5.
+func TestUntrustedPriorityDoesNotRaiseTheOperatorsResponseUrgency(t *testing.T) {
+	up, b := &respUpstream{}, &bodies{}
+	g := startGatewayWith(t, gatewaySetup{wrap: func(h http.Handler) http.Handler { return b.wrap(up.wrap(h)) },
+		mulligan: "responses /v1 {\n urgency 5\n}\ncapacity {\n limit 2\n pass_priority vllm\n}"})
+	o := g.createResponse(t, `{"model":"m1","input":"hi","background":true}`, append([]string{"Priority", "u=0"}, alice...)...)
+	g.awaitResponse(t, o.ID, alice...)
+	if got, _ := b.last(); got != "2" {
+		t.Fatalf("priority %s upstream for an untrusted u=0 under the operator's urgency 5; want 2", got)
+	}
+}

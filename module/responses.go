@@ -164,15 +164,26 @@ func (a *respCall) newResponse(kr *keyedRequest, c responses.Create) *store.Oper
 	op := a.h.conv.newOperation(kr, store.StatusQueued)
 	op.ID, op.Kind, op.Echo, op.Type = newID("resp_", op.SubmittedAt), responses.Kind, c.Echo, cfg.path()
 	op.Retention = time.Duration(cfg.Retention)
-	if cfg.Urgency != nil && len(kr.r.Header.Values("Priority")) == 0 {
-		op.Urgency = *cfg.Urgency // the operator's
-	} // else the urgency newOperation gave it: the caller's only as far as it is trusted (queueAsk)
+	if cfg.Urgency != nil && !a.trustedUrgency(kr, op.SubmittedAt) {
+		// The operator's, which an untrusted caller's Priority may lower, never raise (a
+		// trusted class's urgency is newOperation's, as for any operation).
+		op.Urgency = max(*cfg.Urgency, op.Urgency)
+		if len(kr.r.Header.Values("Priority")) == 0 {
+			op.Urgency = *cfg.Urgency
+		}
+	}
 	op.Exec.Timeout, op.Exec.MaxResult = time.Duration(cfg.Timeout), cfg.MaxResult
 	op.Exec.Events = nil
 	if op.Callback != nil {
 		op.Exec.Events = responses.WebhookTypes
 	}
 	return op
+}
+
+// trustedUrgency reports whether the create's urgency is a trusted class's (docs/capacity.md).
+func (a *respCall) trustedUrgency(kr *keyedRequest, now time.Time) bool {
+	c := a.h.conv.capacity
+	return c != nil && c.ask(kr.r, kr.scope, now).Trusted
 }
 
 // createdAnswer is the answer to a create, as sent and recorded for its key: the response
