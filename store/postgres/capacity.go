@@ -236,8 +236,8 @@ func timeOrNull(t time.Time) *time.Time {
 }
 
 // sweepCapacity forgets the turns of scopes left without queued or running work (their next work
-// starts afresh, as on Badger) and deletes lapsed seats (on the database's clock, which leases
-// them), a batch of each, and the places in line of replicas that stopped looking.
+// starts afresh, as on Badger), a batch of them, and deletes lapsed seats (on the database's clock,
+// which leases them) and the places in line of replicas that stopped looking, those no look holds.
 func sweepCapacity(ctx context.Context, tx pgx.Tx) (turns, seats int64, err error) {
 	tag, err := tx.Exec(ctx, `DELETE FROM queue_turns WHERE scope IN (SELECT t.scope FROM queue_turns t
 		WHERE NOT EXISTS (SELECT 1 FROM operations o WHERE o.scope = t.scope AND o.status IN ('queued', 'running')) LIMIT $1)`, sweepBatch)
@@ -245,11 +245,11 @@ func sweepCapacity(ctx context.Context, tx pgx.Tx) (turns, seats int64, err erro
 		return 0, 0, err
 	}
 	turns = tag.RowsAffected()
-	tag, err = tx.Exec(ctx, `DELETE FROM seats WHERE ctid IN (SELECT ctid FROM seats WHERE NOT `+seatLive+` LIMIT $1) AND NOT `+seatLive, sweepBatch)
+	tag, err = tx.Exec(ctx, clearLapsed("seats", "NOT "+seatLive)) // a replica's look clears its pool's too
 	if err != nil {
 		return turns, 0, err
 	}
 	seats = tag.RowsAffected()
-	_, err = tx.Exec(ctx, `DELETE FROM seat_waiters WHERE until <= clock_timestamp()`) // one row per replica and pool
+	_, err = tx.Exec(ctx, clearLapsed("seat_waiters", "NOT "+waiterLive)) // one row per replica and pool
 	return turns, seats, err
 }

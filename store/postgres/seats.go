@@ -22,6 +22,19 @@ import (
 // seatLive is the condition of a live seat, on the database's clock.
 const seatLive = `until > clock_timestamp()`
 
+// waiterLive is the condition of a place in line whose replica still looks (seat_waiters).
+const waiterLive = `until > clock_timestamp()`
+
+// clearLapsed deletes the rows of table that match lapsed and that no other transaction holds.
+// Clearing lapsed rows never waits for a row lock: every replica's look and the sweep clear
+// them, each in its own order, and two that each held a row the other wanted next would
+// deadlock (PostgreSQL then fails one of them). A row skipped is cleared by a later look;
+// what counts rows counts only live ones meanwhile.
+func clearLapsed(table, lapsed string) string {
+	return `DELETE FROM ` + table + ` WHERE ctid = ANY(ARRAY(SELECT ctid FROM ` + table + ` WHERE ` + lapsed +
+		` FOR UPDATE SKIP LOCKED)) AND ` + lapsed
+}
+
 // leaseEnd is the end of a lease of $n microseconds begun now on the database's clock.
 func leaseEnd(n int) string {
 	return fmt.Sprintf(`clock_timestamp() + $%d * interval '1 microsecond'`, n)
@@ -43,74 +56,83 @@ const waiterLease = time.Second
 // AcquireSeat takes one of limit seats of pool for worker for lease, for its call w, in the
 // fleet's order; false when limit live seats are held or the free ones are due to better calls
 // of other workers (see store.SharedSeats). Taking a seat already held renews it.
+//
+// Counting then inserting is a race between two replicas unless they take turns, so a look
+// holds the pool's advisory lock; it sends its statements in two or three round trips after
+// taking it (batches), so that the lock is held briefly and places in line (one second) do not
+// lapse while another replica waits for it.
 func (s *Store) AcquireSeat(pool, seat, worker string, limit int, lease time.Duration, w store.SeatWaiter) (bool, error) {
 	got := false
 	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
-		// Counting then inserting is a race between two replicas unless they take turns.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, seatLockClass, pool); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM seats WHERE pool = $1 AND NOT `+seatLive, pool); err != nil {
-			return err
-		}
+		got = false
+		var look pgx.Batch
+		look.Queue(`SELECT pg_advisory_xact_lock($1, hashtext($2))`, seatLockClass, pool)
+		look.Queue(clearLapsed("seats", "pool = $1 AND NOT "+seatLive), pool)
+		look.Queue(clearLapsed("seat_waiters", "pool = $1 AND NOT "+waiterLive), pool)
 		var held int
 		var renewal bool // the seat is already held: it keeps its place, whoever waits
-		if err := tx.QueryRow(ctx, `SELECT count(*) FILTER (WHERE seat <> $2), coalesce(bool_or(seat = $2), false)
-			FROM seats WHERE pool = $1`, pool, seat).Scan(&held, &renewal); err != nil {
+		look.Queue(`SELECT count(*) FILTER (WHERE seat <> $2), coalesce(bool_or(seat = $2), false)
+			FROM seats WHERE pool = $1 AND `+seatLive, pool, seat).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&held, &renewal)
+		})
+		if err := tx.SendBatch(ctx, &look).Close(); err != nil {
 			return err
 		}
 		if held >= limit {
-			return standInLine(ctx, tx, pool, worker, limit, w)
+			_, err := tx.Exec(ctx, `INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, until)
+				VALUES ($1, $2, $3, $4, clock_timestamp() - $5 * interval '1 microsecond', `+leaseEnd(6)+`)`+placeInLine,
+				pool, worker, lineUrgency(w), limit, w.Waited.Microseconds(), waiterLease.Microseconds())
+			return err
 		}
 		if !renewal {
-			if err := standInLine(ctx, tx, pool, worker, limit, w); err != nil {
-				return err
-			}
-			if due, err := dueToOthers(ctx, tx, pool, worker, held, limit-held); due || err != nil {
+			if due, err := dueToOthers(ctx, tx, pool, worker, held, limit, w); due || err != nil {
 				return err
 			}
 		}
 		got = true
-		_, err := tx.Exec(ctx, `INSERT INTO seats (pool, seat, worker, until) VALUES ($1, $2, $3, `+leaseEnd(4)+`)
+		var take pgx.Batch
+		if !renewal { // served: it leaves the line
+			take.Queue(`DELETE FROM seat_waiters WHERE pool = $1 AND worker = $2`, pool, worker)
+		}
+		take.Queue(`INSERT INTO seats (pool, seat, worker, until) VALUES ($1, $2, $3, `+leaseEnd(4)+`)
 			ON CONFLICT (pool, seat) DO UPDATE SET worker = $3, until = EXCLUDED.until`, pool, seat, worker, lease.Microseconds())
-		return err
+		return tx.SendBatch(ctx, &take).Close()
 	})
 	return got, err
 }
 
-// dueToOthers reports whether the free seats of pool are due to better calls of other workers
-// than worker's (more urgent, then waiting longer) that stand in line and could take one now
-// (their replica's limit is above the held seats: replicas whose `shared N` differ, during a
-// reload rolling through the fleet, hold back no seat they cannot take); when they are not,
-// worker's call is served and leaves the line (its next look, should it have another call
-// waiting, stands in line again).
-func dueToOthers(ctx context.Context, tx pgx.Tx, pool, worker string, held, free int) (bool, error) {
-	var ahead int
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM seat_waiters a, seat_waiters me
-		WHERE a.pool = $1 AND me.pool = $1 AND me.worker = $2 AND a.worker <> $2 AND a.seat_limit > $3
-		AND (a.urgency, a.since, a.worker) < (me.urgency, me.since, me.worker)`, pool, worker, held).Scan(&ahead); err != nil {
-		return false, err
-	}
-	if ahead >= free {
-		return true, nil
-	}
-	_, err := tx.Exec(ctx, `DELETE FROM seat_waiters WHERE pool = $1 AND worker = $2`, pool, worker)
-	return false, err
+// placeInLine completes an insert of a worker's place in a pool's line: a worker has one place,
+// which each of its looks moves to its latest call waiting.
+const placeInLine = `
+	ON CONFLICT (pool, worker) DO UPDATE SET urgency = EXCLUDED.urgency, seat_limit = EXCLUDED.seat_limit,
+		since = EXCLUDED.since, until = EXCLUDED.until`
+
+// lineUrgency is w's urgency in the fleet's line: aged by its wait as the queue ages it
+// (store.EffectiveUrgency).
+func lineUrgency(w store.SeatWaiter) int {
+	return store.EffectiveUrgency(store.ClampUrgency(w.Urgency), w.Waited)
 }
 
-// standInLine notes worker's call w in pool's order, at its urgency aged by its wait as the
-// queue ages it (store.EffectiveUrgency), with the worker's limit, forgetting the places of
-// workers that stopped looking.
-func standInLine(ctx context.Context, tx pgx.Tx, pool, worker string, limit int, w store.SeatWaiter) error {
-	if _, err := tx.Exec(ctx, `DELETE FROM seat_waiters WHERE pool = $1 AND until <= clock_timestamp()`, pool); err != nil {
-		return err
+// dueToOthers stands worker's call w in pool's line, and reports whether the free seats of pool
+// are due to better calls of other workers (more urgent, then waiting longer) that stand in
+// line and could take one now (their replica's limit is above the held seats: replicas whose
+// `shared N` differ, during a reload rolling through the fleet, hold back no seat they cannot
+// take); when they are not, worker's call is served and leaves the line (its next look, should
+// it have another call waiting, stands in line again). One statement: the count sees the line
+// as it was before worker's place moved, which is all but worker's own place.
+func dueToOthers(ctx context.Context, tx pgx.Tx, pool, worker string, held, limit int, w store.SeatWaiter) (bool, error) {
+	var ahead int
+	if err := tx.QueryRow(ctx, `WITH me AS (
+			INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, until)
+			VALUES ($1, $2, $3, $4, clock_timestamp() - $5 * interval '1 microsecond', `+leaseEnd(6)+`)`+placeInLine+`
+			RETURNING urgency, since, worker)
+		SELECT count(*) FROM seat_waiters a, me
+		WHERE a.pool = $1 AND a.worker <> $2 AND a.seat_limit > $7 AND a.`+waiterLive+`
+		AND (a.urgency, a.since, a.worker) < (me.urgency, me.since, me.worker)`,
+		pool, worker, lineUrgency(w), limit, w.Waited.Microseconds(), waiterLease.Microseconds(), held).Scan(&ahead); err != nil {
+		return false, err
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, until)
-		VALUES ($1, $2, $3, $4, clock_timestamp() - $5 * interval '1 microsecond', `+leaseEnd(6)+`)
-		ON CONFLICT (pool, worker) DO UPDATE SET urgency = EXCLUDED.urgency, seat_limit = EXCLUDED.seat_limit,
-			since = EXCLUDED.since, until = EXCLUDED.until`,
-		pool, worker, store.EffectiveUrgency(store.ClampUrgency(w.Urgency), w.Waited), limit, w.Waited.Microseconds(), waiterLease.Microseconds())
-	return err
+	return ahead >= limit-held, nil
 }
 
 // WithdrawWaiter takes worker's call out of pool's order (see store.SharedSeats).

@@ -1,8 +1,12 @@
 package postgres
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/storetest"
@@ -53,5 +57,57 @@ func TestLineAgesUrgencyAsTheQueueDoes(t *testing.T) {
 	}
 	if ok, _ := b.AcquireSeat("model", "b1", "B", 1, time.Minute, store.SeatWaiter{Urgency: 3}); ok {
 		t.Fatal("a fresh u=3 call went ahead of a u=7 call aged an hour (EffectiveUrgency 3, waited longer)")
+	}
+}
+
+// Clearing away lapsed places in line and lapsed seats never waits for a row another
+// transaction holds: while one (the sweep, or another replica's look) has locked a lapsed row
+// and goes on to the next, a replica's look for a seat still answers, and the sweep too. Before,
+// both deleted every lapsed row they saw, each in its own order, and two of them could each hold
+// the row the other wanted next: PostgreSQL broke the deadlock by failing one, and the call
+// waiting for a seat was answered 503.
+func TestClearingLapsedRowsNeverWaitsForAnotherTransaction(t *testing.T) {
+	reps := replicas(t, 1, storetest.NewClock())
+	s := reps[0]
+	ctx := context.Background()
+	if _, err := s.pool.Exec(ctx, `INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, until) VALUES
+		('model', 'gone-a', 3, 1, now() - interval '1 hour', now() - interval '1 minute'),
+		('model', 'gone-b', 3, 1, now() - interval '1 hour', now() - interval '1 minute');
+		INSERT INTO seats (pool, seat, worker, until) VALUES ('model', 'lapsed', 'gone-a', now() - interval '1 minute')`); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx)
+	// Another transaction midway through clearing: it holds one lapsed place and the lapsed seat.
+	if _, err := holder.Exec(ctx, `DELETE FROM seat_waiters WHERE worker = 'gone-a';
+		DELETE FROM seats WHERE seat = 'lapsed'`); err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan error, 2)
+	go func() {
+		ok, err := s.AcquireSeat("model", "mine", "me", 1, time.Minute, store.SeatWaiter{Urgency: 3})
+		if err == nil && !ok {
+			err = errors.New("no seat, with none live")
+		}
+		answered <- err
+	}()
+	go func() {
+		answered <- s.do(func(ctx context.Context, tx pgx.Tx) error {
+			_, _, err := sweepCapacity(ctx, tx)
+			return err
+		})
+	}()
+	for range 2 {
+		select {
+		case err := <-answered:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("a look for a seat, or the sweep, waits for a lapsed row another transaction holds")
+		}
 	}
 }
