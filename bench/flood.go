@@ -48,6 +48,25 @@ var floodKinds = []string{floodSync, floodAsync, floodMixed, floodFastError, flo
 // server's latency.
 const mixedSpread = 15
 
+// mixedLength is how many times the model server's latency flood call i of the mixed flood takes.
+func mixedLength(i int) int { return 1 + (i*7)%mixedSpread }
+
+// answerTokens is how many tokens the model server answers a chatBody of two words with
+// ("You said: flood 12"): the length of a call that takes its latency.
+const answerTokens = 4
+
+// floodBody is the body of flood call i of kind. The mixed flood's calls are generations of
+// different lengths, as on a real model server: max_tokens in proportion to the time they take,
+// so that their usage says how long they are (a model server's time per output token is about
+// the same for every call; the interactive calls' answers are answerTokens long).
+func floodBody(kind string, i int) []byte {
+	body := chatBody(fmt.Sprint("flood ", i))
+	if kind == floodMixed {
+		return fmt.Appendf(body[:len(body)-1], `,"max_tokens":%d}`, answerTokens*mixedLength(i))
+	}
+	return body
+}
+
 // noiseEvery paces the fast-error flood's instant 400s.
 const noiseEvery = 20 * time.Millisecond
 
@@ -55,7 +74,7 @@ const noiseEvery = 20 * time.Millisecond
 func floodHeaders(kind string, i int, latency time.Duration) []string {
 	switch kind {
 	case floodMixed:
-		length := latency * time.Duration(1+(i*7)%mixedSpread)
+		length := latency * time.Duration(mixedLength(i))
 		return []string{"Authorization", floodTenant, "Priority", "u=7", "X-Mock-Latency", length.String()}
 	case floodForged:
 		return []string{"Authorization", floodTenant, "Priority", "u=0"}
@@ -118,6 +137,9 @@ func (h *harness) flood(ctx context.Context) error {
 	defer client.CloseIdleConnections()
 	unloaded := map[string]time.Duration{}
 	for _, kind := range floodKinds {
+		if len(h.cfg.Floods) > 0 && !slices.Contains(h.cfg.Floods, kind) {
+			continue
+		}
 		for _, s := range sides {
 			row := FloodRow{Flood: kind, Side: s.name, Missing: s.missing}
 			if kind == floodAsync && !s.mulligan { // whether or not the side started: it has no operations
@@ -244,7 +266,7 @@ func (r *floodRun) sendFlood(ctx context.Context) {
 // syncFloodCall is one held-open flood call.
 func (r *floodRun) syncFloodCall(ctx context.Context, at time.Time, i int) {
 	r.issued.Add(1)
-	resp, body, err := send(ctx, r.client, http.MethodPost, r.base+chatPath, chatBody(fmt.Sprint("flood ", i)),
+	resp, body, err := send(ctx, r.client, http.MethodPost, r.base+chatPath, floodBody(r.kind, i),
 		floodHeaders(r.kind, i, r.h.cfg.FloodLatency)...)
 	if err == nil {
 		err = expectStatus(resp, body, http.StatusOK)

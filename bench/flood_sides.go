@@ -41,11 +41,11 @@ const (
 // it, these 64 runners, as an operator who did not know the slot count would set them).
 const floodAsyncBlock = "\t\tasync {\n\t\t\tconcurrency 64\n\t\t}\n"
 
-// floodCapacityBlock is the capacity of the capacity side: the default adaptive limit, long
-// enough a wait that a held-open flood call is served rather than refused, and a queue deadline
-// far beyond the flood's drain time, so that no flood work is dropped and the flood's throughput
+// floodCapacityBlock is the capacity of the capacity side: the default adaptive limit, and a
+// wait for a seat and a queue deadline far beyond the flood's drain time (the mixed flood's is
+// about two minutes at full speed; HAProxy's queue waits as long), so that no flood work is dropped and the flood's throughput
 // is comparable across sides.
-const floodCapacityBlock = "\t\tcapacity {\n\t\t\tlimit auto 1 64\n\t\t\twait 60s\n\t\t\tmax_queue_wait 10m\n\t\t}\n"
+const floodCapacityBlock = "\t\tcapacity {\n\t\t\tlimit auto 1 64\n\t\t\twait 10m\n\t\t\tmax_queue_wait 10m\n\t\t}\n"
 
 // startFloodSides starts every side in front of upstream. A side that cannot start (HAProxy not
 // installed, a build without the capacity block) is kept with the reason; any other failure

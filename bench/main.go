@@ -12,7 +12,8 @@
 //	go run ./bench -postgres postgres://... -replicas 3  # 3 gateways on the database, load spread
 //	go run ./bench -postgres postgres://... -pooled postgres://...  # also one through PgBouncer
 //	go run ./bench -scenarios streams            # SSE: first event, throughput, 1,000 live streams
-//	go run ./bench -scenarios flood              # capacity: interactive calls during a flood, ~4 minutes
+//	go run ./bench -scenarios flood              # capacity: interactive calls during a flood, ~12 minutes
+//	go run ./bench -scenarios flood -floods mixed  # one of the floods only
 //	go run ./bench -scenarios pace               # keyed streams at a model server's pace: first event added
 //
 // All traffic stays on 127.0.0.1. The processes it starts are stopped when it ends, also on
@@ -112,6 +113,8 @@ type Config struct {
 	FloodLatency time.Duration
 	// FloodEvery is how often the interactive tenant sends a call during a flood.
 	FloodEvery time.Duration
+	// Floods names the floods to run (flood.go's floodKinds); empty runs them all.
+	Floods []string
 	// ProfileDir, when set, receives CPU, block and mutex profiles of each Mulligan gateway
 	// during the first round of each scenario (bench/profile.go), and the batch scenario's
 	// heap profiles at the end of each phase.
@@ -156,8 +159,10 @@ func main() {
 	flag.IntVar(&cfg.FloodSlots, "flood-slots", cfg.FloodSlots, "slots of the flood scenario's model server")
 	flag.DurationVar(&cfg.FloodLatency, "flood-latency", cfg.FloodLatency, "time of one call on the flood scenario's model server")
 	flag.DurationVar(&cfg.FloodEvery, "flood-every", cfg.FloodEvery, "interval of the interactive calls during a flood")
+	floods := flag.String("floods", "", "the floods of the flood scenario to run, comma-separated ("+strings.Join(floodKinds, ", ")+"); all when empty")
 	flag.Parse()
 	cfg.Scenarios = splitList(scenarios)
+	cfg.Floods = splitList(*floods)
 	cfg.Progress = os.Stderr
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -199,6 +204,11 @@ func (c Config) validate() error {
 	case c.FloodCalls < 1 || c.FloodSlots < 1 || c.FloodLatency <= 0 || c.FloodEvery <= 0:
 		return fmt.Errorf("-flood-calls, -flood-slots, -flood-latency and -flood-every must be positive")
 	}
+	for _, f := range c.Floods {
+		if !slices.Contains(floodKinds, f) {
+			return fmt.Errorf("-floods: no flood %q (there are %s)", f, strings.Join(floodKinds, ", "))
+		}
+	}
 	for _, f := range []struct{ flag, dsn string }{{"-postgres", c.Postgres}, {"-pooled", c.Pooled}} {
 		if f.dsn == "" {
 			continue
@@ -231,6 +241,9 @@ func (c Config) flagLine() string {
 	}
 	if slices.Contains(c.Scenarios, ScenarioFlood) {
 		line += fmt.Sprintf(" -flood-calls %d -flood-slots %d -flood-latency %s -flood-every %s", c.FloodCalls, c.FloodSlots, c.FloodLatency, c.FloodEvery)
+		if len(c.Floods) > 0 {
+			line += " -floods " + strings.Join(c.Floods, ",")
+		}
 	}
 	if slices.Contains(c.Scenarios, ScenarioPace) {
 		line += fmt.Sprintf(" -pace-rate %g -pace-stream %s", c.PaceRate, c.PaceStream)

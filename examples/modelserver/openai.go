@@ -2,6 +2,7 @@ package modelserver
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
@@ -30,6 +31,8 @@ const (
 	defaultDimensions = 8
 	// maxDimensions caps the "dimensions" request field.
 	maxDimensions = 4096
+	// maxGeneratedTokens caps the "max_tokens" request field.
+	maxGeneratedTokens = 32768
 )
 
 // modelRequest is a parsed, validated model request.
@@ -38,6 +41,7 @@ type modelRequest struct {
 	model        string
 	stream       bool
 	answer       string   // chat / completion text
+	finish       string   // its finish_reason: "stop", or "length" when max_tokens set its length
 	promptTokens int      // whitespace-separated words in the input
 	inputs       []string // embedding inputs
 	dimensions   int
@@ -48,9 +52,11 @@ type modelRequest struct {
 }
 
 type chatRequest struct {
-	Model    string        `json:"model"`
-	Messages []chatMessage `json:"messages"`
-	Stream   bool          `json:"stream"`
+	Model               string        `json:"model"`
+	Messages            []chatMessage `json:"messages"`
+	Stream              bool          `json:"stream"`
+	MaxTokens           *int          `json:"max_tokens"`
+	MaxCompletionTokens *int          `json:"max_completion_tokens"`
 }
 
 type chatMessage struct {
@@ -59,9 +65,10 @@ type chatMessage struct {
 }
 
 type completionRequest struct {
-	Model  string          `json:"model"`
-	Prompt json.RawMessage `json:"prompt"`
-	Stream bool            `json:"stream"`
+	Model     string          `json:"model"`
+	Prompt    json.RawMessage `json:"prompt"`
+	Stream    bool            `json:"stream"`
+	MaxTokens *int            `json:"max_tokens"`
 }
 
 type embeddingRequest struct {
@@ -77,7 +84,8 @@ func parseRequest(k kind, body []byte) (*modelRequest, error) {
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return nil, errors.New("We could not parse the JSON body of your request: expected a JSON object")
 	}
-	req := &modelRequest{kind: k}
+	req := &modelRequest{kind: k, finish: "stop"}
+	var maxTokens *int
 	switch k {
 	case kindChat:
 		var cr chatRequest
@@ -94,6 +102,7 @@ func parseRequest(k kind, body []byte) (*modelRequest, error) {
 			}
 		}
 		req.answer = echo(last)
+		maxTokens = cmp.Or(cr.MaxCompletionTokens, cr.MaxTokens)
 	case kindCompletion:
 		var cr completionRequest
 		if err := decode(body, &cr); err != nil {
@@ -103,6 +112,7 @@ func parseRequest(k kind, body []byte) (*modelRequest, error) {
 		prompt := strings.Join(stringList(cr.Prompt), " ")
 		req.promptTokens = len(strings.Fields(prompt))
 		req.answer = echo(prompt)
+		maxTokens = cr.MaxTokens
 	case kindResponse:
 		if err := parseResponses(body, req); err != nil {
 			return nil, err
@@ -124,6 +134,13 @@ func parseRequest(k kind, body []byte) (*modelRequest, error) {
 		if req.dimensions > maxDimensions {
 			return nil, fmt.Errorf("dimensions must be at most %d", maxDimensions)
 		}
+	}
+	if maxTokens != nil {
+		n := *maxTokens
+		if n < 1 || n > maxGeneratedTokens {
+			return nil, fmt.Errorf("max_tokens must be from 1 to %d, got %d", maxGeneratedTokens, n)
+		}
+		req.answer, req.finish = generate(req.answer, n), "length"
 	}
 	if req.model == "" {
 		req.model = DefaultModel
@@ -209,6 +226,25 @@ func echo(text string) string {
 		words = append(words[:maxAnswerWords:maxAnswerWords], "...")
 	}
 	return "You said: " + strings.Join(words, " ")
+}
+
+// filler is what a generation of max_tokens words goes on with after the echo.
+var filler = strings.Fields("and then the model went on generating tokens until it reached its limit")
+
+// generate is a generation of exactly n words, as a model that runs until max_tokens: the
+// echoed answer, cut or continued with filler, so that the answer's length (its
+// usage.completion_tokens, its number of chunks) is the one the caller asked for.
+func generate(answer string, n int) string {
+	words := strings.Fields(answer)
+	if len(words) >= n {
+		return strings.Join(words[:n], " ")
+	}
+	out := make([]string, n)
+	copy(out, words)
+	for i := len(words); i < n; i++ {
+		out[i] = filler[(i-len(words))%len(filler)]
+	}
+	return strings.Join(out, " ")
 }
 
 type usage struct {
@@ -317,7 +353,7 @@ func (r *modelRequest) response(n, created int64) any {
 		u := r.usage()
 		return textCompletion{
 			ID: r.id(n), Object: "text_completion", Created: created, Model: r.model,
-			Choices: []textChoice{{Text: r.answer, FinishReason: ptr("stop")}},
+			Choices: []textChoice{{Text: r.answer, FinishReason: ptr(r.finish)}},
 			Usage:   &u,
 		}
 	case kindEmbedding:
@@ -332,7 +368,7 @@ func (r *modelRequest) response(n, created int64) any {
 	default:
 		return chatCompletion{
 			ID: r.id(n), Object: "chat.completion", Created: created, Model: r.model,
-			Choices: []chatChoice{{Message: chatOutput{Role: "assistant", Content: r.answer}, FinishReason: "stop"}},
+			Choices: []chatChoice{{Message: chatOutput{Role: "assistant", Content: r.answer}, FinishReason: r.finish}},
 			Usage:   r.usage(),
 		}
 	}
@@ -340,7 +376,7 @@ func (r *modelRequest) response(n, created int64) any {
 
 // chunks is the streamed answer of execution n: one chunk per word of the
 // answer (concatenated they give the answer), the last one with
-// finish_reason "stop".
+// the request's finish_reason.
 func (r *modelRequest) chunks(n, created int64) []any {
 	words := strings.Fields(r.answer)
 	out := make([]any, len(words))
@@ -350,7 +386,7 @@ func (r *modelRequest) chunks(n, created int64) []any {
 		}
 		var finish *string
 		if i == len(words)-1 {
-			finish = ptr("stop")
+			finish = ptr(r.finish)
 		}
 		if r.kind == kindCompletion {
 			out[i] = textCompletion{

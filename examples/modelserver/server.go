@@ -20,6 +20,11 @@
 // were (BusySlotTime, Utilisation), and each answer says in X-Queue-Wait how
 // long it waited for its slot.
 //
+// A request's max_tokens (max_completion_tokens for chat) sets the length of its generation, as
+// on a model that runs to its limit: the answer has exactly that many words, usage counts them
+// and the finish reason is "length". With X-Mock-Latency in proportion, a bench gets calls of
+// different lengths whose usage says how long they are, as a real model server's does.
+//
 // Per-request behaviour can be forced with the X-Mock-* request headers
 // (see the Header* constants), and random failures can be injected with
 // Config.FailRate.

@@ -656,3 +656,53 @@ func TestManyConcurrentRequests(t *testing.T) {
 		}
 	}
 }
+
+// max_tokens sets the length of a generation, as on a model that runs to its limit: the answer
+// has exactly that many words, usage says so and the finish reason is "length"; streamed, one
+// chunk per word. A value a model server refuses is a 400, without the latency.
+func TestMaxTokensSetsTheGenerationsLength(t *testing.T) {
+	_, ts := newServer(t, modelserver.Config{})
+	for _, c := range []struct {
+		body string
+		want string
+	}{
+		{`{"messages":[{"role":"user","content":"hello world"}],"max_tokens":2}`, "You said:"},
+		{`{"messages":[{"role":"user","content":"hi"}],"max_completion_tokens":6}`, "You said: hi and then the"},
+		{`{"messages":[{"role":"user","content":"hi"}],"max_tokens":1,"max_completion_tokens":5}`, "You said: hi and then"},
+	} {
+		resp, b := post(t, ts, "/v1/chat/completions", c.body, nil)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: status %d: %s", c.body, resp.StatusCode, b)
+		}
+		cr := decodeChat(t, b)
+		n := len(strings.Fields(c.want))
+		if cr.Choices[0].Message.Content != c.want || cr.Choices[0].FinishReason != "length" || cr.Usage.CompletionTokens != n {
+			t.Errorf("%s: answered %q, finish %q, usage %+v; want %q of %d tokens, length",
+				c.body, cr.Choices[0].Message.Content, cr.Choices[0].FinishReason, cr.Usage, c.want, n)
+		}
+	}
+	resp, err := ts.Client().Post(ts.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"stream":true,"max_tokens":40,"messages":[{"role":"user","content":"alpha"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := readSSE(t, resp.Body, nil)
+	resp.Body.Close()
+	if len(events) != 41 || !strings.Contains(events[39].data, `"finish_reason":"length"`) {
+		t.Errorf("streamed max_tokens 40: %d events, last chunk %s", len(events), events[len(events)-2].data)
+	}
+	for _, body := range []string{
+		`{"messages":[],"max_tokens":0}`,
+		`{"messages":[],"max_tokens":-3}`,
+		`{"messages":[],"max_tokens":100000}`,
+		`{"messages":[],"max_tokens":"ten"}`,
+	} {
+		if resp, b := post(t, ts, "/v1/chat/completions", body, nil); resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: status %d, want 400: %s", body, resp.StatusCode, b)
+		}
+	}
+	resp, b := post(t, ts, "/v1/completions", `{"prompt":"say","max_tokens":3}`, nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"text":"You said: say"`) || !strings.Contains(string(b), `"completion_tokens":3`) {
+		t.Errorf("completions max_tokens 3: %d %s", resp.StatusCode, b)
+	}
+}
