@@ -58,11 +58,11 @@ func (c *converter) callbackFor(w http.ResponseWriter, r *http.Request, bodyURL 
 		if raw == "" {
 			return nil, true
 		}
-	} else if ep, target, ok := c.webhooks.callbackFor(raw); ok {
+	} else if ep, target, ok := c.webhooks.CallbackFor(raw); ok {
 		if ep == nil {
 			return nil, true
 		}
-		return &store.Callback{Endpoint: ep.name, URL: target}, true
+		return &store.Callback{Endpoint: ep.Name, URL: target}, true
 	}
 	apierr.Write(w, apierr.Error{Code: apierr.CodeCallbackNotAllow, Details: map[string]any{"callback_url": raw},
 		Message: "The callback URL matches no configured webhook endpoint."})
@@ -100,7 +100,7 @@ func (c *converter) execution() *store.Execution {
 	ex := &store.Execution{Timeout: time.Duration(c.cfg.Timeout), Retries: *c.cfg.Retries, RetryOn: c.cfg.RetryOn,
 		MaxResult: c.cfg.MaxResult, OnCrash: c.cfg.OnCrash, Prefix: c.prefix}
 	if c.webhooks != nil {
-		ex.Events = c.webhooks.cfg.Events
+		ex.Events = c.webhooks.Settings.Events
 	}
 	return ex
 }

@@ -123,7 +123,7 @@ func (c *CapacityConfig) unmarshalClass(d *caddyfile.Dispenser) error {
 			return d.Errf("unrecognized class subdirective %q", d.Val())
 		}
 	}
-	if err := cl.validate(); err != nil {
+	if err := cl.Validate(); err != nil {
 		return d.Err(err.Error())
 	}
 	c.Classes = append(c.Classes, cl)

@@ -106,12 +106,12 @@ func (c *CapacityConfig) validate() error {
 	if !capacity.ValidPassPriority(c.PassPriority) {
 		return fmt.Errorf("capacity: pass_priority must be vllm or sglang, got %q", c.PassPriority)
 	}
-	if err := validateFairKey(c.FairKey); err != nil {
+	if err := capacity.ValidateFairKey(c.FairKey); err != nil {
 		return err
 	}
 	seen := map[string]bool{}
 	for i := range c.Classes {
-		if err := c.Classes[i].validate(); err != nil {
+		if err := c.Classes[i].Validate(); err != nil {
 			return err
 		}
 		if seen[c.Classes[i].Name] {

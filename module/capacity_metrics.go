@@ -69,7 +69,7 @@ func (seatCollector) Collect(ch chan<- prometheus.Metric) {
 		for u, n := range s.Waiting {
 			ch <- prometheus.MustNewConstMetric(descSeatWaiting, prometheus.GaugeValue, float64(n), p.label, strconv.Itoa(u))
 		}
-		if ss := p.sharedSnapshot(); ss != nil {
+		if ss := p.SharedSnapshot(); ss != nil {
 			ch <- prometheus.MustNewConstMetric(descSharedLimit, prometheus.GaugeValue, float64(ss.Limit), p.label)
 			ch <- prometheus.MustNewConstMetric(descSharedHeld, prometheus.GaugeValue, float64(ss.Held), p.label, "replica")
 			if ss.Fleet != nil {
@@ -79,7 +79,7 @@ func (seatCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(descSharedWait, prometheus.GaugeValue, float64(n), p.label, strconv.Itoa(u))
 			}
 		}
-		if p.watching() {
+		if p.Watching() {
 			fresh := 0.0
 			if s.Server != nil {
 				fresh = 1
@@ -124,10 +124,10 @@ func capacityStats(st store.Backend, where string) map[string]any {
 		return nil
 	}
 	replica := map[string]seatSnapshot{}
-	shared := map[string]*sharedSnapshot{}
+	shared := map[string]any{}
 	for _, p := range pools {
 		replica[p.label] = p.Snapshot()
-		if ss := p.sharedSnapshot(); ss != nil {
+		if ss := p.SharedSnapshot(); ss != nil {
 			shared[p.label] = ss
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"go.uber.org/zap"
 
@@ -14,28 +13,15 @@ import (
 )
 
 // Passing urgency upstream (docs/capacity.md): with pass_priority, the top-level "priority"
-// field of a JSON body sent upstream is set to the trusted urgency (storedUrgency) in the
+// field of a JSON body sent upstream is set to the trusted urgency (capacity.Ask.Stored) in the
 // model server's scale. Only the request that goes upstream changes: the fingerprint and the
 // stored request keep the client's body.
-
-// isJSON reports whether a body with Content-Type contentType is sent upstream as JSON. A
-// model server's own check (vLLM's, FastAPI's) reads the media type before any ';', so this
-// does too, and never fails on a parameter it cannot parse; a body with no Content-Type counts
-// as JSON too, so that no body a server might read as JSON carries the client's own priority.
-func isJSON(contentType string, body int64) bool {
-	mt, _, _ := strings.Cut(contentType, ";")
-	mt = strings.ToLower(strings.TrimSpace(mt))
-	if mt == "" {
-		return body != 0
-	}
-	return mt == "application/json" || strings.HasSuffix(mt, "+json")
-}
 
 // priorityRefused answers 400 a body declared JSON that pass_priority cannot set a priority in
 // (not a JSON object); false when it answered. The check comes before a call waits for a seat
 // or becomes an operation, so that live calls and operations refuse the same bodies.
 func priorityRefused(w http.ResponseWriter, cfg *CapacityConfig, contentType string, body []byte) bool {
-	if cfg == nil || cfg.PassPriority == "" || !isJSON(contentType, int64(len(body))) {
+	if cfg == nil || cfg.PassPriority == "" || !capacity.IsJSON(contentType, int64(len(body))) {
 		return false
 	}
 	if _, err := capacity.SetBodyPriority(body, 0); err == nil {
@@ -53,7 +39,7 @@ func priorityRefused(w http.ResponseWriter, cfg *CapacityConfig, contentType str
 // answered (400 for a body declared JSON that is not a JSON object, 413, 503 GATEWAY_BUSY).
 func (h *Handler) passPriorityLive(w http.ResponseWriter, r *http.Request, a seatAsk) (_ *http.Request, release func(), ok bool) {
 	mode := h.Capacity.PassPriority
-	if mode == "" || r.Body == nil || r.Body == http.NoBody || !isJSON(r.Header.Get("Content-Type"), r.ContentLength) {
+	if mode == "" || r.Body == nil || r.Body == http.NoBody || !capacity.IsJSON(r.Header.Get("Content-Type"), r.ContentLength) {
 		return r, func() {}, true
 	}
 	w.Header().Set(headerRequestID, r.Header.Get(headerRequestID))
@@ -77,7 +63,7 @@ func (h *Handler) passPriorityLive(w http.ResponseWriter, r *http.Request, a sea
 		release = func() { h.bodies.give(reserved) }
 	}
 	if err == nil {
-		body, err = capacity.SetBodyPriority(body, capacity.UpstreamPriority(mode, storedUrgency(a)))
+		body, err = capacity.SetBodyPriority(body, capacity.UpstreamPriority(mode, a.Stored()))
 	}
 	if err != nil {
 		release()
@@ -98,10 +84,8 @@ func (h *Handler) passPriorityLive(w http.ResponseWriter, r *http.Request, a sea
 // with its body's priority set at the operation's stored (trusted) urgency. A body that is not
 // a JSON object goes as it is.
 func (p *seatPool) passPriorityStored(op *store.Operation, req *store.Request) *store.Request {
-	p.mu.Lock()
-	mode := p.cfg.PassPriority
-	p.mu.Unlock()
-	if mode == "" || req == nil || !isJSON(req.Header.Get("Content-Type"), int64(len(req.Body))) {
+	mode, _ := p.passPriority.Load().(string)
+	if mode == "" || req == nil || !capacity.IsJSON(req.Header.Get("Content-Type"), int64(len(req.Body))) {
 		return req
 	}
 	body, err := capacity.SetBodyPriority(req.Body, capacity.UpstreamPriority(mode, store.ClampUrgency(op.Urgency)))

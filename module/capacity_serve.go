@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -80,7 +79,7 @@ func (h *Handler) seated(next caddyhttp.Handler, scope string) caddyhttp.Handler
 			return nil
 		}
 		defer release()
-		s := ticketOf(r.Context()).take()
+		s := capacity.TicketOf(r.Context()).Take()
 		if s == nil {
 			var err error
 			if s, err = h.seats.Acquire(r.Context(), ask, h.syncSeatWait(r)); err != nil {
@@ -89,11 +88,11 @@ func (h *Handler) seated(next caddyhttp.Handler, scope string) caddyhttp.Handler
 			}
 		}
 		ctx, stop := s.Watch(r.Context())
-		sw := &statusWriter{ResponseWriter: w, cut: ctx, now: h.now}
-		defer func() { s.Release(sw.sample(s.Start(), r.Context().Err())) }()
+		sw := &capacity.AnswerWriter{ResponseWriter: w, Cut: ctx, Now: h.now}
+		defer func() { s.Release(sw.Sample(s.Start(), r.Context().Err())) }()
 		err := next.ServeHTTP(sw, r.WithContext(ctx))
 		stop()
-		if sw.status == 0 && seatLapsed(ctx) {
+		if sw.Status == 0 && capacity.SeatLapsed(ctx) {
 			// Cut before it answered: the shared seats fail closed, as when one cannot be taken.
 			w.Header().Set(headerRequestID, r.Header.Get(headerRequestID))
 			h.storageFailed(w, context.Cause(ctx))
@@ -102,9 +101,6 @@ func (h *Handler) seated(next caddyhttp.Handler, scope string) caddyhttp.Handler
 		return err
 	})
 }
-
-// seatLapsed reports whether ctx was cut because its call's shared seat lapsed.
-func seatLapsed(ctx context.Context) bool { return errors.Is(context.Cause(ctx), errSeatLapsed) }
 
 // saturated answers a sync call that found no seat: 503 UPSTREAM_SATURATED when none came
 // free in time, 503 STORAGE_UNAVAILABLE when the shared seats could not be counted (fail
@@ -129,47 +125,15 @@ func (h *Handler) saturated(w http.ResponseWriter, r *http.Request, err error) {
 // reserveSeat takes a seat for a call in `after` mode, waiting no longer than its window or
 // capacity.wait: false when none came free, and the call is queued instead, or when its client
 // left while it waited (docs/capacity.md).
-func (h *Handler) reserveSeat(kr *keyedRequest, window time.Duration) (*seatTicket, bool) {
+func (h *Handler) reserveSeat(kr *keyedRequest, window time.Duration) (*capacity.Ticket, bool) {
 	wait := max(min(h.syncSeatWait(kr.r), window), time.Millisecond)
 	s, err := h.seats.Acquire(kr.r.Context(), h.liveAsk(kr.r, kr.scope, h.now()), wait)
 	if err != nil {
 		return nil, false // not a refusal: the call is queued, unless its client left
 	}
-	t := &seatTicket{s: s}
-	kr.r = kr.r.WithContext(context.WithValue(kr.r.Context(), seatTicketKey{}, t))
+	ctx, t := capacity.WithTicket(kr.r.Context(), s)
+	kr.r = kr.r.WithContext(ctx)
 	return t, true
-}
-
-// seatTicket carries a seat taken before the call starts to the handler that sends it.
-type seatTicket struct {
-	mu sync.Mutex
-	s  *seat
-}
-
-type seatTicketKey struct{}
-
-func ticketOf(ctx context.Context) *seatTicket {
-	t, _ := ctx.Value(seatTicketKey{}).(*seatTicket)
-	return t
-}
-
-// take hands over the seat, once; nil when there is none.
-func (t *seatTicket) take() *seat {
-	if t == nil {
-		return nil
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.s
-	t.s = nil
-	return s
-}
-
-// drop gives the seat back if no call took it.
-func (t *seatTicket) drop() {
-	if s := t.take(); s != nil {
-		s.Release(capacity.Sample{}) // no call: nothing for the limit to learn
-	}
 }
 
 // queueDeadline is when an operation submitted now by r stops being worth running:
@@ -192,63 +156,3 @@ func queueDeadline(cfg *CapacityConfig, r *http.Request, now time.Time) time.Tim
 	}
 	return now.Add(wait)
 }
-
-// statusWriter notes the status the route answers with; Unwrap keeps flushing and the rest of
-// http.ResponseController working through it. Once cut is canceled because the call's shared
-// seat lapsed, a route that had not answered yet passes nothing on (the proxy's 499 for a
-// canceled call): the gateway answers instead.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-	cut    context.Context
-
-	// What the adaptive limit reads of the answer (docs/capacity.md, "limit auto").
-	now       func() time.Time
-	firstByte time.Time
-	stream    bool
-	tokens    capacity.TokenScanner
-}
-
-// sample is how the call that started at start went, for the adaptive limit.
-func (w *statusWriter) sample(start time.Time, ctxErr error) capacity.Sample {
-	out := capacity.Sample{Status: w.status, Overloaded: capacity.Overloaded(w.status, ctxErr), Stream: w.stream, Tokens: w.tokens.Tokens()}
-	if !w.firstByte.IsZero() {
-		out.FirstByte = w.firstByte.Sub(start)
-	}
-	return out
-}
-
-// dropped reports whether a first write comes after the cut, and is not passed on.
-func (w *statusWriter) dropped() bool {
-	return w.status == 0 && w.cut != nil && seatLapsed(w.cut)
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.dropped() {
-		return
-	}
-	if w.status == 0 && code >= 200 {
-		w.status = code
-		w.stream = capacity.StreamedAnswer(w.Header())
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.dropped() {
-		return 0, context.Cause(w.cut)
-	}
-	if w.status == 0 {
-		w.status = http.StatusOK
-		w.stream = capacity.StreamedAnswer(w.Header())
-	}
-	if w.firstByte.IsZero() && len(b) > 0 && w.now != nil {
-		w.firstByte = w.now()
-	}
-	if w.status >= 200 && w.status < 300 {
-		_, _ = w.tokens.Write(b)
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -65,13 +65,11 @@ func shareThrough(p *seatPool, ss store.SharedSeats) { shareThroughFor(p, ss, ti
 
 // shareThroughFor is shareThrough with shared seats held under lease.
 func shareThroughFor(p *seatPool, ss store.SharedSeats, lease time.Duration) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cfg.Shared, p.shared = 0, nil
-	if ss != nil {
-		p.cfg.Shared = 1
-		p.shared = newSharedSeats(ss, "test", "w", 1, lease, zap.NewNop())
+	if ss == nil {
+		p.UseShared(nil, 0)
+		return
 	}
+	p.UseShared(newSharedSeats(ss, "test", "w", 1, lease, zap.NewNop()), 1)
 }
 
 func TestCapacitySharedSeatStorageFailureAnswers503AndIsNotRecorded(t *testing.T) {

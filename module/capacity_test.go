@@ -3,7 +3,6 @@ package module
 import (
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -11,11 +10,9 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/jonboulle/clockwork"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
 	"github.com/mulligan-gw/mulligan/internal/apierr"
-	"github.com/mulligan-gw/mulligan/internal/capacity"
 	"github.com/mulligan-gw/mulligan/internal/idemkey"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
@@ -309,32 +306,6 @@ func TestCapacityPassthroughCallWaitsUnderItsHashedScope(t *testing.T) {
 	holder.Wait()
 	if r := <-waiter; r.err != nil || r.StatusCode != http.StatusOK {
 		t.Fatalf("the waiting call: %v %s", r.err, r.body)
-	}
-}
-
-// What the adaptive limit reads of a sync answer: its status, whether it streams, the time to
-// its first byte and its usage's completion_tokens (docs/capacity.md, "limit auto").
-func TestCapacityStatusWriterTellsTheLimitHowTheAnswerWent(t *testing.T) {
-	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	start := clock.Now()
-	rec := httptest.NewRecorder()
-	w := &statusWriter{ResponseWriter: rec, now: clock.Now}
-	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
-	w.WriteHeader(http.StatusOK)
-	clock.Advance(40 * time.Millisecond)
-	_, _ = w.Write([]byte("data: {\"choices\":[]}\n\n"))
-	clock.Advance(time.Second)
-	_, _ = w.Write([]byte("data: {\"usage\":{\"completion_tokens\":"))
-	_, _ = w.Write([]byte("87}}\n\ndata: [DONE]\n\n"))
-	got := w.sample(start, nil)
-	if want := (capacity.Sample{Status: 200, Stream: true, FirstByte: 40 * time.Millisecond, Tokens: 87}); got != want {
-		t.Fatalf("sample %+v; want %+v", got, want)
-	}
-	bad := &statusWriter{ResponseWriter: httptest.NewRecorder(), now: clock.Now}
-	bad.WriteHeader(http.StatusBadRequest)
-	_, _ = bad.Write([]byte(`{"usage":{"completion_tokens":5}}`))
-	if got := bad.sample(start, nil); got.Status != 400 || got.Tokens != 0 || got.Overloaded {
-		t.Fatalf("a 400: %+v; want status 400, no tokens, not overloaded", got)
 	}
 }
 

@@ -3,7 +3,6 @@ package module
 import (
 	"context"
 	"net/http"
-	"time"
 
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
@@ -38,15 +37,8 @@ func newCourier(st store.Outbox, clock clockwork.Clock, log *zap.Logger) *courie
 func courierEndpoints(endpoints map[string]*webhookSetup) map[string]courier.Endpoint {
 	out := make(map[string]courier.Endpoint, len(endpoints))
 	for name, h := range endpoints {
-		ep := h.endpoints[name]
-		if ep == nil {
-			continue
-		}
-		out[name] = courier.Endpoint{
-			Style: ep.style, Secrets: ep.secrets, Timeout: time.Duration(h.cfg.Timeout), AllowPrivate: h.cfg.AllowPrivate,
-			MaxAge: time.Duration(h.cfg.MaxAge), MaxAttempts: h.cfg.MaxAttempts,
-			Breaker:   courier.Breaker{Failures: uint32(h.cfg.BreakerFailures), Cooldown: time.Duration(h.cfg.BreakerCooldown)},
-			RetryWait: h.retryWait,
+		if t := h.Target(name); t != nil {
+			out[name] = t.Endpoint
 		}
 	}
 	return out

@@ -34,7 +34,7 @@ func TestDefaultWebhookScheduleSpansADay(t *testing.T) {
 	}
 	var span time.Duration
 	for retry := range c.MaxAttempts - 1 {
-		span += h.retryWait(retry, 0)
+		span += h.RetryWait(retry, 0)
 	}
 	if c.MaxAttempts != 8 || span < 27*time.Hour+35*time.Minute {
 		t.Fatalf("%d attempts over %v; want 8 over at least 27h35m", c.MaxAttempts, span)

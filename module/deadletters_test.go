@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
-
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store"
@@ -42,7 +40,7 @@ func TestRedeliveredDeadLetterPastMaxAgeIsDelivered(t *testing.T) {
 	rc, deliveries, refuse := failingReceiver(t, clock, http.StatusBadRequest)
 	url := rc.srv.URL + "/hook"
 	hooks := testEndpoint(t, "hooks", url)
-	hooks["hooks"].cfg.MaxAge = caddy.Duration(time.Hour)
+	hooks["hooks"].Target("hooks").MaxAge = time.Hour
 	lr := newLoopRunner(t, clock, answerOK, 0, hooks)
 	lr.accept(t, "op_1", testExecution(time.Minute, 3), &store.Callback{Endpoint: "hooks", URL: url}, chat("refused"))
 	lr.ClaimNext()

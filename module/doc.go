@@ -20,14 +20,15 @@
 //	runner              runner.go (the storage's internal/runner, wired to the gateway's seat
 //	                    pools and metrics), dispatch.go (what attempts go through: the config's
 //	                    Caddy servers), clock.go
-//	webhooks            webhooks_config.go (endpoints; their URL patterns and secrets are
-//	                    webhook/), event.go (an event built and rendered),
+//	webhooks            webhooks_config.go (the config; its checks, endpoints and schedule are
+//	                    internal/courier.Setup, URL patterns and secrets webhook/), event.go,
 //	                    courier.go (the storage's internal/courier, wired to the gateway's
 //	                    rendering, traces and metrics)
 //	capacity            capacity.go, capacity_fair.go, capacity_server.go (the config),
 //	                    capacity_serve.go, seats.go (the process-wide pools, wired to storage and
-//	                    metrics), capacity_metrics.go; the seats, shared seats and the model
-//	                    server's metrics are internal/capacity
+//	                    metrics), capacity_metrics.go; the seats, classes, shared seats, the
+//	                    model server's metrics and the writer that reads an answer for the limit
+//	                    are internal/capacity
 //	batches and files   batches*.go (the API's routes and objects), files.go; the worker, line
 //	                    checks, output assembly, events and metrics are internal/batches
 //	storage             storage.go (open storages, shared by configs), app.go, postgres.go

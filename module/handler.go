@@ -400,7 +400,7 @@ func (h *Handler) serveCovered(w http.ResponseWriter, r *http.Request, next cadd
 	case !ok: // no seat within the window: the call waits in the queue instead (docs/capacity.md)
 		return h.conv.accept(w, kr, st, run)
 	}
-	defer seat.drop()
+	defer seat.Drop()
 	return h.conv.runThenConvert(w, kr, next, st, run, window)
 }
 

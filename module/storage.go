@@ -235,8 +235,8 @@ func (u *storageRef) join(b blockSpec) error {
 	if b.webhooks == nil {
 		return nil
 	}
-	for _, ec := range b.webhooks.cfg.Endpoints {
-		id := endpointIdentity(ec, &b.webhooks.cfg)
+	for _, ec := range b.webhooks.Settings.Endpoints {
+		id := endpointIdentity(ec, b.webhooks.Settings)
 		if prev, ok := u.declared[ec.Name]; ok && string(prev) != string(id) {
 			return fmt.Errorf("two mulligan blocks on storage %s declare webhook endpoint %q with different settings (URL, secrets or delivery options): its events are delivered from one outbox; give it one definition, or a different name in each block",
 				u.set.name(), ec.Name)
@@ -248,12 +248,11 @@ func (u *storageRef) join(b blockSpec) error {
 
 // endpointIdentity is what makes two declarations of an endpoint the same: its URL, secrets
 // and signature, and the delivery options of the block declaring it.
-func endpointIdentity(ec EndpointConfig, w *WebhooksConfig) []byte {
-	delivery := *w
+func endpointIdentity(ec courier.EndpointSettings, delivery courier.Settings) []byte {
 	delivery.Endpoints, delivery.Default, delivery.Events = nil, "", nil
 	b, _ := json.Marshal(struct {
-		Endpoint EndpointConfig
-		Delivery WebhooksConfig
+		Endpoint courier.EndpointSettings
+		Delivery courier.Settings
 	}{ec, delivery})
 	return b
 }

@@ -1,12 +1,12 @@
 package module
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/mulligan-gw/mulligan/internal/batches"
+	"github.com/mulligan-gw/mulligan/internal/courier"
 	"github.com/mulligan-gw/mulligan/webhook"
 )
 
@@ -104,112 +104,31 @@ func (c *WebhooksConfig) setDefaults() {
 	}
 }
 
-// retryWait is how long an event waits before retry number retry (0 for the first): the default
-// schedule, or exponential backoff when the config sets backoff; never less than retryAfter.
-func (h *webhookSetup) retryWait(retry int, retryAfter time.Duration) time.Duration {
-	if h.cfg.BackoffMin == 0 {
-		return webhook.ScheduledWait(webhook.DefaultSchedule, retry, retryAfter)
+// webhookSetup is a block's webhooks, checked (internal/courier).
+type webhookSetup = courier.Setup
+
+// knownEvent reports whether a block may ask for events of type e.
+func knownEvent(e string) bool {
+	switch e {
+	case EventSucceeded, EventFailed, EventCanceled, EventRunning,
+		batches.EventCompleted, batches.EventFailed, batches.EventExpired, batches.EventCancelled:
+		return true
 	}
-	return webhook.Backoff(time.Duration(h.cfg.BackoffMin), time.Duration(h.cfg.BackoffMax), retry, retryAfter)
+	return false
 }
 
-// endpoint is a provisioned endpoint: parsed pattern, signature style and secrets.
-type endpoint struct {
-	name    string
-	pattern *webhook.Pattern
-	style   webhook.Style
-	secrets []webhook.Secret
-}
-
-// hooks is the provisioned webhook configuration.
-type webhookSetup struct {
-	cfg       WebhooksConfig
-	endpoints map[string]*endpoint
-	order     []*endpoint
-	events    map[string]bool
-}
-
+// newWebhookSetup checks a block's webhooks, its secrets' placeholders expanded by repl.
 func newWebhookSetup(c *WebhooksConfig, repl *caddy.Replacer) (*webhookSetup, error) {
-	h := &webhookSetup{cfg: *c, endpoints: map[string]*endpoint{}, events: map[string]bool{}}
-	for _, e := range c.Events {
-		switch e {
-		case EventSucceeded, EventFailed, EventCanceled, EventRunning,
-			batches.EventCompleted, batches.EventFailed, batches.EventExpired, batches.EventCancelled:
-			h.events[e] = true
-		default:
-			return nil, fmt.Errorf("webhooks: unknown event type %q", e)
-		}
-	}
-	if c.MaxAttempts < 1 || c.BreakerFailures < 1 || c.Timeout <= 0 || c.MaxAge <= 0 || c.BreakerCooldown <= 0 || c.BackoffMin < 0 || c.BackoffMax < c.BackoffMin || (c.BackoffMin == 0) != (c.BackoffMax == 0) {
-		return nil, fmt.Errorf("webhooks: max_attempts and breaker failures must be at least 1, durations positive, backoff min <= max")
-	}
+	s := courier.Settings{Default: c.Default, Events: c.Events, Timeout: time.Duration(c.Timeout),
+		MaxAttempts: c.MaxAttempts, MaxAge: time.Duration(c.MaxAge), BreakerFailures: c.BreakerFailures,
+		BreakerCooldown: time.Duration(c.BreakerCooldown), BackoffMin: time.Duration(c.BackoffMin),
+		BackoffMax: time.Duration(c.BackoffMax), AllowPrivate: c.AllowPrivate}
 	for _, ec := range c.Endpoints {
-		ep, err := newEndpoint(ec, repl)
-		if err != nil {
-			return nil, err
+		secrets := make([]string, len(ec.Secrets))
+		for i, raw := range ec.Secrets {
+			secrets[i] = repl.ReplaceAll(raw, "")
 		}
-		if h.endpoints[ep.name] != nil {
-			return nil, fmt.Errorf("webhooks: endpoint %q is defined twice", ep.name)
-		}
-		h.endpoints[ep.name] = ep
-		h.order = append(h.order, ep)
+		s.Endpoints = append(s.Endpoints, courier.EndpointSettings{Name: ec.Name, URL: ec.URL, Secrets: secrets, Signature: ec.Signature})
 	}
-	if c.Default != "" {
-		ep := h.endpoints[c.Default]
-		if ep == nil {
-			return nil, fmt.Errorf("webhooks: default endpoint %q is not defined", c.Default)
-		}
-		if ep.pattern.Wildcard() {
-			return nil, fmt.Errorf("webhooks: default endpoint %q has a wildcard URL; give it a concrete URL", c.Default)
-		}
-	}
-	return h, nil
-}
-
-func newEndpoint(ec EndpointConfig, repl *caddy.Replacer) (*endpoint, error) {
-	if ec.Name == "" {
-		return nil, fmt.Errorf("webhooks: an endpoint has no name")
-	}
-	pattern, err := webhook.ParsePattern(ec.URL)
-	if err != nil {
-		return nil, fmt.Errorf("webhooks: endpoint %q: %w", ec.Name, err)
-	}
-	style, err := webhook.ParseStyle(ec.Signature)
-	if err != nil {
-		return nil, fmt.Errorf("webhooks: endpoint %q: %w", ec.Name, err)
-	}
-	raws := make([]string, len(ec.Secrets))
-	for i, raw := range ec.Secrets {
-		raws[i] = repl.ReplaceAll(raw, "")
-	}
-	secrets, err := webhook.ParseSecrets(style, raws)
-	if err != nil {
-		return nil, fmt.Errorf("webhooks: endpoint %q: %w", ec.Name, err)
-	}
-	if len(secrets) == 0 {
-		return nil, fmt.Errorf("webhooks: endpoint %q has no secret", ec.Name)
-	}
-	return &endpoint{name: ec.Name, pattern: pattern, style: style, secrets: secrets}, nil
-}
-
-// callbackFor picks the endpoint for a request's Callback-Url (or the default when it has
-// none). It reports false when a Callback-Url matches no endpoint.
-func (h *webhookSetup) callbackFor(raw string) (*endpoint, string, bool) {
-	if raw == "" {
-		if h.cfg.Default == "" {
-			return nil, "", true
-		}
-		ep := h.endpoints[h.cfg.Default]
-		return ep, ep.pattern.String(), true
-	}
-	u, ok := webhook.ParseCallback(raw)
-	if !ok {
-		return nil, "", false
-	}
-	for _, ep := range h.order {
-		if ep.pattern.Matches(u) {
-			return ep, u.String(), true
-		}
-	}
-	return nil, "", false
+	return courier.NewSetup(s, knownEvent)
 }
