@@ -57,16 +57,44 @@ type SeatWaiter struct {
 	Waited  time.Duration
 }
 
-// Turns (docs/backends.md, "The capacity order") are times in microseconds since the epoch:
-// a claim gives its scope TurnAt its time, and a scope with queued work but no turn (new, or
-// forgotten when it had no work left) counts as served when its oldest work came. So a scope seen
-// for the first time takes its turn behind the scopes served before it came, not ahead of every
-// scope with a backlog, and a new identity per call buys no place in front (start-time fair
-// queuing: a new flow starts at the current virtual time).
+// Turns (docs/backends.md, "The capacity order") are taken by lanes (Lane: an operation's
+// fairness key, or its scope without one) and are times in microseconds since the epoch: a claim
+// gives its lane TurnAt its time, and a lane with queued work but no turn (new, or forgotten
+// when it had no work left) counts as served when its oldest work came. So a lane seen for the
+// first time takes its turn behind the lanes served before it came, not ahead of every lane with
+// a backlog, and a new identity per call buys no place in front (start-time fair queuing: a new
+// flow starts at the current virtual time). A lane of weight w takes w claims per turn
+// (ClaimTurn).
 
 // TurnAt is the turn of a claim at now, after the latest turn given: now, or just after latest
 // when clocks or claims within one microsecond would not move it on.
 func TurnAt(now time.Time, latest int64) int64 { return max(now.UnixMicro(), latest+1) }
+
+// Lane is the lane op's work takes turns in: its fairness key, or its scope without one (module
+// keys start "key:", scopes are hashes, so the two never meet).
+func (op *Operation) Lane() string {
+	if op.FairKey != "" {
+		return op.FairKey
+	}
+	return op.Scope
+}
+
+// MaxWeight bounds a lane's weight, as a class's is bounded.
+const MaxWeight = 1000
+
+// ClaimTurn is a lane's turn and credit after a claim at now of its work of weight w: turn and
+// credit are the lane's before (turn its arrival turn, credit 0, when it had none), latest the
+// latest turn given. A lane takes w claims per turn, counting them in credit (a weight below 1
+// counts as 1); the claim that completes them moves the lane's turn on to TurnAt(now, latest),
+// and advanced says so. A fraction of a claim carries over: weight 1.5 takes three claims per two
+// turns.
+func ClaimTurn(turn int64, credit, w float64, now time.Time, latest int64) (_ int64, _ float64, advanced bool) {
+	w = min(max(w, 1), MaxWeight)
+	if credit++; credit < w {
+		return turn, credit, false
+	}
+	return TurnAt(now, latest), credit - w, true
+}
 
 // ArrivalTurn is the turn a scope not yet served counts as having, its oldest work queued at
 // since: just before a claim in the same microsecond, which came after it.

@@ -29,6 +29,7 @@ type queueState struct {
 	queued    map[string]waiting // queued id -> what the order needs of it
 	running   map[string]*runLease
 	active    map[string]int       // scope -> queued + running
+	lanes     map[string]int       // lane -> queued + running: a lane left with none forgets its turn
 	workers   map[string]time.Time // worker -> the latest lease it was granted in this process
 	rebuiltAt time.Time
 }
@@ -44,7 +45,7 @@ type runLease struct {
 func newQueueState() *queueState {
 	return &queueState{
 		order: newQueueOrder(), queued: map[string]waiting{}, running: map[string]*runLease{},
-		active: map[string]int{}, workers: map[string]time.Time{},
+		active: map[string]int{}, lanes: map[string]int{}, workers: map[string]time.Time{},
 	}
 }
 
@@ -82,10 +83,16 @@ func (q *queueState) moved(op *store.Operation, prev store.Status) {
 	switch {
 	case isActive && !wasActive:
 		q.active[op.Scope]++
+		q.lanes[op.Lane()]++
 	case wasActive && !isActive:
 		if q.active[op.Scope]--; q.active[op.Scope] <= 0 {
 			delete(q.active, op.Scope)
-			delete(q.order.turns, op.Scope) // a scope with no work left starts afresh
+		}
+		if lane := op.Lane(); q.lanes[lane] <= 1 {
+			delete(q.lanes, lane)
+			delete(q.order.turns, lane) // a lane with no work left starts afresh
+		} else {
+			q.lanes[lane]--
 		}
 	}
 	delete(q.queued, op.ID)

@@ -12,26 +12,28 @@ import (
 )
 
 // The capacity order on Badger (docs/backends.md, "The capacity order"): queued ids are kept in
-// memory by scope and stored urgency, each group oldest first. The next claim is the best of
-// the groups' heads (at most eight a scope), so a claim costs in proportion to the scopes with
-// work, not to the operations queued.
+// memory by lane (store.Operation.Lane: the fairness key, or the scope) and stored urgency, each
+// group oldest first. The next claim is the best of the groups' heads (at most eight a lane), so
+// a claim costs in proportion to the lanes with work, not to the operations queued.
 
 // waiting is what the order needs to know of a queued operation.
 type waiting struct {
-	id, scope string
-	urgency   int
-	since     time.Time // submitted: waiting counts from then, also after a requeue
-	deadline  time.Time
+	id, lane string
+	urgency  int
+	weight   float64
+	since    time.Time // submitted: waiting counts from then, also after a requeue
+	deadline time.Time
 }
 
 func waitingOf(op *store.Operation) waiting {
-	return waiting{id: op.ID, scope: op.Scope, urgency: store.ClampUrgency(op.Urgency), since: op.SubmittedAt, deadline: op.QueueDeadline}
+	return waiting{id: op.ID, lane: op.Lane(), urgency: store.ClampUrgency(op.Urgency), weight: op.Weight,
+		since: op.SubmittedAt, deadline: op.QueueDeadline}
 }
 
 // stale reports whether w's deadline has passed: it is no longer claimed (StaleQueued).
 func (w waiting) stale(now time.Time) bool { return !w.deadline.IsZero() && w.deadline.Before(now) }
 
-// place is where an operation stands in the order: lower effective urgency first, then the scope
+// place is where an operation stands in the order: lower effective urgency first, then the lane
 // served least recently, then the oldest.
 type place struct {
 	urgency int
@@ -49,16 +51,33 @@ func (p place) before(o place) bool {
 	return p.id < o.id
 }
 
-// queueOrder holds the queued ids in the capacity order, and the scopes' turns.
+// queueOrder holds the queued ids in the capacity order, and the lanes' turns.
 type queueOrder struct {
-	groups  map[string]*[store.LeastUrgent + 1][]string // scope -> urgency -> ids, oldest first; ids no longer queued are dropped when reached
+	groups  map[string]*[store.LeastUrgent + 1][]string // lane -> urgency -> ids, oldest first; ids no longer queued are dropped when reached
 	members map[string]struct{}                         // the ids in groups
-	turns   map[string]int64                            // scope -> the turn of its latest claim (store.TurnAt); absent: not served since it had work
+	turns   map[string]laneTurn                         // lane -> its turn; absent: not served since it had work
 	turn    int64
 }
 
+// laneTurn is a lane's turn (store.ClaimTurn): the turn of the claim that last moved it on, and
+// the claims taken since.
+type laneTurn struct {
+	turn   int64
+	credit float64
+}
+
 func newQueueOrder() *queueOrder {
-	return &queueOrder{groups: map[string]*[store.LeastUrgent + 1][]string{}, members: map[string]struct{}{}, turns: map[string]int64{}}
+	return &queueOrder{groups: map[string]*[store.LeastUrgent + 1][]string{}, members: map[string]struct{}{}, turns: map[string]laneTurn{}}
+}
+
+// turnOf is lane's turn, its work w at the head: the turn of a lane not served since it had work
+// is when that work came (store.ArrivalTurn).
+func (o *queueOrder) turnOf(lane string, w waiting) laneTurn {
+	t, served := o.turns[lane]
+	if !served {
+		t = laneTurn{turn: store.ArrivalTurn(w.since)}
+	}
+	return t
 }
 
 // add puts w in its group in id order (ids sort by creation), so a requeued operation goes before
@@ -68,10 +87,10 @@ func (o *queueOrder) add(w waiting) {
 		return
 	}
 	o.members[w.id] = struct{}{}
-	g := o.groups[w.scope]
+	g := o.groups[w.lane]
 	if g == nil {
 		g = new([store.LeastUrgent + 1][]string)
-		o.groups[w.scope] = g
+		o.groups[w.lane] = g
 	}
 	i, _ := slices.BinarySearch(g[w.urgency], w.id)
 	g[w.urgency] = slices.Insert(g[w.urgency], i, w.id)
@@ -95,29 +114,29 @@ func (o *queueOrder) head(ids *[]string, queued map[string]waiting, now time.Tim
 	return -1
 }
 
-// next takes the first operation in the order out of it and gives its scope the latest turn; ok
-// is false when no queued operation may be claimed.
+// next takes the first operation in the order out of it and gives its lane its turn; ok is false
+// when no queued operation may be claimed.
 func (o *queueOrder) next(queued map[string]waiting, now time.Time) (id string, ok bool) {
-	scope, u, i, ok := o.best(queued, now)
+	lane, u, i, ok := o.best(queued, now)
 	if !ok {
 		return "", false
 	}
-	return o.takeAt(scope, u, i, now), true
+	return o.takeAt(lane, u, i, queued, now), true
 }
 
 // peek is the id next would take, left in the order.
 func (o *queueOrder) peek(queued map[string]waiting, now time.Time) (id string, ok bool) {
-	scope, u, i, ok := o.best(queued, now)
+	lane, u, i, ok := o.best(queued, now)
 	if !ok {
 		return "", false
 	}
-	return o.groups[scope][u][i], true
+	return o.groups[lane][u][i], true
 }
 
-// take takes w out of the order, as next would when w is first, and gives its scope the latest
-// turn; false when w is not in the order.
-func (o *queueOrder) take(w waiting, now time.Time) bool {
-	g := o.groups[w.scope]
+// take takes w out of the order, as next would when w is first, and gives its lane its turn;
+// false when w is not in the order.
+func (o *queueOrder) take(w waiting, queued map[string]waiting, now time.Time) bool {
+	g := o.groups[w.lane]
 	if g == nil {
 		return false
 	}
@@ -125,15 +144,15 @@ func (o *queueOrder) take(w waiting, now time.Time) bool {
 	if !found {
 		return false
 	}
-	o.takeAt(w.scope, w.urgency, i, now)
+	o.takeAt(w.lane, w.urgency, i, queued, now)
 	return true
 }
 
-// best finds the first operation in the order: its scope, urgency group and index there.
-func (o *queueOrder) best(queued map[string]waiting, now time.Time) (bestScope string, bestU, bestI int, ok bool) {
+// best finds the first operation in the order: its lane, urgency group and index there.
+func (o *queueOrder) best(queued map[string]waiting, now time.Time) (bestLane string, bestU, bestI int, ok bool) {
 	var best place
 	bestU, bestI = -1, -1
-	for scope, g := range o.groups {
+	for lane, g := range o.groups {
 		empty := true
 		for u := range g {
 			i := o.head(&g[u], queued, now)
@@ -142,31 +161,32 @@ func (o *queueOrder) best(queued map[string]waiting, now time.Time) (bestScope s
 				continue
 			}
 			w := queued[g[u][i]]
-			turn, served := o.turns[scope]
-			if !served {
-				turn = store.ArrivalTurn(w.since) // a scope new to the queue waits its turn from when it came
-			}
-			p := place{store.EffectiveUrgency(u, now.Sub(w.since)), turn, w.id}
+			p := place{store.EffectiveUrgency(u, now.Sub(w.since)), o.turnOf(lane, w).turn, w.id}
 			if bestI < 0 || p.before(best) {
-				best, bestScope, bestU, bestI = p, scope, u, i
+				best, bestLane, bestU, bestI = p, lane, u, i
 			}
 		}
 		if empty {
-			delete(o.groups, scope)
+			delete(o.groups, lane)
 		}
 	}
-	return bestScope, bestU, bestI, bestI >= 0
+	return bestLane, bestU, bestI, bestI >= 0
 }
 
-// takeAt takes the id at i of scope's group u out of the order and gives the scope the latest
-// turn, at now.
-func (o *queueOrder) takeAt(scope string, u, i int, now time.Time) string {
-	g := o.groups[scope]
+// takeAt takes the id at i of lane's group u out of the order and gives the lane its turn of a
+// claim at now (store.ClaimTurn).
+func (o *queueOrder) takeAt(lane string, u, i int, queued map[string]waiting, now time.Time) string {
+	g := o.groups[lane]
 	id := g[u][i]
 	g[u] = slices.Delete(g[u], i, i+1)
 	delete(o.members, id)
-	o.turn = store.TurnAt(now, o.turn)
-	o.turns[scope] = o.turn
+	w := queued[id]
+	t := o.turnOf(lane, w)
+	turn, credit, advanced := store.ClaimTurn(t.turn, t.credit, w.weight, now, o.turn)
+	if advanced {
+		o.turn = turn
+	}
+	o.turns[lane] = laneTurn{turn: turn, credit: credit}
 	return id
 }
 
@@ -214,32 +234,28 @@ func (s *Store) QueuePosition(id string) (int, error) {
 		return 0, domainError{store.ErrNotFound}
 	}
 	level := store.EffectiveUrgency(me.urgency, now.Sub(me.since))
-	scopes := map[string]*store.ScopeQueue{}
+	lanes := map[string]*store.ScopeQueue{}
 	for _, w := range q.queued {
 		if w.stale(now) {
 			continue
 		}
-		sq := scopes[w.scope]
+		sq := lanes[w.lane]
 		if sq == nil {
-			turn, served := q.order.turns[w.scope]
-			if !served {
-				turn = store.ArrivalTurn(w.since)
-			}
-			sq = &store.ScopeQueue{Scope: w.scope, Turn: turn}
-			scopes[w.scope] = sq
-		} else if _, served := q.order.turns[w.scope]; !served {
+			sq = &store.ScopeQueue{Scope: w.lane, Turn: q.order.turnOf(w.lane, w).turn}
+			lanes[w.lane] = sq
+		} else if _, served := q.order.turns[w.lane]; !served {
 			sq.Turn = min(sq.Turn, store.ArrivalTurn(w.since))
 		}
 		countWaiting(sq, w, me, level, now)
 	}
-	all := make([]store.ScopeQueue, 0, len(scopes))
-	for _, sq := range scopes {
+	all := make([]store.ScopeQueue, 0, len(lanes))
+	for _, sq := range lanes {
 		all = append(all, *sq)
 	}
-	return store.EstimatePosition(me.scope, all), nil
+	return store.EstimatePosition(me.lane, all), nil
 }
 
-// countWaiting adds w to its scope's counts as seen from me, whose effective urgency is level.
+// countWaiting adds w to its lane's counts as seen from me, whose effective urgency is level.
 func countWaiting(sq *store.ScopeQueue, w, me waiting, level int, now time.Time) {
 	switch e := store.EffectiveUrgency(w.urgency, now.Sub(w.since)); {
 	case e < level:
@@ -249,7 +265,7 @@ func countWaiting(sq *store.ScopeQueue, w, me waiting, level int, now time.Time)
 		if sq.Oldest == "" || w.id < sq.Oldest {
 			sq.Oldest = w.id
 		}
-		if w.scope == me.scope && w.id < me.id {
+		if w.lane == me.lane && w.id < me.id {
 			sq.Ahead++
 		}
 	}
@@ -327,7 +343,7 @@ func (s *Store) ClaimQueued(id, worker string, lease time.Duration) (*store.Oper
 	q.live(worker, s.now().Add(lease))
 	q.mu.Lock()
 	w, ok := q.queued[id]
-	ok = ok && !w.stale(s.now()) && q.order.take(w, s.now())
+	ok = ok && !w.stale(s.now()) && q.order.take(w, q.queued, s.now())
 	q.mu.Unlock()
 	if !ok {
 		return nil, nil

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -11,7 +12,12 @@ import (
 )
 
 // The capacity order on PostgreSQL (docs/backends.md, "The capacity order"), the same as Badger's:
-// effective urgency, then the scopes' turns (queue_turns; store.TurnAt), then oldest first.
+// effective urgency, then the lanes' turns (queue_turns; store.ClaimTurn), then oldest first. A
+// lane is an operation's fairness key, or its scope (laneSQL).
+
+// laneSQL is store.Operation.Lane of a row of operations (alias o): its lane column is NULL
+// without a fairness key, and in rows of binaries before schema 11.
+const laneSQL = `coalesce(o.lane, o.scope)`
 
 // effectiveSQL is store.EffectiveUrgency in SQL for a row of operations (alias o) at $1, with
 // store.AgingStep in seconds as $2: the clamped urgency (0..7) less the steps waited, but no
@@ -24,31 +30,44 @@ const effectiveSQL = `greatest(least(greatest(o.urgency, 0), 7, 3), least(greate
 const claimable = `o.status = 'queued' AND (o.queue_deadline IS NULL OR o.queue_deadline >= $1)`
 
 // nextInOrderSQL finds the first operation in the capacity order at $1, leaving out the ids $3
-// (rows another claimer holds). It walks the head of each (scope, urgency) group of the queued
-// index, a loose index scan, so it reads a row per group with work, not the whole queue.
+// (rows another claimer holds), with its lane's turn and credit (its arrival turn and 0 when the
+// lane has none). It walks the head of each (lane, urgency) group of the queued index, a loose
+// index scan, so it reads a row per group with work, not the whole queue.
 const nextInOrderSQL = `WITH RECURSIVE heads AS (
-	(SELECT o.scope, o.urgency, o.id, o.submitted_at FROM operations o
-		WHERE ` + claimable + ` AND o.id <> ALL($3) ORDER BY o.scope, o.urgency, o.id LIMIT 1)
+	(SELECT ` + laneSQL + ` AS lane, o.urgency, o.id, o.submitted_at FROM operations o
+		WHERE ` + claimable + ` AND o.id <> ALL($3) ORDER BY ` + laneSQL + `, o.urgency, o.id LIMIT 1)
 	UNION ALL
 	SELECT n.* FROM heads h CROSS JOIN LATERAL (
-		SELECT o.scope, o.urgency, o.id, o.submitted_at FROM operations o
-		WHERE ` + claimable + ` AND o.id <> ALL($3) AND (o.scope, o.urgency) > (h.scope, h.urgency)
-		ORDER BY o.scope, o.urgency, o.id LIMIT 1) n
+		SELECT ` + laneSQL + ` AS lane, o.urgency, o.id, o.submitted_at FROM operations o
+		WHERE ` + claimable + ` AND o.id <> ALL($3) AND (` + laneSQL + `, o.urgency) > (h.lane, h.urgency)
+		ORDER BY ` + laneSQL + `, o.urgency, o.id LIMIT 1) n
 )
-SELECT o.id, o.scope FROM heads o LEFT JOIN queue_turns t ON t.scope = o.scope
-ORDER BY ` + effectiveSQL + `, coalesce(t.turn, ` + arrivalTurnSQL + `), o.id LIMIT 1`
+SELECT o.id, o.lane, coalesce(t.turn, ` + arrivalTurnSQL + `) AS turn, coalesce(t.credit, 0) AS credit
+FROM heads o LEFT JOIN queue_turns t ON t.scope = o.lane
+ORDER BY ` + effectiveSQL + `, 3, o.id LIMIT 1`
 
-// arrivalTurnSQL is store.ArrivalTurn of a row o: the turn of a scope without one, in
+// arrivalTurnSQL is store.ArrivalTurn of a row o: the turn of a lane without one, in
 // microseconds since the epoch, as claims give them (takeTurnSQL).
 const arrivalTurnSQL = `(floor(extract(epoch FROM o.submitted_at) * 1000000)::bigint - 1)`
 
-// takeTurnSQL gives scope $1 the turn of a claim at $2 (store.TurnAt, in microseconds): the
-// claim's time, or just after the latest turn given when that is later. The sequence keeps the
-// latest; setval is not transactional, so two claims at once may share a turn (their ids then
-// decide).
-const takeTurnSQL = `INSERT INTO queue_turns (scope, turn)
-	VALUES ($1, setval('queue_turn_seq', greatest(nextval('queue_turn_seq'), $2::bigint)))
-	ON CONFLICT (scope) DO UPDATE SET turn = excluded.turn`
+// turnSQL is store.ClaimTurn for lane l (a row with columns turn, credit and weight, the lane's
+// before the claim) at $n, in microseconds: a claim that completes the lane's weight moves its
+// turn on to the claim's time, or just after the latest turn given when that is later. The
+// sequence keeps the latest; setval is not transactional, so two claims at once may share a
+// turn (their ids then decide).
+func turnSQL(l string, n int) string {
+	w := `least(greatest(coalesce(` + l + `.weight, 1), 1), ` + strconv.Itoa(store.MaxWeight) + `)`
+	return `CASE WHEN ` + l + `.credit + 1 < ` + w + ` THEN ` + l + `.turn
+		ELSE setval('queue_turn_seq', greatest(nextval('queue_turn_seq'), $` + strconv.Itoa(n) + `::bigint)) END,
+	CASE WHEN ` + l + `.credit + 1 < ` + w + ` THEN ` + l + `.credit + 1 ELSE ` + l + `.credit + 1 - ` + w + ` END`
+}
+
+// takeTurnSQL gives lane $1 the turn of a claim at $4 of its work of weight $3 (turnSQL), $2 its
+// arrival turn should it have none.
+var takeTurnSQL = `INSERT INTO queue_turns (scope, turn, credit)
+	SELECT $1::text, ` + turnSQL("l", 4) + ` FROM (SELECT coalesce(t.turn, $2::bigint) AS turn, coalesce(t.credit, 0) AS credit,
+		$3::real AS weight FROM (SELECT 1) one LEFT JOIN queue_turns t ON t.scope = $1::text) l
+	ON CONFLICT (scope) DO UPDATE SET turn = excluded.turn, credit = excluded.credit`
 
 // claimTries bounds how many rows one claim passes over because other claimers hold them: more
 // than the workers claiming at once on every replica, or a claim would answer "none" with work
@@ -61,19 +80,20 @@ var agingStep = store.AgingStep.Seconds()
 // claimSQL finds the first operation in the capacity order (nextInOrderSQL), locks it if it is
 // still queued and no other claimer holds it (FOR UPDATE SKIP LOCKED: the row's latest version
 // is checked again, so one claimed since the statement's snapshot is passed over), and gives
-// its scope the turn of a claim at $4 (takeTurnSQL's rule), in one statement: the candidate's
-// id, and its columns when locked. The turn is always written: a scope's turn is the time of its
-// latest claim, so one left at an older claim would go ahead of a scope that came since.
-const claimSQL = `WITH next AS (` + nextInOrderSQL + `),
-claimed AS (SELECT o.doc, o.holder, o.lease_until, o.scope FROM operations o JOIN next n ON o.id = n.id
+// its lane its turn of a claim at $4 (turnSQL), in one statement: the candidate's id, and its
+// columns when locked. The turn is always written: a lane's turn is the time of its latest claim
+// that completed its weight, so one left at an older claim would go ahead of a lane that came
+// since.
+var claimSQL = `WITH next AS (` + nextInOrderSQL + `),
+claimed AS (SELECT o.doc, o.holder, o.lease_until, n.lane, n.turn, n.credit, o.weight FROM operations o JOIN next n ON o.id = n.id
 	WHERE o.status = 'queued' FOR UPDATE OF o SKIP LOCKED),
-turn AS (INSERT INTO queue_turns (scope, turn)
-	SELECT c.scope, setval('queue_turn_seq', greatest(nextval('queue_turn_seq'), $4::bigint)) FROM claimed c
-	ON CONFLICT (scope) DO UPDATE SET turn = excluded.turn)
+turn AS (INSERT INTO queue_turns (scope, turn, credit)
+	SELECT c.lane, ` + turnSQL("c", 4) + ` FROM claimed c
+	ON CONFLICT (scope) DO UPDATE SET turn = excluded.turn, credit = excluded.credit)
 SELECT n.id, c.doc, c.holder, c.lease_until FROM next n LEFT JOIN claimed c ON true`
 
 // claimInOrder locks the first queued operation in the capacity order that no other claimer
-// holds and gives its scope the latest turn (claimSQL); nil when there is none.
+// holds and gives its lane its turn (claimSQL); nil when there is none.
 func claimInOrder(ctx context.Context, tx pgx.Tx, now time.Time) (*store.Operation, error) {
 	skipped := []string{}
 	for range claimTries {
@@ -129,7 +149,7 @@ func (s *Store) ClaimQueued(id, worker string, lease time.Duration) (*store.Oper
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, takeTurnSQL, op.Scope, now.UnixMicro()); err != nil {
+		if _, err := tx.Exec(ctx, takeTurnSQL, op.Lane(), store.ArrivalTurn(op.SubmittedAt), op.Weight, now.UnixMicro()); err != nil {
 			return err
 		}
 		// As every claim, it waits for the WAL's flush (ClaimNext).
@@ -184,15 +204,15 @@ func (s *Store) QueuedByUrgency() ([8]int, error) {
 	return out, err
 }
 
-// positionSQL counts, per scope with claimable work at $1, the queued operations before and at
-// the effective urgency $3 of operation $4 of scope $5 (see store.ScopeQueue).
-const positionSQL = `SELECT q.scope, coalesce(t.turn, min(q.arrival)),
+// positionSQL counts, per lane with claimable work at $1, the queued operations before and at
+// the effective urgency $3 of operation $4 of lane $5 (see store.ScopeQueue).
+const positionSQL = `SELECT q.lane, coalesce(t.turn, min(q.arrival)),
 		count(*) FILTER (WHERE q.e < $3), count(*) FILTER (WHERE q.e = $3),
 		coalesce(min(q.id) FILTER (WHERE q.e = $3), ''),
-		count(*) FILTER (WHERE q.e = $3 AND q.scope = $5 AND q.id < $4)
-	FROM (SELECT o.scope, o.id, ` + effectiveSQL + ` AS e, ` + arrivalTurnSQL + ` AS arrival FROM operations o WHERE ` + claimable + `) q
-	LEFT JOIN queue_turns t ON t.scope = q.scope
-	GROUP BY q.scope, t.turn`
+		count(*) FILTER (WHERE q.e = $3 AND q.lane = $5 AND q.id < $4)
+	FROM (SELECT ` + laneSQL + ` AS lane, o.id, ` + effectiveSQL + ` AS e, ` + arrivalTurnSQL + ` AS arrival FROM operations o WHERE ` + claimable + `) q
+	LEFT JOIN queue_turns t ON t.scope = q.lane
+	GROUP BY q.lane, t.turn`
 
 // QueuePosition estimates how many queued operations will be claimed before id (see
 // store.Queue): one pass over the queued operations, counted per scope.
@@ -208,7 +228,7 @@ func (s *Store) QueuePosition(id string) (int, error) {
 			return err
 		}
 		level := store.EffectiveUrgency(op.Urgency, now.Sub(op.SubmittedAt))
-		rows, err := db.Query(ctx, positionSQL, now, agingStep, level, id, op.Scope)
+		rows, err := db.Query(ctx, positionSQL, now, agingStep, level, id, op.Lane())
 		if err != nil {
 			return err
 		}
@@ -221,7 +241,7 @@ func (s *Store) QueuePosition(id string) (int, error) {
 			}
 			scopes = append(scopes, sq)
 		}
-		pos = store.EstimatePosition(op.Scope, scopes)
+		pos = store.EstimatePosition(op.Lane(), scopes)
 		return rows.Err()
 	})
 	return pos, err
@@ -235,12 +255,13 @@ func timeOrNull(t time.Time) *time.Time {
 	return &t
 }
 
-// sweepCapacity forgets the turns of scopes left without queued or running work (their next work
+// sweepCapacity forgets the turns of lanes left without queued or running work (their next work
 // starts afresh, as on Badger), a batch of them, and deletes lapsed seats (on the database's clock,
 // which leases them) and the places in line of replicas that stopped looking, those no look holds.
 func sweepCapacity(ctx context.Context, tx pgx.Tx) (turns, seats int64, err error) {
 	tag, err := tx.Exec(ctx, `DELETE FROM queue_turns WHERE scope IN (SELECT t.scope FROM queue_turns t
-		WHERE NOT EXISTS (SELECT 1 FROM operations o WHERE o.scope = t.scope AND o.status IN ('queued', 'running')) LIMIT $1)`, sweepBatch)
+		WHERE NOT EXISTS (SELECT 1 FROM operations o WHERE o.scope = t.scope AND o.lane IS NULL AND o.status IN ('queued', 'running'))
+		AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.lane = t.scope AND o.status IN ('queued', 'running')) LIMIT $1)`, sweepBatch)
 	if err != nil {
 		return 0, 0, err
 	}

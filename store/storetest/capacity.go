@@ -22,6 +22,77 @@ var capacityTests = []test{
 	{"ConcurrentClaimersTakeEachOperationOnceAcrossScopesAndUrgencies", testOrderedClaimsAreExclusive},
 	{"LookingThenClaimingByIDKeepsTheClaimOrder", testPeekThenClaim},
 	{"NewScopesTakeTheirTurnBehindABacklogNotAheadOfIt", testNewScopesWaitTheirTurn},
+	{"FairnessKeysTakeTurnsWhateverTheirScopes", testFairKeysTakeTurns},
+	{"AKeyOfWeightTwoTakesTwoClaimsPerTurn", testWeightedKeys},
+	{"ClaimingByIDTakesTheKeysTurn", testClaimByIDTakesTheKeysTurn},
+}
+
+// acceptKeyed stores operations from..from+n-1 of scope with fairness key key and weight w,
+// queued at the default urgency.
+func (e *env) acceptKeyed(t *testing.T, b store.Backend, scope, key string, w float64, from, n int) {
+	t.Helper()
+	for i := from; i < from+n; i++ {
+		op := e.newOp(i, scope)
+		op.FairKey, op.Weight = key, w
+		if _, err := b.AcceptOperation(op, &store.Request{Method: "POST", URL: "/v1/x"}, nil); err != nil {
+			t.Fatalf("accept %s: %v", opID(i), err)
+		}
+	}
+}
+
+// One tenant (fair_key acme) under three credentials (scopes) queues 18 operations, then
+// another tenant 2: the turns are the key's, not the scopes', so the other tenant's go second
+// and fourth, not after one of each of acme's credentials.
+func testFairKeysTakeTurns(t *testing.T, e *env) {
+	b := e.open()
+	for i, scope := range []string{"s1", "s2", "s3"} {
+		e.acceptKeyed(t, b, scope, "key:acme", 0, 6*i, 6)
+	}
+	e.acceptAt(t, b, "b", 18, 2, store.DefaultUrgency, time.Time{})
+	got := drain(t, b, 30)
+	want := []string{opID(0), opID(18), opID(1), opID(19)}
+	for i := 2; i < 18; i++ {
+		want = append(want, opID(i))
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("claimed %v,\nwant %v", got, want)
+	}
+}
+
+// A key of weight 2 takes two claims per turn of a weight-1 key while both have work.
+func testWeightedKeys(t *testing.T, e *env) {
+	b := e.open()
+	e.acceptKeyed(t, b, "h", "key:heavy", 2, 0, 10)
+	e.acceptKeyed(t, b, "l", "key:light", 1, 10, 10)
+	got := drain(t, b, 30)
+	want := []string{opID(0), opID(1), opID(10), opID(2), opID(3), opID(11), opID(4), opID(5), opID(12),
+		opID(6), opID(7), opID(13), opID(8), opID(9), opID(14), opID(15), opID(16), opID(17), opID(18), opID(19)}
+	if !slices.Equal(got, want) {
+		t.Fatalf("claimed %v,\nwant %v", got, want)
+	}
+}
+
+// The runner under capacity claims by id (ClaimQueued) the operation it looked at: that claim
+// takes its key's turn as ClaimNext would.
+func testClaimByIDTakesTheKeysTurn(t *testing.T, e *env) {
+	b := e.open()
+	e.acceptKeyed(t, b, "s1", "key:acme", 0, 0, 2)
+	e.acceptKeyed(t, b, "s2", "key:acme", 0, 2, 2)
+	e.acceptAt(t, b, "b", 4, 2, store.DefaultUrgency, time.Time{})
+	var got []string
+	for range 10 {
+		next := must(b.NextQueued())(t)
+		if next == nil {
+			break
+		}
+		if op := must(b.ClaimQueued(next.ID, "w1", time.Minute))(t); op != nil {
+			got = append(got, op.ID)
+		}
+	}
+	want := []string{opID(0), opID(4), opID(1), opID(5), opID(2), opID(3)}
+	if !slices.Equal(got, want) {
+		t.Fatalf("claimed %v,\nwant %v", got, want)
+	}
 }
 
 // A tenant with a backlog against a new scope (a fresh credential) per call, two arriving for
