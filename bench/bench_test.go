@@ -106,17 +106,21 @@ func TestHarnessMeasuresTheFirstEventAtAPace(t *testing.T) {
 
 // TestHarnessMeasuresPostgresReplicasBesideBadger runs plain Caddy, Mulligan on Badger and
 // three Mulligan replicas on one PostgreSQL database in one brief run, and checks that every
-// side measured every scenario and that each replica's connections were counted apart.
+// side measured every scenario and that each replica's connections were counted apart; its
+// brief floods include the three replicas sharing the model server's slots.
 func TestHarnessMeasuresPostgresReplicasBesideBadger(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the gateway binary")
 	}
 	cfg := DefaultConfig()
 	cfg.Concurrency, cfg.Duration, cfg.Rounds = 6, 300*time.Millisecond, 1
-	cfg.Scenarios = []string{ScenarioPassthrough, ScenarioNewKeys, ScenarioReplays, ScenarioStreams}
+	cfg.Scenarios = []string{ScenarioPassthrough, ScenarioNewKeys, ScenarioReplays, ScenarioStreams, ScenarioFlood}
 	cfg.ReplayKeys, cfg.LiveStreams = 30, 12
 	cfg.Postgres, cfg.Replicas = pgtest.Database(t), 3
+	cfg.FloodCalls, cfg.FloodSlots, cfg.FloodLatency, cfg.FloodEvery = 40, 2, 20*time.Millisecond, 50*time.Millisecond
+	cfg.Floods = []string{floodSync, floodAsync}
 	rep, _ := runBriefly(t, cfg)
+	checkFloodRows(t, cfg, rep.Flood) // the three replicas sharing the slots among the sides
 	if want := []string{"badger", "postgres×3"}; !slices.Equal(rep.Sides, want) {
 		t.Fatalf("sides %q, want %q", rep.Sides, want)
 	}
@@ -148,7 +152,7 @@ func TestHarnessMeasuresPostgresReplicasBesideBadger(t *testing.T) {
 			t.Errorf("%s: peak of %d connections", c.Gateway, c.Peak)
 		}
 	}
-	if want := []string{"postgres-1", "postgres-2", "postgres-3"}; !slices.Equal(gateways, want) {
+	if want := []string{"flood-shared-1", "flood-shared-2", "flood-shared-3", "postgres-1", "postgres-2", "postgres-3"}; !slices.Equal(gateways, want) {
 		t.Errorf("connections counted for %q, want %q", gateways, want)
 	}
 }
@@ -159,8 +163,12 @@ func TestHarnessMeasuresPostgresReplicasBesideBadger(t *testing.T) {
 // side that could not start says why.
 func checkFloodRows(t *testing.T, cfg Config, rows []FloodRow) {
 	t.Helper()
-	if want := 4 * len(floodKinds); len(rows) != want {
-		t.Fatalf("%d flood rows, want %d (%d floods, four sides)", len(rows), want, len(floodKinds))
+	floods := len(floodKinds)
+	if len(cfg.Floods) > 0 {
+		floods = len(cfg.Floods)
+	}
+	if want := 5 * floods; len(rows) != want {
+		t.Fatalf("%d flood rows, want %d (%d floods, five sides)", len(rows), want, floods)
 	}
 	for _, r := range rows {
 		name := r.Flood + " flood on " + r.Side
@@ -173,6 +181,11 @@ func checkFloodRows(t *testing.T, cfg Config, rows []FloodRow) {
 		case r.Side == floodHAProxy && r.Missing != "":
 			if !strings.Contains(r.Missing, "haproxy") {
 				t.Errorf("%s: missing for an unclear reason: %q", name, r.Missing)
+			}
+			continue
+		case r.Side == floodShared && cfg.Postgres == "":
+			if r.Missing != "needs -postgres" {
+				t.Errorf("%s: %q, want it missing without -postgres", name, r.Missing)
 			}
 			continue
 		case r.Side == floodCapacity && r.Missing != "":

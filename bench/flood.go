@@ -151,7 +151,7 @@ func (h *harness) flood(ctx context.Context) error {
 				}
 				row.Unloaded = unloaded[s.name]
 				h.logf("flood: %s flood on %s", kind, s.name)
-				r := &floodRun{h: h, model: model, client: client, base: s.gw.base, kind: kind}
+				r := &floodRun{h: h, model: model, client: client, gw: s.gw, kind: kind}
 				r.run(ctx, &row)
 			}
 			h.floodRows = append(h.floodRows, row)
@@ -199,7 +199,7 @@ type floodRun struct {
 	h      *harness
 	model  *floodModel
 	client *http.Client
-	base   string
+	gw     *gateway // its calls go to its replicas in turn (gateway.pick)
 	kind   string
 	start  time.Time
 
@@ -266,7 +266,7 @@ func (r *floodRun) sendFlood(ctx context.Context) {
 // syncFloodCall is one held-open flood call.
 func (r *floodRun) syncFloodCall(ctx context.Context, at time.Time, i int) {
 	r.issued.Add(1)
-	resp, body, err := send(ctx, r.client, http.MethodPost, r.base+chatPath, floodBody(r.kind, i),
+	resp, body, err := send(ctx, r.client, http.MethodPost, r.gw.pick(int64(i))+chatPath, floodBody(r.kind, i),
 		floodHeaders(r.kind, i, r.h.cfg.FloodLatency)...)
 	if err == nil {
 		err = expectStatus(resp, body, http.StatusOK)
@@ -284,7 +284,7 @@ func (r *floodRun) syncFloodCall(ctx context.Context, at time.Time, i int) {
 
 // submitFloodCall submits one flood operation; a refused one is recorded at once.
 func (r *floodRun) submitFloodCall(ctx context.Context, at time.Time, i int) submission {
-	id, err := r.h.submit(ctx, r.base, fmt.Sprint("flood ", i), "Authorization", floodTenant, "Priority", "u=7")
+	id, err := r.h.submit(ctx, r.gw.pick(int64(i)), fmt.Sprint("flood ", i), "Authorization", floodTenant, "Priority", "u=7")
 	if err != nil {
 		r.mu.Lock()
 		r.flood.record(0, err)
@@ -302,7 +302,7 @@ func (r *floodRun) awaitOperations(ctx context.Context, subs []submission) {
 	slices.SortFunc(subs, func(a, b submission) int { return strings.Compare(a.id, b.id) })
 	for _, s := range subs {
 		for {
-			v, err := r.h.getOperation(ctx, r.base, s.id, "Authorization", floodTenant)
+			v, err := r.h.getOperation(ctx, r.gw.pick(0), s.id, "Authorization", floodTenant)
 			if err == nil && !v.Done {
 				if sleepUntil(ctx, time.Now().Add(sampleEvery)) {
 					continue
@@ -339,7 +339,7 @@ func (r *floodRun) interactive(ctx context.Context, floodDone <-chan struct{}) {
 		}
 		wg.Go(func() {
 			r.issued.Add(1)
-			err := interactiveCall(ctx, r.client, r.base, i, interactivePriority(r.kind))
+			err := interactiveCall(ctx, r.client, r.gw.pick(int64(i)), i, interactivePriority(r.kind))
 			if err != nil {
 				r.refused.Add(1)
 			}
@@ -367,7 +367,7 @@ func (r *floodRun) noise(ctx context.Context, floodDone <-chan struct{}) {
 		case <-t.C:
 		}
 		wg.Go(func() {
-			_, _, _ = send(ctx, r.client, http.MethodPost, r.base+chatPath, chatBody("noise"),
+			_, _, _ = send(ctx, r.client, http.MethodPost, r.gw.pick(0)+chatPath, chatBody("noise"),
 				"Authorization", "Bearer noise-tenant", "X-Mock-Status", "400", "X-Mock-Latency", "0s")
 		})
 	}

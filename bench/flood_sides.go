@@ -12,9 +12,10 @@ import (
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
 
-// The four sides of the flood scenario, each in front of the flood's model server: plain
-// Caddy, HAProxy queueing by priority class (the peer to beat), Mulligan without capacity
-// and Mulligan with `capacity { limit auto 1 64 }`.
+// The sides of the flood scenario, each in front of the flood's model server: plain Caddy,
+// HAProxy queueing by priority class (the peer to beat), Mulligan without capacity, Mulligan
+// with `capacity { limit auto 1 64 }` and, with -postgres, three replicas of it on one
+// PostgreSQL sharing the model server's slots (`shared`), the calls spread over them in turn.
 
 // floodSide is one gateway the flood runs against.
 type floodSide struct {
@@ -34,7 +35,11 @@ const (
 	floodHAProxy  = "HAProxy"
 	floodMulligan = "Mulligan"
 	floodCapacity = "Mulligan + capacity"
+	floodShared   = "Mulligan + capacity, 3 replicas (PostgreSQL, shared)"
 )
+
+// floodReplicas is how many replicas the shared side runs.
+const floodReplicas = 3
 
 // floodAsyncBlock is the async block of both Mulligan sides: as many runners as the adaptive limit's
 // maximum, so that what decides the load on the model server is the capacity block (or, without
@@ -72,7 +77,38 @@ func (h *harness) startFloodSides(ctx context.Context, upstream string) ([]*floo
 		h.logf("flood: %s: %v", floodCapacity, err)
 		err = nil
 	}
+	if err != nil {
+		return sides, err
+	}
+	shared := &floodSide{name: floodShared, mulligan: true, missing: "needs -postgres"}
+	sides = append(sides, shared)
+	if h.cfg.Postgres != "" {
+		shared.missing = ""
+		shared.gw, err = h.startSharedFloodSide(ctx, upstream)
+	}
 	return sides, err
+}
+
+// startSharedFloodSide starts floodReplicas gateways on the -postgres database, whose capacity
+// block shares the model server's slots between them (`shared` = its slots: an operator who
+// knows the slot count bounds the fleet by it).
+func (h *harness) startSharedFloodSide(ctx context.Context, upstream string) (*gateway, error) {
+	fleet := &gateway{name: "flood-shared"}
+	block := strings.Replace(floodCapacityBlock, "\t\t}\n", fmt.Sprintf("\t\t\tshared %d\n\t\t}\n", h.cfg.FloodSlots), 1)
+	for i := range floodReplicas {
+		name := fmt.Sprintf("flood-shared-%d", i+1)
+		storage, err := h.postgresStorage(name)
+		if err != nil {
+			return fleet, err
+		}
+		r, err := h.startGateway(ctx, name, func(int) string { return mulliganSite(upstream, storage, floodAsyncBlock+block) })
+		if err != nil {
+			return fleet, err
+		}
+		fleet.replicas = append(fleet.replicas, r)
+	}
+	fleet.base, fleet.admin = fleet.replicas[0].base, fleet.replicas[0].admin
+	return fleet, nil
 }
 
 // stopFloodSides stops the sides that started.
