@@ -75,20 +75,11 @@ func testWeightedKeys(t *testing.T, e *env) {
 // The runner under capacity claims by id (ClaimQueued) the operation it looked at: that claim
 // takes its key's turn as ClaimNext would.
 func testClaimByIDTakesTheKeysTurn(t *testing.T, e *env) {
-	b := e.open()
+	b, other := e.open(), e.open()
 	e.acceptKeyed(t, b, "s1", "key:acme", 0, 0, 2)
 	e.acceptKeyed(t, b, "s2", "key:acme", 0, 2, 2)
 	e.acceptAt(t, b, "b", 4, 2, store.DefaultUrgency, time.Time{})
-	var got []string
-	for range 10 {
-		next := must(b.NextQueued())(t)
-		if next == nil {
-			break
-		}
-		if op := must(b.ClaimQueued(next.ID, "w1", time.Minute))(t); op != nil {
-			got = append(got, op.ID)
-		}
-	}
+	got := peekThenClaim(t, b, other, 10)
 	want := []string{opID(0), opID(4), opID(1), opID(5), opID(2), opID(3)}
 	if !slices.Equal(got, want) {
 		t.Fatalf("claimed %v,\nwant %v", got, want)
@@ -126,8 +117,23 @@ func testPeekThenClaim(t *testing.T, e *env) {
 	e.acceptAt(t, b, "a", 8, 1, store.MostUrgent, time.Time{})
 	e.acceptAt(t, b, "c", 9, 2, store.LeastUrgent, time.Time{})
 	e.acceptAt(t, b, "d", 11, 1, store.DefaultUrgency, e.clock.Now().Add(-time.Second))
+	got := peekThenClaim(t, b, other, 20)
+	want := []string{opID(8), opID(6), opID(0), opID(7), opID(1), opID(2), opID(3), opID(4), opID(5), opID(9), opID(10)}
+	if !slices.Equal(got, want) {
+		t.Fatalf("claimed %v,\nwant %v", got, want)
+	}
+	if stale := must(b.ClaimQueued(opID(11), "w1", time.Minute))(t); stale != nil {
+		t.Fatalf("claimed %s past its queue deadline", stale.ID)
+	}
+}
+
+// peekThenClaim looks at the next operation and claims it by id, as the runner under capacity
+// does, until the queue is empty (at most max claims), checking that other cannot claim it
+// again; it returns the ids in claim order.
+func peekThenClaim(t *testing.T, b, other store.Backend, max int) []string {
+	t.Helper()
 	var got []string
-	for range 20 {
+	for range max {
 		next := must(b.NextQueued())(t)
 		if next == nil {
 			break
@@ -144,13 +150,7 @@ func testPeekThenClaim(t *testing.T, e *env) {
 		}
 		got = append(got, op.ID)
 	}
-	want := []string{opID(8), opID(6), opID(0), opID(7), opID(1), opID(2), opID(3), opID(4), opID(5), opID(9), opID(10)}
-	if !slices.Equal(got, want) {
-		t.Fatalf("claimed %v,\nwant %v", got, want)
-	}
-	if stale := must(b.ClaimQueued(opID(11), "w1", time.Minute))(t); stale != nil {
-		t.Fatalf("claimed %s past its queue deadline", stale.ID)
-	}
+	return got
 }
 
 // acceptAt stores operations from..from+n-1 of scope, queued at urgency u, with deadline (zero:
