@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/mulligan-gw/mulligan/internal/clocks"
 )
 
 // The gateway process harness: the built binary run for real, which the system tests
@@ -140,8 +142,9 @@ func (p *Process) Start(ctx context.Context, within time.Duration) error {
 
 // waitListening polls the port until it accepts, the process exits, ctx ends or within passes.
 func (p *Process) waitListening(ctx context.Context, within time.Duration) error {
-	deadline, every := time.Now().Add(within), 5*time.Millisecond
-	for time.Now().Before(deadline) {
+	expired := time.NewTimer(within)
+	defer expired.Stop()
+	for every := 5 * time.Millisecond; ; every = min(2*every, 50*time.Millisecond) {
 		if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", p.Port), time.Second); err == nil {
 			c.Close()
 			return nil
@@ -151,11 +154,11 @@ func (p *Process) waitListening(ctx context.Context, within time.Duration) error
 			return fmt.Errorf("%w: %s", ErrExited, p.LogError())
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-expired.C:
+			return fmt.Errorf("not listening on port %d within %s: %s", p.Port, within, p.LogError())
 		case <-time.After(every):
-			every = min(2*every, 50*time.Millisecond)
 		}
 	}
-	return fmt.Errorf("not listening on port %d within %s: %s", p.Port, within, p.LogError())
 }
 
 // Terminate sends SIGTERM, as the kubelet does, and waits up to within for the exit; it returns
@@ -165,7 +168,7 @@ func (p *Process) Terminate(within time.Duration) (code int, took time.Duration,
 	if !p.Running() {
 		return 0, 0, errors.New("the gateway is not running")
 	}
-	start := time.Now()
+	start := clocks.Real.Now()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		return 0, 0, err
 	}
@@ -173,9 +176,9 @@ func (p *Process) Terminate(within time.Duration) (code int, took time.Duration,
 	case <-p.exited:
 	case <-time.After(within):
 		p.Kill()
-		return 0, time.Since(start), fmt.Errorf("still running %s after SIGTERM", within)
+		return 0, clocks.Real.Since(start), fmt.Errorf("still running %s after SIGTERM", within)
 	}
-	took = time.Since(start)
+	took = clocks.Real.Since(start)
 	p.release()
 	if exitErr, ok := errors.AsType[*exec.ExitError](p.err); ok {
 		return exitErr.ExitCode(), took, nil

@@ -11,13 +11,15 @@ import (
 // what can be awaited on a channel is awaited there.
 func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
+	expired := time.NewTimer(within)
+	defer expired.Stop()
 	every := 2 * time.Millisecond
 	for !cond() {
-		if time.Now().After(deadline) {
+		select {
+		case <-expired.C:
 			t.Fatalf("not within %v: %s", within, what)
+		case <-time.After(every):
 		}
-		time.Sleep(every)
 		every = min(2*every, 50*time.Millisecond) // quick for the common fast case, light for slow ones
 	}
 }
