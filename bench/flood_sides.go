@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 )
@@ -27,6 +31,8 @@ type floodSide struct {
 	mulligan bool
 	// missing says why the side could not start.
 	missing string
+	// drop, when set, removes what the side made besides its processes (its database).
+	drop func()
 }
 
 // Side names of the flood table.
@@ -84,24 +90,61 @@ func (h *harness) startFloodSides(ctx context.Context, upstream string) ([]*floo
 	sides = append(sides, shared)
 	if h.cfg.Postgres != "" {
 		shared.missing = ""
-		shared.gw, err = h.startSharedFloodSide(ctx, upstream)
+		var dsn string
+		dsn, shared.drop, err = h.floodDatabase(ctx)
+		if err != nil {
+			shared.missing, err = "could not create its database: "+err.Error(), nil
+			return sides, nil
+		}
+		shared.gw, err = h.startSharedFloodSide(ctx, upstream, dsn)
 	}
 	return sides, err
 }
 
-// startSharedFloodSide starts floodReplicas gateways on the -postgres database, whose capacity
-// block shares the model server's slots between them (`shared` = its slots: an operator who
-// knows the slot count bounds the fleet by it).
-func (h *harness) startSharedFloodSide(ctx context.Context, upstream string) (*gateway, error) {
+// floodDatabase creates a database of its own for the shared side beside the -postgres one, on
+// the same cluster, and returns its DSN and what drops it: replicas on one database are one
+// fleet, and the -postgres gateway's runners, in front of another upstream, would claim the
+// flood's operations.
+func (h *harness) floodDatabase(ctx context.Context) (string, func(), error) {
+	name := "mulligan_bench_flood_" + h.runID
+	conn, err := pgx.Connect(ctx, h.cfg.Postgres)
+	if err != nil {
+		return "", nil, err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", nil, err
+	}
+	drop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if conn, err := pgx.Connect(ctx, h.cfg.Postgres); err == nil {
+			_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			_ = conn.Close(ctx)
+		}
+	}
+	u, err := url.Parse(h.cfg.Postgres)
+	if err != nil {
+		drop()
+		return "", nil, err
+	}
+	u.Path = "/" + name
+	return u.String(), drop, nil
+}
+
+// startSharedFloodSide starts floodReplicas gateways on the database dsn, whose capacity block
+// shares the model server's slots between them (`shared` = its slots: an operator who knows the
+// slot count bounds the fleet by it).
+func (h *harness) startSharedFloodSide(ctx context.Context, upstream, dsn string) (*gateway, error) {
 	fleet := &gateway{name: "flood-shared"}
 	block := strings.Replace(floodCapacityBlock, "\t\t}\n", fmt.Sprintf("\t\t\tshared %d\n\t\t}\n", h.cfg.FloodSlots), 1)
 	for i := range floodReplicas {
 		name := fmt.Sprintf("flood-shared-%d", i+1)
-		storage, err := h.postgresStorage(name)
+		named, err := withApplicationName(dsn, h.applicationName(name))
 		if err != nil {
 			return fleet, err
 		}
-		r, err := h.startGateway(ctx, name, func(int) string { return mulliganSite(upstream, storage, floodAsyncBlock+block) })
+		r, err := h.startGateway(ctx, name, func(int) string { return mulliganSite(upstream, "postgres "+named, floodAsyncBlock+block) })
 		if err != nil {
 			return fleet, err
 		}
@@ -115,6 +158,9 @@ func (h *harness) startSharedFloodSide(ctx context.Context, upstream string) (*g
 func stopFloodSides(sides []*floodSide) {
 	for _, s := range sides {
 		s.gw.stop()
+		if s.drop != nil {
+			s.drop()
+		}
 	}
 }
 
