@@ -167,8 +167,8 @@ func checkFloodRows(t *testing.T, cfg Config, rows []FloodRow) {
 	if len(cfg.Floods) > 0 {
 		floods = len(cfg.Floods)
 	}
-	if want := 5 * floods; len(rows) != want {
-		t.Fatalf("%d flood rows, want %d (%d floods, five sides)", len(rows), want, floods)
+	if want := 6 * floods; len(rows) != want {
+		t.Fatalf("%d flood rows, want %d (%d floods, six sides)", len(rows), want, floods)
 	}
 	for _, r := range rows {
 		name := r.Flood + " flood on " + r.Side

@@ -18,8 +18,9 @@ import (
 
 // The sides of the flood scenario, each in front of the flood's model server: plain Caddy,
 // HAProxy queueing by priority class (the peer to beat), Mulligan without capacity, Mulligan
-// with `capacity { limit auto 1 64 }` and, with -postgres, three replicas of it on one
-// PostgreSQL sharing the model server's slots (`shared`), the calls spread over them in turn.
+// with `capacity { limit auto 1 64 }`, the same steered by the model server's own metrics and,
+// with -postgres, three replicas of it on one PostgreSQL sharing the model server's slots
+// (`shared`), the calls spread over them in turn.
 
 // floodSide is one gateway the flood runs against.
 type floodSide struct {
@@ -42,7 +43,16 @@ const (
 	floodMulligan = "Mulligan"
 	floodCapacity = "Mulligan + capacity"
 	floodShared   = "Mulligan + capacity, 3 replicas (PostgreSQL, shared)"
+	floodMetrics  = "Mulligan + capacity + server_metrics"
 )
+
+// floodMetricsBlock is the capacity of the side that steers by the model server's own queue
+// (docs/capacity.md, "The model server's metrics"): read every 100 ms, saturated as soon as a
+// call waits inside it.
+func floodMetricsBlock(upstream string) string {
+	return strings.Replace(floodCapacityBlock, "\t\t}\n",
+		"\t\t\tserver_metrics http://"+upstream+"/metrics vllm {\n\t\t\t\tinterval 100ms\n\t\t\t\tmax_waiting 0\n\t\t\t}\n\t\t}\n", 1)
+}
 
 // floodReplicas is how many replicas the shared side runs.
 const floodReplicas = 3
@@ -84,6 +94,14 @@ func (h *harness) startFloodSides(ctx context.Context, upstream string) ([]*floo
 		err = nil
 	}
 	if err != nil {
+		return sides, err
+	}
+	metrics := &floodSide{name: floodMetrics, mulligan: true}
+	sides = append(sides, metrics)
+	dir = h.badgerDir("flood-metrics")
+	if metrics.gw, err = h.startGateway(ctx, "flood-metrics", func(int) string {
+		return mulliganSite(upstream, dir, floodAsyncBlock+floodMetricsBlock(upstream))
+	}); err != nil {
 		return sides, err
 	}
 	shared := &floodSide{name: floodShared, mulligan: true, missing: "needs -postgres"}
