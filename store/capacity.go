@@ -50,6 +50,14 @@ type SharedSeats interface {
 	SeatsHeld(pool string) (int, error)
 }
 
+// SeatNotices is what a SharedSeats may do besides: tell a replica at once when a seat of a
+// pool may have come free on any replica, so that its waiters look without waiting for their
+// next look. A notice is a hint, and may be lost: waiters look on their own too.
+type SeatNotices interface {
+	// SeatsFreed receives (a buffered channel of one) when a seat of pool may have come free.
+	SeatsFreed(pool string) <-chan struct{}
+}
+
 // SeatWaiter is a call waiting for a shared seat, as the fleet orders it: its urgency (0..7),
 // then how long it has waited (a length of time, so that replicas' clocks need not agree).
 type SeatWaiter struct {

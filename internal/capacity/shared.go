@@ -35,6 +35,7 @@ type Shared struct {
 	newID  func(now time.Time) string
 	log    *zap.Logger
 	kick   chan struct{} // a seat of this replica came free: look at once
+	freed  <-chan struct{} // the storage says a seat may have come free on any replica; nil: it cannot
 
 	mu       sync.Mutex
 	waiting  []*sharedWaiter // in the order they came
@@ -95,6 +96,9 @@ func NewShared(st store.SharedSeats, o SharedOptions) *Shared {
 	s := &Shared{st: st, clock: o.Clock, name: o.Name, worker: o.Worker, lease: o.Lease, margin: o.Margin,
 		every: o.Renew, newID: o.NewID, log: o.Log, kick: make(chan struct{}, 1), held: map[string]*Held{}}
 	s.limit.Store(int64(o.Limit))
+	if n, ok := st.(store.SeatNotices); ok {
+		s.freed = n.SeatsFreed(o.Name)
+	}
 	return s
 }
 
@@ -228,6 +232,8 @@ func (s *Shared) poll() {
 			select {
 			case <-t.Chan():
 			case <-s.kick:
+				t.Stop()
+			case <-s.freed:
 				t.Stop()
 			}
 		}

@@ -495,3 +495,29 @@ func TestSharedSeatWaitersLookForASeatOneAtATime(t *testing.T) {
 		t.Fatalf("%d looks for a shared seat under way at once for %d waiters; want 1 (one look for all)", m, waiters)
 	}
 }
+
+// A seat another replica frees is told to this one at once (store.SeatNotices: PostgreSQL's
+// NOTIFY), and its waiting call takes it without waiting for its next look: here the clock
+// never moves, so no look is ever due.
+func TestSharedSeatFreedByAnotherReplicaIsTakenAtOnce(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	dsn := pgtest.Database(t)
+	other, mine := openSeats(t, dsn, clock), openSeats(t, dsn, clock)
+	heldByOther(t, other)
+	s := newTestShared(mine, clock, time.Minute)
+	answer := make(chan error, 1)
+	go func() {
+		seat, err := s.Take(context.Background(), time.Time{}, 3)
+		if err == nil {
+			s.Give(seat)
+		}
+		answer <- err
+	}()
+	testkit.WaitFor(t, 10*time.Second, "the first look, which finds the seat held", func() bool { return inLine(t, dsn, "w") })
+	if err := other.ReleaseSeat("test", "other"); err != nil {
+		t.Fatal(err)
+	}
+	if err := testkit.Receive(t, answer, "the waiting call's seat, with no look due"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -62,7 +62,8 @@ func (s *Store) signal() {
 	}
 }
 
-// listen holds a dedicated connection (outside the pool) listening on wakeChannel, reconnecting
+// listen holds a dedicated connection (outside the pool) listening on wakeChannel, keysChannel
+// and seatsChannel, reconnecting
 // with backoff until Close.
 func (s *Store) listen(cfg *pgx.ConnConfig) {
 	defer s.bg.Done()
@@ -105,6 +106,9 @@ func (s *Store) listenOnce(cfg *pgx.ConnConfig) error {
 	if err == nil {
 		_, err = conn.Exec(ctx, "LISTEN "+wakeChannel)
 	}
+	if err == nil {
+		_, err = conn.Exec(ctx, "LISTEN "+seatsChannel)
+	}
 	cancel()
 	if err != nil {
 		if listenUnsupported(err) {
@@ -117,16 +121,20 @@ func (s *Store) listenOnce(cfg *pgx.ConnConfig) error {
 	s.replays.reset(true)
 	defer s.replays.reset(false)
 	s.signal() // anything sent while no one listened
+	s.seats.heardAll()
 	for {
 		n, err := conn.WaitForNotification(s.base)
 		if err != nil {
 			return err
 		}
-		if n.Channel == keysChannel {
+		switch n.Channel {
+		case keysChannel:
 			s.replays.heard(n.Payload)
-			continue
+		case seatsChannel:
+			s.seats.heardFreed(n.Payload)
+		default:
+			s.signal()
 		}
-		s.signal()
 	}
 }
 

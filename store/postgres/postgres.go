@@ -76,6 +76,7 @@ type Store struct {
 	settled   atomic.Pointer[func(*store.Batch)]
 	wake      chan struct{}
 	notifyCh  chan struct{}
+	seats     *seatNotices // seatnotice.go
 	replays   *replayCache
 	pooled    bool // the DSN goes through a connection pooler (pooler.go)
 	// claiming lets one ClaimNext of this replica at a time hold a connection: its workers'
@@ -168,13 +169,14 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, unavailable(fmt.Errorf("migrating: %w", err))
 	}
 	s := &Store{pool: pool, opts: opts, now: opts.Now, wake: make(chan struct{}, 1), notifyCh: make(chan struct{}, 1),
-		replays: newReplayCache(opts.ReplayCacheBytes, opts.ReplayCacheFor), pooled: pooled}
+		seats: newSeatNotices(), replays: newReplayCache(opts.ReplayCacheBytes, opts.ReplayCacheFor), pooled: pooled}
 	if s.now == nil {
 		s.now = time.Now
 	}
 	s.base, s.cancel = context.WithCancel(context.Background())
-	s.bg.Add(1)
+	s.bg.Add(2)
 	go s.notifier()
+	go s.seatNotifier()
 	if session != nil {
 		s.bg.Add(1)
 		go s.listen(session)

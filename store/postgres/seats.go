@@ -152,10 +152,13 @@ func (s *Store) SeatsHeld(pool string) (int, error) {
 	return n, err
 }
 
-// ReleaseSeat gives seat of pool back (see store.SharedSeats).
+// ReleaseSeat gives seat of pool back (see store.SharedSeats), and has the replicas told.
 func (s *Store) ReleaseSeat(pool, seat string) error {
 	return s.query(func(ctx context.Context, db querier) error {
-		_, err := db.Exec(ctx, `DELETE FROM seats WHERE pool = $1 AND seat = $2`, pool, seat)
+		tag, err := db.Exec(ctx, `DELETE FROM seats WHERE pool = $1 AND seat = $2`, pool, seat)
+		if err == nil && tag.RowsAffected() > 0 {
+			s.seats.note(pool)
+		}
 		return err
 	})
 }

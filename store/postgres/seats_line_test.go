@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/storetest"
 )
@@ -101,13 +102,8 @@ func TestClearingLapsedRowsNeverWaitsForAnotherTransaction(t *testing.T) {
 		})
 	}()
 	for range 2 {
-		select {
-		case err := <-answered:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Fatal("a look for a seat, or the sweep, waits for a lapsed row another transaction holds")
+		if err := testkit.Receive(t, answered, "a look for a seat and the sweep, while another transaction holds lapsed rows"); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

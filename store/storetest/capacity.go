@@ -49,12 +49,25 @@ func testFairKeysTakeTurns(t *testing.T, e *env) {
 		e.acceptKeyed(t, b, scope, "key:acme", 0, 6*i, 6)
 	}
 	e.acceptAt(t, b, "b", 18, 2, store.DefaultUrgency, time.Time{})
-	got := drain(t, b, 30)
-	want := []string{opID(0), opID(18), opID(1), opID(19)}
-	for i := 2; i < 18; i++ {
-		want = append(want, opID(i))
+	expectDrain(t, b, opIDs([]int{0, 18, 1, 19}, 2, 18))
+}
+
+// opIDs are the ids of operations first, then from..to-1.
+func opIDs(first []int, from, to int) []string {
+	var out []string
+	for _, i := range first {
+		out = append(out, opID(i))
 	}
-	if !slices.Equal(got, want) {
+	for i := from; i < to; i++ {
+		out = append(out, opID(i))
+	}
+	return out
+}
+
+// expectDrain drains b and fails unless it claimed want, in that order.
+func expectDrain(t *testing.T, b store.Backend, want []string) {
+	t.Helper()
+	if got := drain(t, b, len(want)+10); !slices.Equal(got, want) {
 		t.Fatalf("claimed %v,\nwant %v", got, want)
 	}
 }
@@ -64,12 +77,7 @@ func testWeightedKeys(t *testing.T, e *env) {
 	b := e.open()
 	e.acceptKeyed(t, b, "h", "key:heavy", 2, 0, 10)
 	e.acceptKeyed(t, b, "l", "key:light", 1, 10, 10)
-	got := drain(t, b, 30)
-	want := []string{opID(0), opID(1), opID(10), opID(2), opID(3), opID(11), opID(4), opID(5), opID(12),
-		opID(6), opID(7), opID(13), opID(8), opID(9), opID(14), opID(15), opID(16), opID(17), opID(18), opID(19)}
-	if !slices.Equal(got, want) {
-		t.Fatalf("claimed %v,\nwant %v", got, want)
-	}
+	expectDrain(t, b, opIDs([]int{0, 1, 10, 2, 3, 11, 4, 5, 12, 6, 7, 13, 8, 9, 14}, 15, 20))
 }
 
 // The runner under capacity claims by id (ClaimQueued) the operation it looked at: that claim
@@ -185,14 +193,7 @@ func testScopesTakeTurns(t *testing.T, e *env) {
 	b := e.open()
 	e.acceptAt(t, b, "a", 0, 20, store.DefaultUrgency, time.Time{})
 	e.acceptAt(t, b, "b", 20, 2, store.DefaultUrgency, time.Time{})
-	got := drain(t, b, 30)
-	want := []string{opID(0), opID(20), opID(1), opID(21)}
-	for i := 2; i < 20; i++ {
-		want = append(want, opID(i))
-	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("claimed %v,\nwant %v", got, want)
-	}
+	expectDrain(t, b, opIDs([]int{0, 20, 1, 21}, 2, 20))
 }
 
 // An urgency-0 operation queued after ten urgency-7 ones is claimed first.
