@@ -34,7 +34,7 @@ type Shared struct {
 	every  time.Duration
 	newID  func(now time.Time) string
 	log    *zap.Logger
-	kick   chan struct{} // a seat of this replica came free: look at once
+	kick   chan struct{}   // a seat of this replica came free: look at once
 	freed  <-chan struct{} // the storage says a seat may have come free on any replica; nil: it cannot
 
 	mu       sync.Mutex
