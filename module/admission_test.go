@@ -10,7 +10,8 @@ import (
 )
 
 func TestScopeOverMaxPerScopeIsRateLimited(t *testing.T) {
-	g := startGateway(t, modelserver.Config{Latency: 20 * time.Second}, "async {\n max_per_scope 2\n concurrency 1\n}")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{Latency: 20 * time.Second}, "async {\n max_per_scope 2\n concurrency 1\n}")
 	alice, bob := []string{"Authorization", "Bearer alice"}, []string{"Authorization", "Bearer bob"}
 	_, first := g.submit(t, "a1", alice...)
 	g.submit(t, "a2", alice...)

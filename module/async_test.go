@@ -83,7 +83,8 @@ func (g *gateway) await(t *testing.T, id string, headers ...string) opBody {
 }
 
 func TestPreferRespondAsyncAnswers202ThenPollThenResult(t *testing.T) {
-	g := startGateway(t, modelserver.Config{Latency: 200 * time.Millisecond}, "")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{Latency: 200 * time.Millisecond}, "")
 	r, op := g.submit(t, "")
 	for h, want := range map[string]string{
 		"Location": "/v1/operations/" + op.OperationID, "Preference-Applied": "respond-async", "Retry-After": "2", "Vary": "Prefer",
@@ -119,7 +120,8 @@ func TestPreferRespondAsyncAnswers202ThenPollThenResult(t *testing.T) {
 }
 
 func TestSynchronousResponsesOfCoveredRoutesVaryOnPrefer(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "")
 	r := g.post(chatPath, "", chat("x"))
 	if r.StatusCode != 200 || !strings.Contains(strings.Join(r.Header.Values("Vary"), ","), "Prefer") {
 		t.Fatalf("%d Vary=%q", r.StatusCode, r.Header.Values("Vary"))
@@ -127,7 +129,8 @@ func TestSynchronousResponsesOfCoveredRoutesVaryOnPrefer(t *testing.T) {
 }
 
 func TestKeyedAsyncRetryGetsTheSame202(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "")
 	first, op := g.submit(t, "async-key")
 	again, op2 := g.submit(t, "async-key")
 	if op2.OperationID != op.OperationID || again.Header.Get(headerReplayed) != "true" || string(again.body) != string(first.body) {
@@ -140,7 +143,8 @@ func TestKeyedAsyncRetryGetsTheSame202(t *testing.T) {
 }
 
 func TestCancelQueuedRunningAndFinalOperations(t *testing.T) {
-	g := startGateway(t, modelserver.Config{Latency: 10 * time.Second}, "async {\n concurrency 1\n}")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{Latency: 10 * time.Second}, "async {\n concurrency 1\n}")
 	_, running := g.submit(t, "running")
 	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	_, queued := g.submit(t, "queued")
@@ -163,7 +167,8 @@ func TestCancelQueuedRunningAndFinalOperations(t *testing.T) {
 }
 
 func TestResultBeforeTheEndIs409(t *testing.T) {
-	g := startGateway(t, modelserver.Config{Latency: 5 * time.Second}, "")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{Latency: 5 * time.Second}, "")
 	_, op := g.submit(t, "")
 	r := g.get(op.Links.Result)
 	expectError(t, r, 409, apierr.CodeNotFinished, true)
@@ -173,7 +178,8 @@ func TestResultBeforeTheEndIs409(t *testing.T) {
 }
 
 func TestAfterModeAnswersFastCallsDirectlyAndConvertsSlowOnes(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "async {\n mode after 1s\n}")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "async {\n mode after 1s\n}")
 	fast := g.post(chatPath, "fast", chat("fast"), "X-Mock-Latency", "50ms")
 	if fast.StatusCode != 200 || fast.Header.Get("Preference-Applied") != "" {
 		t.Fatalf("fast: %d %s", fast.StatusCode, fast.body)
@@ -202,7 +208,8 @@ func TestAfterModeAnswersFastCallsDirectlyAndConvertsSlowOnes(t *testing.T) {
 }
 
 func TestFullQueueAnswers503(t *testing.T) {
-	g := startGateway(t, modelserver.Config{Latency: 10 * time.Second}, "async {\n concurrency 1\n queue 1\n}")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{Latency: 10 * time.Second}, "async {\n concurrency 1\n queue 1\n}")
 	g.submit(t, "a")
 	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	g.submit(t, "b")
@@ -217,7 +224,8 @@ func TestFullQueueAnswers503(t *testing.T) {
 // key: the retry is a replay of the accepted request, not a new one, so a full queue does not
 // stand between the client and its operation id.
 func TestKeyedRetryOfAnAcceptedRequestIsReplayedWhenTheQueueIsFull(t *testing.T) {
-	g := startGateway(t, modelserver.Config{Latency: 10 * time.Second}, "async {\n concurrency 1\n queue 1\n}")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{Latency: 10 * time.Second}, "async {\n concurrency 1\n queue 1\n}")
 	g.submit(t, "a")
 	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	first, op := g.submit(t, "b")
@@ -229,7 +237,8 @@ func TestKeyedRetryOfAnAcceptedRequestIsReplayedWhenTheQueueIsFull(t *testing.T)
 }
 
 func TestAnotherScopesOperationIsNotFound(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "scope {http.request.header.Authorization}")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "scope {http.request.header.Authorization}")
 	_, op := g.submit(t, "", "Authorization", "Bearer alice")
 	g.await(t, op.OperationID, "Authorization", "Bearer alice")
 	foreign := g.get(op.StatusURL, "Authorization", "Bearer bob")
@@ -289,7 +298,8 @@ func TestUpstreamOutcomesMapToOperationStatuses(t *testing.T) {
 }
 
 func TestListShowsTheCallersOperationsNewestFirst(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "")
 	alice := []string{"Authorization", "Bearer alice"}
 	var ids []string
 	for i := range 3 {

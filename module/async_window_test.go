@@ -73,7 +73,8 @@ func TestPanickingHandlerWithinTheWindowIsUpstreamError(t *testing.T) {
 }
 
 func TestAfterModeKeyStaysClaimedForTheWholeCall(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "idempotency {\n lease 1s\n}\nasync {\n mode after 2500ms\n timeout 30s\n}")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "idempotency {\n lease 1s\n}\nasync {\n mode after 2500ms\n timeout 30s\n}")
 	first := make(chan result, 1)
 	go func() { first <- g.post(chatPath, "k", chat("x"), "X-Mock-Latency", "4s") }()
 	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
@@ -88,7 +89,8 @@ func TestAfterModeKeyStaysClaimedForTheWholeCall(t *testing.T) {
 }
 
 func TestFirstAttemptOverTheTimeoutInAfterModeIsOperationTimeout(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "async {\n mode after 300ms\n timeout 1500ms\n retries 3\n}")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "async {\n mode after 300ms\n timeout 1500ms\n retries 3\n}")
 	r := g.post(chatPath, "", chat("x"), "X-Mock-Latency", "10s")
 	if r.StatusCode != http.StatusAccepted {
 		t.Fatalf("not converted: %v %s", r.Status, r.body)
@@ -103,7 +105,8 @@ func TestFirstAttemptOverTheTimeoutInAfterModeIsOperationTimeout(t *testing.T) {
 }
 
 func TestAfterModeCallsAreBoundedByConcurrency(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "async {\n mode after 100ms\n concurrency 1\n}")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "async {\n mode after 100ms\n concurrency 1\n}")
 	for i := range 4 {
 		r := g.post(chatPath, fmt.Sprintf("k%d", i), chat("x"), "X-Mock-Latency", "20s")
 		if r.StatusCode != http.StatusAccepted {

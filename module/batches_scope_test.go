@@ -41,7 +41,8 @@ func (g *gateway) deleteFile(id string, headers ...string) result {
 // operations API: they list nothing, reach what they were given the id of, and another scope
 // reaches none of it.
 func TestCallersWithoutCredentialsListNoFilesOrBatchesAsNoOperations(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, batchesBlock)
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, batchesBlock)
 	alice := []string{"Authorization", "Bearer alice"}
 	_, op := g.submit(t, "anon-key")
 	fileID := g.uploadID(t, batchInput(3, func(i int) string { return fmt.Sprint("anonymous prompt ", i) }))
@@ -98,7 +99,8 @@ func TestCallersWithoutCredentialsListNoFilesOrBatchesAsNoOperations(t *testing.
 // 400 FILE_QUOTA_EXCEEDED and stores nothing; each scope has its own room, and a deleted file
 // gives its room back.
 func TestAScopesStoredFilesAreBoundedInBytesAndCount(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "batches /v1 {\n max_scope_bytes 2KiB\n max_scope_files 2\n}\n")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "batches /v1 {\n max_scope_bytes 2KiB\n max_scope_files 2\n}\n")
 	alice, bob := []string{"Authorization", "Bearer alice"}, []string{"Authorization", "Bearer bob"}
 	first := g.uploadID(t, strings.Repeat("a", 1500), alice...)
 	over := g.uploadFile(t, strings.Repeat("b", 1000), "batch", alice...)

@@ -249,7 +249,8 @@ func expectOpenAIError(t *testing.T, r result, status int, code apierr.Code, mes
 }
 
 func TestFilesAndBatchesOverTheirLimitsAreRefused(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "batches /v1 {\n max_file_size 1KiB\n max_requests 3\n}\n")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "batches /v1 {\n max_file_size 1KiB\n max_requests 3\n}\n")
 	who := []string{"Authorization", "Bearer a"} // a caller without credentials lists nothing
 	expectOpenAIError(t, g.uploadFile(t, strings.Repeat("x", 2048), "batch", who...), http.StatusRequestEntityTooLarge, apierr.CodeRequestTooLarge, "max_file_size")
 	expectOpenAIError(t, g.uploadFile(t, batchInput(1, func(int) string { return "x" }), "fine-tune", who...), http.StatusBadRequest, apierr.CodeInvalidRequest, `purpose "batch"`)
@@ -268,7 +269,8 @@ func TestFilesAndBatchesOverTheirLimitsAreRefused(t *testing.T) {
 // An upload is bounded around its file: its name, its parts, and what its body holds besides
 // the file; each refusal names what is over, and nothing is stored.
 func TestUploadsAreBoundedAroundTheFile(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "batches /v1 {\n max_file_size 1KiB\n}\n")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "batches /v1 {\n max_file_size 1KiB\n}\n")
 	who := []string{"Authorization", "Bearer a"} // a caller without credentials lists nothing
 	file := func(name string) func(mw *multipart.Writer) {
 		return func(mw *multipart.Writer) {
@@ -297,8 +299,9 @@ func TestUploadsAreBoundedAroundTheFile(t *testing.T) {
 }
 
 func TestBatchWebhookIsSignedAndLinesSendNoOperationEvents(t *testing.T) {
+	t.Parallel()
 	rc := newReceiver(t, secretA, nil)
-	g := startGateway(t, modelserver.Config{}, batchesBlock+webhooksBlock(rc.srv.URL+"/hook", "", secretA))
+	g := startHandler(t, modelserver.Config{}, batchesBlock+webhooksBlock(rc.srv.URL+"/hook", "", secretA))
 	b := g.createBatch(t, batchInput(5, func(i int) string { return fmt.Sprint("hooked ", i) }), "24h", "Callback-Url", rc.srv.URL+"/hook")
 	var f struct{ ID string }
 	_ = json.Unmarshal(g.uploadFile(t, batchInput(1, func(int) string { return "x" }), "batch").body, &f)

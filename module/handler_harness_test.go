@@ -24,8 +24,9 @@ import (
 // provisioned with an App of its own on a Badger directory of the test's, each request is
 // prepared as Caddy's server prepares it, and what the handler passes on goes to a model
 // server with cfg on loopback through a reverse proxy, in reverse_proxy's place. Nothing of it
-// is process-wide, so its tests run in parallel. Tests of a whole config (reloads, sites,
-// the admin API, async operations run through Caddy's servers) stay on startGateway.
+// is process-wide, so its tests run in parallel; operations run through the same handler. Tests
+// of a whole config (reloads, sites, the admin API, metrics, operations dispatched by Caddy's
+// servers) stay on startGateway.
 func startHandler(t *testing.T, cfg modelserver.Config, mulliganBody string) *gateway {
 	t.Helper()
 	g := &gateway{t: t, dir: t.TempDir(), model: modelserver.New(cfg), client: &http.Client{Timeout: 30 * time.Second}}
@@ -44,8 +45,10 @@ func startHandler(t *testing.T, cfg modelserver.Config, mulliganBody string) *ga
 		proxy.ServeHTTP(w, r)
 		return nil
 	})
+	// The server a request came through, as Caddy's sets it: operations note it, to run there.
+	server := &caddyhttp.Server{Listen: []string{"tcp/127.0.0.1:0"}}
 	serve := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r = caddyhttp.PrepareRequest(r, caddy.NewReplacer(), w, nil)
+		r = caddyhttp.PrepareRequest(r, caddy.NewReplacer(), w, server)
 		if err := h.ServeHTTP(w, r, next); err != nil {
 			var he caddyhttp.HandlerError
 			if errors.As(err, &he) {

@@ -47,8 +47,9 @@ func compact(t *testing.T, s string) string {
 }
 
 func TestOperationCarriesTypeMetadataAndTheTimesOfItsChanges(t *testing.T) {
+	t.Parallel()
 	rc := newReceiver(t, secretA, nil)
-	g := startGateway(t, modelserver.Config{}, "async {\n type chat_completion\n}\n"+webhooksBlock(rc.srv.URL+"/hook", "", secretA))
+	g := startHandler(t, modelserver.Config{}, "async {\n type chat_completion\n}\n"+webhooksBlock(rc.srv.URL+"/hook", "", secretA))
 	const metadata = `{"job_id": "j-1", "tags": ["a", "b"]}`
 	body := chatWith(`"metadata":` + metadata)
 
@@ -103,7 +104,8 @@ func mustJSON(v any) string {
 }
 
 func TestOperationWithoutWebhookOrTypeSaysSo(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "")
 	r, op := g.submit(t, "")
 	if !strings.Contains(string(r.body), `"webhook_registered":false`) {
 		t.Fatalf("202: %s", r.body)

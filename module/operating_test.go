@@ -112,7 +112,7 @@ func TestReadinessFollowsTheStoreAndTheQueue(t *testing.T) {
 	if r := g.get(pathLive); r.StatusCode != 200 {
 		t.Fatalf("live: %d", r.StatusCode)
 	}
-	g.submit(t, "")
+	_, running := g.submit(t, "")
 	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	_, queued := g.submit(t, "")
 	expectError(t, g.get(pathReady), 503, apierr.CodeQueueFull, true)
@@ -120,6 +120,7 @@ func TestReadinessFollowsTheStoreAndTheQueue(t *testing.T) {
 	if r := g.get(pathReady); r.StatusCode != 200 {
 		t.Fatalf("not ready again once the queue drained: %d %s", r.StatusCode, r.body)
 	}
+	g.post(running.Links.Cancel, "", "") // its 10 s call would hold the stop of the config
 
 	closeStorages()
 	expectError(t, g.get(pathReady), 503, apierr.CodeStorage, true)

@@ -93,7 +93,8 @@ func (g *gateway) followResponse(t *testing.T, id, query string, headers ...stri
 }
 
 func TestResponsesStreamLiveDropResumeAndReplay(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, responsesBlock)
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, responsesBlock)
 	hdr := append([]string{"X-Mock-Chunk-Delay", "20ms"}, alice...)
 	s := g.createStream(t, `{"input":"one two three four five six","stream":true,"background":true}`, hdr...)
 	head := readRespEvents(t, s, 6)
@@ -196,7 +197,8 @@ func TestResponsesStreamOfALostAttemptEndsWithAnError(t *testing.T) {
 
 // A streamed create that waits for the runner gets its first event, with the id, at once.
 func TestResponsesStreamBeginsWhileQueued(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "async {\n concurrency 1\n}\n"+responsesBlock)
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "async {\n concurrency 1\n}\n"+responsesBlock)
 	busy := g.createResponse(t, `{"input":"holds the only worker","background":true}`, append([]string{"X-Mock-Latency", "30s"}, alice...)...)
 	testkit.WaitFor(t, 10*time.Second, "the first response runs", func() bool { return g.model.Stats().InFlight == 1 })
 	s := g.createStream(t, `{"input":"wait for me","stream":true,"background":true}`, alice...)
@@ -216,7 +218,8 @@ func TestResponsesStreamBeginsWhileQueued(t *testing.T) {
 
 // A follower of a response cancelled mid-stream gets its end: response.cancelled, numbered on.
 func TestResponsesStreamOfACancelledResponseEndsCancelled(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, responsesBlock)
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, responsesBlock)
 	s := g.createStream(t, `{"input":"a b c d e f g h i j","stream":true,"background":true}`, append([]string{"X-Mock-Chunk-Delay", "1s"}, alice...)...)
 	head := readRespEvents(t, s, 6)
 	id := head[0].Response.ID
@@ -235,7 +238,8 @@ func TestResponsesStreamOfACancelledResponseEndsCancelled(t *testing.T) {
 // A create with stream true retried with its Idempotency-Key answers the first create's
 // response as a stream again, not its recorded JSON, and runs it once.
 func TestResponsesKeyedStreamCreateRetriedAnswersTheStream(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, responsesBlock)
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, responsesBlock)
 	body := `{"input":"once more","background":true,"stream":true}`
 	create := func() []respEvent {
 		req, _ := http.NewRequest("POST", g.base+"/v1/responses", strings.NewReader(body))
@@ -333,10 +337,11 @@ func TestResponsesCancelledMidStreamResumesAndReplaysAsLive(t *testing.T) {
 // A stream that waits (here for the only worker) writes SSE comments meanwhile, so that a
 // proxy's idle timeout does not cut it; clients ignore them.
 func TestResponsesStreamKeepsAliveWhileItWaits(t *testing.T) {
+	t.Parallel()
 	was := responseKeepAlive
 	responseKeepAlive = 50 * time.Millisecond
 	t.Cleanup(func() { responseKeepAlive = was }) // after the gateway has stopped
-	g := startGateway(t, modelserver.Config{}, "async {\n concurrency 1\n}\n"+responsesBlock)
+	g := startHandler(t, modelserver.Config{}, "async {\n concurrency 1\n}\n"+responsesBlock)
 	busy := g.createResponse(t, `{"input":"holds the only worker","background":true}`, append([]string{"X-Mock-Latency", "30s"}, alice...)...)
 	testkit.WaitFor(t, 10*time.Second, "the first response runs", func() bool { return g.model.Stats().InFlight == 1 })
 	s := g.createStream(t, `{"input":"wait for me","background":true,"stream":true}`, alice...)
@@ -362,7 +367,8 @@ func TestResponsesStreamKeepsAliveWhileItWaits(t *testing.T) {
 // A response that fails RESULT_TOO_LARGE mid-stream replays as its live follower saw it: the
 // events within max_result, then response.failed at the same number.
 func TestResponsesTooLargeReplaysAsLive(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "responses /v1 {\n max_result 2000\n}\n")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "responses /v1 {\n max_result 2000\n}\n")
 	s := g.createStream(t, `{"input":"a b c d e f g h i j k l m n o p q r s t u v w x y z a b c d e f g h i j k l m n o p","stream":true,"background":true}`,
 		append([]string{"X-Mock-Chunk-Delay", "5ms"}, alice...)...)
 	live := readRespEvents(t, s, 0)

@@ -158,7 +158,8 @@ func TestResponsesWithoutBackgroundPassThrough(t *testing.T) {
 }
 
 func TestResponsesBelongToTheirScope(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, responsesBlock)
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, responsesBlock)
 	o := g.createResponse(t, `{"input":"mine","background":true}`, alice...)
 	g.awaitResponse(t, o.ID, alice...)
 	for _, who := range [][]string{{"Authorization", "Bearer bob"}, nil} {
@@ -181,7 +182,8 @@ func TestResponsesBelongToTheirScope(t *testing.T) {
 }
 
 func TestResponsesCancelCutsTheUpstreamAndIsIdempotent(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, responsesBlock)
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, responsesBlock)
 	hdr := append([]string{"X-Mock-Latency", "30s"}, alice...)
 	o := g.createResponse(t, `{"input":"long work","background":true}`, hdr...)
 	testkit.WaitFor(t, 10*time.Second, "the upstream call began", func() bool { return g.model.Stats().InFlight == 1 })
@@ -204,7 +206,8 @@ func TestResponsesCancelCutsTheUpstreamAndIsIdempotent(t *testing.T) {
 }
 
 func TestResponsesCancelOfAQueuedOne(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "async {\n concurrency 1\n}\n"+responsesBlock)
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "async {\n concurrency 1\n}\n"+responsesBlock)
 	hdr := append([]string{"X-Mock-Latency", "30s"}, alice...)
 	busy := g.createResponse(t, `{"input":"holds the only worker","background":true}`, hdr...)
 	testkit.WaitFor(t, 10*time.Second, "the first response runs", func() bool { return g.model.Stats().InFlight == 1 })
@@ -219,7 +222,8 @@ func TestResponsesCancelOfAQueuedOne(t *testing.T) {
 }
 
 func TestResponsesDelete(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, responsesBlock)
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, responsesBlock)
 	o := g.createResponse(t, `{"input":"to delete","background":true}`, alice...)
 	g.awaitResponse(t, o.ID, alice...)
 	r := g.responseCall("DELETE", "/v1/responses/"+o.ID, alice...)
@@ -237,7 +241,8 @@ func TestResponsesDelete(t *testing.T) {
 // A deleted response is gone for every API: the operations API's get, result and list too, and
 // its create's key no longer replays it.
 func TestResponsesDeleteHidesItFromTheOperationsAPI(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, responsesBlock)
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, responsesBlock)
 	body := `{"input":"secret text","background":true}`
 	o := decodeResponse(t, g.post("/v1/responses", "del-1", body, alice...))
 	kept := g.createResponse(t, `{"input":"kept","background":true}`, alice...)
@@ -282,7 +287,8 @@ func TestResponsesUpstreamFailureIsAFailedResponse(t *testing.T) {
 }
 
 func TestResponsesRefusesMalformedCreates(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, responsesBlock)
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, responsesBlock)
 	expectOpenAIError(t, g.post("/v1/responses", "", `{"background":true,`, alice...), http.StatusBadRequest, apierr.CodeInvalidRequest, "JSON")
 	expectOpenAIError(t, g.post("/v1/responses", "", `[1,2]`, alice...), http.StatusBadRequest, apierr.CodeInvalidRequest, "JSON object")
 	expectOpenAIError(t, g.post("/v1/responses", "", `{"background":"yes"}`, alice...), http.StatusBadRequest, apierr.CodeInvalidRequest, "background must be a boolean")
@@ -295,7 +301,8 @@ func TestResponsesRefusesMalformedCreates(t *testing.T) {
 // The request fields a response repeats are bounded: metadata as OpenAI bounds it, all of
 // them together by responses.MaxEcho; beyond, 400 naming the field, before the upstream.
 func TestResponsesBoundTheEchoedFields(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, responsesBlock)
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, responsesBlock)
 	pairs := make([]string, 17)
 	for i := range pairs {
 		pairs[i] = fmt.Sprintf(`"k%d":"v"`, i)
@@ -343,8 +350,9 @@ func TestCaddyfileParsesResponses(t *testing.T) {
 }
 
 func TestResponsesWebhooksAreOpenAIsSignedPerStandardWebhooks(t *testing.T) {
+	t.Parallel()
 	rc := newReceiver(t, secretA, nil)
-	g := startGateway(t, modelserver.Config{}, webhooksBlock(rc.srv.URL, "", secretA)+"\n"+responsesBlock)
+	g := startHandler(t, modelserver.Config{}, webhooksBlock(rc.srv.URL, "", secretA)+"\n"+responsesBlock)
 	done := g.createResponse(t, `{"input":"hook me","background":true}`, alice...)
 	g.awaitResponse(t, done.ID, alice...)
 	hdr := append([]string{"X-Mock-Latency", "30s"}, alice...)
@@ -371,7 +379,8 @@ func TestResponsesWebhooksAreOpenAIsSignedPerStandardWebhooks(t *testing.T) {
 }
 
 func TestResponsesCreateWithAKeyReplaysTheSameResponse(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, responsesBlock)
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, responsesBlock)
 	body := `{"input":"once","background":true}`
 	first := decodeResponse(t, g.post("/v1/responses", "create-1", body, alice...))
 	again := decodeResponse(t, g.post("/v1/responses", "create-1", body, alice...))
@@ -386,8 +395,9 @@ func TestResponsesCreateWithAKeyReplaysTheSameResponse(t *testing.T) {
 }
 
 func TestResponsesWebhookGoesToTheCallbackUrl(t *testing.T) {
+	t.Parallel()
 	rc := newReceiver(t, secretA, nil)
-	g := startGateway(t, modelserver.Config{}, "webhooks {\n endpoint hooks "+rc.srv.URL+"/hooks/* {\n secret "+secretA+"\n }\n allow_private\n}\n"+responsesBlock)
+	g := startHandler(t, modelserver.Config{}, "webhooks {\n endpoint hooks "+rc.srv.URL+"/hooks/* {\n secret "+secretA+"\n }\n allow_private\n}\n"+responsesBlock)
 	expectError(t, g.post("/v1/responses", "", `{"input":"x","background":true}`, append([]string{"Callback-Url", "https://evil.example.com/hooks/x"}, alice...)...),
 		http.StatusUnprocessableEntity, apierr.CodeCallbackNotAllow, false)
 	quiet := g.createResponse(t, `{"input":"no hook","background":true}`, alice...)
@@ -419,7 +429,8 @@ func TestResponsesOverMaxBodyPassThrough(t *testing.T) {
 
 // A poll of a running response shows the output streamed so far.
 func TestResponsesInProgressShowsTheOutputSoFar(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, responsesBlock)
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, responsesBlock)
 	s := g.createStream(t, `{"input":"a b c d e f g h","background":true,"stream":true}`, append([]string{"X-Mock-Chunk-Delay", "300ms"}, alice...)...)
 	evs := readRespEvents(t, s, 7) // queued, created, in_progress, item, part, two deltas
 	id := evs[0].Response.ID

@@ -54,7 +54,8 @@ func TestPanickingHandlerFailsTheOperationNotTheProcess(t *testing.T) {
 // finish: each answer is the canceled operation, 202 while stopping, or 409
 // OPERATION_ALREADY_FINAL; never 200 with an operation that succeeded.
 func TestCancelRacingCompletionNeverAnswersASuccess(t *testing.T) {
-	g := startGateway(t, modelserver.Config{Latency: 150 * time.Millisecond}, "async {\n concurrency 16\n}")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{Latency: 150 * time.Millisecond}, "async {\n concurrency 16\n}")
 	const n = 40
 	var mu sync.Mutex
 	counts := map[string]int{}
@@ -86,8 +87,9 @@ func TestCancelRacingCompletionNeverAnswersASuccess(t *testing.T) {
 }
 
 func TestCallConvertedAfterItsWindowAnnouncesRunning(t *testing.T) {
+	t.Parallel()
 	rc := newReceiver(t, secretA, nil)
-	g := startGateway(t, modelserver.Config{}, "async {\n mode after 200ms\n}\n"+
+	g := startHandler(t, modelserver.Config{}, "async {\n mode after 200ms\n}\n"+
 		webhooksBlock(rc.srv.URL+"/hook", "events operation.running operation.succeeded", secretA))
 	r := g.post(chatPath, "converted", chat("slow"), "X-Mock-Latency", "1s")
 	if r.StatusCode != http.StatusAccepted {

@@ -9,7 +9,8 @@ import (
 )
 
 func TestTenantsAreKeptApartByDefault(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "")
 	alice, bob := []string{"Authorization", "Bearer alice"}, []string{"Authorization", "Bearer bob"}
 	a := g.post(chatPath, "shared", chat("alice's prompt"), alice...)
 	_, op := g.submit(t, "op-key", alice...)
@@ -42,7 +43,8 @@ func TestTenantsAreKeptApartByDefault(t *testing.T) {
 }
 
 func TestSharedScopeIsAnExplicitChoice(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "scope shared")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "scope shared")
 	a := g.post(chatPath, "k", chat("x"), "Authorization", "Bearer alice")
 	b := g.post(chatPath, "k", chat("x"), "Authorization", "Bearer bob")
 	if b.Header.Get(headerReplayed) != "true" || !bytes.Equal(a.body, b.body) {

@@ -549,7 +549,8 @@ func TestAfterModeRelaysAStreamThatBeginsWithinTheWindowLive(t *testing.T) {
 }
 
 func TestRecordedStreamSaysWhenItExpiresInATrailer(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "async {\n max_result 2KiB\n}")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "async {\n max_result 2KiB\n}")
 	for _, tc := range []struct {
 		name, key, content string
 		recorded           bool
