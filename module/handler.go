@@ -164,7 +164,7 @@ func (h *Handler) provision(log *zap.Logger, reg *prometheus.Registry, app *App)
 	if err != nil {
 		return err
 	}
-	h.storage, err = app.use(blockSpec{set: set, explicit: explicit, webhooks: h.conv.webhooks})
+	h.storage, err = app.use(blockSpec{set: set, explicit: explicit, webhooks: h.conv.webhooks, declared: h.Webhooks})
 	if err != nil {
 		return fmt.Errorf("mulligan: %w", err)
 	}

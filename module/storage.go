@@ -201,6 +201,7 @@ type blockSpec struct {
 	set      storageSpec
 	explicit map[string]string // storage-wide settings the block set, as written
 	webhooks *webhookSetup     // nil without webhooks
+	declared *WebhooksConfig   // the webhooks as the block declares them (placeholders unexpanded)
 }
 
 // join adds a block to the reference, refusing settings that cannot hold for both blocks.
@@ -235,8 +236,8 @@ func (u *storageRef) join(b blockSpec) error {
 	if b.webhooks == nil {
 		return nil
 	}
-	for _, ec := range b.webhooks.Settings.Endpoints {
-		id := endpointIdentity(ec, b.webhooks.Settings)
+	for _, ec := range b.declared.Endpoints {
+		id := endpointIdentity(ec, b.declared)
 		if prev, ok := u.declared[ec.Name]; ok && string(prev) != string(id) {
 			return fmt.Errorf("two mulligan blocks on storage %s declare webhook endpoint %q with different settings (URL, secrets or delivery options): its events are delivered from one outbox; give it one definition, or a different name in each block",
 				u.set.name(), ec.Name)
@@ -248,11 +249,12 @@ func (u *storageRef) join(b blockSpec) error {
 
 // endpointIdentity is what makes two declarations of an endpoint the same: its URL, secrets
 // and signature, and the delivery options of the block declaring it.
-func endpointIdentity(ec courier.EndpointSettings, delivery courier.Settings) []byte {
+func endpointIdentity(ec EndpointConfig, w *WebhooksConfig) []byte {
+	delivery := *w
 	delivery.Endpoints, delivery.Default, delivery.Events = nil, "", nil
 	b, _ := json.Marshal(struct {
-		Endpoint courier.EndpointSettings
-		Delivery courier.Settings
+		Endpoint EndpointConfig
+		Delivery WebhooksConfig
 	}{ec, delivery})
 	return b
 }

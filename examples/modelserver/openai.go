@@ -31,8 +31,9 @@ const (
 	defaultDimensions = 8
 	// maxDimensions caps the "dimensions" request field.
 	maxDimensions = 4096
-	// maxGeneratedTokens caps the "max_tokens" request field.
-	maxGeneratedTokens = 32768
+	// maxGeneratedTokens caps the "max_tokens" request field: 4,096 tokens, a long generation,
+	// and with ChunkDelay a bounded stream.
+	maxGeneratedTokens = 4096
 )
 
 // modelRequest is a parsed, validated model request.
@@ -86,6 +87,7 @@ func parseRequest(k kind, body []byte) (*modelRequest, error) {
 	}
 	req := &modelRequest{kind: k, finish: "stop"}
 	var maxTokens *int
+	field := "max_tokens"
 	switch k {
 	case kindChat:
 		var cr chatRequest
@@ -103,6 +105,9 @@ func parseRequest(k kind, body []byte) (*modelRequest, error) {
 		}
 		req.answer = echo(last)
 		maxTokens = cmp.Or(cr.MaxCompletionTokens, cr.MaxTokens)
+		if cr.MaxCompletionTokens != nil {
+			field = "max_completion_tokens"
+		}
 	case kindCompletion:
 		var cr completionRequest
 		if err := decode(body, &cr); err != nil {
@@ -138,7 +143,7 @@ func parseRequest(k kind, body []byte) (*modelRequest, error) {
 	if maxTokens != nil {
 		n := *maxTokens
 		if n < 1 || n > maxGeneratedTokens {
-			return nil, fmt.Errorf("max_tokens must be from 1 to %d, got %d", maxGeneratedTokens, n)
+			return nil, fmt.Errorf("%s must be from 1 to %d, got %d", field, maxGeneratedTokens, n)
 		}
 		req.answer, req.finish = generate(req.answer, n), "length"
 	}

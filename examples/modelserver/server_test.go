@@ -695,6 +695,7 @@ func TestMaxTokensSetsTheGenerationsLength(t *testing.T) {
 		`{"messages":[],"max_tokens":0}`,
 		`{"messages":[],"max_tokens":-3}`,
 		`{"messages":[],"max_tokens":100000}`,
+		`{"messages":[],"max_completion_tokens":4097}`,
 		`{"messages":[],"max_tokens":"ten"}`,
 	} {
 		if resp, b := post(t, ts, "/v1/chat/completions", body, nil); resp.StatusCode != http.StatusBadRequest {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/mulligan-gw/mulligan/store"
 )
@@ -93,13 +94,20 @@ func ValidateFairKey(key string) error {
 }
 
 // FairKey is the fairness key of a request whose fair_key came out as k: "" (the scope) when it
-// came out empty, else kept apart from scopes, and bounded.
+// came out empty, else kept apart from scopes, bounded, and text any storage keeps as it is
+// (valid UTF-8 without NUL: a header's or a query's bytes may be neither, and PostgreSQL refuses
+// them in a text column).
 func FairKey(k string) string {
+	k = strings.ToValidUTF8(strings.ReplaceAll(k, "\x00", ""), "\uFFFD")
 	if k == "" {
 		return ""
 	}
 	if len(k) > maxFairKey {
-		k = k[:maxFairKey]
+		n := maxFairKey
+		for n > 0 && !utf8.RuneStart(k[n]) {
+			n--
+		}
+		k = k[:n]
 	}
 	return "key:" + k
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestClassMatchesItsHeaderAndSetsTrustedUrgencyAndWeight(t *testing.T) {
@@ -67,5 +68,14 @@ func TestClassesAndFairKeysThatDoNotParseAreRefused(t *testing.T) {
 	}
 	if FairKey("") != "" || FairKey("acme") != "key:acme" || len(FairKey(strings.Repeat("x", 10_000))) != len("key:")+maxFairKey {
 		t.Error("fair keys are not kept apart from scopes, or not bounded")
+	}
+	for _, k := range []string{"a\xffb", "\x00", "t\x00x", strings.Repeat("é", 200), "x" + strings.Repeat("€", 100)} {
+		got := FairKey(k)
+		if !utf8.ValidString(got) || strings.ContainsRune(got, 0) || len(got) > len("key:")+maxFairKey {
+			t.Errorf("FairKey(%q) = %q: not text a storage keeps, or not bounded", k, got)
+		}
+	}
+	if FairKey("\x00") != "" {
+		t.Error("a key of NUL alone is not the scope")
 	}
 }

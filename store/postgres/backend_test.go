@@ -197,7 +197,7 @@ func TestWakeupsCrossReplicasAndSurviveALostConnection(t *testing.T) {
 
 	// The listener's connection dies: it reconnects by itself, and says so with a wake-up.
 	pgtest.Admin(t, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE datname = '`+pgtest.Name(t, dsn)+`' AND query = 'LISTEN `+wakeChannel+`'`)
+		WHERE datname = '`+pgtest.Name(t, dsn)+`' AND query LIKE 'LISTEN mulligan_%'`)
 	receive(t, b.Wakeups(), "after reconnecting")
 	if _, err := a.RequestCancel("op_1", time.Now()); err != nil {
 		t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 )
 
 // The capacity order on PostgreSQL (docs/backends.md, "The capacity order"), the same as Badger's:
-// effective urgency, then the lanes' turns (queue_turns; store.ClaimTurn), then oldest first. A
+// effective urgency, then the lanes' turns (queue_lanes; store.ClaimTurn), then oldest first. A
 // lane is an operation's fairness key, or its scope (laneSQL).
 
 // laneSQL is store.Operation.Lane of a row of operations (alias o): its lane column is NULL
@@ -30,7 +30,7 @@ const effectiveSQL = `greatest(least(greatest(o.urgency, 0), 7, 3), least(greate
 const claimable = `o.status = 'queued' AND (o.queue_deadline IS NULL OR o.queue_deadline >= $1)`
 
 // nextInOrderSQL finds the first operation in the capacity order at $1, leaving out the ids $3
-// (rows another claimer holds), with its lane's turn and credit (its arrival turn and 0 when the
+// (rows another claimer holds), with its lane and that lane's turn (its arrival turn when the
 // lane has none). It walks the head of each (lane, urgency) group of the queued index, a loose
 // index scan, so it reads a row per group with work, not the whole queue.
 const nextInOrderSQL = `WITH RECURSIVE heads AS (
@@ -42,32 +42,36 @@ const nextInOrderSQL = `WITH RECURSIVE heads AS (
 		WHERE ` + claimable + ` AND o.id <> ALL($3) AND (` + laneSQL + `, o.urgency) > (h.lane, h.urgency)
 		ORDER BY ` + laneSQL + `, o.urgency, o.id LIMIT 1) n
 )
-SELECT o.id, o.lane, coalesce(t.turn, ` + arrivalTurnSQL + `) AS turn, coalesce(t.credit, 0) AS credit
-FROM heads o LEFT JOIN queue_turns t ON t.scope = o.lane
+SELECT o.id, o.lane, coalesce(t.turn, ` + arrivalTurnSQL + `) AS turn
+FROM heads o LEFT JOIN queue_lanes t ON t.lane = o.lane
 ORDER BY ` + effectiveSQL + `, 3, o.id LIMIT 1`
 
 // arrivalTurnSQL is store.ArrivalTurn of a row o: the turn of a lane without one, in
 // microseconds since the epoch, as claims give them (takeTurnSQL).
 const arrivalTurnSQL = `(floor(extract(epoch FROM o.submitted_at) * 1000000)::bigint - 1)`
 
-// turnSQL is store.ClaimTurn for lane l (a row with columns turn, credit and weight, the lane's
-// before the claim) at $n, in microseconds: a claim that completes the lane's weight moves its
-// turn on to the claim's time, or just after the latest turn given when that is later. The
-// sequence keeps the latest; setval is not transactional, so two claims at once may share a
-// turn (their ids then decide).
-func turnSQL(l string, n int) string {
-	w := `least(greatest(coalesce(` + l + `.weight, 1), 1), ` + strconv.Itoa(store.MaxWeight) + `)`
-	return `CASE WHEN ` + l + `.credit + 1 < ` + w + ` THEN ` + l + `.turn
-		ELSE setval('queue_turn_seq', greatest(nextval('queue_turn_seq'), $` + strconv.Itoa(n) + `::bigint)) END,
-	CASE WHEN ` + l + `.credit + 1 < ` + w + ` THEN ` + l + `.credit + 1 ELSE ` + l + `.credit + 1 - ` + w + ` END`
+// laneTurnSQL is store.ClaimTurn in SQL: it gives the lane of each row of src (columns lane,
+// arrival: its turn should it have none, and weight: the claimed work's) the turn of a claim at
+// $now, in microseconds. A claim that completes the lane's weight moves its turn on to the
+// claim's time, or just after the latest turn given when that is later; the sequence keeps the
+// latest (setval is not transactional, so two claims at once may share a turn: their ids then
+// decide). A lane's row is counted on from its locked latest version (ON CONFLICT DO UPDATE),
+// so claims of one lane on two replicas at once each count.
+func laneTurnSQL(src string, now int) string {
+	next := `setval('queue_turn_seq', greatest(nextval('queue_turn_seq'), $` + strconv.Itoa(now) + `::bigint))`
+	return `INSERT INTO queue_lanes AS q (lane, turn, credit, weight)
+	SELECT s.lane, CASE WHEN 1 < s.w THEN s.arrival ELSE ` + next + ` END, CASE WHEN 1 < s.w THEN 1 ELSE 1 - s.w END, s.w
+	FROM (SELECT lane, arrival, least(greatest(coalesce(weight, 1), 1), ` + strconv.Itoa(store.MaxWeight) + `)::real AS w FROM ` + src + `) s
+	ON CONFLICT (lane) DO UPDATE SET
+		turn = CASE WHEN q.credit + 1 < excluded.weight THEN q.turn ELSE ` + next + ` END,
+		credit = CASE WHEN q.credit + 1 < excluded.weight THEN q.credit + 1 ELSE q.credit + 1 - excluded.weight END,
+		weight = excluded.weight`
 }
 
-// takeTurnSQL gives lane $1 the turn of a claim at $4 of its work of weight $3 (turnSQL), $2 its
-// arrival turn should it have none.
-var takeTurnSQL = `INSERT INTO queue_turns (scope, turn, credit)
-	SELECT $1::text, ` + turnSQL("l", 4) + ` FROM (SELECT coalesce(t.turn, $2::bigint) AS turn, coalesce(t.credit, 0) AS credit,
-		$3::real AS weight FROM (SELECT 1) one LEFT JOIN queue_turns t ON t.scope = $1::text) l
-	ON CONFLICT (scope) DO UPDATE SET turn = excluded.turn, credit = excluded.credit`
+// takeTurnSQL gives the lane of operation $1 the turn of a claim at $3, $2 its arrival turn should
+// it have none (laneTurnSQL). The lane and weight are the row's: an operation accepted by a
+// schema 10 replica has no lane column, and waits in its scope's lane.
+var takeTurnSQL = laneTurnSQL(`(SELECT `+laneSQL+` AS lane, $2::bigint AS arrival, o.weight FROM operations o WHERE o.id = $1) one`, 3)
 
 // claimTries bounds how many rows one claim passes over because other claimers hold them: more
 // than the workers claiming at once on every replica, or a claim would answer "none" with work
@@ -80,16 +84,14 @@ var agingStep = store.AgingStep.Seconds()
 // claimSQL finds the first operation in the capacity order (nextInOrderSQL), locks it if it is
 // still queued and no other claimer holds it (FOR UPDATE SKIP LOCKED: the row's latest version
 // is checked again, so one claimed since the statement's snapshot is passed over), and gives
-// its lane its turn of a claim at $4 (turnSQL), in one statement: the candidate's id, and its
-// columns when locked. The turn is always written: a lane's turn is the time of its latest claim
-// that completed its weight, so one left at an older claim would go ahead of a lane that came
-// since.
+// its lane its turn of a claim at $4 (laneTurnSQL), in one statement: the candidate's id, and
+// its columns when locked. The turn is always written: a lane's turn is the time of its latest
+// claim that completed its weight, so one left at an older claim would go ahead of a lane that
+// came since.
 var claimSQL = `WITH next AS (` + nextInOrderSQL + `),
-claimed AS (SELECT o.doc, o.holder, o.lease_until, n.lane, n.turn, n.credit, o.weight FROM operations o JOIN next n ON o.id = n.id
+claimed AS (SELECT o.doc, o.holder, o.lease_until, n.lane, n.turn AS arrival, o.weight FROM operations o JOIN next n ON o.id = n.id
 	WHERE o.status = 'queued' FOR UPDATE OF o SKIP LOCKED),
-turn AS (INSERT INTO queue_turns (scope, turn, credit)
-	SELECT c.lane, ` + turnSQL("c", 4) + ` FROM claimed c
-	ON CONFLICT (scope) DO UPDATE SET turn = excluded.turn, credit = excluded.credit)
+turn AS (` + laneTurnSQL("claimed", 4) + `)
 SELECT n.id, c.doc, c.holder, c.lease_until FROM next n LEFT JOIN claimed c ON true`
 
 // claimInOrder locks the first queued operation in the capacity order that no other claimer
@@ -149,7 +151,7 @@ func (s *Store) ClaimQueued(id, worker string, lease time.Duration) (*store.Oper
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, takeTurnSQL, op.Lane(), store.ArrivalTurn(op.SubmittedAt), op.Weight, now.UnixMicro()); err != nil {
+		if _, err := tx.Exec(ctx, takeTurnSQL, id, store.ArrivalTurn(op.SubmittedAt), now.UnixMicro()); err != nil {
 			return err
 		}
 		// As every claim, it waits for the WAL's flush (ClaimNext).
@@ -211,7 +213,7 @@ const positionSQL = `SELECT q.lane, coalesce(t.turn, min(q.arrival)),
 		coalesce(min(q.id) FILTER (WHERE q.e = $3), ''),
 		count(*) FILTER (WHERE q.e = $3 AND q.lane = $5 AND q.id < $4)
 	FROM (SELECT ` + laneSQL + ` AS lane, o.id, ` + effectiveSQL + ` AS e, ` + arrivalTurnSQL + ` AS arrival FROM operations o WHERE ` + claimable + `) q
-	LEFT JOIN queue_turns t ON t.scope = q.lane
+	LEFT JOIN queue_lanes t ON t.lane = q.lane
 	GROUP BY q.lane, t.turn`
 
 // QueuePosition estimates how many queued operations will be claimed before id (see
@@ -223,12 +225,13 @@ func (s *Store) QueuePosition(id string) (int, error) {
 	var pos int
 	err := s.query(func(ctx context.Context, db querier) error {
 		now := s.now()
-		op, err := scanOp(db.QueryRow(ctx, `SELECT `+opColumns+` FROM operations WHERE id = $1 AND status = 'queued'`, id))
+		var lane string
+		op, err := scanOp(db.QueryRow(ctx, `SELECT `+opColumns+`, `+laneSQL+` FROM operations o WHERE id = $1 AND status = 'queued'`, id), &lane)
 		if err != nil {
 			return err
 		}
 		level := store.EffectiveUrgency(op.Urgency, now.Sub(op.SubmittedAt))
-		rows, err := db.Query(ctx, positionSQL, now, agingStep, level, id, op.Lane())
+		rows, err := db.Query(ctx, positionSQL, now, agingStep, level, id, lane)
 		if err != nil {
 			return err
 		}
@@ -241,7 +244,7 @@ func (s *Store) QueuePosition(id string) (int, error) {
 			}
 			scopes = append(scopes, sq)
 		}
-		pos = store.EstimatePosition(op.Lane(), scopes)
+		pos = store.EstimatePosition(lane, scopes)
 		return rows.Err()
 	})
 	return pos, err
@@ -259,13 +262,20 @@ func timeOrNull(t time.Time) *time.Time {
 // starts afresh, as on Badger), a batch of them, and deletes lapsed seats (on the database's clock,
 // which leases them) and the places in line of replicas that stopped looking, those no look holds.
 func sweepCapacity(ctx context.Context, tx pgx.Tx) (turns, seats int64, err error) {
-	tag, err := tx.Exec(ctx, `DELETE FROM queue_turns WHERE scope IN (SELECT t.scope FROM queue_turns t
-		WHERE NOT EXISTS (SELECT 1 FROM operations o WHERE o.scope = t.scope AND o.lane IS NULL AND o.status IN ('queued', 'running'))
-		AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.lane = t.scope AND o.status IN ('queued', 'running')) LIMIT $1)`, sweepBatch)
+	tag, err := tx.Exec(ctx, `DELETE FROM queue_lanes WHERE lane IN (SELECT t.lane FROM queue_lanes t
+		WHERE NOT EXISTS (SELECT 1 FROM operations o WHERE o.scope = t.lane AND o.lane IS NULL AND o.status IN ('queued', 'running'))
+		AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.lane = t.lane AND o.status IN ('queued', 'running')) LIMIT $1)`, sweepBatch)
 	if err != nil {
 		return 0, 0, err
 	}
 	turns = tag.RowsAffected()
+	// The turns schema 10 replicas keep by scope, forgotten as they forget them.
+	tag, err = tx.Exec(ctx, `DELETE FROM queue_turns WHERE scope IN (SELECT t.scope FROM queue_turns t
+		WHERE NOT EXISTS (SELECT 1 FROM operations o WHERE o.scope = t.scope AND o.status IN ('queued', 'running')) LIMIT $1)`, sweepBatch)
+	if err != nil {
+		return 0, 0, err
+	}
+	turns += tag.RowsAffected()
 	tag, err = tx.Exec(ctx, clearLapsed("seats", "NOT "+seatLive)) // a replica's look clears its pool's too
 	if err != nil {
 		return turns, 0, err

@@ -267,7 +267,7 @@ func TestSweepForgetsIdleTurnsAndLapsedSeats(t *testing.T) {
 	if err != nil || stats.Turns != 1 || stats.Seats != 1 {
 		t.Fatalf("sweep: %+v %v, want 1 turn and 1 seat", stats, err)
 	}
-	if n := count(t, st, `SELECT count(*) FROM queue_turns WHERE scope = 'busy'`); n != 1 {
+	if n := count(t, st, `SELECT count(*) FROM queue_lanes WHERE lane = 'busy'`); n != 1 {
 		t.Fatalf("the busy scope's turn was forgotten")
 	}
 }

@@ -33,7 +33,7 @@ func TestClaimGivesItsScopeTheLatestTurn(t *testing.T) {
 		return op.Scope
 	}
 	turn := func(scope string) int {
-		return count(t, st, `SELECT coalesce((SELECT turn FROM queue_turns WHERE scope = '`+scope+`'), 0)`)
+		return count(t, st, `SELECT coalesce((SELECT turn FROM queue_lanes WHERE lane = '`+scope+`'), 0)`)
 	}
 	handedOut := func() int { return count(t, st, `SELECT last_value FROM queue_turn_seq WHERE is_called`) }
 

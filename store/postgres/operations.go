@@ -19,11 +19,12 @@ import (
 // without rewriting it.
 const opColumns = `doc, holder, lease_until`
 
-func scanOp(row pgx.Row) (*store.Operation, error) {
+// scanOp reads an operation's opColumns, and more columns into extra.
+func scanOp(row pgx.Row, extra ...any) (*store.Operation, error) {
 	var doc []byte
 	var holder *string
 	var lease *time.Time
-	if err := row.Scan(&doc, &holder, &lease); err != nil {
+	if err := row.Scan(append([]any{&doc, &holder, &lease}, extra...)...); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, domain{store.ErrNotFound}
 		}
@@ -85,6 +86,13 @@ const insertOp = `INSERT INTO operations (id, scope, status, holder, lease_until
 			urgency, submitted_at, queue_deadline, lane, weight)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`
 
+// laneText is a fairness key as a text column keeps it: valid UTF-8 without NUL. The gateway's
+// keys are so already (capacity.FairKey); one from elsewhere is mended the same way rather than
+// have PostgreSQL refuse the operation's write.
+func laneText(k string) string {
+	return strings.ToValidUTF8(strings.ReplaceAll(k, "\x00", ""), "\uFFFD")
+}
+
 // opArgs are the columns of op's row, in putOp's order ($1-$14); accept.go writes them too. The
 // lane is NULL for an operation without a fairness key (its scope is its lane), the weight NULL
 // for weight 1.
@@ -109,8 +117,8 @@ func opArgs(op *store.Operation) ([]any, error) {
 		cancel = &op.CancelRequestedAt
 	}
 	var lane *string
-	if op.FairKey != "" {
-		lane = &op.FairKey
+	if k := laneText(op.FairKey); k != "" {
+		lane = &k
 	}
 	var weight *float32
 	if w := float32(min(op.Weight, store.MaxWeight)); w > 1 {

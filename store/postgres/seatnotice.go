@@ -73,8 +73,16 @@ func (n *seatNotices) heardAll() {
 	}
 }
 
+// maxNoticePool bounds the pool names told: a NOTIFY payload is under 8,000 bytes, and one that
+// is not fails the statement telling every pool noted with it. A longer name is not told; its
+// waiters look on their own.
+const maxNoticePool = 1000
+
 // note notes that a seat of pool came free, for the notifier to tell.
 func (n *seatNotices) note(pool string) {
+	if len(pool) > maxNoticePool {
+		return
+	}
 	n.mu.Lock()
 	n.pending[pool] = struct{}{}
 	n.mu.Unlock()

@@ -152,11 +152,15 @@ func (s *Store) SeatsHeld(pool string) (int, error) {
 	return n, err
 }
 
-// ReleaseSeat gives seat of pool back (see store.SharedSeats), and has the replicas told.
+// ReleaseSeat gives seat of pool back (see store.SharedSeats), and has the replicas told when a
+// call of theirs stands in the pool's line.
 func (s *Store) ReleaseSeat(pool, seat string) error {
 	return s.query(func(ctx context.Context, db querier) error {
-		tag, err := db.Exec(ctx, `DELETE FROM seats WHERE pool = $1 AND seat = $2`, pool, seat)
-		if err == nil && tag.RowsAffected() > 0 {
+		var waited bool
+		err := db.QueryRow(ctx, `WITH freed AS (DELETE FROM seats WHERE pool = $1 AND seat = $2 RETURNING 1)
+			SELECT EXISTS (SELECT 1 FROM freed) AND EXISTS (SELECT 1 FROM seat_waiters WHERE pool = $1 AND `+waiterLive+`)`,
+			pool, seat).Scan(&waited)
+		if err == nil && waited {
 			s.seats.note(pool)
 		}
 		return err

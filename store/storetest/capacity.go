@@ -25,6 +25,19 @@ var capacityTests = []test{
 	{"FairnessKeysTakeTurnsWhateverTheirScopes", testFairKeysTakeTurns},
 	{"AKeyOfWeightTwoTakesTwoClaimsPerTurn", testWeightedKeys},
 	{"ClaimingByIDTakesTheKeysTurn", testClaimByIDTakesTheKeysTurn},
+	{"AFairnessKeyThatIsNotTextIsKeptAndTakesItsTurns", testFairKeyNotText},
+}
+
+// A fairness key made of a caller's bytes (not UTF-8, a NUL) is stored like any other, and its
+// work takes its turns: a storage never refuses an operation for it.
+func testFairKeyNotText(t *testing.T, e *env) {
+	b := e.open()
+	e.acceptKeyed(t, b, "s1", "key:a\xff\x00b", 0, 0, 2)
+	e.acceptKeyed(t, b, "s2", "key:other", 0, 2, 1)
+	if _, err := b.QueuePosition(opID(1)); err != nil {
+		t.Fatal(err)
+	}
+	expectDrain(t, b, opIDs([]int{0, 2, 1}, 0, 0))
 }
 
 // acceptKeyed stores operations from..from+n-1 of scope with fairness key key and weight w,
