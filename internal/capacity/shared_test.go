@@ -308,16 +308,17 @@ func TestSharedSeatGoesToTheFleetsMostUrgentWaiter(t *testing.T) {
 	testkit.WaitFor(t, 10*time.Second, "the batch call's replica looked", func() bool {
 		return lookA.takes.Load() > looked && lookA.now.Load() == 0
 	})
-	if len(seats) > 0 {
-		t.Fatal("the batch call took the freed seat the urgent call on the other replica is due")
-	}
-	for _, want := range []string{"urgent", "batch"} {
+	// The urgent call's replica may have taken the seat already: told of it (store.SeatNotices),
+	// it need not wait for its next look.
+	var order []string
+	for len(order) < 2 {
 		pollUntil(t, clock, "a waiter served", func() bool { return len(seats) > 0 })
 		g := <-seats
-		if g.name != want {
-			t.Fatalf("%s got the freed shared seat before %s", g.name, want)
-		}
+		order = append(order, g.name)
 		g.s.Give(g.h)
+	}
+	if order[0] != "urgent" {
+		t.Fatalf("served %v: the batch call took the freed seat the urgent call on the other replica is due", order)
 	}
 	testkit.WaitFor(t, 10*time.Second, "both replicas out of the line", func() bool {
 		return !inLine(t, dsn, "a") && !inLine(t, dsn, "b")
