@@ -103,7 +103,7 @@ func (p *Seats) WithShared(ctx context.Context, s *Seat, ask Ask, deadline time.
 	}
 	now := p.clock.Now()
 	urgency := ask.Band(now)
-	h, err := shared.Take(ctx, now, urgency) // one look
+	h, err := shared.Take(ctx, now, urgency, keyOf(ask)) // one look
 	if err == nil {
 		s.shared, s.from = h, shared
 		return s, nil
@@ -112,7 +112,7 @@ func (p *Seats) WithShared(ctx context.Context, s *Seat, ask Ask, deadline time.
 	if !errors.Is(err, ErrNoSeat) {
 		return nil, err
 	}
-	if h, err = shared.Take(ctx, deadline, urgency); err != nil {
+	if h, err = shared.Take(ctx, deadline, urgency, keyOf(ask)); err != nil {
 		return nil, err
 	}
 	var wait time.Duration

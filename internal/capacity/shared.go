@@ -43,7 +43,14 @@ type Shared struct {
 	polling  bool            // the poller runs while anyone waits
 	held     map[string]*Held
 	renewing bool // the renewer runs while any seat is held
+	// granted is when each key last got a seat here, for the keys' turns (at most
+	// maxGrantedKeys, the oldest forgotten first).
+	granted map[string]time.Time
 }
+
+// maxGrantedKeys bounds the keys whose last seat Shared remembers, as the pool bounds the keys
+// it knows.
+const maxGrantedKeys = 4096
 
 // SharedOptions are what shared seats need to know of their storage and replica.
 type SharedOptions struct {
@@ -63,6 +70,7 @@ type SharedOptions struct {
 
 // sharedWaiter is a call waiting for a shared seat.
 type sharedWaiter struct {
+	key      string    // its fairness key (keyOf): keys take turns within a band
 	urgency  int       // its band (Ask.Band): the most urgent is served first
 	came     time.Time // then the one waiting longest, here and across the fleet
 	deadline time.Time // zero: until its context ends
@@ -105,11 +113,12 @@ func NewShared(st store.SharedSeats, o SharedOptions) *Shared {
 // SetLimit applies a reloaded `shared N`.
 func (s *Shared) SetLimit(n int) { s.limit.Store(int64(n)) }
 
-// Take waits for a shared seat until ctx ends or deadline (zero: none); it returns the seat.
-// A waiter whose deadline passes gets ErrNoSeat once a look begun after it came found none.
-// Seats found go to the most urgent waiter, then the one that came first.
-func (s *Shared) Take(ctx context.Context, deadline time.Time, urgency int) (*Held, error) {
-	w := &sharedWaiter{urgency: urgency, came: s.clock.Now(), deadline: deadline, got: make(chan sharedGrant, 1)}
+// Take waits for a shared seat for a call of fairness key key until ctx ends or deadline (zero:
+// none); it returns the seat. A waiter whose deadline passes gets ErrNoSeat once a look begun
+// after it came found none. Seats found go to the most urgent waiter, then the one whose turn
+// comes first (turnLocked), then the one that came first.
+func (s *Shared) Take(ctx context.Context, deadline time.Time, urgency int, key string) (*Held, error) {
+	w := &sharedWaiter{key: key, urgency: urgency, came: s.clock.Now(), deadline: deadline, got: make(chan sharedGrant, 1)}
 	s.mu.Lock()
 	w.after = s.looks
 	s.waiting = append(s.waiting, w)
@@ -150,15 +159,54 @@ func (s *Shared) dropWaiterLocked(w *sharedWaiter) bool {
 func (s *Shared) answerLocked(i int, g sharedGrant) {
 	w := s.waiting[i]
 	s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
+	if g.seat != nil {
+		s.grantedLocked(w.key)
+	}
 	w.got <- g
 }
 
+// grantedLocked notes that key got a seat now, forgetting the key granted longest ago past
+// maxGrantedKeys.
+func (s *Shared) grantedLocked(key string) {
+	if s.granted == nil {
+		s.granted = map[string]time.Time{}
+	}
+	if _, ok := s.granted[key]; !ok && len(s.granted) >= maxGrantedKeys {
+		oldest, at := "", time.Time{}
+		for k, t := range s.granted {
+			if oldest == "" || t.Before(at) {
+				oldest, at = k, t
+			}
+		}
+		delete(s.granted, oldest)
+	}
+	s.granted[key] = s.clock.Now()
+}
+
+// turnLocked is when w's turn came: when it came, or when its key last got a seat here if that
+// is later (start-time fair queuing with times, as the durable queue keeps turns). A key whose
+// calls keep getting seats has its turn move on with each; a key that waits keeps the time its
+// call came, so it goes before the busy key's next call, whoever came first.
+func (s *Shared) turnLocked(w *sharedWaiter) time.Time {
+	if t, ok := s.granted[w.key]; ok && t.After(w.came) {
+		return t
+	}
+	return w.came
+}
+
 // mostUrgentLocked is the index of the waiter a found seat goes to: the most urgent, then the
-// first that came.
+// one whose turn came first, then the first that came.
 func (s *Shared) mostUrgentLocked() int {
 	best := 0
 	for i, w := range s.waiting {
-		if w.urgency < s.waiting[best].urgency {
+		b := s.waiting[best]
+		if w.urgency != b.urgency {
+			if w.urgency < b.urgency {
+				best = i
+			}
+			continue
+		}
+		if tw, tb := s.turnLocked(w), s.turnLocked(b); tw.Before(tb) {
 			best = i
 		}
 	}
@@ -207,7 +255,9 @@ func (s *Shared) poll() {
 		s.looks++
 		look := s.looks
 		best := s.waiting[s.mostUrgentLocked()]
-		ask := store.SeatWaiter{Urgency: best.urgency, Waited: s.clock.Since(best.came)}
+		// It stands in the fleet's line as waiting since its turn came: a key whose calls keep
+		// getting seats stands as if it had just come, behind another key's call that waits.
+		ask := store.SeatWaiter{Urgency: best.urgency, Waited: s.clock.Since(s.turnLocked(best))}
 		s.mu.Unlock()
 		// The storage leases the seat on its own clock from when it takes it; this replica
 		// reckons the lease from before it asked, so it lets the seat go first (store.SharedSeats).

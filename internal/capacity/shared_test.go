@@ -140,6 +140,19 @@ func TestSharedSeatGoesToTheLocalWaitersInTheOrderTheyCame(t *testing.T) {
 	w.servedInOrder("0", "1", "2")
 }
 
+// Keys take turns for shared seats as for local ones: a tenant whose three calls came first gets
+// the first seat freed, then another tenant's call that came after them, then its own next ones
+// (a key's turn moves on with each seat it gets). Before, the seats went in the order the calls
+// came, and on three replicas a flooding tenant held an honest one's calls behind its backlog.
+func TestSharedSeatKeysTakeTurns(t *testing.T) {
+	w := newSharedWaiters(t, 4)
+	for i := range 3 {
+		w.wait("flood"+strconv.Itoa(i), Ask{Scope: "flood", Since: w.clock.Now()}, i+1)
+	}
+	w.wait("honest", Ask{Scope: "honest", Since: w.clock.Now()}, 4)
+	w.servedInOrder("flood0", "honest", "flood1", "flood2")
+}
+
 // A call waiting for a shared seat holds no local seat an urgent call of its replica needs; the
 // seat that comes free goes to the most urgent waiter; and the shared seats are visible: limit,
 // held by this replica and by the fleet, waiting by urgency.
@@ -173,7 +186,7 @@ type namedSeat struct {
 
 // newSharedWaiters makes a replica with limit local seats whose one shared seat another holds.
 func newSharedWaiters(t *testing.T, limit int) *sharedWaiters {
-	w := &sharedWaiters{t: t, clock: clockwork.NewFakeClockAt(time.Now()), seats: make(chan namedSeat, 3)}
+	w := &sharedWaiters{t: t, clock: clockwork.NewFakeClockAt(time.Now()), seats: make(chan namedSeat, 8)}
 	w.st = openSeats(t, pgtest.Database(t), w.clock)
 	heldByOther(t, w.st)
 	w.shared.Store(newTestShared(w.st, w.clock, time.Minute))
@@ -223,7 +236,7 @@ func TestSharedSeatWaiterGetsNoSeatAtItsDeadlineOnTheClock(t *testing.T) {
 	deadline := began.Add(5 * sharedPoll)
 	answer := make(chan error, 1)
 	go func() {
-		_, err := s.Take(context.Background(), deadline, 3)
+		_, err := s.Take(context.Background(), deadline, 3, "k")
 		answer <- err
 	}()
 	pollUntil(t, clock, "the waiter answered", func() bool { return len(answer) > 0 })
@@ -245,7 +258,7 @@ func TestSharedSeatOfAnotherReplicaHoldsWhateverThisReplicasClockSays(t *testing
 		s := newTestShared(st, clock, time.Minute)
 		answer := make(chan error, 1)
 		go func() {
-			_, err := s.Take(context.Background(), clock.Now().Add(5*sharedPoll), 3)
+			_, err := s.Take(context.Background(), clock.Now().Add(5*sharedPoll), 3, "k")
 			answer <- err
 		}()
 		pollUntil(t, clock, "the waiter answered", func() bool { return len(answer) > 0 })
@@ -290,7 +303,7 @@ func TestSharedSeatGoesToTheFleetsMostUrgentWaiter(t *testing.T) {
 	seats := make(chan got, 2)
 	wait := func(name string, s *Shared, urgency int) {
 		go func() {
-			h, err := s.Take(context.Background(), time.Time{}, urgency)
+			h, err := s.Take(context.Background(), time.Time{}, urgency, name)
 			if err != nil {
 				t.Error(err)
 			}
@@ -343,7 +356,7 @@ func TestSharedSeatThatCannotBeRenewedCutsItsCallBeforeItsLeaseEnds(t *testing.T
 	const lease, margin = 10 * time.Second, time.Second
 	s := newTestShared(st, clock, lease)
 	taken := clock.Now()
-	h, err := s.Take(context.Background(), time.Time{}, 3)
+	h, err := s.Take(context.Background(), time.Time{}, 3, "k")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +382,7 @@ func TestSharedSeatLostInStorageCutsItsCallAtTheNextRenewal(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(time.Now())
 	st := openSeats(t, pgtest.Database(t), clock)
 	s := newTestShared(st, clock, time.Minute)
-	h, err := s.Take(context.Background(), time.Time{}, 3)
+	h, err := s.Take(context.Background(), time.Time{}, 3, "k")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -508,7 +521,7 @@ func TestSharedSeatFreedByAnotherReplicaIsTakenAtOnce(t *testing.T) {
 	s := newTestShared(mine, clock, time.Minute)
 	answer := make(chan error, 1)
 	go func() {
-		seat, err := s.Take(context.Background(), time.Time{}, 3)
+		seat, err := s.Take(context.Background(), time.Time{}, 3, "k")
 		if err == nil {
 			s.Give(seat)
 		}
