@@ -160,9 +160,25 @@ func (s *Shared) answerLocked(i int, g sharedGrant) {
 	w := s.waiting[i]
 	s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
 	if g.seat != nil {
+		if lane := s.laneLocked(w); lane != w.key {
+			s.grantedLocked(lane) // the newcomers' turn moves on
+		}
 		s.grantedLocked(w.key)
 	}
 	w.got <- g
+}
+
+// newcomers is the lane of the keys that got no shared seat here lately: they take one turn
+// between them, as the pool's newcomers do (fair.go), so that a fresh credential per call buys
+// no more than one turn against a tenant served before.
+const sharedNewcomers = "\x00newcomers"
+
+// laneLocked is the lane w takes turns in: its key once it got a seat here, else the newcomers'.
+func (s *Shared) laneLocked(w *sharedWaiter) string {
+	if _, ok := s.granted[w.key]; ok {
+		return w.key
+	}
+	return sharedNewcomers
 }
 
 // grantedLocked notes that key got a seat now, forgetting the key granted longest ago past
@@ -183,12 +199,12 @@ func (s *Shared) grantedLocked(key string) {
 	s.granted[key] = s.clock.Now()
 }
 
-// turnLocked is when w's turn came: when it came, or when its key last got a seat here if that
-// is later (start-time fair queuing with times, as the durable queue keeps turns). A key whose
+// turnLocked is when w's turn came: when it came, or when its lane (laneLocked) last got a seat
+// here if that is later (start-time fair queuing with times, as the durable queue keeps turns). A key whose
 // calls keep getting seats has its turn move on with each; a key that waits keeps the time its
 // call came, so it goes before the busy key's next call, whoever came first.
 func (s *Shared) turnLocked(w *sharedWaiter) time.Time {
-	if t, ok := s.granted[w.key]; ok && t.After(w.came) {
+	if t, ok := s.granted[s.laneLocked(w)]; ok && t.After(w.came) {
 		return t
 	}
 	return w.came

@@ -146,11 +146,28 @@ func TestSharedSeatGoesToTheLocalWaitersInTheOrderTheyCame(t *testing.T) {
 // came, and on three replicas a flooding tenant held an honest one's calls behind its backlog.
 func TestSharedSeatKeysTakeTurns(t *testing.T) {
 	w := newSharedWaiters(t, 4)
+	w.wait("honest0", Ask{Scope: "honest", Since: w.clock.Now()}, 1)
+	w.servedInOrder("honest0") // a tenant served before (see TestSharedSeatFreshKeysShareOneTurn)
+	heldByOther(t, w.st)
 	for i := range 3 {
 		w.wait("flood"+strconv.Itoa(i), Ask{Scope: "flood", Since: w.clock.Now()}, i+1)
 	}
 	w.wait("honest", Ask{Scope: "honest", Since: w.clock.Now()}, 4)
 	w.servedInOrder("flood0", "honest", "flood1", "flood2")
+}
+
+// Keys that got no shared seat lately share one turn: a tenant minting a credential per call,
+// its calls there first, gets one seat in two against a tenant served before, not all of them.
+func TestSharedSeatFreshKeysShareOneTurn(t *testing.T) {
+	w := newSharedWaiters(t, 4)
+	w.wait("honest0", Ask{Scope: "honest", Since: w.clock.Now()}, 1)
+	w.servedInOrder("honest0")
+	heldByOther(t, w.st)
+	for i := range 3 {
+		w.wait("minted"+strconv.Itoa(i), Ask{Scope: "minted-" + strconv.Itoa(i), Since: w.clock.Now()}, i+1)
+	}
+	w.wait("honest1", Ask{Scope: "honest", Since: w.clock.Now()}, 4)
+	w.servedInOrder("minted0", "honest1", "minted1", "minted2")
 }
 
 // A call waiting for a shared seat holds no local seat an urgent call of its replica needs; the
