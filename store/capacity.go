@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -85,6 +86,13 @@ func (op *Operation) Lane() string {
 		return op.FairKey
 	}
 	return op.Scope
+}
+
+// LaneText is k as any storage keeps a text: valid UTF-8 without NUL (a caller's header or query
+// bytes may be neither, and PostgreSQL refuses them in a text column). Fairness keys are made so
+// (capacity.FairKey), and a backend mends any other the same way rather than refuse a write.
+func LaneText(k string) string {
+	return strings.ToValidUTF8(strings.ReplaceAll(k, "\x00", ""), "\uFFFD")
 }
 
 // MaxWeight bounds a lane's weight, as a class's is bounded.

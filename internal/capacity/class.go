@@ -98,7 +98,7 @@ func ValidateFairKey(key string) error {
 // (valid UTF-8 without NUL: a header's or a query's bytes may be neither, and PostgreSQL refuses
 // them in a text column).
 func FairKey(k string) string {
-	k = strings.ToValidUTF8(strings.ReplaceAll(k, "\x00", ""), "\uFFFD")
+	k = store.LaneText(k)
 	if k == "" {
 		return ""
 	}

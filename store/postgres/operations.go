@@ -86,13 +86,6 @@ const insertOp = `INSERT INTO operations (id, scope, status, holder, lease_until
 			urgency, submitted_at, queue_deadline, lane, weight)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`
 
-// laneText is a fairness key as a text column keeps it: valid UTF-8 without NUL. The gateway's
-// keys are so already (capacity.FairKey); one from elsewhere is mended the same way rather than
-// have PostgreSQL refuse the operation's write.
-func laneText(k string) string {
-	return strings.ToValidUTF8(strings.ReplaceAll(k, "\x00", ""), "\uFFFD")
-}
-
 // opArgs are the columns of op's row, in putOp's order ($1-$14); accept.go writes them too. The
 // lane is NULL for an operation without a fairness key (its scope is its lane), the weight NULL
 // for weight 1.
@@ -117,7 +110,7 @@ func opArgs(op *store.Operation) ([]any, error) {
 		cancel = &op.CancelRequestedAt
 	}
 	var lane *string
-	if k := laneText(op.FairKey); k != "" {
+	if k := store.LaneText(op.FairKey); k != "" {
 		lane = &k
 	}
 	var weight *float32

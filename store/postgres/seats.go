@@ -22,8 +22,9 @@ import (
 // seatLive is the condition of a live seat, on the database's clock.
 const seatLive = `until > clock_timestamp()`
 
-// waiterLive is the condition of a place in line whose replica still looks (seat_waiters).
-const waiterLive = `until > clock_timestamp()`
+// waiterLive is the condition of a place in line whose replica still looks (seat_waiters): its
+// `until`, on the database's clock, as a seat's.
+const waiterLive = seatLive
 
 // clearLapsed deletes the rows of table that match lapsed and that no other transaction holds.
 // Clearing lapsed rows never waits for a row lock: every replica's look and the sweep clear
