@@ -15,7 +15,8 @@ import (
 // one step per scope in the storage, and the calls this replica is accepting at that moment
 // count too.
 func TestConcurrentSubmitsNeverPassMaxPerScope(t *testing.T) {
-	g := startGateway(t, modelserver.Config{Latency: 20 * time.Second}, "async {\n max_per_scope 3\n concurrency 1\n}")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{Latency: 20 * time.Second}, "async {\n max_per_scope 3\n concurrency 1\n}")
 	var wg sync.WaitGroup
 	statuses := make(chan int, 30)
 	for i := range 30 {

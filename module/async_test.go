@@ -258,6 +258,7 @@ func TestAnotherScopesOperationIsNotFound(t *testing.T) {
 }
 
 func TestUpstreamOutcomesMapToOperationStatuses(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		headers   []string
@@ -280,7 +281,7 @@ func TestUpstreamOutcomesMapToOperationStatuses(t *testing.T) {
 			if tc.code == "OPERATION_TIMEOUT" {
 				timeout = "500ms"
 			}
-			g := startGateway(t, modelserver.Config{}, "async {\n retries 2\n timeout "+timeout+"\n max_result 4KiB\n}")
+			g := startHandler(t, modelserver.Config{}, "async {\n retries 2\n timeout "+timeout+"\n max_result 4KiB\n}")
 			_, op := g.submit(t, "", tc.headers...)
 			final := g.await(t, op.OperationID)
 			code, retryable := "", false

@@ -33,8 +33,9 @@ func TestBatchEndpointMustBeAPlainPathUnderThePrefix(t *testing.T) {
 // TestBatchLinesCarryOnlyTheCreatorsAllowedHeaders: a line is sent with the creator's
 // credentials and OpenAI headers, never its cookies, forwarding or transfer headers.
 func TestBatchLinesCarryOnlyTheCreatorsAllowedHeaders(t *testing.T) {
+	t.Parallel()
 	up := newBatchUpstream()
-	g := startGatewayWith(t, gatewaySetup{wrap: up.wrap, mulligan: batchesBlock})
+	g := startHandlerWith(t, gatewaySetup{wrap: up.wrap, mulligan: batchesBlock})
 	b := g.createBatch(t, batchInput(1, func(int) string { return "headers" }), "24h", "Authorization", "Bearer alice",
 		"OpenAI-Organization", "org-1", "Cookie", "session=secret", "X-Forwarded-For", "203.0.113.9", "X-Internal", "yes")
 	if b = g.awaitBatch(t, b.ID, "Authorization", "Bearer alice"); b.Status != "completed" {

@@ -18,10 +18,11 @@ import (
 // runs; one gone all the same (expired) leaves the lines not yet created failed, each named, and
 // a cancel still ends the batch with every line accounted for.
 func TestBatchWhoseInputFileWentAwayStillEndsWhenCancelled(t *testing.T) {
+	t.Parallel()
 	up := newBatchUpstream()
 	up.block = make(chan struct{})
 	defer close(up.block)
-	g := startGatewayWith(t, gatewaySetup{wrap: up.wrap, mulligan: batchesBlock + "async {\n concurrency 1\n}\n"})
+	g := startHandlerWith(t, gatewaySetup{wrap: up.wrap, mulligan: batchesBlock + "async {\n concurrency 1\n}\n"})
 	const n, missing = batches.LineWindow + 3, 3 // the line window leaves the last lines to create later
 	var f struct{ ID string }
 	if up := g.uploadFile(t, batchInput(n, func(i int) string { return fmt.Sprint("slow ", i) }), "batch"); json.Unmarshal(up.body, &f) != nil {

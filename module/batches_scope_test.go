@@ -154,7 +154,7 @@ func openBackend(t *testing.T) store.Backend {
 // settled: reading one reads no line, and the sizes are the bytes the downloads send. A batch
 // whose lines were not all sized (settled by a previous release) is sized by assembling it.
 func TestABatchFileObjectIsReadWithoutAssemblingTheFile(t *testing.T) {
-	g := startGatewayWith(t, gatewaySetup{wrap: newBatchUpstream().wrap, mulligan: batchesBlock})
+	g := startHandlerWith(t, gatewaySetup{wrap: newBatchUpstream().wrap, mulligan: batchesBlock})
 	who := []string{"Authorization", "Bearer a"}
 	const n = 30
 	b := g.createBatch(t, batchInput(n, func(i int) string {

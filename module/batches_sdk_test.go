@@ -36,12 +36,13 @@ type sdkBatchRun struct {
 }
 
 func TestOpenAINodeSDKRunsABatch(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	node, script := installSDKScript(t, ctx, "openai_batch.cjs")
 	up := newBatchUpstream()
 	up.slow = 200 * time.Millisecond // the cancel's lines: 30 at 4 at once take 1.5 s, the cancel comes after 2
-	g := startGatewayWith(t, gatewaySetup{wrap: up.wrap, mulligan: batchesBlock})
+	g := startHandlerWith(t, gatewaySetup{wrap: up.wrap, mulligan: batchesBlock})
 	out, err := exec.CommandContext(ctx, node, script, g.base+"/v1", t.TempDir()).Output()
 	if err != nil {
 		var stderr []byte

@@ -197,8 +197,9 @@ func (g *gateway) outputLines(t *testing.T, fileID *string, headers ...string) m
 const batchesBlock = "batches /v1\n"
 
 func TestBatchRunsEveryLineOnceWithUpstreamRejectionsInTheErrorFile(t *testing.T) {
+	t.Parallel()
 	up := newBatchUpstream()
-	g := startGatewayWith(t, gatewaySetup{wrap: up.wrap, mulligan: batchesBlock})
+	g := startHandlerWith(t, gatewaySetup{wrap: up.wrap, mulligan: batchesBlock})
 	prompt := func(i int) string {
 		if i%5 == 0 {
 			return fmt.Sprintf("reject %d", i)
@@ -326,9 +327,10 @@ func TestBatchWebhookIsSignedAndLinesSendNoOperationEvents(t *testing.T) {
 }
 
 func TestBatchPastItsCompletionWindowExpiresTheLinesNotStarted(t *testing.T) {
+	t.Parallel()
 	up := newBatchUpstream()
 	up.block = make(chan struct{})
-	g := startGatewayWith(t, gatewaySetup{wrap: up.wrap, mulligan: batchesBlock + "async {\n concurrency 1\n}\n"})
+	g := startHandlerWith(t, gatewaySetup{wrap: up.wrap, mulligan: batchesBlock + "async {\n concurrency 1\n}\n"})
 	const n = 6
 	b := g.createBatch(t, batchInput(n, func(i int) string { return fmt.Sprint("slow ", i) }), "1s")
 	// Line 1 holds the only seat until released; the window passes meanwhile.

@@ -50,7 +50,7 @@ func (b *bodies) last() (string, []byte) {
 
 func startPriority(t *testing.T, mode string) (*gateway, *bodies) {
 	b := &bodies{}
-	g := startGatewayWith(t, gatewaySetup{model: modelserver.Config{}, globals: "log {\n level ERROR\n }",
+	g := startGatewayWith(t, gatewaySetup{model: modelserver.Config{}, globals: quietGlobals,
 		mulligan: "capacity {\n limit 2\n pass_priority " + mode + "\n class ops {\n header X-Trusted-Tier ops\n urgency 0\n }\n}", wrap: b.wrap})
 	return g, b
 }
@@ -134,8 +134,9 @@ func TestCapacityPassPriorityOnABackgroundResponseUsesTheTrustedUrgency(t *testi
 
 // A batch's lines wait at the gateway's own urgency, u=7, and reach the model server with it.
 func TestCapacityPassPriorityOnBatchLines(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
-	g := startGatewayWith(t, gatewaySetup{wrap: b.wrap, mulligan: batchesBlock + "capacity {\n limit 2\n pass_priority sglang\n}"})
+	g := startHandlerWith(t, gatewaySetup{wrap: b.wrap, mulligan: batchesBlock + "capacity {\n limit 2\n pass_priority sglang\n}"})
 	batch := g.createBatch(t, batchInput(3, func(i int) string { return "line " + strconv.Itoa(i) }), "24h", "Authorization", "Bearer a")
 	if batch = g.awaitBatch(t, batch.ID, "Authorization", "Bearer a"); batch.Status != "completed" {
 		t.Fatalf("batch ended %s", batch.Status)
@@ -190,7 +191,7 @@ func TestPassPriorityRefusesAnOperationsBodyItCannotSet(t *testing.T) {
 // max_buffered: with max_buffered = max_body, a body over half of it goes through.
 func TestPassPriorityCountsAKeyedBodyOnce(t *testing.T) {
 	b := &bodies{}
-	g := startGatewayWith(t, gatewaySetup{wrap: b.wrap, globals: "log {\n level ERROR\n }",
+	g := startGatewayWith(t, gatewaySetup{wrap: b.wrap, globals: quietGlobals,
 		mulligan: "idempotency {\n max_body 1KiB\n max_buffered 1KiB\n}\ncapacity {\n limit 2\n pass_priority vllm\n}"})
 	body := `{"model":"demo","messages":[],"pad":"` + strings.Repeat("x", 700) + `"}`
 	if r := g.post(chatPath, "", body); r.StatusCode != http.StatusOK {

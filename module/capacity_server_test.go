@@ -31,7 +31,7 @@ func TestCapacityServerMetricsSteerTheLimitAndFallBackVisibly(t *testing.T) {
 		{"unreachable", deadURL, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := startGatewayWith(t, gatewaySetup{upstream: model, globals: "log {\n level ERROR\n }",
+			g := startGatewayWith(t, gatewaySetup{upstream: model, globals: quietGlobals,
 				mulligan: "capacity {\n limit auto 1 8\n server_metrics " + tc.url + " vllm {\n interval 20ms\n }\n}"})
 			name := `mulligan_capacity_server_metrics_fresh{pool="`
 			testkit.WaitFor(t, 10*time.Second, "the metrics read", func() bool {

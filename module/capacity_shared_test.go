@@ -73,6 +73,7 @@ func shareThroughFor(p *seatPool, ss store.SharedSeats, lease time.Duration) {
 }
 
 func TestCapacitySharedSeatStorageFailureAnswers503AndIsNotRecorded(t *testing.T) {
+	t.Parallel()
 	g, _ := startSlotted(t, 2, 0, "capacity {\n limit 2\n}")
 	pool := gatewayPool(t, g)
 	shareThrough(pool, closedSharedSeats(t))
@@ -89,6 +90,7 @@ func TestCapacitySharedSeatStorageFailureAnswers503AndIsNotRecorded(t *testing.T
 }
 
 func TestCapacitySharedSeatStorageFailureRequeuesTheOperationWithoutAnAttempt(t *testing.T) {
+	t.Parallel()
 	g, _ := startSlotted(t, 2, 0, "async {\n concurrency 1\n}\ncapacity {\n limit 2\n}")
 	pool := gatewayPool(t, g)
 	down := closedSharedSeats(t)
@@ -122,6 +124,7 @@ func proxiedSharedSeats(t *testing.T) (*postgres.Store, *testkit.CutProxy, strin
 // replica may take it, so the call holding it is cut before it lapses, and its client gets
 // 503 STORAGE_UNAVAILABLE rather than a call the model server runs beyond N.
 func TestCapacitySharedSeatThatCannotBeRenewedCutsItsCall(t *testing.T) {
+	t.Parallel()
 	g, _ := startSlotted(t, 2, 0, "capacity {\n limit 2\n}")
 	pool := gatewayPool(t, g)
 	st, proxy, _ := proxiedSharedSeats(t)

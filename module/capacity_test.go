@@ -44,12 +44,13 @@ func (a *arrivals) order() []string {
 func startSlotted(t *testing.T, slots int, latency time.Duration, mulligan string) (*gateway, *arrivals) {
 	t.Helper()
 	a := &arrivals{}
-	g := startGatewayWith(t, gatewaySetup{model: modelserver.Config{Slots: slots, Latency: latency},
-		globals: "log {\n level ERROR\n }", mulligan: mulligan, wrap: a.wrap})
+	g := startHandlerWith(t, gatewaySetup{model: modelserver.Config{Slots: slots, Latency: latency},
+		globals: quietGlobals, mulligan: mulligan, wrap: a.wrap})
 	return g, a
 }
 
 func TestCapacitySeatsBoundTheUpstreamForSyncCallsAndOperationsTogether(t *testing.T) {
+	t.Parallel()
 	g, _ := startSlotted(t, 2, 100*time.Millisecond, "async {\n concurrency 8\n}\ncapacity {\n limit 2\n}")
 	var wg sync.WaitGroup
 	ops := make(chan string, 6)
@@ -81,6 +82,7 @@ func TestCapacitySeatsBoundTheUpstreamForSyncCallsAndOperationsTogether(t *testi
 }
 
 func TestCapacityUrgentOperationOvertakesTenLowUrgencyOnes(t *testing.T) {
+	t.Parallel()
 	g, a := startSlotted(t, 1, 50*time.Millisecond, "capacity {\n limit 1\n}")
 	// The first holds the only seat long enough for the rest to be submitted behind it; the
 	// next is claimed at once and waits for the seat as the queue's head.
@@ -112,6 +114,7 @@ func TestCapacityUrgentOperationOvertakesTenLowUrgencyOnes(t *testing.T) {
 }
 
 func TestCapacityTenantsTakeTurns(t *testing.T) {
+	t.Parallel()
 	g, a := startSlotted(t, 1, 50*time.Millisecond, "capacity {\n limit 1\n}")
 	// Tenant A's first call holds the only seat while the rest of the work is submitted.
 	_, first := g.submit(t, "a-0", "Authorization", "Bearer tenant-a", "X-Mock-Latency", "2s")
@@ -142,6 +145,7 @@ func TestCapacityTenantsTakeTurns(t *testing.T) {
 }
 
 func TestCapacityStaleOperationFailsQueueTimeoutWithoutReachingTheUpstream(t *testing.T) {
+	t.Parallel()
 	rc := newReceiver(t, secretA, nil)
 	g, a := startSlotted(t, 1, 0, "capacity {\n limit 1\n max_queue_wait 1h\n}\n"+webhooksBlock(rc.srv.URL+"/hook", "events operation.failed", secretA))
 	_, long := g.submit(t, "long", "X-Mock-Latency", "3s")
@@ -194,6 +198,7 @@ func holdSeat(t *testing.T, g *gateway) *sync.WaitGroup {
 }
 
 func TestCapacitySaturatedSyncCallGets503WithRetryAfterAfterItsWait(t *testing.T) {
+	t.Parallel()
 	g, _ := startSlotted(t, 1, 0, "capacity {\n limit 1\n wait 300ms\n}")
 	holder := holdSeat(t, g)
 	began := time.Now()
@@ -217,6 +222,7 @@ func TestCapacitySaturatedSyncCallGets503WithRetryAfterAfterItsWait(t *testing.T
 }
 
 func TestCapacitySaturatedCallThatMayBecomeAsyncIsQueued(t *testing.T) {
+	t.Parallel()
 	g, _ := startSlotted(t, 1, 0, "async {\n mode after 2s\n}\ncapacity {\n limit 1\n wait 300ms\n}")
 	holder := holdSeat(t, g)
 	began := time.Now()
@@ -288,6 +294,7 @@ func TestCapacityMaxQueueWaitHeaderOnlyShortensTheConfiguredWait(t *testing.T) {
 }
 
 func TestCapacityPassthroughCallWaitsUnderItsHashedScope(t *testing.T) {
+	t.Parallel()
 	g, _ := startSlotted(t, 1, 0, "capacity {\n limit 1\n wait 5s\n}")
 	pool := gatewayPool(t, g)
 	holder := holdSeat(t, g)
@@ -349,7 +356,7 @@ func (g *heldUpstream) counts() (inFlight, most int) {
 // with no started_at, and the gauges say what the upstream sees: 2 calls.
 func TestCapacityOperationWaitingForASeatStaysQueued(t *testing.T) {
 	gt := newHeldUpstream()
-	g := startGatewayWith(t, gatewaySetup{model: modelserver.Config{Slots: 8}, globals: "log {\n level ERROR\n }",
+	g := startGatewayWith(t, gatewaySetup{model: modelserver.Config{Slots: 8}, globals: quietGlobals,
 		mulligan: "async {\n concurrency 8\n}\ncapacity {\n limit 2\n}", wrap: gt.wrap})
 	t.Cleanup(gt.release) // before the gateway stops, which waits for its calls
 	var ids []string

@@ -35,7 +35,7 @@ func TestKeyedStreamReachesTheClientOnlyOnceItsClaimIsDurable(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, "data: [DONE]\n\n")
 	})
-	g := startGatewayBefore(t, up, "log {\n level ERROR\n }", "")
+	g := startGatewayBefore(t, up, quietGlobals, "")
 	st, err := badger.Open(badger.Options{Dir: g.dir + "/badger"}) // the gateway's own database, shared
 	if err != nil {
 		t.Fatal(err)

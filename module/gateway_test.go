@@ -42,7 +42,7 @@ type gateway struct {
 // startGateway starts a model server with cfg and Caddy with the given mulligan block body.
 func startGateway(t *testing.T, cfg modelserver.Config, mulliganBody string) *gateway {
 	t.Helper()
-	return startGatewayWithGlobals(t, cfg, "log {\n level ERROR\n }", mulliganBody)
+	return startGatewayWithGlobals(t, cfg, quietGlobals, mulliganBody)
 }
 
 // startGatewayWithGlobals is startGateway with extra global options.

@@ -29,8 +29,27 @@ import (
 // servers) stay on startGateway.
 func startHandler(t *testing.T, cfg modelserver.Config, mulliganBody string) *gateway {
 	t.Helper()
-	g := &gateway{t: t, dir: t.TempDir(), model: modelserver.New(cfg), client: &http.Client{Timeout: 30 * time.Second}}
-	g.upstream = httptest.NewServer(g.model)
+	return startHandlerWith(t, gatewaySetup{model: cfg, mulligan: mulliganBody})
+}
+
+// startHandlerWith is startHandler for the gateway s describes: its model server or upstream,
+// and what wraps it. Global options and site directives are Caddy's, so s has none.
+func startHandlerWith(t *testing.T, s gatewaySetup) *gateway {
+	t.Helper()
+	if s.site != "" || (s.globals != "" && s.globals != quietGlobals) {
+		t.Fatal("startHandlerWith: site directives and global options are Caddy's (startGatewayWith)")
+	}
+	mulliganBody := s.mulligan
+	g := &gateway{t: t, dir: t.TempDir(), client: &http.Client{Timeout: 30 * time.Second}}
+	upstream := s.upstream
+	if upstream == nil {
+		g.model = modelserver.New(s.model)
+		upstream = g.model
+	}
+	if s.wrap != nil {
+		upstream = s.wrap(upstream)
+	}
+	g.upstream = httptest.NewServer(upstream)
 	target, _ := url.Parse(g.upstream.URL)
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	h := new(Handler)

@@ -33,7 +33,7 @@ func (u *halfThenWhole) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func TestUpstreamDyingMidAnswerFreesTheKeyAtOnce(t *testing.T) {
 	up := new(halfThenWhole)
-	g := startGatewayBefore(t, up, "log {\n level ERROR\n }", "")
+	g := startGatewayBefore(t, up, quietGlobals, "")
 	first := g.post(chatPath, "k", chat("x"))
 	if first.err == nil && first.StatusCode == 200 && len(first.body) == 1000 {
 		t.Fatalf("the half answer reached the client as a whole one")

@@ -104,6 +104,7 @@ func dsnVia(t *testing.T, dsn, addr string) string {
 // upstream call must be stopped before the lease the database holds for it ends: from then on
 // another replica may take it over (docs/backends.md).
 func TestExecutionStopsBeforeItsLeaseEndsWhenTheDatabaseStopsAnswering(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.Database(t)
 	direct, _ := url.Parse(dsn)
 	proxy := newFreezer(t, direct.Host)
@@ -114,8 +115,7 @@ func TestExecutionStopsBeforeItsLeaseEndsWhenTheDatabaseStopsAnswering(t *testin
 		<-r.Context().Done()
 		canceled <- time.Now()
 	})
-	g := startGatewayBefore(t, upstream, "log {\n level ERROR\n }",
-		"storage postgres "+dsnVia(t, dsn, proxy.ln.Addr().String())+"\nasync {\n takeover 2s\n}")
+	g := startHandlerWith(t, gatewaySetup{upstream: upstream, mulligan: "storage postgres " + dsnVia(t, dsn, proxy.ln.Addr().String()) + "\nasync {\n takeover 2s\n}"})
 	t.Cleanup(proxy.close)
 	_, op := g.submit(t, "")
 	<-started

@@ -146,7 +146,8 @@ func TestMetadataOtherThanASmallObjectIsNotKept(t *testing.T) {
 }
 
 func TestRetryableErrorsCarryRetryAfterSecondsInDetails(t *testing.T) {
-	g := startGateway(t, modelserver.Config{}, "async {\n concurrency 1\n queue 1\n}")
+	t.Parallel()
+	g := startHandler(t, modelserver.Config{}, "async {\n concurrency 1\n queue 1\n}")
 	_, running := g.submit(t, "a", "X-Mock-Latency", "30s")
 	testkit.WaitFor(t, 5*time.Second, "g.model.Stats().InFlight == 1", func() bool { return g.model.Stats().InFlight == 1 })
 	_, queued := g.submit(t, "b")

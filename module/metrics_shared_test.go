@@ -22,7 +22,7 @@ func TestQueueDepthIsTheStoragesOnEveryReplica(t *testing.T) {
 		started <- struct{}{}
 		<-r.Context().Done()
 	})
-	g := startGatewayBefore(t, upstream, "log {\n level ERROR\n }", "storage postgres "+dsn+"\nasync {\n concurrency 1\n}")
+	g := startGatewayBefore(t, upstream, quietGlobals, "storage postgres "+dsn+"\nasync {\n concurrency 1\n}")
 	for range 3 {
 		g.submit(t, "")
 	}

@@ -46,6 +46,7 @@ func storm(g *gateway, keys, perKey int) map[string]int {
 }
 
 func TestConcurrentIdenticalRequestsRunUpstreamOnce(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name         string
 		keys, perKey int
@@ -58,7 +59,7 @@ func TestConcurrentIdenticalRequestsRunUpstreamOnce(t *testing.T) {
 		{"20 keys x 50 at once with wait_inflight", 20, 50, "idempotency {\n wait_inflight 10s\n}", []string{"first", "replayed"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := startGateway(t, modelserver.Config{Latency: 300 * time.Millisecond}, tc.block)
+			g := startHandler(t, modelserver.Config{Latency: 300 * time.Millisecond}, tc.block)
 			tally := storm(g, tc.keys, tc.perKey)
 			stats := g.model.Stats()
 			t.Logf("answers %v; upstream executions %d", tally, stats.Received)

@@ -93,11 +93,12 @@ func runSDKScript(t *testing.T, ctx context.Context, node, script string, args .
 }
 
 func TestOpenAINodeSDKRunsBackgroundResponses(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	node, script := installSDKScript(t, ctx, "openai_responses.cjs")
 	hooks := newRawHooks(t)
-	g := startGateway(t, modelserver.Config{}, webhooksBlock(hooks.srv.URL, "", secretA)+"\n"+responsesBlock)
+	g := startHandler(t, modelserver.Config{}, webhooksBlock(hooks.srv.URL, "", secretA)+"\n"+responsesBlock)
 	var got sdkResponsesRun
 	out := runSDKScript(t, ctx, node, script, "run", g.base+"/v1")
 	if err := json.Unmarshal(out, &got); err != nil {

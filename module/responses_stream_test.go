@@ -172,7 +172,7 @@ func (u *lossyUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // reads whole from the one attempt that finished.
 func TestResponsesStreamOfALostAttemptEndsWithAnError(t *testing.T) {
 	up := &lossyUpstream{broken: make(chan struct{})}
-	g := startGatewayBefore(t, up, "log {\n level ERROR\n }", "async {\n retries 2\n}\n"+responsesBlock)
+	g := startGatewayBefore(t, up, quietGlobals, "async {\n retries 2\n}\n"+responsesBlock)
 	s := g.createStream(t, `{"input":"x","stream":true,"background":true}`, alice...)
 	head := readRespEvents(t, s, 5) // queued, created, three deltas
 	id := head[0].Response.ID
@@ -337,7 +337,7 @@ func TestResponsesCancelledMidStreamResumesAndReplaysAsLive(t *testing.T) {
 // A stream that waits (here for the only worker) writes SSE comments meanwhile, so that a
 // proxy's idle timeout does not cut it; clients ignore them.
 func TestResponsesStreamKeepsAliveWhileItWaits(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it sets the process's keep-alive interval.
 	was := responseKeepAlive
 	responseKeepAlive = 50 * time.Millisecond
 	t.Cleanup(func() { responseKeepAlive = was }) // after the gateway has stopped

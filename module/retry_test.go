@@ -10,6 +10,7 @@ import (
 )
 
 func TestRetryOnChoosesTheStatusesRetried(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, retryOn, status, code string
 		attempts                    int
@@ -21,7 +22,7 @@ func TestRetryOnChoosesTheStatusesRetried(t *testing.T) {
 		{"the default leaves 500", "", "500", "UPSTREAM_ERROR", 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := startGateway(t, modelserver.Config{}, "async {\n retries 2\n "+tc.retryOn+"\n}")
+			g := startHandler(t, modelserver.Config{}, "async {\n retries 2\n "+tc.retryOn+"\n}")
 			_, op := g.submit(t, "", "X-Mock-Status", tc.status)
 			final := g.await(t, op.OperationID)
 			if final.Status != "failed" || final.Error == nil || final.Error.Code != tc.code || final.Attempts != tc.attempts {

@@ -34,7 +34,7 @@ func TestFailedReloadKeepsOperationsOnTheRunningConfig(t *testing.T) {
 			fmt.Fprintf(w, `{"upstream":%q}`, name)
 		})
 	}
-	g := startGatewayBefore(t, answer(&onA, "A"), "log {\n level ERROR\n }", "")
+	g := startGatewayBefore(t, answer(&onA, "A"), quietGlobals, "")
 	b := httptest.NewServer(answer(&onB, "B"))
 	defer b.Close()
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
@@ -91,7 +91,7 @@ func TestQueuedOperationRunsOnItsSiteAfterAReloadRenumbersServers(t *testing.T) 
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"upstream":"A"}`)
 	})
-	g := startGatewayBefore(t, a, "log {\n level ERROR\n }", "async {\n concurrency 1\n }")
+	g := startGatewayBefore(t, a, quietGlobals, "async {\n concurrency 1\n }")
 	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		onB.Add(1)
 		fmt.Fprint(w, `{"upstream":"B"}`)
@@ -152,7 +152,7 @@ func TestStopWithStorageDownEndsWithinTheGracePeriod(t *testing.T) {
 		}
 		<-r.Context().Done()
 	})
-	g := startGatewayBefore(t, upstream, "log {\n level ERROR\n }", "")
+	g := startGatewayBefore(t, upstream, quietGlobals, "")
 	g.submit(t, "running-at-stop")
 	<-started
 	closeStorages()

@@ -24,6 +24,7 @@ func latencyFor(i int) string {
 // through the runner alone (the model server in process, real Badger): every one succeeds with
 // the answer to its own prompt, and the model server counts exactly 1,000 executions.
 func TestThousandOperationsAllSucceedWithTheirOwnResults(t *testing.T) {
+	t.Parallel()
 	const n = 1000
 	model := modelserver.New(modelserver.Config{})
 	lr := newLoopRunner(t, realClock, model, 4, nil)

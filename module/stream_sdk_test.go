@@ -14,11 +14,12 @@ import (
 )
 
 func TestOpenAINodeSDKGetsTheWholeAnswerAfterADroppedStream(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	node, scriptPath := installSDKScript(t, ctx, "openai_stream.cjs")
 
-	g := startGateway(t, modelserver.Config{ChunkDelay: 40 * time.Millisecond}, "")
+	g := startHandler(t, modelserver.Config{ChunkDelay: 40 * time.Millisecond}, "")
 	prompt := "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen"
 	run := exec.CommandContext(ctx, node, scriptPath, g.base+"/v1", "sdk-stream-key", prompt)
 	out, err := run.Output()
