@@ -73,15 +73,7 @@ func startGatewayWith(t *testing.T, s gatewaySetup) *gateway {
 	t.Helper()
 	mulliganBody := s.mulligan
 	g := &gateway{t: t, dir: t.TempDir(), globals: s.globals, site: s.site}
-	upstream := s.upstream
-	if upstream == nil {
-		g.model = modelserver.New(s.model)
-		upstream = g.model
-	}
-	if s.wrap != nil {
-		upstream = s.wrap(upstream)
-	}
-	g.upstream = httptest.NewServer(upstream)
+	g.serveUpstream(s)
 	ports := testkit.FreePorts(t, 2)
 	g.port = ports[0]
 	g.base = fmt.Sprintf("http://127.0.0.1:%d", g.port)
@@ -101,6 +93,20 @@ func startGatewayWith(t *testing.T, s gatewaySetup) *gateway {
 		}
 	})
 	return g
+}
+
+// serveUpstream serves s's upstream (its model server unless it names one, wrapped as it says)
+// on loopback as g's.
+func (g *gateway) serveUpstream(s gatewaySetup) {
+	upstream := s.upstream
+	if upstream == nil {
+		g.model = modelserver.New(s.model)
+		upstream = g.model
+	}
+	if s.wrap != nil {
+		upstream = s.wrap(upstream)
+	}
+	g.upstream = httptest.NewServer(upstream)
 }
 
 // config adapts the test Caddyfile to JSON.

@@ -41,15 +41,7 @@ func startHandlerWith(t *testing.T, s gatewaySetup) *gateway {
 	}
 	mulliganBody := s.mulligan
 	g := &gateway{t: t, dir: t.TempDir(), client: &http.Client{Timeout: 30 * time.Second}}
-	upstream := s.upstream
-	if upstream == nil {
-		g.model = modelserver.New(s.model)
-		upstream = g.model
-	}
-	if s.wrap != nil {
-		upstream = s.wrap(upstream)
-	}
-	g.upstream = httptest.NewServer(upstream)
+	g.serveUpstream(s)
 	target, _ := url.Parse(g.upstream.URL)
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	h := new(Handler)
