@@ -124,7 +124,7 @@ func proxiedSharedSeats(t *testing.T) (*postgres.Store, *testkit.CutProxy, strin
 // replica may take it, so the call holding it is cut before it lapses, and its client gets
 // 503 STORAGE_UNAVAILABLE rather than a call the model server runs beyond N.
 func TestCapacitySharedSeatThatCannotBeRenewedCutsItsCall(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its 10 s for the call to reach the model server failed once eight-wide in CI.
 	g, _ := startSlotted(t, 2, 0, "capacity {\n limit 2\n}")
 	pool := gatewayPool(t, g)
 	st, proxy, _ := proxiedSharedSeats(t)
