@@ -87,7 +87,7 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 // storageSpec.name shows it), or the only one when name is empty.
 func runnerFor(name string) (*runner.Runner, error) {
 	byName := map[string]*runner.Runner{}
-	eachStorage(func(_ string, s *storage) bool {
+	caddyRegistry.eachStorage(func(_ string, s *storage) bool {
 		byName[s.set.name()] = s.run
 		return true
 	})

@@ -1,7 +1,6 @@
 package module
 
 import (
-	"errors"
 	"sort"
 	"sync"
 	"time"
@@ -20,7 +19,7 @@ func init() {
 // App is the process-level side of Mulligan in one config: the storages the config's handlers
 // name, checked against each other at load, and held from Start to Cleanup. A storage (and its
 // runner and courier) is shared by every block and every config naming it, through the
-// process-wide pool in storage.go; per-block settings travel with each operation instead.
+// registry (registry.go); per-block settings travel with each operation instead.
 //
 // Opening at Start rather than in Provision keeps `caddy validate` (which provisions but never
 // starts) away from a running gateway's database. Letting go in Cleanup, which Caddy runs after
@@ -33,12 +32,13 @@ type App struct {
 	log  *zap.Logger
 	mu   *sync.Mutex
 	refs map[string]*storageRef // by storage (backend and location)
+	reg  *registry              // what outlives the config: caddyRegistry, or a test's own
 }
 
 // CaddyModule returns the Caddy module information.
 func (App) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{ID: "mulligan", New: func() caddy.Module {
-		return &App{mu: new(sync.Mutex), refs: map[string]*storageRef{}}
+		return &App{mu: new(sync.Mutex), refs: map[string]*storageRef{}, reg: caddyRegistry}
 	}}
 }
 
@@ -54,7 +54,7 @@ func (a *App) use(b blockSpec) (*storageRef, error) {
 	defer a.mu.Unlock()
 	u := a.refs[b.set.where()]
 	if u == nil {
-		u = newStorageRef(b.set, a.log)
+		u = newStorageRef(a.reg, b.set, a.log)
 		a.refs[b.set.where()] = u
 	}
 	return u, u.join(b)
@@ -87,18 +87,13 @@ func (a *App) startLocked(dispatch runner.Dispatcher, grace time.Duration) error
 	for _, w := range wheres {
 		u := a.refs[w]
 		key := u.set.poolKey()
-		open := func() (caddy.Destructor, error) { return openStorage(u.set, a.log) }
-		v, _, err := openStorages.LoadOrNew(key, open)
-		if errors.Is(err, errStorageClosed) {
-			// A straggling request of an older config looked for it in the same instant.
-			v, _, err = openStorages.LoadOrNew(key, open)
-		}
+		s, err := a.reg.openStorage(key, func() (*storage, error) { return openStorage(a.reg, u.set, a.log) })
 		if err != nil {
 			a.releaseLocked()
 			return err
 		}
-		u.open = v.(*storage)
-		v.(*storage).run.Configure(a, runnerConfig(u.set.concurrency, u.set.takeover, grace, dispatch, u.endpoints))
+		u.open = s
+		s.run.Configure(a, runnerConfig(u.set.concurrency, u.set.takeover, grace, dispatch, u.endpoints))
 		u.key = key
 		close(u.ready)
 	}
@@ -121,7 +116,7 @@ func (a *App) releaseLocked() {
 	for _, u := range a.refs {
 		if u.open != nil {
 			u.open.run.Release(a)
-			_, _ = openStorages.Delete(u.key)
+			a.reg.releaseStorage(u.key)
 			u.open = nil
 		}
 		select {

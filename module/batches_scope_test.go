@@ -135,14 +135,12 @@ func (c *countedReads) LoadResult(id string) (*store.Response, error) {
 }
 
 // openBackend is the backend of the one storage the test's gateway opened.
-func openBackend(t *testing.T) store.Backend {
+func openBackend(t *testing.T, g *gateway) store.Backend {
 	t.Helper()
 	var be store.Backend
-	openStorages.Range(func(_, v any) bool {
-		if s, ok := v.(*storage); ok {
-			be = s.be
-		}
-		return be == nil
+	g.registry().eachStorage(func(_ string, s *storage) bool {
+		be = s.be
+		return false
 	})
 	if be == nil {
 		t.Fatal("no open storage")
@@ -167,7 +165,7 @@ func TestABatchFileObjectIsReadWithoutAssemblingTheFile(t *testing.T) {
 	if b.Status != "completed" || b.OutputFileID == nil || b.ErrorFileID == nil {
 		t.Fatalf("batch ended %s with output %v and errors %v", b.Status, b.OutputFileID, b.ErrorFileID)
 	}
-	counted := &countedReads{Backend: openBackend(t)}
+	counted := &countedReads{Backend: openBackend(t, g)}
 	for _, id := range []string{*b.OutputFileID, *b.ErrorFileID} {
 		content := g.get("/v1/files/"+id+"/content", who...)
 		if content.StatusCode != 200 || len(content.body) == 0 {

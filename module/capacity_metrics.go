@@ -58,11 +58,7 @@ func (seatCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (seatCollector) Collect(ch chan<- prometheus.Metric) {
-	seatPools.Range(func(_, v any) bool {
-		p, ok := v.(*seatPool)
-		if !ok {
-			return true
-		}
+	for _, p := range caddyRegistry.seatPoolsAt("") {
 		s := p.Snapshot()
 		ch <- prometheus.MustNewConstMetric(descSeatLimit, prometheus.GaugeValue, float64(s.Limit), p.label)
 		ch <- prometheus.MustNewConstMetric(descSeatsInUse, prometheus.GaugeValue, float64(s.InUse), p.label)
@@ -87,13 +83,8 @@ func (seatCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(descServerFresh, prometheus.GaugeValue, fresh, p.label)
 		}
-		return true
-	})
-	openStorages.Range(func(_, v any) bool {
-		s, ok := v.(*storage)
-		if !ok {
-			return true
-		}
+	}
+	caddyRegistry.eachStorage(func(_ string, s *storage) bool {
 		if counts, err := s.be.QueuedByUrgency(); err == nil {
 			for u, n := range counts {
 				ch <- prometheus.MustNewConstMetric(descQueuedUrg, prometheus.GaugeValue, float64(n), s.set.name(), strconv.Itoa(u))
@@ -118,8 +109,7 @@ func queuePosition(st store.Queue, op *store.Operation) *int {
 
 // capacityStats is /mulligan/stats' capacity section (docs/capacity.md): this replica's seats
 // per pool, and the storage-wide queue by urgency; nil without capacity.
-func capacityStats(st store.Backend, where string) map[string]any {
-	pools := seatPoolsOf(where)
+func capacityStats(st store.Backend, pools []*seatPool) map[string]any {
 	if len(pools) == 0 {
 		return nil
 	}

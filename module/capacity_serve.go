@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
@@ -33,13 +32,13 @@ func (h *Handler) provisionCapacity(set storageSpec) error {
 	}
 	where := set.where()
 	key := seatPoolKey(where, h.conv.prefix)
-	v, _, err := seatPools.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return newSeatPool(key, where, set.name()+h.conv.prefix, h.conv.prefix, *h.Capacity), nil
+	seats, err := h.reg.joinSeatPool(key, func() *seatPool {
+		return newSeatPool(h.reg, key, where, set.name()+h.conv.prefix, h.conv.prefix, *h.Capacity)
 	})
 	if err != nil {
 		return err
 	}
-	h.seats, h.seatKey = v.(*seatPool), key
+	h.seats, h.seatKey = seats, key
 	h.seats.configure(*h.Capacity)
 	h.conv.capacity = h.Capacity
 	return nil
@@ -48,7 +47,7 @@ func (h *Handler) provisionCapacity(set storageSpec) error {
 // Cleanup lets go of the block's seats; calls still holding one keep it until they end.
 func (h *Handler) Cleanup() error {
 	if h.seats != nil {
-		_, _ = seatPools.Delete(h.seatKey)
+		h.reg.releaseSeatPool(h.seatKey)
 	}
 	return nil
 }

@@ -47,12 +47,11 @@ func closedSharedSeats(t *testing.T) *countedSeats {
 func gatewayPool(t *testing.T, g *gateway) *seatPool {
 	t.Helper()
 	var found *seatPool
-	seatPools.Range(func(k, v any) bool {
-		if strings.Contains(k.(string), g.dir) {
-			found = v.(*seatPool)
+	for _, p := range g.registry().seatPoolsAt("") {
+		if strings.Contains(p.key, g.dir) {
+			found = p
 		}
-		return true
-	})
+	}
 	if found == nil {
 		t.Fatal("no seat pool for the gateway")
 	}

@@ -37,6 +37,15 @@ type gateway struct {
 	globals  string       // extra global options
 	site     string       // extra site directives
 	reloaded atomic.Int64 // unix nanoseconds of the last reload: requests read it while a test reloads
+	reg      *registry    // where its storages and seats are kept: nil for Caddy's (caddyRegistry)
+}
+
+// registry is where the gateway's storages and seats are kept.
+func (g *gateway) registry() *registry {
+	if g.reg != nil {
+		return g.reg
+	}
+	return caddyRegistry
 }
 
 // startGateway starts a model server with cfg and Caddy with the given mulligan block body.
@@ -249,11 +258,11 @@ func expectError(t *testing.T, r result, status int, code apierr.Code, retryable
 	}
 }
 
-// closeStorages closes every open storage's handle under the running config, as if the
-// database went away.
-func closeStorages() {
-	openStorages.Range(func(_, v any) bool {
-		_ = v.(*storage).be.Close()
+// closeStorages closes every open storage's handle of the gateway, as if the database went
+// away.
+func (g *gateway) closeStorages() {
+	g.registry().eachStorage(func(_ string, s *storage) bool {
+		_ = s.be.Close()
 		return true
 	})
 }

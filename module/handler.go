@@ -101,6 +101,7 @@ type Handler struct {
 	clock   clockwork.Clock // the one clock of the request path: realClock in production
 	seats   *seatPool       // nil without capacity
 	seatKey string
+	reg     *registry // where the block's seats are kept: its App's
 }
 
 // CaddyModule returns the Caddy module information.
@@ -164,6 +165,7 @@ func (h *Handler) provision(log *zap.Logger, reg *prometheus.Registry, app *App)
 	if err != nil {
 		return err
 	}
+	h.reg = app.reg
 	h.storage, err = app.use(blockSpec{set: set, explicit: explicit, webhooks: h.conv.webhooks, declared: h.Webhooks})
 	if err != nil {
 		return fmt.Errorf("mulligan: %w", err)

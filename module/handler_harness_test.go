@@ -24,7 +24,7 @@ import (
 // provisioned with an App of its own on a Badger directory of the test's, each request is
 // prepared as Caddy's server prepares it, and what the handler passes on goes to a model
 // server with cfg on loopback through a reverse proxy, in reverse_proxy's place. Nothing of it
-// is process-wide, so its tests run in parallel; operations run through the same handler. Tests
+// is process-wide (its App keeps its storage and seats in a registry of its own), so its tests run in parallel; operations run through the same handler. Tests
 // of a whole config (reloads, sites, the admin API, metrics, operations dispatched by Caddy's
 // servers) stay on startGateway.
 func startHandler(t *testing.T, cfg modelserver.Config, mulliganBody string) *gateway {
@@ -48,7 +48,8 @@ func startHandlerWith(t *testing.T, s gatewaySetup) *gateway {
 	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("mulligan {\n storage " + g.dir + "/badger\n" + mulliganBody + "\n}")); err != nil {
 		t.Fatal(err)
 	}
-	app := &App{mu: new(sync.Mutex), refs: map[string]*storageRef{}, log: zap.NewNop()}
+	g.reg = newRegistry()
+	app := &App{mu: new(sync.Mutex), refs: map[string]*storageRef{}, log: zap.NewNop(), reg: g.reg}
 	if err := h.provision(zap.NewNop(), nil, app); err != nil {
 		t.Fatal(err)
 	}

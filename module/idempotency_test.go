@@ -288,7 +288,7 @@ func TestEveryResponseCarriesARequestID(t *testing.T) {
 func TestStorageFailureAnswers503(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "")
 	g.post(chatPath, "k", chat("x"))
-	closeStorages() // the database goes away under the running config
+	g.closeStorages() // the database goes away under the running config
 	expectError(t, g.post(chatPath, "k", chat("x")), 503, apierr.CodeStorage, true)
 }
 

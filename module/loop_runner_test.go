@@ -34,7 +34,7 @@ func newLoopRunner(t *testing.T, clock clockwork.Clock, handler http.Handler, co
 		t.Fatal(err)
 	}
 	st.SetAnnouncer(announcer(clock))
-	r := newRunner(st, storageSpec{concurrency: concurrency}, clock, zap.NewNop(), newCourier(st, clock, zap.NewNop()))
+	r := newRunner(st, storageSpec{concurrency: concurrency}, newRegistry(), clock, zap.NewNop(), newCourier(st, clock, zap.NewNop()))
 	lr := &loopRunner{Runner: r, st: st, clock: clock, dispatch: func(*store.Operation) http.Handler { return handler }}
 	lr.endpoints(endpoints)
 	if endpoints != nil {

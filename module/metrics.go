@@ -168,7 +168,7 @@ func (runnerCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (runnerCollector) Collect(ch chan<- prometheus.Metric) {
 	var list []*storage
-	eachStorage(func(_ string, s *storage) bool {
+	caddyRegistry.eachStorage(func(_ string, s *storage) bool {
 		list = append(list, s)
 		return true
 	})

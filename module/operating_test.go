@@ -122,7 +122,7 @@ func TestReadinessFollowsTheStoreAndTheQueue(t *testing.T) {
 	}
 	g.post(running.Links.Cancel, "", "") // its 10 s call would hold the stop of the config
 
-	closeStorages()
+	g.closeStorages()
 	expectError(t, g.get(pathReady), 503, apierr.CodeStorage, true)
 	// A config that opens the storage differently gets a handle of its own.
 	g.reload("durability relaxed\nasync {\n concurrency 1\n queue 2\n}")

@@ -19,12 +19,12 @@ import (
 type attemptResult = runner.Result
 
 // newRunner is the runner of storage st as set describes it, on clock.
-func newRunner(st store.Backend, set storageSpec, clock clockwork.Clock, log *zap.Logger, deliveries *courier.Courier) *runner.Runner {
+func newRunner(st store.Backend, set storageSpec, reg *registry, clock clockwork.Clock, log *zap.Logger, deliveries *courier.Courier) *runner.Runner {
 	where := set.where()
 	return runner.New(runner.Options{
 		Store: st, Name: set.name(), Where: where, Clock: clock, Log: log, Courier: deliveries,
 		Replicated: set.backend == BackendPostgres,
-		Seats:      storageSeats(where),
+		Seats:      storageSeats{reg: reg, where: where},
 		Legacy:     legacyExec(),
 		Config:     runner.Config{Concurrency: set.concurrency, Takeover: set.takeover},
 		Hooks: runner.Hooks{
@@ -33,7 +33,7 @@ func newRunner(st store.Backend, set storageSpec, clock clockwork.Clock, log *za
 			Retried:       func() { metrics.retries.Inc() },
 			SeatWaited:    func(d time.Duration) { capacityMetrics.seatWait.Observe(d.Seconds()) },
 			QueueTimedOut: func() { capacityMetrics.queueTimeouts.Inc() },
-			CapacityStats: func() map[string]any { return capacityStats(st, where) },
+			CapacityStats: func() map[string]any { return capacityStats(st, reg.seatPoolsAt(where)) },
 		},
 	})
 }

@@ -155,7 +155,7 @@ func TestStopWithStorageDownEndsWithinTheGracePeriod(t *testing.T) {
 	g := startGatewayBefore(t, upstream, quietGlobals, "")
 	g.submit(t, "running-at-stop")
 	<-started
-	closeStorages()
+	g.closeStorages()
 	stopped := make(chan error, 1)
 	begun := time.Now()
 	go func() { stopped <- caddy.Stop() }()

@@ -13,12 +13,6 @@ import (
 	"github.com/mulligan-gw/mulligan/store"
 )
 
-// seatPools holds the seats of every capacity block in this process, keyed by the upstream the
-// block guards (seatPoolKey). They are process-wide, not per config: a call that started under
-// the old config keeps its seat through a reload, and the new config's calls count against
-// the same seats (docs/capacity.md).
-var seatPools = caddy.NewUsagePool()
-
 // errNoSeat: no seat came free within the call's wait.
 var errNoSeat = capacity.ErrNoSeat
 
@@ -37,6 +31,7 @@ type seat = capacity.Seat
 // found in its storage once it has started.
 type seatPool struct {
 	*capacity.Upstream
+	reg   *registry // where it is kept, with the storage at where
 	key   string
 	where string // the storage whose runners claim operations for these seats
 	label string // how metrics and stats name it: the storage as operators see it, and the prefix
@@ -44,12 +39,12 @@ type seatPool struct {
 	passPriority atomic.Value // string: the block's pass_priority
 }
 
-func newSeatPool(key, where, label, sharedName string, cfg CapacityConfig) *seatPool {
-	p := &seatPool{key: key, where: where, label: label}
+func newSeatPool(reg *registry, key, where, label, sharedName string, cfg CapacityConfig) *seatPool {
+	p := &seatPool{reg: reg, key: key, where: where, label: label}
 	p.Upstream = capacity.NewUpstream(localConfig(cfg), capacity.UpstreamOptions{
 		Seats: capacity.SeatsOptions{
 			Clock:  realClock,
-			OnFree: func() { kickRunners(where) },
+			OnFree: p.kickRunners,
 			Waited: func(d time.Duration) { capacityMetrics.seatWait.Observe(d.Seconds()) },
 		},
 		Watch: capacity.WatchOptions{Clock: realClock, Log: caddy.Log().Named("mulligan.capacity"), Client: serverMetricsClient,
@@ -58,7 +53,7 @@ func newSeatPool(key, where, label, sharedName string, cfg CapacityConfig) *seat
 					capacityMetrics.serverReadFailures.Inc()
 				}
 			}},
-		FindShared: func(limit int) *capacity.Shared { return findSharedSeats(where, sharedName, limit) },
+		FindShared: func(limit int) *capacity.Shared { return p.findSharedSeats(sharedName, limit) },
 	})
 	return p
 }
@@ -88,22 +83,19 @@ func (p *seatPool) configure(cfg CapacityConfig) {
 // serverMetricsClient reads the model servers' metrics.
 var serverMetricsClient = &http.Client{}
 
-// findSharedSeats returns the shared seats named name of the storage at where, once it has
+// findSharedSeats returns the shared seats named name of the pool's storage, once it has
 // started and if it shares seats: leased as the storage leases operations (internal/runner),
 // named as the gateway names its ids.
-func findSharedSeats(where, name string, limit int) *capacity.Shared {
-	var found *capacity.Shared
-	openStorages.Range(func(_, v any) bool {
-		s, ok := v.(*storage)
-		if !ok || s.set.where() != where {
-			return true
-		}
-		if ss, ok := s.be.(store.SharedSeats); ok {
-			found = newSharedSeats(ss, name, s.run.Worker(), limit, s.run.Settings().Takeover, s.run.Log())
-		}
-		return false
-	})
-	return found
+func (p *seatPool) findSharedSeats(name string, limit int) *capacity.Shared {
+	_, open := p.reg.storagesAt(p.where)
+	if len(open) == 0 {
+		return nil
+	}
+	s := open[0]
+	if ss, ok := s.be.(store.SharedSeats); ok {
+		return newSharedSeats(ss, name, s.run.Worker(), limit, s.run.Settings().Takeover, s.run.Log())
+	}
+	return nil
 }
 
 // newSharedSeats is a pool's shared seats in st, leased as the storage leases operations
@@ -124,61 +116,37 @@ func (p *seatPool) countRefusal() {
 	p.CountRefusal()
 }
 
-// lookupSeatPool returns the seats of key, nil when no block has them.
-func lookupSeatPool(key string) *seatPool {
-	var found *seatPool
-	seatPools.Range(func(k, v any) bool {
-		if k == key {
-			found, _ = v.(*seatPool)
-			return false
-		}
-		return true
-	})
-	return found
-}
-
-// seatPoolsOf lists the seat pools whose operations the storage at where holds.
-func seatPoolsOf(where string) []*seatPool {
-	var pools []*seatPool
-	seatPools.Range(func(_, v any) bool {
-		if p, ok := v.(*seatPool); ok && p.where == where {
-			pools = append(pools, p)
-		}
-		return true
-	})
-	return pools
-}
-
-// kickRunners wakes the claim loops of the storage at where: a seat came free.
-func kickRunners(where string) {
-	openStorages.Range(func(_, v any) bool {
-		if s, ok := v.(*storage); ok && s.set.where() == where {
-			s.run.Kick()
-		}
-		return true
-	})
+// kickRunners wakes the claim loops of the pool's storage: a seat came free.
+func (p *seatPool) kickRunners() {
+	_, open := p.reg.storagesAt(p.where)
+	for _, s := range open {
+		s.run.Kick()
+	}
 }
 
 // storageSeats is the runner's view of the seat pools of the storage at where (runner.Capacity).
-type storageSeats string
+type storageSeats struct {
+	reg   *registry
+	where string
+}
 
-func (where storageSeats) Pools() []*capacity.Seats {
+func (c storageSeats) Pools() []*capacity.Seats {
 	var out []*capacity.Seats
-	for _, p := range seatPoolsOf(string(where)) {
+	for _, p := range c.reg.seatPoolsAt(c.where) {
 		out = append(out, p.Seats)
 	}
 	return out
 }
 
-func (where storageSeats) Upstream(op *store.Operation, req *store.Request) *store.Request {
-	if p := lookupSeatPool(seatPoolKey(string(where), execOf(op).Prefix)); p != nil {
+func (c storageSeats) Upstream(op *store.Operation, req *store.Request) *store.Request {
+	if p := c.reg.seatPool(seatPoolKey(c.where, execOf(op).Prefix)); p != nil {
 		return p.passPriorityStored(op, req)
 	}
 	return req
 }
 
-func (where storageSeats) PoolFor(prefix string) *capacity.Seats {
-	if p := lookupSeatPool(seatPoolKey(string(where), prefix)); p != nil {
+func (c storageSeats) PoolFor(prefix string) *capacity.Seats {
+	if p := c.reg.seatPool(seatPoolKey(c.where, prefix)); p != nil {
 		return p.Seats
 	}
 	return nil

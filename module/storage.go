@@ -34,12 +34,6 @@ const (
 	defaultTakeover    = runner.DefaultTakeover
 )
 
-// openStorages holds the process's open storages, each with the runner that works its queue and
-// the courier that delivers its outbox. They are process-wide, not per config: a reload hands
-// the new config's servers to the same runner, and a storage closes when the last config (and
-// the last request) using it lets go. This is how Caddy's acmeserver keeps its database.
-var openStorages = caddy.NewUsagePool()
-
 // storageSpec is what one storage is, and the settings that can only have one value per
 // storage whatever blocks use it.
 type storageSpec struct {
@@ -78,6 +72,7 @@ func (s storageSpec) name() string {
 
 // storage is one open storage and the workers on it.
 type storage struct {
+	reg *registry // the one it is open in
 	set storageSpec
 	be  store.Backend
 	run *runner.Runner
@@ -92,7 +87,7 @@ var errStorageClosed = fmt.Errorf("%w: the configuration serving this request ha
 
 // openStorage opens the storage and starts its runner. What a dead process left running is
 // the takeover's (the Badger backend counts no lease of an earlier process as live).
-func openStorage(set storageSpec, log *zap.Logger) (*storage, error) {
+func openStorage(reg *registry, set storageSpec, log *zap.Logger) (*storage, error) {
 	log = log.With(zap.String("storage", set.name()))
 	var be store.Backend
 	switch set.backend {
@@ -117,12 +112,12 @@ func openStorage(set storageSpec, log *zap.Logger) (*storage, error) {
 	be.SetBatchLineSizer(batches.LineBytes)
 	be.SetBatchSettled(batches.Settled(log))
 	deliveries := newCourier(be, realClock, log)
-	run := newRunner(be, set, realClock, log, deliveries)
+	run := newRunner(be, set, reg, realClock, log, deliveries)
 	work := batches.New(batches.Options{Store: be, Lines: batchLines{run}, Clock: realClock, Log: log})
 	deliveries.Start()
 	run.Start()
 	work.Start()
-	return &storage{set: set, be: be, run: run, courier: deliveries, batches: work}, nil
+	return &storage{reg: reg, set: set, be: be, run: run, courier: deliveries, batches: work}, nil
 }
 
 // batchLines is what the batch worker asks of the runner executing a storage's lines.
@@ -151,40 +146,23 @@ func (s *storage) Destruct() error {
 	return nil
 }
 
-// eachStorage calls fn with every open storage of the process, and its pool key, until fn
-// returns false: the one walk over the registry.
-func eachStorage(fn func(key string, s *storage) bool) {
-	openStorages.Range(func(k, v any) bool {
-		s, ok := v.(*storage)
-		return !ok || fn(k.(string), s)
-	})
-}
-
 // sharedInProcess reports whether another open handle of this process works the same storage
 // (a reload that changed how it is opened).
 func (s *storage) sharedInProcess() bool {
-	shared := false
-	eachStorage(func(_ string, o *storage) bool {
-		shared = o != s && o.set.where() == s.set.where()
-		return !shared
-	})
-	return shared
-}
-
-// acquireStorage returns the open storage under key with one more user, and the function that
-// lets it go. It never opens one: that is the config's App's job at Start.
-func acquireStorage(key string) (*storage, func(), error) {
-	v, _, err := openStorages.LoadOrNew(key, func() (caddy.Destructor, error) { return nil, errStorageClosed })
-	if err != nil {
-		return nil, nil, err
+	_, open := s.reg.storagesAt(s.set.where())
+	for _, o := range open {
+		if o != s {
+			return true
+		}
 	}
-	return v.(*storage), func() { _, _ = openStorages.Delete(key) }, nil
+	return false
 }
 
 // storageRef is one config's reference to one storage: the blocks naming it, checked against
 // each other when the config loads, and the open storage the config holds from Start to
 // Cleanup.
 type storageRef struct {
+	reg   *registry
 	set   storageSpec
 	log   *zap.Logger
 	ready chan struct{}
@@ -260,8 +238,8 @@ func endpointIdentity(ec EndpointConfig, w *WebhooksConfig) []byte {
 }
 
 // newStorageRef starts the record of a storage's use by a config, from its first block.
-func newStorageRef(set storageSpec, log *zap.Logger) *storageRef {
-	return &storageRef{set: set, log: log, ready: make(chan struct{}), explicit: map[string]string{},
+func newStorageRef(reg *registry, set storageSpec, log *zap.Logger) *storageRef {
+	return &storageRef{reg: reg, set: set, log: log, ready: make(chan struct{}), explicit: map[string]string{},
 		endpoints: map[string]*webhookSetup{}, declared: map[string][]byte{}}
 }
 
@@ -286,27 +264,15 @@ func (u *storageRef) acquire() (*storage, func(), error) {
 	if u.key == "" {
 		return nil, nil, errStorageClosed
 	}
-	s, done, err := acquireStorage(u.key)
+	s, done, err := u.reg.acquireStorage(u.key)
 	if errors.Is(err, errStorageClosed) {
 		// A request that reached this config after it let go (a connection kept alive across a
 		// reload): served on the handle a newer config holds on the same storage, if any.
-		if key := openKeyOf(u.set.where()); key != "" {
-			return acquireStorage(key)
+		if keys, _ := u.reg.storagesAt(u.set.where()); len(keys) > 0 {
+			return u.reg.acquireStorage(keys[len(keys)-1])
 		}
 	}
 	return s, done, err
-}
-
-// openKeyOf returns the pool key of an open handle on the storage `where`, or "".
-func openKeyOf(where string) string {
-	found := ""
-	eachStorage(func(key string, s *storage) bool {
-		if s.set.where() == where {
-			found = key
-		}
-		return found == ""
-	})
-	return found
 }
 
 // directOf resolves a block's direct DSN (`storage postgres <dsn> { direct <dsn> }`): PostgreSQL

@@ -19,7 +19,7 @@ func TestBlocksOnOneStorageMustAgreeOnBadgersMemory(t *testing.T) {
 		}
 		return blockSpec{set: set, explicit: h.storageWideSettings()}
 	}
-	ref := newStorageRef(block(nil).set, zap.NewNop())
+	ref := newStorageRef(newRegistry(), block(nil).set, zap.NewNop())
 	if err := ref.join(block(&BadgerMemory{MemTables: 2, BlockCache: 8 << 20})); err != nil {
 		t.Fatal(err)
 	}
