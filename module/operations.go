@@ -134,6 +134,10 @@ func (h *Handler) writeOperation(q *opsRequest, status int, op *store.Operation)
 	writeJSON(q.w, status, v)
 }
 
+// testHookFollowerAwaited, when set by a test, runs when a follower of an operation's result
+// has waited for its answer to begin and is about to be served.
+var testHookFollowerAwaited func()
+
 func (h *Handler) getResult(q *opsRequest, id string) {
 	op := q.load(id)
 	if op == nil {
@@ -141,14 +145,26 @@ func (h *Handler) getResult(q *opsRequest, id string) {
 	}
 	cur := op.As(h.now())
 	if sse.WantsEventStream(q.r) {
-		if !cur.Status.Final() {
-			// A follower of a job it just submitted waits for the answer to begin, not 409.
-			if cur = h.awaitAnswer(q, cur); cur == nil {
+		// A follower of a job it just submitted waits for the answer to begin, not 409; one
+		// whose stream ended as it looked (the final status not yet written) waits on for it.
+		deadline := h.now().Add(streamWaitMax)
+		for {
+			if h.followResult(q, cur) {
+				return
+			}
+			if cur.Status.Final() {
+				break
+			}
+			next, look := h.awaitAnswer(q, cur, deadline)
+			if next == nil {
 				return // the client left
 			}
-		}
-		if h.followResult(q, cur) {
-			return
+			if cur = next; !look {
+				break
+			}
+			if testHookFollowerAwaited != nil {
+				testHookFollowerAwaited()
+			}
 		}
 	}
 	if !cur.Status.Final() {

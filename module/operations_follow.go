@@ -33,37 +33,38 @@ var resultWaiters atomic.Int64
 
 // awaitAnswer waits, for a follower asking for Server-Sent Events, until operation op's answer
 // begins as a stream (here or, on shared storage, on another replica), the operation ends,
-// streamWaitMax passes or the client leaves (docs/streams.md), as a keyed stream's duplicate
-// waits for its original. It returns the operation as it then is, or nil when the client left.
-// In this process it wakes on the runner's signals; the store is polled with backoff, for
-// another replica's runner and for the final status written after an attempt.
-func (h *Handler) awaitAnswer(q *opsRequest, op *store.Operation) *store.Operation {
+// deadline passes or the client leaves (docs/streams.md), as a keyed stream's duplicate waits
+// for its original. It returns the operation as it then is, nil when the client left, and
+// whether its answer is there to look at: false when the wait gave up (the deadline, the bound
+// on waiters, the store failing). In this process it wakes on the runner's signals; the store
+// is polled with backoff, for another replica's runner and for the final status written after
+// an attempt.
+func (h *Handler) awaitAnswer(q *opsRequest, op *store.Operation, deadline time.Time) (_ *store.Operation, look bool) {
 	if resultWaiters.Add(1) > maxResultWaiters {
 		resultWaiters.Add(-1)
-		return op
+		return op, false
 	}
 	defer resultWaiters.Add(-1)
-	deadline := h.now().Add(streamWaitMax)
 	interval := pollInterval
 	for {
 		changed, begun := q.run.AwaitStream(op.ID)
 		if op.Status.Final() || q.run.StreamOf(op.ID) != nil {
-			return op
+			return op, true
 		}
 		if _, ok := q.run.CurrentRecording(op); ok {
-			return op
+			return op, true
 		}
 		wait := min(interval, h.clock.Until(deadline))
 		if wait <= 0 {
-			return op
+			return op, false
 		}
 		if !waitSignal(q, h.clock, wait, changed, begun) {
-			return nil
+			return nil, false
 		}
 		interval = min(2*interval, streamPollMax)
 		cur, err := q.st.GetOperation(op.ID)
 		if err != nil {
-			return op
+			return op, false
 		}
 		op = cur.As(h.now())
 	}

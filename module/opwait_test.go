@@ -18,6 +18,16 @@ func (g *gateway) followInBackground(id string) <-chan result {
 	return out
 }
 
+// followWaiting is followInBackground once the follower waits for the answer to begin.
+// Serial tests only: the count of waiters is the process's.
+func (g *gateway) followWaiting(t *testing.T, id string) <-chan result {
+	t.Helper()
+	waiting := resultWaiters.Load()
+	out := g.followInBackground(id)
+	testkit.WaitFor(t, 5*time.Second, "the follower waits", func() bool { return resultWaiters.Load() > waiting })
+	return out
+}
+
 // events reads the Server-Sent Events of an answer's body.
 func (r result) events(t *testing.T) []sseEvent {
 	t.Helper()
@@ -38,8 +48,7 @@ func TestFollowingAQueuedOperationWaitsForItsStream(t *testing.T) {
 	if op := decodeOp(t, g.get(queued.StatusURL)); op.Status != "queued" {
 		t.Fatalf("the second operation is %s, want queued", op.Status)
 	}
-	answer := g.followInBackground(queued.OperationID)
-	testkit.WaitFor(t, 5*time.Second, "resultWaiters.Load() == 1", func() bool { return resultWaiters.Load() == 1 })
+	answer := g.followWaiting(t, queued.OperationID)
 	up.release()
 	checkEvents(t, (<-answer).events(t), 1, 20, 2, false)
 }
@@ -50,8 +59,7 @@ func TestFollowingARunningOperationBeforeItsAnswerBeginsWaitsForIt(t *testing.T)
 	up, g := heldHeadGateway(t, 20)
 	_, op := g.submit(t, "")
 	testkit.WaitFor(t, 5*time.Second, "up.runs.Load() == 1", func() bool { return up.runs.Load() == 1 })
-	answer := g.followInBackground(op.OperationID)
-	testkit.WaitFor(t, 5*time.Second, "resultWaiters.Load() == 1", func() bool { return resultWaiters.Load() == 1 })
+	answer := g.followWaiting(t, op.OperationID)
 	up.release()
 	checkEvents(t, (<-answer).events(t), 1, 20, 1, false)
 }
@@ -62,8 +70,7 @@ func TestFollowingARunningOperationBeforeItsAnswerBeginsWaitsForIt(t *testing.T)
 func TestFollowerOfAnOperationCanceledBeforeItsStreamGetsTheFinalAnswer(t *testing.T) {
 	_, g, queued := queuedBehindAHeldOne(t)
 	expectError(t, g.get("/v1/operations/"+queued.OperationID+"/result"), 409, apierr.CodeNotFinished, true)
-	answer := g.followInBackground(queued.OperationID)
-	testkit.WaitFor(t, 5*time.Second, "resultWaiters.Load() == 1", func() bool { return resultWaiters.Load() == 1 })
+	answer := g.followWaiting(t, queued.OperationID)
 	if c := g.post(queued.Links.Cancel, "", ""); c.StatusCode != 200 {
 		t.Fatalf("cancel: %d %s", c.StatusCode, c.body)
 	}
@@ -82,4 +89,29 @@ func queuedBehindAHeldOne(t *testing.T) (*eventUpstream, *gateway, opBody) {
 	testkit.WaitFor(t, 5*time.Second, "the first operation at the model", func() bool { return up.runs.Load() == 1 })
 	_, queued := g.submit(t, "queued")
 	return up, g, queued
+}
+
+// A follower that saw an operation's stream begin, and finds it over by the time it is served
+// (the attempt has ended; its final status may not be written yet), gets the whole answer
+// instead of 409 OPERATION_NOT_FINISHED. Serial: it sets a package hook.
+func TestFollowerWhoseStreamEndsAsItIsServedGetsTheWholeAnswer(t *testing.T) {
+	up := newEventUpstream(20)
+	up.head, up.holdAt = make(chan struct{}), 1
+	g := startHandlerWith(t, gatewaySetup{upstream: up})
+	t.Cleanup(up.release)
+	_, op := g.submit(t, "")
+	testkit.WaitFor(t, 5*time.Second, "up.runs.Load() == 1", func() bool { return up.runs.Load() == 1 })
+	var s *storage
+	g.registry().eachStorage(func(_ string, o *storage) bool { s = o; return false })
+	live := func() bool { return s.run.StreamOf(op.OperationID) != nil }
+	// The follower waits for the answer to begin; it begins (one event, then held) and, before
+	// the follower is served, ends.
+	testHookFollowerAwaited = func() {
+		up.release()
+		testkit.WaitFor(t, 5*time.Second, "the operation's stream has ended", func() bool { return !live() })
+	}
+	t.Cleanup(func() { testHookFollowerAwaited = nil })
+	answer := g.followWaiting(t, op.OperationID)
+	close(up.head)
+	checkEvents(t, (<-answer).events(t), 1, 20, 1, false)
 }

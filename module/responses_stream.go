@@ -59,7 +59,8 @@ func (a *respCall) Live(op *store.Operation) streams.Source {
 
 // AwaitAnswer waits as a follower of an operation's stream does (awaitAnswer).
 func (a *respCall) AwaitAnswer(op *store.Operation) *store.Operation {
-	return a.h.awaitAnswer(&opsRequest{w: a.w, r: a.r, st: a.st, run: a.run, caller: a.caller, log: a.log}, op)
+	op, _ = a.h.awaitAnswer(&opsRequest{w: a.w, r: a.r, st: a.st, run: a.run, caller: a.caller, log: a.log}, op, a.h.now().Add(streamWaitMax))
+	return op
 }
 
 // writeStored writes a stored answer.

@@ -33,7 +33,10 @@ type eventUpstream struct {
 	// holdHead: every execution waits until resume is closed before it answers at all, as
 	// a model server does until its first token.
 	holdHead bool
-	runs     atomic.Int64
+	// head, when set, holds every execution's answer until it is closed, as holdHead does with
+	// resume (which then holds at holdAt only).
+	head chan struct{}
+	runs atomic.Int64
 }
 
 func newEventUpstream(events int) *eventUpstream {
@@ -47,9 +50,13 @@ func (u *eventUpstream) release() { u.once.Do(func() { close(u.resume) }) }
 func (u *eventUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	run := u.runs.Add(1)
 	_, _ = io.Copy(io.Discard, r.Body)
-	if u.holdHead {
+	if u.holdHead || u.head != nil {
+		gate := u.resume
+		if u.head != nil {
+			gate = u.head
+		}
 		select {
-		case <-u.resume:
+		case <-gate:
 		case <-r.Context().Done():
 			return
 		}
