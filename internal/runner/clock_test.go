@@ -32,7 +32,13 @@ type loopRunner struct {
 // defaults.
 func newLoopRunner(t *testing.T, clock clockwork.Clock, handler http.Handler, cfg Config) *loopRunner {
 	t.Helper()
-	st, err := badger.Open(badger.Options{Dir: t.TempDir(), Now: clock.Now})
+	return newLoopRunnerIn(t, t.TempDir(), clock, handler, cfg)
+}
+
+// newLoopRunnerIn is newLoopRunner on the Badger directory dir.
+func newLoopRunnerIn(t *testing.T, dir string, clock clockwork.Clock, handler http.Handler, cfg Config) *loopRunner {
+	t.Helper()
+	st, err := badger.Open(badger.Options{Dir: dir, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,11 +16,14 @@ import (
 // by takeoverEvery.
 const takeOverBatch = 25
 
-// takeOverLoop looks for operations whose worker fell silent, every takeoverEvery, and recounts
-// the queue. It has a goroutine of its own: on a slow database a round may take long, and the
+// takeOverLoop looks for operations whose worker fell silent, at once (a restarted Badger
+// storage's dead process) and then every takeoverEvery, and recounts the queue. It has a goroutine of its own: on a slow database a round may take long, and the
 // heartbeat must renew this replica's own leases meanwhile, or the others would take them over.
 func (r *Runner) takeOverLoop() {
 	defer r.beats.Done()
+	if r.Alive() {
+		r.takeOver()
+	}
 	for {
 		t := r.clock.NewTimer(takeoverEvery(r.Settings().Takeover))
 		select {
@@ -57,9 +60,11 @@ func (r *Runner) takeOver() {
 		if r.clock.Now().After(budget) {
 			return // the rest in the next round
 		}
-		if r.clock.Now().Before(op.LeaseUntil.Add(grace)) {
+		if r.replicated && r.clock.Now().Before(op.LeaseUntil.Add(grace)) {
 			continue // its holder may be stopping still (see takeoverGrace)
 		}
+		// Badger's store is the judge: one process owns it, and it counts a lease as ended
+		// when no worker of this process holds it (a restart voids the dead process's at once).
 		r.resolveLost(op, store.Change{Holder: op.Holder, LeaseExpired: true}, "operation taken over")
 	}
 }

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/mulligan-gw/mulligan/internal/clocks"
 	"github.com/mulligan-gw/mulligan/internal/courier"
 	"github.com/mulligan-gw/mulligan/internal/ids"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/badger"
 	"github.com/mulligan-gw/mulligan/store/postgres"
@@ -181,4 +183,41 @@ func TestRenewalOfASettledExecutionIsNoLoss(t *testing.T) {
 	delete(lr.running, "op_settled")
 	delete(lr.running, "op_running")
 	lr.mu.Unlock()
+}
+
+// A Badger storage has one process: what its dead process was running is taken over as soon
+// as the storage opens again, not once the dead process's lease would have ended
+// (docs/backends.md).
+func TestRestartTakesOverTheDeadProcesssOperationsAtOnce(t *testing.T) {
+	const takeover = 30 * time.Second
+	dir, clock := t.TempDir(), newFakeClock()
+	st, err := badger.Open(badger.Options{Dir: dir, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := testExecution(time.Minute, 0)
+	testkit.QueueChat(t, st, &store.Operation{ID: "op_1", Exec: &ex}, clock.Now(), nil, chat("cut"))
+	dead, err := st.ClaimNext("wrk_dead", takeover)
+	if err != nil || dead == nil {
+		t.Fatalf("claim: %+v %v", dead, err)
+	}
+	if err := st.Close(); err != nil { // the process dies holding it
+		t.Fatal(err)
+	}
+	up, calls, _ := gatedUpstream(clock, "")
+	lr := newLoopRunnerIn(t, dir, clock, up, Config{Concurrency: 1, Takeover: takeover})
+	lr.Start()
+	var call upstreamCall
+	testkit.WaitFor(t, 10*time.Second, "the restarted runner runs the operation, its clock standing still", func() bool {
+		select {
+		case call = <-calls:
+			return true
+		default:
+			return false
+		}
+	})
+	call.answer <- http.StatusOK
+	if op := lr.await(t, "op_1"); op.Status != store.StatusSucceeded || op.Attempts != 2 {
+		t.Fatalf("%s after %d attempts, want succeeded after 2", op.Status, op.Attempts)
+	}
 }
