@@ -11,8 +11,8 @@
 //	request path        handler.go (the handler, Provision, ServeHTTP), config.go, caddyfile*.go
 //	idempotency         idempotency.go (gate: claim, run once, record, replay), recorder.go (the
 //	                    tee that records), internal/streams.Flights (duplicates waiting in process)
-//	keyed streams       stream.go (a keyed run's recording), stream_join.go (join, resume); the
-//	                    broadcasts, the store follower and the one relay are internal/streams
+//	keyed streams       stream_join.go (join, resume); a keyed run's recording (streams.Keyed),
+//	                    the broadcasts, the store follower and the one relay are internal/streams
 //	async conversion    async.go (accept, after-mode window), prefer.go, metadata.go, admission.go;
 //	                    the body's metadata and callback.url are read by internal/bodyfields
 //	operations API      operations.go, lookup.go, operations_follow.go (a result's stream, the

@@ -46,7 +46,7 @@ type gate struct {
 	policy    statusPolicy
 	fp        *fingerprint.Fingerprinter
 	flights   *streams.Flights
-	streams   *liveStreams
+	keyed     *streams.Keyed // how keyed streams are recorded and joined (docs/streams.md)
 	clock     clockwork.Clock
 }
 
@@ -59,11 +59,20 @@ func newGate(c *IdempotencyConfig, a *AsyncConfig, clock clockwork.Clock) (*gate
 	if err != nil {
 		return nil, err
 	}
-	return &gate{
+	return (&gate{
 		header: c.Header, required: c.Required, ttl: time.Duration(c.TTL), lease: time.Duration(c.Lease),
 		wait: time.Duration(c.WaitInflight), maxBody: c.MaxBody, maxResult: a.MaxResult,
-		mismatch: c.MismatchStatus, policy: policy, fp: fp, flights: streams.NewFlights(), streams: newLiveStreams(), clock: clock,
-	}, nil
+		mismatch: c.MismatchStatus, policy: policy, fp: fp, clock: clock,
+	}).withStreams(), nil
+}
+
+// withStreams gives g what its keyed streams are recorded and joined with.
+func (g *gate) withStreams() *gate {
+	g.flights = streams.NewFlights()
+	g.keyed = &streams.Keyed{Records: g.policy.records, MaxBytes: g.maxResult, Expiry: g.expiry,
+		Keep:  g.lease + g.ttl + time.Minute, // the record replays for ttl after the stream ends
+		Lives: streams.NewLives(), Flights: g.flights}
+	return g
 }
 
 // keyedRequest is a covered request with its body read and, when it has a key, its record key
@@ -380,13 +389,14 @@ func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handl
 			return false
 		}
 	}
-	stream := g.newStreamRecording(tee, kr, st, token)
+	stream := g.keyed.Record(st, kr.recordKey, token, tee, kr.log) // every backend records streams
+	tee.Streams = stream
 	defer func() {
 		// reverse_proxy panics with http.ErrAbortHandler when the upstream breaks off its body
 		// (docs/api.md): the half answer is dropped, the key freed at once, and the panic goes
 		// on so that net/http aborts the client's connection instead of ending it cleanly.
 		if v := recover(); v != nil {
-			if !stream.abandon() {
+			if !stream.Abandon() {
 				g.recordOutcome(st, kr, token, attemptResult{})
 			}
 			panic(v)
@@ -395,7 +405,10 @@ func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handl
 	err := next.ServeHTTP(tee, up)
 	tee.WaitReady() // an upstream that answered nothing: the error answer comes after the claim too
 	if tee.Streaming() {
-		err = stream.end(err)
+		var expires time.Time
+		if expires, err = stream.End(err); !expires.IsZero() {
+			tee.Client().Header().Set(headerExpires, expires.UTC().Format(http.TimeFormat)) // the trailer declared with the headers
+		}
 	} else {
 		err = g.settle(w, kr, st, token, tee, err)
 	}

@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
-	"github.com/mulligan-gw/mulligan/internal/streams"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/badger"
 )
@@ -36,8 +35,8 @@ func bareGate(t *testing.T) *gate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &gate{header: "Idempotency-Key", ttl: time.Hour, lease: time.Minute, maxResult: 1 << 20, policy: policy,
-		flights: streams.NewFlights(), streams: newLiveStreams(), clock: realClock}
+	return (&gate{header: "Idempotency-Key", ttl: time.Hour, lease: time.Minute, maxResult: 1 << 20, policy: policy,
+		clock: realClock}).withStreams()
 }
 
 // A retry of a finished, recorded stream whose recording cannot be read at that moment (one
