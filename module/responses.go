@@ -56,24 +56,7 @@ func (h *Handler) serveResponses(w http.ResponseWriter, r *http.Request) bool {
 	if rest == "" {
 		return a.create()
 	}
-	id, action, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
-	m := r.Method
-	switch {
-	case id == "":
-		a.notFound(r.URL.Path)
-	case action == "" && m == http.MethodGet:
-		a.retrieve(id)
-	case action == "" && m == http.MethodDelete:
-		a.delete(id)
-	case action == "":
-		a.notAllowed("GET, DELETE")
-	case action == "cancel" && m == http.MethodPost:
-		a.cancel(id)
-	case action == "cancel":
-		a.notAllowed("POST")
-	default:
-		a.openAIError(apierr.Error{Code: apierr.CodeResponseNotFound, Message: "No such route: " + r.URL.Path})
-	}
+	a.route().Serve(strings.TrimPrefix(rest, "/"))
 	return true
 }
 
@@ -96,7 +79,7 @@ func (a *respCall) create() bool {
 		return true
 	}
 	if err != nil {
-		a.invalid("The request body could not be read.", "")
+		a.route().Invalid("The request body could not be read.", "")
 		return true
 	}
 	c, err := responses.ParseCreate(kr.body)
@@ -104,11 +87,11 @@ func (a *respCall) create() bool {
 	switch {
 	case errors.As(err, &fe):
 		h.bodies.give(kr.reserved)
-		a.invalid(fe.Message, fe.Param)
+		a.route().Invalid(fe.Message, fe.Param)
 		return true
 	case err != nil:
 		h.bodies.give(kr.reserved)
-		a.invalid("We could not parse the JSON body of your request: it must be a JSON object.", "")
+		a.route().Invalid("We could not parse the JSON body of your request: it must be a JSON object.", "")
 		return true
 	case !c.Background:
 		h.bodies.give(kr.reserved)
@@ -133,7 +116,7 @@ func (a *respCall) create() bool {
 	}
 	a.log.Info("background response accepted", zap.String("response_id", op.ID))
 	if c.Stream {
-		a.follow(op, -1)
+		a.route().Follow(op, -1)
 		return true
 	}
 	writeStored(a.w, resp)
@@ -152,7 +135,7 @@ func (a *respCall) replayStream(claim store.Claim) bool {
 		return false
 	}
 	countRequest(outcomeReplayed)
-	a.follow(op, -1)
+	a.route().Follow(op, -1)
 	return true
 }
 
@@ -199,59 +182,6 @@ func (a *respCall) createdAnswer(op *store.Operation, expires time.Time) store.R
 	return store.Response{Status: http.StatusOK, Header: h, Body: body}
 }
 
-// load returns the caller's response id, or answers 404: the same for another scope's, a
-// deleted one, one past its retention, and an operation that is not a response.
-func (a *respCall) load(id string) *store.Operation {
-	op, err := a.st.GetOperation(id)
-	if err == nil && (op.Scope != a.scope || op.Kind != responses.Kind || op.As(a.now).Status == store.StatusExpired) {
-		err = store.ErrNotFound
-	}
-	if err == nil {
-		var gone bool
-		if gone, err = responseDeleted(a.st, op); err == nil && gone {
-			err = store.ErrNotFound
-		}
-	}
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		a.openAIError(apierr.Error{Code: apierr.CodeResponseNotFound, Param: apierr.Param("response_id"), Message: "No response with id '" + id + "' found."})
-		return nil
-	case err != nil:
-		a.fail(err)
-		return nil
-	}
-	return op
-}
-
-// retrieve answers the response object, or with ?stream=true its events.
-func (a *respCall) retrieve(id string) {
-	q := a.r.URL.Query()
-	stream, err := responses.ParseStream(q["stream"])
-	if err != nil {
-		a.invalid(err.Error(), "stream")
-		return
-	}
-	after, err := responses.ParseStartingAfter(q["starting_after"])
-	if err != nil {
-		a.invalid(err.Error(), "starting_after")
-		return
-	}
-	op := a.load(id)
-	if op == nil {
-		return
-	}
-	if stream {
-		a.follow(op, after)
-		return
-	}
-	o, err := a.reader().Object(op)
-	if err != nil {
-		a.fail(err)
-		return
-	}
-	writeJSON(a.w, http.StatusOK, o)
-}
-
 // errBusy: reading a finished response's recorded answer would pass the block's budget of
 // bytes held in memory (max_buffered); the client retries shortly (503 GATEWAY_BUSY).
 var errBusy = errors.New("the gateway holds its max_buffered in memory")
@@ -281,40 +211,23 @@ func (a *respCall) LoadResult(op *store.Operation, times int64) (res *store.Resp
 	return res, func() { a.h.bodies.give(n) }, nil
 }
 
-// cancel stops a queued or running response; cancelling a cancelled one answers it again,
-// cancelling one that finished otherwise is 409 RESPONSE_ALREADY_FINAL. A response running on
-// another replica stops at its next lease renewal; the answer waits for it a little while.
-func (a *respCall) cancel(id string) {
-	op := a.load(id)
-	if op == nil {
-		return
-	}
-	op, err := a.stop(op)
-	if err != nil {
-		a.fail(err)
-		return
-	}
-	if op.Status.Final() && op.Status != store.StatusCanceled {
-		o, err := a.reader().Object(op)
-		if err != nil {
-			a.fail(err)
-			return
-		}
-		a.openAIError(apierr.Error{Code: apierr.CodeResponseAlreadyFinal, Param: apierr.Param("response_id"), Details: map[string]any{"status": o.Status()},
-			Message: "Cannot cancel a response with status " + o.Status() + "."})
-		return
-	}
-	o, err := a.reader().Object(op)
-	if err != nil {
-		a.fail(err)
-		return
-	}
-	writeJSON(a.w, http.StatusOK, o)
+// route is the call's routes on a stored response (internal/responses), reading and cancelling
+// through a.
+func (a *respCall) route() *responses.Call {
+	return &responses.Call{W: a.w, R: a.r, St: a.st, Scope: a.scope, Now: a.now, Host: a, Reader: a.reader(), Log: a.log}
 }
 
-// stop cancels op through the operations API's own path (docs/api.md): a queued one at once,
+// Timeout is how long an attempt of op may run.
+func (a *respCall) Timeout(op *store.Operation) time.Duration { return execOf(op).Timeout }
+
+// CreateKey is the record key of op's create under its Idempotency-Key.
+func (a *respCall) CreateKey(op *store.Operation) []byte {
+	return idemkey.Record(a.h.scopeOf(a.r), op.Method, op.Path, op.IdempotencyKey)
+}
+
+// Stop cancels op through the operations API's own path (docs/api.md): a queued one at once,
 // a running one by cutting its upstream call wherever it runs. It returns op as it then is.
-func (a *respCall) stop(op *store.Operation) (*store.Operation, error) {
+func (a *respCall) Stop(op *store.Operation) (*store.Operation, error) {
 	q := &opsRequest{w: a.w, r: a.r, st: a.st, run: a.run, caller: a.caller, log: a.log}
 	if op.Status == store.StatusQueued {
 		canceled, err := a.run.CancelQueued(op, a.log)
@@ -335,69 +248,20 @@ func (a *respCall) stop(op *store.Operation) (*store.Operation, error) {
 	return a.h.awaitCancel(q, op.ID)
 }
 
-// delete removes the response: it answers 404 from then on, on every replica and through the
-// operations API too, and its create's key no longer replays it. A response still queued or
-// running is cancelled first. Its stored request and answer, unreachable from then on, are
-// dropped when its retention ends, as every operation's are (docs/responses.md).
-func (a *respCall) delete(id string) {
-	op := a.load(id)
-	if op == nil {
-		return
-	}
-	if !op.Status.Final() {
-		var err error
-		if op, err = a.stop(op); err != nil {
-			a.fail(err)
-			return
-		}
-	}
-	key := responses.DeletedKey(op)
-	claim, err := a.st.ClaimKey(key, []byte("deleted"), time.Minute)
-	if err == nil && claim.Outcome == store.Claimed {
-		expires := a.now.Add(op.Retention + execOf(op).Timeout + time.Hour)
-		err = a.st.CompleteKey(key, claim.Token, store.Response{Status: http.StatusOK, Header: http.Header{}}, expires)
-	}
-	if err == nil && op.IdempotencyKey != "" {
-		// The create's key no longer replays the deleted response (its object repeats the
-		// request's fields): a retry with it creates a new one.
-		_, err = a.st.EvictKey(idemkey.Record(a.h.scopeOf(a.r), op.Method, op.Path, op.IdempotencyKey))
-	}
-	if err != nil {
-		a.fail(err)
-		return
-	}
-	a.log.Info("background response deleted", zap.String("response_id", id))
-	writeJSON(a.w, http.StatusOK, map[string]any{"id": id, "object": "response", "deleted": true})
-}
-
 // responseDeleted reports whether op is a background response that was deleted
 // (responses.Deleted).
 func responseDeleted(st store.Backend, op *store.Operation) (bool, error) {
 	return responses.Deleted(st, op)
 }
 
-// openAIError answers e in the error schema with OpenAI's type, as the Batches API does.
-func (a *respCall) openAIError(e apierr.Error) { apierr.WriteOpenAI(a.w, e) }
-
-func (a *respCall) invalid(message, p string) {
-	a.openAIError(apierr.Error{Code: apierr.CodeInvalidRequest, Message: message, Param: apierr.Param(p)})
-}
-
-func (a *respCall) notFound(path string) {
-	a.openAIError(apierr.Error{Code: apierr.CodeResponseNotFound, Message: "No such route: " + path})
-}
-
-func (a *respCall) notAllowed(allow string) {
-	a.w.Header().Set("Allow", allow)
-	a.openAIError(apierr.Error{Code: apierr.CodeMethodNotAllowed, Message: "Use " + allow + " here."})
-}
-
-func (a *respCall) fail(err error) {
+// Fail answers err, which kept a route from answering: 503 GATEWAY_BUSY for errBusy, else
+// 503 STORAGE_UNAVAILABLE.
+func (a *respCall) Fail(err error) {
 	if errors.Is(err, errBusy) {
-		a.openAIError(apierr.Error{Code: apierr.CodeBusy, RetryAfter: time.Second, Details: map[string]any{"max_buffered": a.h.bodies.limit},
+		apierr.WriteOpenAI(a.w, apierr.Error{Code: apierr.CodeBusy, RetryAfter: time.Second, Details: map[string]any{"max_buffered": a.h.bodies.limit},
 			Message: "The gateway holds as many bytes of answers and bodies as it may; retry shortly."})
 		return
 	}
 	a.log.Error("storage unavailable", zap.Error(err))
-	a.openAIError(apierr.Error{Code: apierr.CodeStorage, Message: "The gateway's storage is unavailable; retry shortly.", RetryAfter: time.Second})
+	apierr.WriteOpenAI(a.w, apierr.Error{Code: apierr.CodeStorage, Message: "The gateway's storage is unavailable; retry shortly.", RetryAfter: time.Second})
 }

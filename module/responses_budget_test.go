@@ -57,7 +57,7 @@ func TestResponsesReadingAFinishedAnswerIsBoundedByMaxBuffered(t *testing.T) {
 		w := httptest.NewRecorder()
 		a := &respCall{h: h, w: w, r: httptest.NewRequest("GET", "/v1/responses/"+op.ID+query, nil), st: st, caller: caller{scope: "s"},
 			now: time.Now(), log: newReqLog(zap.NewNop())}
-		a.retrieve(op.ID)
+		a.route().Serve(op.ID)
 		return w
 	}
 	hold := func() {

@@ -2,7 +2,6 @@ package module
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 
 	"github.com/mulligan-gw/mulligan/internal/capture"
@@ -27,19 +26,6 @@ func (a *respCall) reader() *responses.Reader {
 		a.rd = &responses.Reader{Store: a, Clock: a.h.clock, Context: a.r.Context(), Objects: finalObjects, KeepAlive: responseKeepAlive}
 	}
 	return a.rd
-}
-
-// follow answers op's events after sequence number after (-1: all of them), or the error that
-// kept the stream from beginning.
-func (a *respCall) follow(op *store.Operation, after int64) {
-	err := a.reader().Follow(a.w, op, after)
-	var fe *responses.FieldError
-	switch {
-	case errors.As(err, &fe):
-		a.invalid(fe.Message, fe.Param)
-	case err != nil:
-		a.fail(err)
-	}
 }
 
 // GetOperation is the operation id as stored now.
