@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/courier"
+	"github.com/mulligan-gw/mulligan/internal/runner"
 	"github.com/mulligan-gw/mulligan/internal/tracing"
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/webhook"
@@ -17,7 +18,7 @@ import (
 // rendered as the gateway's envelope, traced and counted in the gateway's metrics.
 func newCourier(st store.Outbox, clock clockwork.Clock, log *zap.Logger) *courier.Courier {
 	return courier.New(courier.Options{
-		Store: st, Worker: newID("wrk_", clock.Now()), Clock: clock, Log: log, Render: renderEvent,
+		Store: st, Worker: newID("wrk_", clock.Now()), Clock: clock, Log: log, Render: runner.RenderEvent,
 		Trace: func(ctx context.Context, ev *store.Event) (http.Header, func(webhook.Outcome)) {
 			span, header := tracing.StartDelivery(ctx, ev)
 			return header, func(out webhook.Outcome) { tracing.EndDelivery(span, out) }

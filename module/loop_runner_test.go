@@ -33,7 +33,7 @@ func newLoopRunner(t *testing.T, clock clockwork.Clock, handler http.Handler, co
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.SetAnnouncer(announcer(clock))
+	st.SetAnnouncer(runner.Announcer(clock, legacyExec()))
 	r := newRunner(st, storageSpec{concurrency: concurrency}, newRegistry(), clock, zap.NewNop(), newCourier(st, clock, zap.NewNop()))
 	lr := &loopRunner{Runner: r, st: st, clock: clock, dispatch: func(*store.Operation) http.Handler { return handler }}
 	lr.endpoints(endpoints)

@@ -106,7 +106,7 @@ func openStorage(reg *registry, set storageSpec, log *zap.Logger) (*storage, err
 		st.SetSyncObserver(func(n int) { metrics.fsyncBatch.Observe(float64(n)) })
 		be = st
 	}
-	be.SetAnnouncer(announcer(realClock))
+	be.SetAnnouncer(runner.Announcer(realClock, legacyExec()))
 	// The batch hooks go in before the runner begins: a line it finishes is counted with them.
 	be.SetBatchAnnouncer(batches.Announcer(realClock, newID))
 	be.SetBatchLineSizer(batches.LineBytes)

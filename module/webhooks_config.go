@@ -7,15 +7,16 @@ import (
 
 	"github.com/mulligan-gw/mulligan/internal/batches"
 	"github.com/mulligan-gw/mulligan/internal/courier"
+	"github.com/mulligan-gw/mulligan/internal/runner"
 	"github.com/mulligan-gw/mulligan/webhook"
 )
 
-// Event types.
+// Event types (internal/runner builds and renders the events).
 const (
-	EventSucceeded = "operation.succeeded"
-	EventFailed    = "operation.failed"
-	EventCanceled  = "operation.canceled"
-	EventRunning   = "operation.running"
+	EventSucceeded = runner.EventSucceeded
+	EventFailed    = runner.EventFailed
+	EventCanceled  = runner.EventCanceled
+	EventRunning   = runner.EventRunning
 )
 
 // WebhooksConfig configures signed webhook delivery (docs/caddyfile.md, webhooks).

@@ -1,4 +1,4 @@
-package module
+package runner
 
 import (
 	"encoding/json"
@@ -7,13 +7,22 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/mulligan-gw/mulligan/internal/batches"
+	"github.com/mulligan-gw/mulligan/internal/ids"
 	"github.com/mulligan-gw/mulligan/internal/opview"
 	"github.com/mulligan-gw/mulligan/internal/responses"
 	"github.com/mulligan-gw/mulligan/store"
 )
 
-// A webhook event is built here when an operation's status changes (announce, in the
-// transition's own transaction) and rendered here when the courier delivers it (renderEvent).
+// A webhook event is built here when an operation's status changes (Announcer, in the
+// transition's own transaction) and rendered here when the courier delivers it (RenderEvent).
+
+// The operations' event types (docs/webhooks.md).
+const (
+	EventSucceeded = "operation.succeeded"
+	EventFailed    = "operation.failed"
+	EventCanceled  = "operation.canceled"
+	EventRunning   = "operation.running"
+)
 
 // eventTypes names the event announcing each status.
 var eventTypes = map[store.Status]string{
@@ -21,20 +30,22 @@ var eventTypes = map[store.Status]string{
 	store.StatusCanceled: EventCanceled, store.StatusRunning: EventRunning,
 }
 
-// announcer is every storage's announcer, its events stamped on clock: the event for op's new
+// Announcer is every storage's announcer, its events stamped on clock: the event for op's new
 // status, written in the same transaction, when the operation has a callback and its block
-// delivers that event type.
-func announcer(clock clockwork.Clock) store.Announcer {
-	return func(op *store.Operation, result *store.Response) *store.Event { return announce(clock, op, result) }
+// delivers that event type (an operation stored without its execution is run as legacy).
+func Announcer(clock clockwork.Clock, legacy store.Execution) store.Announcer {
+	return func(op *store.Operation, result *store.Response) *store.Event {
+		return announce(clock, legacy, op, result)
+	}
 }
 
-func announce(clock clockwork.Clock, op *store.Operation, result *store.Response) *store.Event {
+func announce(clock clockwork.Clock, legacy store.Execution, op *store.Operation, result *store.Response) *store.Event {
 	if op.Kind == responses.Kind {
 		now := clock.Now()
-		return responses.Announce(op, result, newID("evt_", now), now)
+		return responses.Announce(op, result, ids.New("evt_", now), now)
 	}
 	typ := eventTypes[op.Status]
-	ex := execOf(op)
+	ex := ExecOf(op, legacy)
 	if op.Callback == nil || typ == "" || !slices.Contains(ex.Events, typ) {
 		return nil
 	}
@@ -44,13 +55,15 @@ func announce(clock clockwork.Clock, op *store.Operation, result *store.Response
 		return nil
 	}
 	return &store.Event{
-		ID: newID("evt_", now), Type: typ, OperationID: op.ID, Version: op.Version,
+		ID: ids.New("evt_", now), Type: typ, OperationID: op.ID, Version: op.Version,
 		Endpoint: op.Callback.Endpoint, URL: op.Callback.URL, OccurredAt: now, Operation: payload,
 		Traceparent: op.Traceparent, Tracestate: op.Tracestate,
 	}
 }
 
-func renderEvent(ev *store.Event, attempt int) ([]byte, error) {
+// RenderEvent is the body of ev's delivery attempt: the Responses API's own webhook, or the
+// envelope of an operation's or a batch's event.
+func RenderEvent(ev *store.Event, attempt int) ([]byte, error) {
 	if responses.IsWebhookType(ev.Type) {
 		return responses.RenderEvent(ev)
 	}
