@@ -13,6 +13,7 @@ import (
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
 	"github.com/mulligan-gw/mulligan/internal/capacity"
+	"github.com/mulligan-gw/mulligan/internal/prefer"
 )
 
 // headerMaxQueueWait is the request header asking for a shorter queue deadline than
@@ -56,8 +57,8 @@ func (h *Handler) Cleanup() error {
 // Prefer: wait=N.
 func (h *Handler) syncSeatWait(r *http.Request) time.Duration {
 	wait := time.Duration(h.Capacity.Wait)
-	if p := parsePrefer(r.Header.Values("Prefer")); p.hasWait && p.wait < wait {
-		wait = p.wait
+	if p := prefer.Parse(r.Header.Values("Prefer")); p.HasWait && p.Wait < wait {
+		wait = p.Wait
 	}
 	return max(wait, time.Millisecond) // wait=0: take a free seat, never wait for one
 }
