@@ -21,10 +21,7 @@ import (
 // (not a JSON object); false when it answered. The check comes before a call waits for a seat
 // or becomes an operation, so that live calls and operations refuse the same bodies.
 func priorityRefused(w http.ResponseWriter, cfg *CapacityConfig, contentType string, body []byte) bool {
-	if cfg == nil || cfg.PassPriority == "" || !capacity.IsJSON(contentType, int64(len(body))) {
-		return false
-	}
-	if _, err := capacity.SetBodyPriority(body, 0); err == nil {
+	if cfg == nil || !capacity.RefusesBody(cfg.PassPriority, contentType, body) {
 		return false
 	}
 	countRequest(outcomeRejected)
@@ -85,16 +82,5 @@ func (h *Handler) passPriorityLive(w http.ResponseWriter, r *http.Request, a sea
 // a JSON object goes as it is.
 func (p *seatPool) passPriorityStored(op *store.Operation, req *store.Request) *store.Request {
 	mode, _ := p.passPriority.Load().(string)
-	if mode == "" || req == nil || !capacity.IsJSON(req.Header.Get("Content-Type"), int64(len(req.Body))) {
-		return req
-	}
-	body, err := capacity.SetBodyPriority(req.Body, capacity.UpstreamPriority(mode, store.ClampUrgency(op.Urgency)))
-	if err != nil {
-		return req
-	}
-	out := *req
-	out.Header = req.Header.Clone()
-	out.Header.Set("Content-Length", strconv.Itoa(len(body)))
-	out.Body = body
-	return &out
+	return capacity.WithStoredPriority(mode, store.ClampUrgency(op.Urgency), req)
 }

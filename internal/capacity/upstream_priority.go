@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+
+	"github.com/mulligan-gw/mulligan/store"
 )
 
 // Model servers that schedule by a request's "priority" field (docs/capacity.md, Passing
@@ -29,6 +31,35 @@ func UpstreamPriority(mode string, urgency int) int {
 		return urgencyDefault - urgency
 	}
 	return urgency - urgencyDefault
+}
+
+// RefusesBody reports whether a body declared JSON is one mode cannot set a priority in (not a
+// JSON object): it is answered 400 before it waits for a seat or becomes an operation, so that
+// live calls and operations refuse the same bodies. Off ("") refuses nothing.
+func RefusesBody(mode, contentType string, body []byte) bool {
+	if mode == "" || !IsJSON(contentType, int64(len(body))) {
+		return false
+	}
+	_, err := SetBodyPriority(body, 0)
+	return err != nil
+}
+
+// WithStoredPriority returns the request an operation's attempt sends upstream: a copy of req
+// with its body's priority set at urgency (the operation's stored, trusted one) in mode's
+// scale. Off, or a body that is not a JSON object, sends req as it is.
+func WithStoredPriority(mode string, urgency int, req *store.Request) *store.Request {
+	if mode == "" || req == nil || !IsJSON(req.Header.Get("Content-Type"), int64(len(req.Body))) {
+		return req
+	}
+	body, err := SetBodyPriority(req.Body, UpstreamPriority(mode, urgency))
+	if err != nil {
+		return req
+	}
+	out := *req
+	out.Header = req.Header.Clone()
+	out.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	out.Body = body
+	return &out
 }
 
 // SetBodyPriority returns body with its top-level "priority" member set to priority: every

@@ -2,8 +2,11 @@ package capacity
 
 import (
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/mulligan-gw/mulligan/store"
 )
 
 func TestUpstreamPriorityMapping(t *testing.T) {
@@ -84,4 +87,34 @@ func FuzzSetBodyPriority(f *testing.F) {
 			}
 		}
 	})
+}
+
+// An operation's attempt carries its stored urgency in the server's scale, on a copy: the
+// stored request is left as it is, and a body that is not a JSON object goes unchanged.
+func TestWithStoredPriorityRewritesACopy(t *testing.T) {
+	req := &store.Request{Header: http.Header{"Content-Type": {"application/json"}, "Content-Length": {"17"}}, Body: []byte(`{"priority":9,"a":1}`)}
+	got := WithStoredPriority(PassPriorityVLLM, 1, req)
+	if string(got.Body) != `{"priority":-2,"a":1}` || got.Header.Get("Content-Length") != "21" {
+		t.Fatalf("rewritten: %s %v", got.Body, got.Header)
+	}
+	if string(req.Body) != `{"priority":9,"a":1}` || req.Header.Get("Content-Length") != "17" {
+		t.Fatalf("the stored request changed: %s %v", req.Body, req.Header)
+	}
+	for _, c := range []struct {
+		mode string
+		req  *store.Request
+	}{
+		{"", req},
+		{PassPriorityVLLM, &store.Request{Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`[1]`)}},
+		{PassPriorityVLLM, &store.Request{Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte(`{}`)}},
+		{PassPriorityVLLM, nil},
+	} {
+		if got := WithStoredPriority(c.mode, 0, c.req); got != c.req {
+			t.Errorf("%q %v: rewritten to %v, want it sent as it is", c.mode, c.req, got)
+		}
+	}
+	if !RefusesBody(PassPrioritySGLang, "application/json", []byte(`[1]`)) || RefusesBody("", "application/json", []byte(`[1]`)) ||
+		RefusesBody(PassPrioritySGLang, "text/plain", []byte(`[1]`)) || RefusesBody(PassPrioritySGLang, "application/json", []byte(`{}`)) {
+		t.Error("RefusesBody: only a body declared JSON that is not an object, with pass_priority on")
+	}
 }
