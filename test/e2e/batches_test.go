@@ -156,6 +156,7 @@ func (c *lineCounter) reruns(t *testing.T, n int) int {
 }
 
 func TestKilledGatewayFinishesItsBatchRunningEachFinishedLineOnce(t *testing.T) {
+	t.Parallel()
 	const n = 300
 	lines, upstream := startLineCounter(t, modelserver.Config{Latency: 20 * time.Millisecond})
 	p := newGatewayProcess(t, upstream, "batches /v1\n async {\n concurrency 4\n }")
@@ -177,6 +178,7 @@ func TestKilledGatewayFinishesItsBatchRunningEachFinishedLineOnce(t *testing.T) 
 }
 
 func TestReplicasShareOneBatch(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.Database(t)
 	const n = 200
 	lines, upstream := startLineCounter(t, modelserver.Config{Latency: 30 * time.Millisecond})

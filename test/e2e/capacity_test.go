@@ -15,7 +15,10 @@ import (
 
 // capacity `shared N` across replicas on one PostgreSQL (docs/capacity.md).
 
-func TestSharedSeatsHoldAcrossReplicas(t *testing.T) { onEachPath(t, sharedSeatsHoldAcrossReplicas) }
+func TestSharedSeatsHoldAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	onEachPath(t, sharedSeatsHoldAcrossReplicas)
+}
 
 func sharedSeatsHoldAcrossReplicas(t *testing.T, db fleetDB) {
 	model, upstream := startModelServer(t, modelserver.Config{Slots: 2, Latency: 200 * time.Millisecond})
@@ -39,6 +42,7 @@ func sharedSeatsHoldAcrossReplicas(t *testing.T, db fleetDB) {
 }
 
 func TestKilledReplicaGivesItsSharedSeatsBack(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.Database(t)
 	model, upstream := startModelServer(t, modelserver.Config{})
 	rs := startReplicas(t, 2, upstream, dsn, "async {\n takeover 2s\n}\ncapacity {\n limit 4\n shared 1\n wait 20s\n}")

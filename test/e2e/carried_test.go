@@ -17,6 +17,7 @@ import (
 // storage keeps its type, metadata and trace on the others: whichever replica runs it sends
 // the submitting request's traceparent upstream, and the other replica finds it by its key.
 func TestReplicasKeepWhatAnOperationCarries(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.Database(t)
 	model := modelserver.New(modelserver.Config{})
 	var mu sync.Mutex

@@ -20,6 +20,7 @@ import (
 // TestKilledGatewayKeepsItsKeys kills the real process (SIGKILL) while a keyed upstream call is
 // in flight and restarts it on the same data directory.
 func TestKilledGatewayKeepsItsKeys(t *testing.T) {
+	t.Parallel()
 	model, upstream := startModelServer(t, modelserver.Config{Latency: 2 * time.Second})
 	p := newGatewayProcess(t, upstream, "idempotency {\n lease 4s\n}")
 	p.start()
@@ -67,6 +68,7 @@ func TestKilledGatewayKeepsItsKeys(t *testing.T) {
 // running, restarts it on the same data directory, and checks that every one of them ends, each
 // upstream call re-run at most once, and only the ones the crash interrupted.
 func TestKilledGatewayLosesNoOperation(t *testing.T) {
+	t.Parallel()
 	const n = 500
 	model, upstream := startModelServer(t, modelserver.Config{Latency: 50 * time.Millisecond})
 	p := newGatewayProcess(t, upstream, "async {\n concurrency 4\n}")
@@ -128,6 +130,7 @@ func TestKilledGatewayLosesNoOperation(t *testing.T) {
 // TestKilledGatewayDeliversPendingEventsAfterRestart kills the process while the receiver is
 // down and events wait in the outbox; after the restart every event is delivered.
 func TestKilledGatewayDeliversPendingEventsAfterRestart(t *testing.T) {
+	t.Parallel()
 	const n = 50
 	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	parsed, err := webhook.ParseSecret(secret)
@@ -188,6 +191,7 @@ func TestKilledGatewayDeliversPendingEventsAfterRestart(t *testing.T) {
 // requests as fast as they can: every key answered before the kill must replay after the
 // restart, byte for byte (durability sync: no answer before its fsync, group commit or not).
 func TestEveryAnsweredKeyReplaysAfterAKillUnderLoad(t *testing.T) {
+	t.Parallel()
 	model, upstream := startModelServer(t, modelserver.Config{})
 	p := newGatewayProcess(t, upstream, "durability sync")
 	p.start()

@@ -72,6 +72,7 @@ func (s *sidecarProcess) operation(location string) (status string, done bool) {
 // `mulligan sidecar` configured only by MULLIGAN_* variables (no Caddyfile), stops it with
 // SIGTERM as Kubernetes does, and restarts it on the same data directory.
 func TestSidecarRunsTheWalkthroughFromEnvironmentAlone(t *testing.T) {
+	t.Parallel()
 	model, upstream := startModelServer(t, modelserver.Config{Latency: 200 * time.Millisecond})
 	const key = "hex:00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 	keyFile := filepath.Join(t.TempDir(), "encryption-key")
@@ -152,6 +153,7 @@ func TestSidecarRunsTheWalkthroughFromEnvironmentAlone(t *testing.T) {
 // that still knows only the older secret verifies them), and after the file is rotated and the
 // sidecar gets SIGUSR1, with the new secret.
 func TestSidecarSignsWebhooksWithTheMountedSecrets(t *testing.T) {
+	t.Parallel()
 	secretNext := "whsec_" + base64.StdEncoding.EncodeToString([]byte("next-signing-key-of-32-bytes-lon"))
 	var (
 		mu       sync.Mutex
@@ -237,6 +239,7 @@ func TestSidecarSignsWebhooksWithTheMountedSecrets(t *testing.T) {
 // TestSidecarRefusesABadEnvironmentBeforeStarting checks that the binary exits 1 at once,
 // naming every bad variable and showing no secret.
 func TestSidecarRefusesABadEnvironmentBeforeStarting(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, "sidecar")
@@ -258,6 +261,7 @@ func TestSidecarRefusesABadEnvironmentBeforeStarting(t *testing.T) {
 
 // TestSidecarPrintShowsTheConfigWithoutSecrets checks `mulligan sidecar --print`.
 func TestSidecarPrintShowsTheConfigWithoutSecrets(t *testing.T) {
+	t.Parallel()
 	secrets := filepath.Join(t.TempDir(), "webhook-secrets")
 	if err := os.WriteFile(secrets, []byte(secretNew), 0o600); err != nil {
 		t.Fatal(err)
@@ -282,6 +286,7 @@ func TestSidecarPrintShowsTheConfigWithoutSecrets(t *testing.T) {
 // TestSidecarRefusesAnAddressAnotherProcessServes checks that a second gateway started on a
 // listen or admin address already in use exits at once naming it, instead of sharing the port.
 func TestSidecarRefusesAnAddressAnotherProcessServes(t *testing.T) {
+	t.Parallel()
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

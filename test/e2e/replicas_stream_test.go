@@ -57,6 +57,7 @@ func eventID(event string) string {
 // Last-Event-ID resume on replica 2 gets the rest after event 4, and after the end every
 // replica replays the same bytes. The model ran once.
 func TestStreamIsJoinedResumedAndReplayedAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.Database(t)
 	model, upstream := startModelServer(t, modelserver.Config{ChunkDelay: 100 * time.Millisecond})
 	rs := startReplicas(t, 3, upstream, dsn, "")
@@ -130,6 +131,7 @@ func streamed(resp *http.Response) ([]string, error) {
 // the one running it: its progress shows on each, a follower on each gets the events so far
 // and then the live ones to the same end, and Last-Event-ID resumes there too. It ran once.
 func TestAsyncStreamIsFollowedThroughEveryReplica(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.Database(t)
 	model, upstream := startModelServer(t, modelserver.Config{ChunkDelay: 100 * time.Millisecond})
 	rs := startReplicas(t, 3, upstream, dsn, "")
@@ -190,6 +192,7 @@ func TestAsyncStreamIsFollowedThroughEveryReplica(t *testing.T) {
 // A duplicate on another replica, sent before the model's first token, waits for the stream
 // to begin and joins it from the store; the model runs once.
 func TestDuplicateOnAnotherReplicaBeforeTheStreamBeginsJoinsIt(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.Database(t)
 	model, upstream := startModelServer(t, modelserver.Config{Latency: time.Second, ChunkDelay: 20 * time.Millisecond})
 	rs := startReplicas(t, 2, upstream, dsn, "")
@@ -240,6 +243,7 @@ func droppedStreams(t *testing.T, dsn string) int {
 // stall there with nothing more to come); it waits for the first attempt to end and then runs
 // the request itself, and gets a whole stream.
 func TestUnrecordedStreamIsNotJoinedThroughAnotherReplica(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.Database(t)
 	model, upstream := startModelServer(t, modelserver.Config{ChunkDelay: 100 * time.Millisecond})
 	rs := startReplicas(t, 2, upstream, dsn, "async {\n\t\t\tmax_result 1200B\n\t\t}")

@@ -124,7 +124,10 @@ func (p *gatewayProcess) await(t *testing.T, id string, bound time.Duration, hea
 	return op
 }
 
-func TestReplicasRunAKeyOnceAndEachReplaysIt(t *testing.T) { onEachPath(t, replicasRunAKeyOnce) }
+func TestReplicasRunAKeyOnceAndEachReplaysIt(t *testing.T) {
+	t.Parallel()
+	onEachPath(t, replicasRunAKeyOnce)
+}
 
 func replicasRunAKeyOnce(t *testing.T, db fleetDB) {
 	model, upstream := startModelServer(t, modelserver.Config{Latency: 300 * time.Millisecond})
@@ -163,7 +166,10 @@ func replicasRunAKeyOnce(t *testing.T, db fleetDB) {
 	}
 }
 
-func TestReplicasShareOperations(t *testing.T) { onEachPath(t, replicasShareOperations) }
+func TestReplicasShareOperations(t *testing.T) {
+	t.Parallel()
+	onEachPath(t, replicasShareOperations)
+}
 
 func replicasShareOperations(t *testing.T, db fleetDB) {
 	model, upstream := startModelServer(t, modelserver.Config{Latency: 100 * time.Millisecond})
@@ -188,6 +194,7 @@ func replicasShareOperations(t *testing.T, db fleetDB) {
 }
 
 func TestKilledReplicasOperationsAreTakenOver(t *testing.T) {
+	t.Parallel()
 	onEachPath(t, killedReplicasOperationsAreTakenOver)
 }
 
@@ -219,6 +226,7 @@ func killedReplicasOperationsAreTakenOver(t *testing.T, db fleetDB) {
 }
 
 func TestCancelThroughAnotherReplicaStopsTheCall(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.Database(t)
 	model, upstream := startModelServer(t, modelserver.Config{})
 	rs := startReplicas(t, 3, upstream, dsn, "")
@@ -275,6 +283,7 @@ func courierPasses(t *testing.T, r *replica) float64 {
 }
 
 func TestEventsAcrossReplicasAreDeliveredOnce(t *testing.T) {
+	t.Parallel()
 	onEachPath(t, eventsAcrossReplicasAreDeliveredOnce)
 }
 
@@ -337,6 +346,7 @@ func eventsAcrossReplicasAreDeliveredOnce(t *testing.T, db fleetDB) {
 // directory: meanwhile the gateways answer 503 STORAGE_UNAVAILABLE (readiness too), then
 // recover by themselves, and nothing they acknowledged is lost.
 func TestReplicasRideOutAPostgresRestart(t *testing.T) {
+	t.Parallel()
 	cluster := ownCluster(t)
 	model, upstream := startModelServer(t, modelserver.Config{Latency: 500 * time.Millisecond})
 	rs := startReplicas(t, 2, upstream, cluster.DSN, "async {\n concurrency 4\n takeover 10s\n}")
@@ -403,6 +413,7 @@ func TestReplicasRideOutAPostgresRestart(t *testing.T) {
 // eviction through one replica reaches the others' memory by NOTIFY, well within the 5 s that
 // bound a lost notice.
 func TestEvictionOnOneReplicaEndsReplaysOnAnother(t *testing.T) {
+	// Not in parallel: it bounds how soon the eviction reaches the other replica (2 s).
 	dsn := pgtest.Database(t)
 	model, upstream := startModelServer(t, modelserver.Config{})
 	rs := startReplicas(t, 2, upstream, dsn, "")

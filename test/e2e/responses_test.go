@@ -131,6 +131,7 @@ func (p *gatewayProcess) awaitResponse(t *testing.T, id string, headers ...strin
 // response is not lost, it completes, and its stream then reads whole from the one attempt
 // that finished; a further restart runs nothing again.
 func TestKilledGatewayFinishesABackgroundResponse(t *testing.T) {
+	t.Parallel()
 	model, upstream := startModelServer(t, modelserver.Config{ChunkDelay: 100 * time.Millisecond})
 	p := newGatewayProcess(t, upstream, "responses /v1")
 	p.start()
@@ -180,6 +181,7 @@ func TestKilledGatewayFinishesABackgroundResponse(t *testing.T) {
 // whole once finished, and cancels another response running elsewhere. The model ran once per
 // response.
 func TestBackgroundResponseResumesOnAnotherReplica(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.Database(t)
 	model, upstream := startModelServer(t, modelserver.Config{ChunkDelay: 100 * time.Millisecond})
 	rs := startReplicas(t, 3, upstream, dsn, "responses /v1")
@@ -251,6 +253,7 @@ func TestBackgroundResponseResumesOnAnotherReplica(t *testing.T) {
 // after three deltas, and resumes it on another with responses.retrieve(id, {stream: true,
 // starting_after}): every later event once, numbered on, the text whole, the model run once.
 func TestOpenAINodeSDKResumesABackgroundStreamOnAnotherReplica(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	node, script := testkit.InstallSDKScript(t, ctx, filepath.Join(testkit.ModuleRoot(), "module", "testdata", "openai_responses.cjs"))
@@ -294,6 +297,7 @@ func TestOpenAINodeSDKResumesABackgroundStreamOnAnotherReplica(t *testing.T) {
 // never the next attempt's events after the lost one's; the surviving replica takes the
 // response over and completes it, and its stream then reads whole from that one attempt.
 func TestFollowerOfAKilledReplicasResponseSeesTheAttemptLost(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.Database(t)
 	model, upstream := startModelServer(t, modelserver.Config{ChunkDelay: 200 * time.Millisecond})
 	block := "responses /v1\nasync {\n takeover 3s\n}"

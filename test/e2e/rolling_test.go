@@ -60,6 +60,7 @@ func buildPreviousRelease(t *testing.T) string {
 // claimed through either replay through both, byte for byte, streams included (never empty),
 // and operations accepted by either finish, polled through the other.
 func TestPreviousReleaseRunsBesideThisOne(t *testing.T) {
+	t.Parallel()
 	prev := buildPreviousRelease(t)
 	dsn := pgtest.Database(t)
 	model, upstream := startModelServer(t, modelserver.Config{Latency: 50 * time.Millisecond})
@@ -115,6 +116,7 @@ func TestPreviousReleaseRunsBesideThisOne(t *testing.T) {
 // This binary refuses to start on a database a newer release migrated past what it can read,
 // and says why.
 func TestBinaryRefusesADatabaseOfANewerSchema(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.Database(t)
 	_, upstream := startModelServer(t, modelserver.Config{})
 	ctx := context.Background()

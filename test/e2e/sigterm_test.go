@@ -14,6 +14,7 @@ import (
 // TestSIGTERMFinishesOrRequeuesAndLosesNothing stops the gateway with SIGTERM while operations
 // run and wait: it exits within its grace period, and after a restart every operation ends.
 func TestSIGTERMFinishesOrRequeuesAndLosesNothing(t *testing.T) {
+	// Not in parallel: it counts the calls a stop within the grace period cuts.
 	const n = 60
 	model, upstream := startModelServer(t, modelserver.Config{Latency: 300 * time.Millisecond})
 	p := newGatewayProcess(t, upstream, "async {\n concurrency 4\n}", "grace_period 2s")

@@ -72,6 +72,7 @@ func readEvents(rd *bufio.Reader, n int) (events int, err error) {
 // lease follows what was recorded and then ends abruptly, never cleanly as if whole; after the
 // lease the retry runs the request again and gets the whole answer.
 func TestKilledGatewayNeverReplaysAPartialStream(t *testing.T) {
+	t.Parallel()
 	model, upstream := startModelServer(t, modelserver.Config{ChunkDelay: 100 * time.Millisecond})
 	p := newGatewayProcess(t, upstream, "idempotency {\n lease 6s\n}")
 	p.start()

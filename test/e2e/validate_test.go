@@ -12,6 +12,7 @@ import (
 // TestValidateBesideARunningGateway runs `mulligan validate` on the Caddyfile of a running
 // gateway: validation provisions the module but must not open (and lock) its Badger directory.
 func TestValidateBesideARunningGateway(t *testing.T) {
+	t.Parallel()
 	_, upstream := startModelServer(t, modelserver.Config{})
 	p := newGatewayProcess(t, upstream, "durability sync")
 	p.start()
