@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,10 +21,43 @@ func (w logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// runBriefly runs the harness with cfg (a brief one: bounded to 5 minutes), logging its
-// progress and output, and returns its report and output.
+// sidecar is the binary the harness tests run, built once for the test process by the first
+// that needs it (a build takes seconds; each test would otherwise make its own).
+var sidecar struct {
+	once     sync.Once
+	dir, bin string
+	err      error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if sidecar.dir != "" {
+		os.RemoveAll(sidecar.dir)
+	}
+	os.Exit(code)
+}
+
+// builtSidecar returns the test process's sidecar binary, building it the first time.
+func builtSidecar(t *testing.T) string {
+	t.Helper()
+	sidecar.once.Do(func() {
+		if sidecar.dir, sidecar.err = os.MkdirTemp("", "mulligan-bench-test-"); sidecar.err == nil {
+			sidecar.bin, sidecar.err = buildSidecar(context.Background(), sidecar.dir)
+		}
+	})
+	if sidecar.err != nil {
+		t.Fatal(sidecar.err)
+	}
+	return sidecar.bin
+}
+
+// runBriefly runs the harness with cfg (a brief one: bounded to 5 minutes) on the test
+// process's sidecar binary, logging its progress and output, and returns its report and output.
+// The harness tests run in parallel: each starts its own processes on ports of its own.
 func runBriefly(t *testing.T, cfg Config) (*Report, string) {
 	t.Helper()
+	t.Parallel()
+	cfg.Binary = builtSidecar(t)
 	cfg.Progress = logWriter{t}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -155,9 +155,11 @@ func (h *harness) start(ctx context.Context) error {
 	if h.tmp, err = os.MkdirTemp("", "mulligan-bench-"); err != nil {
 		return err
 	}
-	h.logf("building the sidecar binary")
-	if h.binary, err = buildSidecar(ctx, h.tmp); err != nil {
-		return err
+	if h.binary = h.cfg.Binary; h.binary == "" {
+		h.logf("building the sidecar binary")
+		if h.binary, err = buildSidecar(ctx, h.tmp); err != nil {
+			return err
+		}
 	}
 	if err := h.startModel(); err != nil {
 		return err

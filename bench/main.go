@@ -119,6 +119,9 @@ type Config struct {
 	// during the first round of each scenario (bench/profile.go), and the batch scenario's
 	// heap profiles at the end of each phase.
 	ProfileDir string
+	// Binary, when set, is a sidecar binary built already (`go build ./sidecar`), run instead of
+	// building one for the run.
+	Binary string
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
 }
@@ -159,6 +162,7 @@ func main() {
 	flag.IntVar(&cfg.FloodSlots, "flood-slots", cfg.FloodSlots, "slots of the flood scenario's model server")
 	flag.DurationVar(&cfg.FloodLatency, "flood-latency", cfg.FloodLatency, "time of one call on the flood scenario's model server")
 	flag.DurationVar(&cfg.FloodEvery, "flood-every", cfg.FloodEvery, "interval of the interactive calls during a flood")
+	flag.StringVar(&cfg.Binary, "binary", "", "a sidecar binary built already (go build ./sidecar): run it instead of building one")
 	floods := flag.String("floods", "", "the floods of the flood scenario to run, comma-separated ("+strings.Join(floodKinds, ", ")+"); all when empty")
 	flag.Parse()
 	cfg.Scenarios = splitList(scenarios)
