@@ -154,14 +154,8 @@ func (s *Store) ClaimQueued(id, worker string, lease time.Duration) (*store.Oper
 		if _, err := tx.Exec(ctx, takeTurnSQL, id, store.ArrivalTurn(op.SubmittedAt), now.UnixMicro()); err != nil {
 			return err
 		}
-		// As every claim, it waits for the WAL's flush (ClaimNext).
-		store.Apply(op, store.Change{To: store.StatusRunning}, now)
-		op.Holder, op.LeaseUntil = worker, now.Add(lease)
-		if err := s.write(ctx, tx, op, nil); err != nil {
-			return err
-		}
-		out = op
-		return nil
+		out, err = s.startClaimed(ctx, tx, op, worker, lease, now)
+		return err
 	})
 	return out, err
 }

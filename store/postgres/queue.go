@@ -22,19 +22,23 @@ func (s *Store) ClaimNext(worker string, lease time.Duration) (*store.Operation,
 		if err != nil || op == nil {
 			return err
 		}
-		// Every claim waits for the WAL's flush, unlike Badger's under on_crash requeue
-		// (store.ClaimMustBeDurable): PostgreSQL can crash, or fail over, while the replica that
-		// claimed runs on, and a claim lost so would let another replica run the operation at
-		// the same time as the first.
-		store.Apply(op, store.Change{To: store.StatusRunning}, now)
-		op.Holder, op.LeaseUntil = worker, now.Add(lease)
-		if err := s.write(ctx, tx, op, nil); err != nil {
-			return err
-		}
-		out = op
-		return nil
+		out, err = s.startClaimed(ctx, tx, op, worker, lease, now)
+		return err
 	})
 	return out, err
+}
+
+// startClaimed writes op, claimed in tx, as running under worker's lease. Every claim waits for
+// the WAL's flush, unlike Badger's under on_crash requeue (store.ClaimMustBeDurable):
+// PostgreSQL can crash, or fail over, while the replica that claimed runs on, and a claim lost
+// so would let another replica run the operation at the same time as the first.
+func (s *Store) startClaimed(ctx context.Context, tx pgx.Tx, op *store.Operation, worker string, lease time.Duration, now time.Time) (*store.Operation, error) {
+	store.Apply(op, store.Change{To: store.StatusRunning}, now)
+	op.Holder, op.LeaseUntil = worker, now.Add(lease)
+	if err := s.write(ctx, tx, op, nil); err != nil {
+		return nil, err
+	}
+	return op, nil
 }
 
 // RenewLeases extends worker's leases on ids in one statement; what it did not renew is lost
