@@ -115,15 +115,7 @@ func TestCapacityClassesAndFairKeyThatDoNotParseAreLoadErrors(t *testing.T) {
 		{"capacity {\n class gold {\n header X-Tier\n colour red\n }\n}", `unrecognized class subdirective "colour"`},
 		{"capacity {\n class {\n }\n}", "class needs a name"},
 	} {
-		var c CapacityConfig
-		d := caddyfile.NewTestDispenser(tc.block)
-		d.Next()
-		err := c.unmarshalCaddyfile(d)
-		if err == nil {
-			c.setDefaults()
-			err = c.validate()
-		}
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
+		if err := capacityBlockError(tc.block); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want one containing %q", tc.block, err, tc.want)
 		}
 	}
@@ -137,4 +129,18 @@ func TestCapacityClassesAndFairKeyThatDoNotParseAreLoadErrors(t *testing.T) {
 		*c.Classes[0].Urgency != 1 || c.Classes[0].Weight != 4 || c.FairKey != "{http.request.header.X-Tenant}" {
 		t.Fatalf("parsed %+v", c)
 	}
+}
+
+// capacityBlockError is the error a capacity block gets when it is parsed, defaulted and
+// validated as a config load does; nil when it loads.
+func capacityBlockError(block string) error {
+	var c CapacityConfig
+	d := caddyfile.NewTestDispenser(block)
+	d.Next()
+	err := c.unmarshalCaddyfile(d)
+	if err == nil {
+		c.setDefaults()
+		err = c.validate()
+	}
+	return err
 }

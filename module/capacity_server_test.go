@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
 	"github.com/mulligan-gw/mulligan/internal/capacity"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
@@ -68,15 +66,7 @@ func TestCapacityServerMetricsThatCannotBeHonouredAreLoadErrors(t *testing.T) {
 		{"capacity {\n server_metrics http://h/metrics {\n max_waiting many\n }\n}", `max_waiting must be a number, got "many"`},
 		{"capacity {\n server_metrics\n}", "server_metrics takes the endpoint's URL"},
 	} {
-		var c CapacityConfig
-		d := caddyfile.NewTestDispenser(tc.block)
-		d.Next()
-		err := c.unmarshalCaddyfile(d)
-		if err == nil {
-			c.setDefaults()
-			err = c.validate()
-		}
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
+		if err := capacityBlockError(tc.block); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want one containing %q", tc.block, err, tc.want)
 		}
 	}

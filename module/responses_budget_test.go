@@ -32,12 +32,7 @@ func (c *countedResultLoads) LoadResult(id string) (*store.Response, error) {
 // not one more copy in memory; an answer larger than the whole budget is still read alone. A
 // poll reads the answer once: later ones answer the final object kept.
 func TestResponsesReadingAFinishedAnswerIsBoundedByMaxBuffered(t *testing.T) {
-	bst, err := badger.Open(badger.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bst.Close()
-	st := &countedResultLoads{Store: bst}
+	st := &countedResultLoads{Store: openBadger(t)}
 	now := time.Now()
 	op := &store.Operation{ID: newID("resp_", now), Scope: "s", Status: store.StatusQueued, Version: 1, Method: "POST", Path: "/v1/responses",
 		SubmittedAt: now, Retention: time.Hour, Kind: responses.Kind, Urgency: store.DefaultUrgency}

@@ -316,15 +316,7 @@ func TestResponsesCancelledMidStreamResumesAndReplaysAsLive(t *testing.T) {
 	if last.Type != "response.cancelled" {
 		t.Fatalf("live: %+v", live)
 	}
-	replay := readRespEvents(t, g.followResponse(t, id, "", alice...), 0)
-	if len(replay) != len(live) {
-		t.Fatalf("replayed %d events, live %d: %+v", len(replay), len(live), replay)
-	}
-	for i := range live {
-		if replay[i].Type != live[i].Type || replay[i].Seq != live[i].Seq {
-			t.Fatalf("event %d replayed %+v, live %+v", i, replay[i], live[i])
-		}
-	}
+	checkReplayedAsLive(t, readRespEvents(t, g.followResponse(t, id, "", alice...), 0), live)
 	tail := readRespEvents(t, g.followResponse(t, id, fmt.Sprintf("&starting_after=%d", last.Seq-1), alice...), 0)
 	if len(tail) != 1 || tail[0].Seq != last.Seq || tail[0].Type != "response.cancelled" || tail[0].Response.Status != "cancelled" {
 		t.Fatalf("resumed after %d: %+v", last.Seq-1, tail)
@@ -378,7 +370,16 @@ func TestResponsesTooLargeReplaysAsLive(t *testing.T) {
 	if last.Type != "response.failed" || last.Response.Error == nil || last.Response.Error.Code != "RESULT_TOO_LARGE" || len(live) < 4 {
 		t.Fatalf("live: %+v", live)
 	}
-	replay := readRespEvents(t, g.followResponse(t, id, "", alice...), 0)
+	checkReplayedAsLive(t, readRespEvents(t, g.followResponse(t, id, "", alice...), 0), live)
+	if o := g.awaitResponse(t, id, alice...); o.Status != "failed" || o.Error == nil || o.Error.Code != "RESULT_TOO_LARGE" {
+		t.Fatalf("the object: %+v", o)
+	}
+}
+
+// checkReplayedAsLive checks that a replay of a finished response's stream gave the events its
+// live stream gave, in order, with the same sequence numbers.
+func checkReplayedAsLive(t *testing.T, replay, live []respEvent) {
+	t.Helper()
 	if len(replay) != len(live) {
 		t.Fatalf("replayed %d events, live %d: %+v", len(replay), len(live), replay)
 	}
@@ -386,8 +387,5 @@ func TestResponsesTooLargeReplaysAsLive(t *testing.T) {
 		if replay[i].Type != live[i].Type || replay[i].Seq != live[i].Seq {
 			t.Fatalf("event %d replayed %+v, live %+v", i, replay[i], live[i])
 		}
-	}
-	if o := g.awaitResponse(t, id, alice...); o.Status != "failed" || o.Error == nil || o.Error.Code != "RESULT_TOO_LARGE" {
-		t.Fatalf("the object: %+v", o)
 	}
 }

@@ -30,6 +30,17 @@ func (f *flakyReads) ReadEvents(key []byte, after uint64, limit int) (store.Stre
 	return f.Store.ReadEvents(key, after, limit)
 }
 
+// openBadger opens a Badger store on a temporary directory, closed when t ends.
+func openBadger(t *testing.T) *badger.Store {
+	t.Helper()
+	st, err := badger.Open(badger.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
 func bareGate(t *testing.T) *gate {
 	policy, err := parseStatusPolicy([]string{"2xx", "4xx"})
 	if err != nil {
@@ -42,11 +53,7 @@ func bareGate(t *testing.T) *gate {
 // A retry of a finished, recorded stream whose recording cannot be read at that moment (one
 // failed read) must not be answered with the record's empty body as if it were the stream.
 func TestStreamedReplayIsNeverEmptyWhenItsEventsCannotBeRead(t *testing.T) {
-	st, err := badger.Open(badger.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openBadger(t)
 	fs := &flakyReads{Store: st}
 	key, fp := []byte("rk"), []byte("fp")
 	c, err := st.ClaimKey(key, fp, time.Minute)
