@@ -6,9 +6,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,9 +28,7 @@ func Database(t testing.TB) string {
 	if _, err := pgx.ParseConfig(admin); err != nil {
 		t.Fatalf("%s: %v", EnvDSN, err)
 	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "mulligan_test_" + hex.EncodeToString(b[:])
+	name := randomName("mulligan_test_")
 	exec(t, admin, "CREATE DATABASE "+name)
 	t.Cleanup(func() { exec(t, admin, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
 	return withDatabase(t, admin, name)
@@ -80,14 +80,71 @@ func Name(t testing.TB, dsn string) string {
 
 func exec(t testing.TB, dsn, sql string) {
 	t.Helper()
+	if err := run(dsn, sql); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// run runs sql on dsn in a connection of its own.
+func run(dsn, sql string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
-		t.Fatalf("connecting to the test cluster: %v", err)
+		return fmt.Errorf("connecting to the test cluster: %v", err)
 	}
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, sql); err != nil {
-		t.Fatalf("%s: %v", sql, err)
+		return fmt.Errorf("%s: %v", sql, err)
 	}
+	return nil
+}
+
+// A Template is a database prepared once per test process (migrated, say), which tests then
+// copy instead of preparing a fresh database each (CREATE DATABASE ... TEMPLATE: a file copy,
+// without the statements and commits that made it). Drop removes it when the process's tests
+// are done (TestMain).
+type Template struct {
+	prepare func(dsn string) error
+	once    sync.Once
+	name    string
+	err     error
+}
+
+// NewTemplate returns a template prepared by prepare on first use.
+func NewTemplate(prepare func(dsn string) error) *Template { return &Template{prepare: prepare} }
+
+// Database creates a database for t copied from the template, dropped when t ends, and returns
+// its DSN. Without a cluster t is skipped, saying how to get one; under CI=true it fails instead.
+func (tp *Template) Database(t testing.TB) string {
+	t.Helper()
+	admin := Require(t)
+	tp.once.Do(func() {
+		name := randomName("mulligan_tmpl_")
+		if tp.err = run(admin, "CREATE DATABASE "+name); tp.err != nil {
+			return
+		}
+		tp.name = name
+		tp.err = tp.prepare(withDatabase(t, admin, name))
+	})
+	if tp.err != nil {
+		t.Fatalf("preparing the template database: %v", tp.err)
+	}
+	name := randomName("mulligan_test_")
+	exec(t, admin, "CREATE DATABASE "+name+" TEMPLATE "+tp.name)
+	t.Cleanup(func() { exec(t, admin, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
+	return withDatabase(t, admin, name)
+}
+
+// Drop drops the template, if it was made.
+func (tp *Template) Drop() {
+	if tp.name != "" {
+		_ = run(os.Getenv(EnvDSN), "DROP DATABASE IF EXISTS "+tp.name+" WITH (FORCE)")
+	}
+}
+
+func randomName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
 }
