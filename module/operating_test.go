@@ -51,7 +51,7 @@ func sum(samples map[string]float64, prefix string) float64 {
 
 func TestMetricsArePresentAndKeepCountingAcrossReloads(t *testing.T) {
 	rc := newReceiver(t, secretA, nil)
-	block := webhooksBlock(rc.srv.URL+"/hook", "", secretA)
+	block := webhooksBlock(rc.srv.URL+"/hook", "", secretA) + "\nasync {\n retries 1\n}" // one retry counts as well as three, sooner
 	g := startGateway(t, modelserver.Config{}, block)
 	traffic := func(round int) {
 		first := g.post(chatPath, fmt.Sprintf("m-%d", round), chat("x"))

@@ -306,7 +306,7 @@ func TestResponsesStreamWithoutATerminalEventEndsWithTheObject(t *testing.T) {
 // response.cancelled at the same number; a resume after the last one before it gets it.
 func TestResponsesCancelledMidStreamResumesAndReplaysAsLive(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, responsesBlock)
-	s := g.createStream(t, `{"input":"a b c d e f g h i j","stream":true,"background":true}`, append([]string{"X-Mock-Chunk-Delay", "1s"}, alice...)...)
+	s := g.createStream(t, `{"input":"a b c d e f g h i j","stream":true,"background":true}`, append([]string{"X-Mock-Chunk-Delay", "300ms"}, alice...)...)
 	live := readRespEvents(t, s, 6)
 	id := live[0].Response.ID
 	decodeResponse(t, g.responseCall("POST", "/v1/responses/"+id+"/cancel", alice...))

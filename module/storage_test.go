@@ -67,11 +67,11 @@ func sitesConfig(t *testing.T, cfg modelserver.Config, bodies ...string) ([]byte
 func TestEachBlockKeepsItsSettingsOnASharedStorage(t *testing.T) {
 	rc := newReceiver(t, secretA, nil)
 	sites := startSites(t, modelserver.Config{},
-		webhooksBlock(rc.srv.URL+"/hook", "", secretA)+"\nasync {\n timeout 1s\n}",
+		webhooksBlock(rc.srv.URL+"/hook", "", secretA)+"\nasync {\n timeout 300ms\n}",
 		"async {\n timeout 30s\n}")
 	a, b := sites[0], sites[1]
-	_, opA := a.submit(t, "site-a", "X-Mock-Latency", "2500ms")
-	_, opB := b.submit(t, "site-b", "X-Mock-Latency", "2500ms")
+	_, opA := a.submit(t, "site-a", "X-Mock-Latency", "1s")
+	_, opB := b.submit(t, "site-b", "X-Mock-Latency", "1s")
 	finalA, finalB := a.await(t, opA.OperationID), b.await(t, opB.OperationID)
 	if finalA.Status != "failed" || finalA.Error == nil || finalA.Error.Code != string(apierr.CodeOperationTimeout) {
 		t.Fatalf("site A's operation: %s %+v, want failed OPERATION_TIMEOUT", finalA.Status, finalA.Error)

@@ -52,7 +52,7 @@ func TestOpenAINodeSDKGetsTheWholeAnswerAfterADroppedStream(t *testing.T) {
 	}
 }
 
-// installSDKScript installs the openai SDK from npm into a temporary directory and copies the
+// installSDKScript installs the openai SDK from npm (once per test process) and copies the
 // test script testdata/<script> beside its node_modules; it returns node's path and the script's.
 func installSDKScript(t *testing.T, ctx context.Context, script string) (node, scriptPath string) {
 	t.Helper()

@@ -229,7 +229,7 @@ func TestFlakyReceiverWithAnOutageGetsEveryEventOnce(t *testing.T) {
 	}
 	const (
 		n        = 300
-		outage   = 4 * time.Second
+		outage   = 2 * time.Second
 		cooldown = 250 * time.Millisecond
 		failures = 5
 		inFlight = 16 // the deliveries of one endpoint under way at once

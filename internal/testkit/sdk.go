@@ -2,9 +2,12 @@ package testkit
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 )
 
@@ -27,25 +30,55 @@ func RequireNode(t testing.TB) (node, npm string) {
 	return "", ""
 }
 
-// InstallSDKScript installs the openai SDK from npm into a temporary directory and copies the
-// script at src beside its node_modules; it returns node's path and the script's.
+// sdk is the openai SDK installed for the test process, by the first test that needs it.
+var sdk struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// InstallSDKScript installs the openai SDK from npm once per test process (RemoveSDK removes
+// it) and copies the script at src beside its node_modules, under a name of t's own; it returns
+// node's path and the script's.
 func InstallSDKScript(t testing.TB, ctx context.Context, src string) (node, script string) {
 	t.Helper()
 	node, npm := RequireNode(t)
-	dir := t.TempDir()
-	install := exec.CommandContext(ctx, npm, "install", "--no-audit", "--no-fund", "--silent", "--prefix", dir, OpenAISDK)
-	if out, err := install.CombinedOutput(); err != nil {
-		t.Fatalf("npm install %s: %v\n%s", OpenAISDK, err, out)
+	sdk.once.Do(func() {
+		if sdk.dir, sdk.err = os.MkdirTemp("", "mulligan-openai-sdk-"); sdk.err != nil {
+			return
+		}
+		install := exec.CommandContext(ctx, npm, "install", "--no-audit", "--no-fund", "--silent", "--prefix", sdk.dir, OpenAISDK)
+		if out, err := install.CombinedOutput(); err != nil {
+			sdk.err = fmt.Errorf("npm install %s: %v\n%s", OpenAISDK, err, out)
+		}
+	})
+	if sdk.err != nil {
+		t.Fatal(sdk.err)
 	}
 	b, err := os.ReadFile(src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	script = filepath.Join(dir, filepath.Base(src))
+	name := strings.Map(func(r rune) rune {
+		if r == '/' || r == ' ' {
+			return '_'
+		}
+		return r
+	}, t.Name())
+	script = filepath.Join(sdk.dir, name+"-"+filepath.Base(src))
 	if err := os.WriteFile(script, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { os.Remove(script) })
 	return node, script
+}
+
+// RemoveSDK removes the SDK InstallSDKScript installed, if it did: a package whose tests use it
+// calls this from TestMain once they are done.
+func RemoveSDK() {
+	if sdk.dir != "" {
+		os.RemoveAll(sdk.dir)
+	}
 }
 
 // RunSDKScript runs node script with args and returns what it printed; the test fails with its

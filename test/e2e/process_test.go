@@ -32,6 +32,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	testkit.RemoveSDK()
 	os.Exit(code)
 }
 
