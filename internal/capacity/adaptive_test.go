@@ -304,7 +304,7 @@ func TestAdaptiveLimitKeepsSlotsBusyForMixedLengthsAndFastErrors(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			s := newSimulation(4, c.job)
 			s.noise = c.noise
-			u := s.run(t, 30*time.Minute)
+			u := s.run(t, 10*time.Minute) // of the simulated clock
 			t.Logf("slots busy %.1f %% while work waited; limit averaged %.1f", 100*u, meanOf(s.limits))
 			if u < 0.9 {
 				t.Fatalf("slots busy %.1f %% while work waited; want at least 90 %%", 100*u)
