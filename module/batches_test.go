@@ -87,18 +87,11 @@ func batchInput(n int, prompt func(i int) string) string {
 // uploadFile posts content as a batch file and returns the answer.
 func (g *gateway) uploadFile(t *testing.T, content, purpose string, headers ...string) result {
 	t.Helper()
-	var body bytes.Buffer
-	mw := multipart.NewWriter(&body)
-	fw, _ := mw.CreateFormFile("file", "input.jsonl")
-	_, _ = io.WriteString(fw, content)
-	_ = mw.WriteField("purpose", purpose)
-	_ = mw.Close()
-	req, _ := http.NewRequest("POST", g.base+"/v1/files", &body)
-	req.Header.Set("Content-Type", mw.FormDataContentType())
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	return g.do(req)
+	return g.uploadParts(t, func(mw *multipart.Writer) {
+		fw, _ := mw.CreateFormFile("file", "input.jsonl")
+		_, _ = io.WriteString(fw, content)
+		_ = mw.WriteField("purpose", purpose)
+	}, headers...)
 }
 
 // uploadParts posts a multipart upload built by write and returns the answer.

@@ -157,12 +157,12 @@ func TestDefaultScheduleSpacesEightAttemptsThenDeadLetters(t *testing.T) {
 	})
 	url := rc.srv.URL + "/hook"
 	lr := newLoopRunner(t, clock, answerOK, 0, testEndpoint(t, "hooks", url))
-	lr.accept(t, "op_1", testExecution(time.Minute, 3), &store.Callback{Endpoint: "hooks", URL: url}, chat("announced"))
+	lr.Accept(t, "op_1", testExecution(time.Minute, 3), &store.Callback{Endpoint: "hooks", URL: url}, chat("announced"))
 	lr.ClaimNext()
 	d := awaitDelivery(t, clock, deliveries, "the first attempt")
 	start := d.at
 	for retry, wait := range webhook.DefaultSchedule {
-		ev := awaitEvent(t, lr.st, d.eventID, "attempt recorded", func(ev *store.Event) bool { return ev.Attempts == retry+1 })
+		ev := testkit.AwaitEvent(t, lr.st, d.eventID, "attempt recorded", func(ev *store.Event) bool { return ev.Attempts == retry+1 })
 		if gap := ev.NextAttempt.Sub(d.at); ev.State != store.EventPending || gap < wait || gap > wait+wait/5 {
 			t.Fatalf("after attempt %d: %s, due %v later; want pending, due in [%v, %v]", retry+1, ev.State, gap, wait, wait+wait/5)
 		}
@@ -172,7 +172,7 @@ func TestDefaultScheduleSpacesEightAttemptsThenDeadLetters(t *testing.T) {
 			t.Fatalf("attempt %d came %v after it was due, want within [0, 1s]", retry+2, late)
 		}
 	}
-	ev := awaitEvent(t, lr.st, d.eventID, "dead-lettered", func(ev *store.Event) bool { return ev.State == store.EventDead })
+	ev := testkit.AwaitEvent(t, lr.st, d.eventID, "dead-lettered", func(ev *store.Event) bool { return ev.State == store.EventDead })
 	if ev.Attempts != 8 || ev.DeadReason != "max_attempts reached" {
 		t.Fatalf("dead letter after %d attempts, %q; want 8, max_attempts reached", ev.Attempts, ev.DeadReason)
 	}
@@ -194,18 +194,6 @@ func awaitDelivery(t *testing.T, clock *clockwork.FakeClock, deliveries <-chan d
 		}
 	})
 	return d
-}
-
-// awaitEvent waits until the outbox's copy of event id satisfies cond, and returns it.
-func awaitEvent(t *testing.T, st store.Backend, id, what string, cond func(*store.Event) bool) *store.Event {
-	t.Helper()
-	var ev *store.Event
-	testkit.WaitFor(t, 10*time.Second, what, func() bool {
-		got, err := st.GetEvent(id)
-		ev = got
-		return err == nil && cond(got)
-	})
-	return ev
 }
 
 // answerOK is an upstream that answers every attempt 200.
@@ -237,15 +225,15 @@ func TestEventOfAnEndpointMissingFromTheConfigWaitsForIt(t *testing.T) {
 	url := rc.srv.URL + "/hook"
 	hooks := testEndpoint(t, "hooks", url)
 	lr := newLoopRunner(t, clock, answerOK, 0, hooks)
-	lr.accept(t, "op_1", testExecution(time.Minute, 3), &store.Callback{Endpoint: "hooks", URL: url}, chat("rolling"))
+	lr.Accept(t, "op_1", testExecution(time.Minute, 3), &store.Callback{Endpoint: "hooks", URL: url}, chat("rolling"))
 	lr.ClaimNext()
 	d := awaitDelivery(t, clock, deliveries, "the first attempt")
-	ev := awaitEvent(t, lr.st, d.eventID, "the 503 recorded", func(ev *store.Event) bool { return ev.Attempts == 1 })
+	ev := testkit.AwaitEvent(t, lr.st, d.eventID, "the 503 recorded", func(ev *store.Event) bool { return ev.Attempts == 1 })
 	lr.endpoints(testEndpoint(t, "other", rc.srv.URL+"/other"))
 	for pass := range 5 {
 		clock.Advance(clock.Until(ev.NextAttempt) + time.Hour)
 		due := ev.NextAttempt
-		ev = awaitEvent(t, lr.st, d.eventID, fmt.Sprintf("courier pass %d over the due event", pass+1),
+		ev = testkit.AwaitEvent(t, lr.st, d.eventID, fmt.Sprintf("courier pass %d over the due event", pass+1),
 			func(ev *store.Event) bool { return ev.NextAttempt.After(due) || ev.State != store.EventPending })
 		if ev.State != store.EventPending || ev.Attempts != 1 {
 			t.Fatalf("pass %d with the endpoint missing: %s after %d attempts, want pending after 1", pass+1, ev.State, ev.Attempts)
@@ -259,7 +247,7 @@ func TestEventOfAnEndpointMissingFromTheConfigWaitsForIt(t *testing.T) {
 	failing.Store(false)
 	lr.endpoints(hooks)
 	awaitDelivery(t, clock, deliveries, "the delivery once the endpoint is declared again")
-	awaitEvent(t, lr.st, d.eventID, "delivered", func(ev *store.Event) bool { return ev.State == store.EventDelivered })
+	testkit.AwaitEvent(t, lr.st, d.eventID, "delivered", func(ev *store.Event) bool { return ev.State == store.EventDelivered })
 }
 
 // failingReceiver is a receiver that answers status while failing is set (it starts set), and

@@ -42,17 +42,17 @@ func TestRedeliveredDeadLetterPastMaxAgeIsDelivered(t *testing.T) {
 	hooks := testEndpoint(t, "hooks", url)
 	hooks["hooks"].Target("hooks").MaxAge = time.Hour
 	lr := newLoopRunner(t, clock, answerOK, 0, hooks)
-	lr.accept(t, "op_1", testExecution(time.Minute, 3), &store.Callback{Endpoint: "hooks", URL: url}, chat("refused"))
+	lr.Accept(t, "op_1", testExecution(time.Minute, 3), &store.Callback{Endpoint: "hooks", URL: url}, chat("refused"))
 	lr.ClaimNext()
 	d := awaitDelivery(t, clock, deliveries, "the refused attempt")
-	awaitEvent(t, lr.st, d.eventID, "dead-lettered", func(ev *store.Event) bool { return ev.State == store.EventDead })
+	testkit.AwaitEvent(t, lr.st, d.eventID, "dead-lettered", func(ev *store.Event) bool { return ev.State == store.EventDead })
 	clock.Advance(2 * time.Hour) // the event is now older than max_age
 	refuse.Store(false)
 	if err := (&AdminAPI{}).redeliver(httptest.NewRecorder(), lr.Runner, d.eventID); err != nil {
 		t.Fatal(err)
 	}
 	awaitDelivery(t, clock, deliveries, "the redelivery")
-	ev := awaitEvent(t, lr.st, d.eventID, "delivered or dead again", func(ev *store.Event) bool { return ev.State != store.EventPending })
+	ev := testkit.AwaitEvent(t, lr.st, d.eventID, "delivered or dead again", func(ev *store.Event) bool { return ev.State != store.EventPending })
 	if ev.State != store.EventDelivered || rc.delivered() != 1 {
 		t.Fatalf("the redelivered event is %s (%s), receiver accepted %d", ev.State, ev.DeadReason, rc.delivered())
 	}

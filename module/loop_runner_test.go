@@ -20,6 +20,7 @@ import (
 // tested in internal/runner; these tests are about what the gateway wires around it.
 type loopRunner struct {
 	*runner.Runner
+	testkit.Queue
 	st       *badger.Store
 	clock    clockwork.Clock
 	dispatch runner.Dispatcher
@@ -35,7 +36,8 @@ func newLoopRunner(t *testing.T, clock clockwork.Clock, handler http.Handler, co
 	}
 	st.SetAnnouncer(runner.Announcer(clock, legacyExec()))
 	r := newRunner(st, storageSpec{concurrency: concurrency}, newRegistry(), clock, zap.NewNop(), newCourier(st, clock, zap.NewNop()))
-	lr := &loopRunner{Runner: r, st: st, clock: clock, dispatch: func(*store.Operation) http.Handler { return handler }}
+	lr := &loopRunner{Runner: r, st: st, clock: clock, dispatch: func(*store.Operation) http.Handler { return handler },
+		Queue: testkit.Queue{St: st, Now: clock.Now, Told: r.Accepted}}
 	lr.endpoints(endpoints)
 	if endpoints != nil {
 		r.Courier().Start() // without, nothing to deliver: the runner's timers alone are on the clock
@@ -55,31 +57,6 @@ const testConfigOwner = "test config"
 func (lr *loopRunner) endpoints(e map[string]*webhookSetup) {
 	cfg := lr.Settings()
 	lr.Configure(testConfigOwner, runnerConfig(cfg.Concurrency, cfg.Takeover, cfg.Grace, lr.dispatch, e))
-}
-
-// accept queues an operation that runs with ex, posting body to the chat path; events about it
-// go to callback, if any.
-func (lr *loopRunner) accept(t *testing.T, id string, ex store.Execution, callback *store.Callback, body string) {
-	t.Helper()
-	lr.queue(t, &store.Operation{ID: id, Exec: &ex, Callback: callback}, nil, body)
-}
-
-// acceptWith queues an operation as accept does, its request carrying header.
-func (lr *loopRunner) acceptWith(t *testing.T, id string, ex store.Execution, header http.Header, body string) {
-	t.Helper()
-	lr.queue(t, &store.Operation{ID: id, Exec: &ex}, header, body)
-}
-
-func (lr *loopRunner) queue(t *testing.T, op *store.Operation, header http.Header, body string) {
-	t.Helper()
-	testkit.QueueChat(t, lr.st, op, lr.clock.Now(), header, body)
-	lr.Accepted()
-}
-
-// await waits for operation id to reach a final status, and returns it.
-func (lr *loopRunner) await(t *testing.T, id string) *store.Operation {
-	t.Helper()
-	return testkit.AwaitFinal(t, lr.st, id)
 }
 
 // testExecution is how the operations of these tests run: timeout and retries as given.

@@ -30,11 +30,11 @@ func TestThousandOperationsAllSucceedWithTheirOwnResults(t *testing.T) {
 	lr := newLoopRunner(t, realClock, model, 4, nil)
 	lr.Start()
 	for i := range n {
-		lr.acceptWith(t, fmt.Sprintf("op_%04d", i), testExecution(time.Minute, 3), http.Header{modelserver.HeaderMockLatency: {latencyFor(i)}}, chat(fmt.Sprintf("prompt %d", i)))
+		lr.AcceptWith(t, fmt.Sprintf("op_%04d", i), testExecution(time.Minute, 3), http.Header{modelserver.HeaderMockLatency: {latencyFor(i)}}, chat(fmt.Sprintf("prompt %d", i)))
 	}
 	for i := range n {
 		id := fmt.Sprintf("op_%04d", i)
-		if op := lr.await(t, id); op.Status != store.StatusSucceeded {
+		if op := lr.Await(t, id); op.Status != store.StatusSucceeded {
 			t.Fatalf("operation %d: %s %+v", i, op.Status, op.Error)
 		}
 		res, err := lr.st.LoadResult(id)

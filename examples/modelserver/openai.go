@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -162,7 +163,10 @@ func decode(body []byte, v any) error {
 
 // contentText flattens a chat message content: a string, or an array of
 // {"type":"text","text":...} parts.
-func contentText(raw json.RawMessage) string {
+func contentText(raw json.RawMessage) string { return partsText(raw, "text", "") }
+
+// partsText flattens a message content: a string, or the text of its parts of the given types.
+func partsText(raw json.RawMessage, types ...string) string {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
 		return s
@@ -171,16 +175,16 @@ func contentText(raw json.RawMessage) string {
 		Type string `json:"type"`
 		Text string `json:"text"`
 	}
-	if json.Unmarshal(raw, &parts) == nil {
-		var texts []string
-		for _, p := range parts {
-			if p.Type == "text" || p.Type == "" {
-				texts = append(texts, p.Text)
-			}
-		}
-		return strings.Join(texts, " ")
+	if json.Unmarshal(raw, &parts) != nil {
+		return ""
 	}
-	return ""
+	var texts []string
+	for _, p := range parts {
+		if slices.Contains(types, p.Type) {
+			texts = append(texts, p.Text)
+		}
+	}
+	return strings.Join(texts, " ")
 }
 
 // stringList turns a prompt/input value into strings: a string is one item,

@@ -61,22 +61,7 @@ func parseResponses(body []byte, req *modelRequest) error {
 // inputText flattens a Responses message content: a string, or parts of type input_text
 // (or text).
 func inputText(raw json.RawMessage) string {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	_ = json.Unmarshal(raw, &parts)
-	var texts []string
-	for _, p := range parts {
-		if p.Type == "input_text" || p.Type == "text" || p.Type == "output_text" {
-			texts = append(texts, p.Text)
-		}
-	}
-	return strings.Join(texts, " ")
+	return partsText(raw, "input_text", "text", "output_text")
 }
 
 // responseObject is OpenAI's response object, with the fields this server fills.

@@ -490,12 +490,7 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request, kind kind) {
 // stream writes chunks as server-sent events, flushing after each and then
 // waiting ChunkDelay, and ends with "data: [DONE]".
 func (s *Server) stream(w http.ResponseWriter, ctx context.Context, e *execution, status int, chunks []any, ctl controls) {
-	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(status)
+	rc := beginEventStream(w, status)
 	for i, c := range chunks {
 		b := mustMarshal(c)
 		if i == 0 {
@@ -515,12 +510,7 @@ func (s *Server) stream(w http.ResponseWriter, ctx context.Context, e *execution
 // after each and then waiting ChunkDelay; the Responses API ends with its last event, without
 // "[DONE]".
 func (s *Server) streamEvents(w http.ResponseWriter, ctx context.Context, e *execution, status int, events []responseEvent, ctl controls) {
-	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(status)
+	rc := beginEventStream(w, status)
 	for i, ev := range events {
 		if i == len(events)-1 {
 			e.settle(outcomeCompleted)
@@ -533,6 +523,17 @@ func (s *Server) streamEvents(w http.ResponseWriter, ctx context.Context, e *exe
 			return // abandoned
 		}
 	}
+}
+
+// beginEventStream writes the head of a server-sent events answer with status, and returns
+// the controller that flushes each event.
+func beginEventStream(w http.ResponseWriter, status int) *http.ResponseController {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(status)
+	return http.NewResponseController(w)
 }
 
 func writeEvent(w http.ResponseWriter, rc *http.ResponseController, data []byte) bool {

@@ -289,16 +289,7 @@ func TestSharedSeatOfAnotherReplicaHoldsWhateverThisReplicasClockSays(t *testing
 // of dsn.
 func inLine(t *testing.T, dsn, worker string) bool {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	var n int
-	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM seat_waiters WHERE pool = 'test' AND worker = $1`, worker).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n == 1
+	return pgtest.Count(t, dsn, `SELECT count(*) FROM seat_waiters WHERE pool = 'test' AND worker = $1`, worker) == 1
 }
 
 // With `shared 1` on two replicas, the seat that comes free goes to the fleet's most urgent

@@ -69,18 +69,6 @@ func render(ev *store.Event, attempt int) ([]byte, error) {
 	return json.Marshal(map[string]any{"event_id": ev.ID, "delivery_attempt": attempt})
 }
 
-// awaitEvent waits until the outbox's copy of event id satisfies cond, and returns it.
-func awaitEvent(t *testing.T, st store.Backend, id, what string, cond func(*store.Event) bool) *store.Event {
-	t.Helper()
-	var ev *store.Event
-	testkit.WaitFor(t, 10*time.Second, what, func() bool {
-		got, err := st.GetEvent(id)
-		ev = got
-		return err == nil && cond(got)
-	})
-	return ev
-}
-
 // TestDeliveryUnderWayWhenAReloadDropsTheWebhooksWaits: the courier picked an event, then a
 // reload to a config without webhooks cleared its endpoints before the delivery read them. The
 // delivery must leave the event pending, uncharged (it dereferenced nil hooks before).
@@ -131,7 +119,7 @@ func TestRetryIsSentWhenDueOnTheCouriersClock(t *testing.T) {
 	c.Kick()
 
 	<-calls
-	ev := awaitEvent(t, st, "evt_op_1", "the 503 recorded", func(ev *store.Event) bool { return ev.Attempts == 1 })
+	ev := testkit.AwaitEvent(t, st, "evt_op_1", "the 503 recorded", func(ev *store.Event) bool { return ev.Attempts == 1 })
 	if ev.State != store.EventPending || ev.NextAttempt.Sub(clock.Now()) != 30*time.Second {
 		t.Fatalf("after the 503: %s, due in %v; want pending, due in 30s", ev.State, ev.NextAttempt.Sub(clock.Now()))
 	}
@@ -145,7 +133,7 @@ func TestRetryIsSentWhenDueOnTheCouriersClock(t *testing.T) {
 	clock.Advance(time.Second)
 	c.Kick()
 	<-calls
-	awaitEvent(t, st, "evt_op_1", "delivered", func(ev *store.Event) bool { return ev.State == store.EventDelivered })
+	testkit.AwaitEvent(t, st, "evt_op_1", "delivered", func(ev *store.Event) bool { return ev.State == store.EventDelivered })
 	got := c.RecentAttempts()
 	if len(got) != 2 || got[0].Status != 503 || got[1].Result != webhook.Delivered.String() {
 		t.Fatalf("recent attempts %+v; want the 503, then the delivery", got)
@@ -259,7 +247,7 @@ func TestAttemptDuringConfigureKeepsItsRetryWait(t *testing.T) {
 	<-configured
 	c.Kick()
 	testkit.Receive(t, calls, "the first attempt")
-	ev := awaitEvent(t, st, "evt_op_1", "the 503 recorded", func(ev *store.Event) bool { return ev.Attempts >= 1 })
+	ev := testkit.AwaitEvent(t, st, "evt_op_1", "the 503 recorded", func(ev *store.Event) bool { return ev.Attempts >= 1 })
 	c.Kick()
 	select {
 	case <-calls:

@@ -17,7 +17,7 @@ import (
 func TestCancelQueuedLosesToAClaimInBetween(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	lr := newLoopRunner(t, clock, answerOK, Config{})
-	lr.accept(t, "op_raced", testExecution(0, 0), nil, `{}`)
+	lr.Accept(t, "op_raced", testExecution(0, 0), nil, `{}`)
 	read, err := lr.st.GetOperation("op_raced")
 	if err != nil || read.Status != store.StatusQueued {
 		t.Fatalf("read %+v %v", read, err)

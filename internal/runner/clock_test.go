@@ -24,6 +24,7 @@ import (
 // the same clock, so leases, due times and the runner's timers move together.
 type loopRunner struct {
 	*Runner
+	testkit.Queue
 	st *badger.Store
 }
 
@@ -47,7 +48,7 @@ func newLoopRunnerIn(t *testing.T, dir string, clock clockwork.Clock, handler ht
 		Config: Config{Concurrency: cfg.Concurrency, Takeover: cfg.Takeover}})
 	cfg.Dispatch = func(*store.Operation) http.Handler { return handler }
 	r.Configure(testConfigOwner, cfg)
-	lr := &loopRunner{Runner: r, st: st}
+	lr := &loopRunner{Runner: r, st: st, Queue: testkit.Queue{St: st, Now: clock.Now, Told: r.Accepted}}
 	t.Cleanup(func() {
 		lr.Stop()
 		deliveries.Stop()
@@ -72,31 +73,6 @@ const chatPath = "/v1/chat/completions"
 
 // testMaxResult is the tests' max_result, the gateway's default.
 const testMaxResult = 32 << 20
-
-// accept queues an operation that runs with ex, posting body to the chat path; events about it
-// go to callback, if any.
-func (lr *loopRunner) accept(t *testing.T, id string, ex store.Execution, callback *store.Callback, body string) {
-	t.Helper()
-	lr.queue(t, &store.Operation{ID: id, Exec: &ex, Callback: callback}, nil, body)
-}
-
-// acceptWith queues an operation as accept does, its request carrying header.
-func (lr *loopRunner) acceptWith(t *testing.T, id string, ex store.Execution, header http.Header, body string) {
-	t.Helper()
-	lr.queue(t, &store.Operation{ID: id, Exec: &ex}, header, body)
-}
-
-func (lr *loopRunner) queue(t *testing.T, op *store.Operation, header http.Header, body string) {
-	t.Helper()
-	testkit.QueueChat(t, lr.st, op, lr.clock.Now(), header, body)
-	lr.Accepted()
-}
-
-// await waits for operation id to reach a final status, and returns it.
-func (lr *loopRunner) await(t *testing.T, id string) *store.Operation {
-	t.Helper()
-	return testkit.AwaitFinal(t, lr.st, id)
-}
 
 // testExecution is how the operations of these tests run: timeout and retries as given.
 func testExecution(timeout time.Duration, retries int) store.Execution {
@@ -169,7 +145,7 @@ func answeredRetryAfter(t *testing.T, timeout time.Duration) (*loopRunner, *cloc
 	clock := newFakeClock()
 	up, calls, _ := gatedUpstream(clock, "11")
 	lr := newLoopRunner(t, clock, up, Config{})
-	lr.accept(t, "op_1", testExecution(timeout, 3), nil, chat("retry-after"))
+	lr.Accept(t, "op_1", testExecution(timeout, 3), nil, chat("retry-after"))
 	lr.ClaimNext()
 	first := testkit.Receive(t, calls, "the first attempt")
 	first.answer <- http.StatusServiceUnavailable
@@ -193,13 +169,13 @@ func TestUpstreamRetryAfterIsHonouredUpToTheTimeout(t *testing.T) {
 		if gap := second.at.Sub(first.at); gap != 11*time.Second {
 			t.Fatalf("retried %v after the 503, want 11s", gap)
 		}
-		if op := lr.await(t, "op_1"); op.Status != store.StatusSucceeded || op.Attempts != 2 {
+		if op := lr.Await(t, "op_1"); op.Status != store.StatusSucceeded || op.Attempts != 2 {
 			t.Fatalf("%s after %d attempts, want succeeded after 2", op.Status, op.Attempts)
 		}
 	})
 	t.Run("timeout 5s", func(t *testing.T) {
 		lr, _, _, first := answeredRetryAfter(t, 5*time.Second)
-		op := lr.await(t, "op_1")
+		op := lr.Await(t, "op_1")
 		if op.Status != store.StatusFailed || op.Error == nil || op.Error.Code != string(apierr.CodeUpstreamUnavailable) || op.Attempts != 1 {
 			t.Fatalf("%s %+v after %d attempts, want failed UPSTREAM_UNAVAILABLE after 1", op.Status, op.Error, op.Attempts)
 		}
@@ -216,7 +192,7 @@ func TestRetryableFailuresAreRetriedWithinTheBackoffThenFail(t *testing.T) {
 	clock := newFakeClock()
 	up, calls, _ := gatedUpstream(clock, "")
 	lr := newLoopRunner(t, clock, up, Config{})
-	lr.accept(t, "op_1", testExecution(time.Minute, 2), nil, chat("flaky"))
+	lr.Accept(t, "op_1", testExecution(time.Minute, 2), nil, chat("flaky"))
 	lr.ClaimNext()
 	call := testkit.Receive(t, calls, "the first attempt")
 	for retry, ceiling := range []time.Duration{500 * time.Millisecond, time.Second} {
@@ -234,7 +210,7 @@ func TestRetryableFailuresAreRetriedWithinTheBackoffThenFail(t *testing.T) {
 		}
 	}
 	call.answer <- http.StatusServiceUnavailable
-	op := lr.await(t, "op_1")
+	op := lr.Await(t, "op_1")
 	if op.Status != store.StatusFailed || op.Error == nil || op.Error.Code != string(apierr.CodeUpstreamUnavailable) || op.Attempts != 3 {
 		t.Fatalf("%s %+v after %d attempts, want failed UPSTREAM_UNAVAILABLE after 3", op.Status, op.Error, op.Attempts)
 	}
@@ -248,7 +224,7 @@ func TestExecutionStopsOnItsOwnClockBeforeItsLeaseEnds(t *testing.T) {
 	clock := newFakeClock()
 	up, calls, stopped := gatedUpstream(clock, "")
 	lr := newLoopRunner(t, clock, up, Config{Takeover: takeover}) // not begun: no heartbeat renews
-	lr.accept(t, "op_1", testExecution(time.Minute, 3), nil, chat("held"))
+	lr.Accept(t, "op_1", testExecution(time.Minute, 3), nil, chat("held"))
 	lr.ClaimNext()
 	testkit.Receive(t, calls, "the attempt")
 	held, err := lr.st.GetOperation("op_1")
@@ -281,7 +257,7 @@ func TestSilentWorkersOperationIsTakenOverOnlyAfterItsLease(t *testing.T) {
 	clock := newFakeClock()
 	up, calls, _ := gatedUpstream(clock, "")
 	lr := newLoopRunner(t, clock, up, Config{Concurrency: 1, Takeover: takeover})
-	lr.accept(t, "op_1", testExecution(time.Minute, 3), nil, chat("orphan"))
+	lr.Accept(t, "op_1", testExecution(time.Minute, 3), nil, chat("orphan"))
 	silent, err := lr.st.ClaimNext("wrk_silent", takeover)
 	if err != nil || silent == nil {
 		t.Fatalf("claim for the silent worker: %+v %v", silent, err)
@@ -301,7 +277,7 @@ func TestSilentWorkersOperationIsTakenOverOnlyAfterItsLease(t *testing.T) {
 	if call.at.Before(silent.LeaseUntil) {
 		t.Fatalf("taken over %v before the silent worker's lease ended", silent.LeaseUntil.Sub(call.at))
 	}
-	op := lr.await(t, "op_1")
+	op := lr.Await(t, "op_1")
 	if op.Status != store.StatusSucceeded || op.Holder == "wrk_silent" {
 		t.Fatalf("%s held by %s, want succeeded here", op.Status, op.Holder)
 	}
@@ -331,7 +307,7 @@ func TestOneExecutionOfAnOperationAtATimeInAProcess(t *testing.T) {
 	var once sync.Once
 	free := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(free) // runs before the runner's cleanup, which waits for the held call
-	lr.accept(t, "op_1", testExecution(time.Minute, 0), nil, chat("twice"))
+	lr.Accept(t, "op_1", testExecution(time.Minute, 0), nil, chat("twice"))
 	lr.ClaimNext()
 	testkit.Receive(t, calls, "the first execution's call")
 	clock.Advance(DefaultTakeover + time.Second) // its lease runs out: the expiry cancels it, in vain
@@ -351,7 +327,7 @@ func TestOneExecutionOfAnOperationAtATimeInAProcess(t *testing.T) {
 	if ended := testkit.Receive(t, calls, "the second execution's call"); !ended {
 		t.Fatal("the second execution called the upstream while the first still ran")
 	}
-	if op := lr.await(t, "op_1"); op.Status != store.StatusSucceeded {
+	if op := lr.Await(t, "op_1"); op.Status != store.StatusSucceeded {
 		t.Fatalf("op_1 %s, want succeeded by the second execution", op.Status)
 	}
 }
@@ -404,7 +380,7 @@ func TestQueueDeadlinesAreReadOnTheRunnersClock(t *testing.T) {
 	deadline := clock.Now().Add(time.Minute)
 	for _, id := range []string{"op_run", "op_wait"} {
 		ex := testExecution(time.Minute, 0)
-		lr.queue(t, &store.Operation{ID: id, Exec: &ex, QueueDeadline: deadline}, nil, chat(id))
+		lr.Put(t, &store.Operation{ID: id, Exec: &ex, QueueDeadline: deadline}, nil, chat(id))
 	}
 
 	lr.dropStale()
@@ -415,7 +391,7 @@ func TestQueueDeadlinesAreReadOnTheRunnersClock(t *testing.T) {
 		t.Fatal("nothing claimed")
 	}
 	testkit.Receive(t, calls, "the call of the operation claimed before its deadline").answer <- http.StatusOK
-	if op := lr.await(t, "op_run"); op.Status != store.StatusSucceeded {
+	if op := lr.Await(t, "op_run"); op.Status != store.StatusSucceeded {
 		t.Fatalf("op_run: %s, want succeeded", op.Status)
 	}
 

@@ -156,7 +156,7 @@ func TestRenewalOfASettledExecutionIsNoLoss(t *testing.T) {
 	logs, observed := observer.New(zap.WarnLevel)
 	lr.log = zap.New(logs)
 	for _, id := range []string{"op_settled", "op_running"} {
-		lr.accept(t, id, testExecution(time.Minute, 0), nil, `{}`)
+		lr.Accept(t, id, testExecution(time.Minute, 0), nil, `{}`)
 		if _, err := lr.st.ClaimQueued(id, lr.worker, time.Minute); err != nil {
 			t.Fatal(err)
 		}
@@ -213,7 +213,7 @@ func TestRestartTakesOverTheDeadProcesssOperationsAtOnce(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("not within 10s: the restarted runner did not run its dead process's operation")
 	}
-	if op := lr.await(t, "op_1"); op.Status != store.StatusSucceeded || op.Attempts != 2 {
+	if op := lr.Await(t, "op_1"); op.Status != store.StatusSucceeded || op.Attempts != 2 {
 		t.Fatalf("%s after %d attempts, want succeeded after 2", op.Status, op.Attempts)
 	}
 }

@@ -38,3 +38,50 @@ func AwaitFinal(t testing.TB, st store.Operations, id string) *store.Operation {
 	})
 	return op
 }
+
+// AwaitEvent waits, bounded by 10 s, until the outbox's copy of event id satisfies cond (what
+// names the wait), and returns it.
+func AwaitEvent(t testing.TB, st store.Outbox, id, what string, cond func(*store.Event) bool) *store.Event {
+	t.Helper()
+	var ev *store.Event
+	WaitFor(t, 10*time.Second, what, func() bool {
+		got, err := st.GetEvent(id)
+		ev = got
+		return err == nil && cond(got)
+	})
+	return ev
+}
+
+// Queue puts chat operations in a store for a runner under test, telling the runner of each
+// (Told: its Accepted), and waits for them to end.
+type Queue struct {
+	St   store.Backend
+	Now  func() time.Time // the runner's clock
+	Told func()
+}
+
+// Accept queues operation id, run with ex, posting body to the chat path; events about it go
+// to callback, if any.
+func (q Queue) Accept(t testing.TB, id string, ex store.Execution, callback *store.Callback, body string) {
+	t.Helper()
+	q.Put(t, &store.Operation{ID: id, Exec: &ex, Callback: callback}, nil, body)
+}
+
+// AcceptWith queues an operation as Accept does, its request carrying header.
+func (q Queue) AcceptWith(t testing.TB, id string, ex store.Execution, header http.Header, body string) {
+	t.Helper()
+	q.Put(t, &store.Operation{ID: id, Exec: &ex}, header, body)
+}
+
+// Put queues op (QueueChat) and tells the runner.
+func (q Queue) Put(t testing.TB, op *store.Operation, header http.Header, body string) {
+	t.Helper()
+	QueueChat(t, q.St, op, q.Now(), header, body)
+	q.Told()
+}
+
+// Await waits for operation id to reach a final status (AwaitFinal), and returns it.
+func (q Queue) Await(t testing.TB, id string) *store.Operation {
+	t.Helper()
+	return AwaitFinal(t, q.St, id)
+}

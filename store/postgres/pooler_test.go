@@ -55,19 +55,7 @@ func TestBadDirectDSNIsAConfigurationError(t *testing.T) {
 }
 
 // countOn counts on a connection of its own, without opening (and so migrating) a store.
-func countOn(t *testing.T, dsn, sql string) int {
-	t.Helper()
-	conn, err := pgx.Connect(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	var n int
-	if err := conn.QueryRow(context.Background(), sql).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
+func countOn(t *testing.T, dsn, sql string) int { return pgtest.Count(t, dsn, sql) }
 
 // A pooled replica without a direct DSN that starts while another replica migrates waits for
 // that migration (it sees the lock in pg_locks) instead of refusing the half-migrated database.
@@ -83,37 +71,9 @@ func TestPooledStoreWaitsForAnotherReplicasMigration(t *testing.T) {
 	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock($1)`, lockMigrate); err != nil {
 		t.Fatal(err)
 	}
-	log := &captureLog{said: make(chan string, 4)}
-	opened := make(chan error, 1)
-	go func() {
-		st, err := Open(ctx, Options{DSN: bouncer.DSN(t, direct), SweepEvery: -1, Logger: log})
-		if err == nil {
-			st.Close()
-		}
-		opened <- err
-	}()
-	select {
-	case line := <-log.said:
-		if !strings.Contains(line, "waiting for another replica's schema migration") {
-			t.Fatalf("logged %q", line)
-		}
-	case err := <-opened:
-		t.Fatalf("returned while another replica migrated: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("no log line while another replica migrated")
-	}
+	opened := openWaitingForTheMigrationLock(t, ctx, bouncer.DSN(t, direct), 20*time.Second)
 	if err := migrate(ctx, holder, nil); err != nil { // the holder's session holds the lock already
 		t.Fatal(err)
 	}
-	if _, err := holder.Exec(ctx, `SELECT pg_advisory_unlock($1)`, lockMigrate); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-opened:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("did not open once the migration was done")
-	}
+	unlockAndAwaitOpen(t, ctx, holder, opened, 20*time.Second)
 }

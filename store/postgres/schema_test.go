@@ -66,36 +66,8 @@ func TestReplicaWaitingForAnotherMigrationSaysSo(t *testing.T) {
 	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock($1)`, lockMigrate); err != nil {
 		t.Fatal(err)
 	}
-	log := &captureLog{said: make(chan string, 4)}
-	opened := make(chan error, 1)
-	go func() {
-		st, err := Open(ctx, Options{DSN: dsn, SweepEvery: -1, Logger: log})
-		if err == nil {
-			st.Close()
-		}
-		opened <- err
-	}()
-	select {
-	case line := <-log.said:
-		if !strings.Contains(line, "waiting for another replica's schema migration") {
-			t.Fatalf("logged %q", line)
-		}
-	case err := <-opened:
-		t.Fatalf("opened while another held the migration lock: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("no log line while waiting for the migration lock")
-	}
-	if _, err := holder.Exec(ctx, `SELECT pg_advisory_unlock($1)`, lockMigrate); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-opened:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("did not open after the lock was released")
-	}
+	opened := openWaitingForTheMigrationLock(t, ctx, dsn, 10*time.Second)
+	unlockAndAwaitOpen(t, ctx, holder, opened, 10*time.Second)
 }
 
 // A migration marked no-transaction runs statement by statement outside a transaction, as
@@ -128,6 +100,51 @@ func TestNoTransactionMigrationBuildsAnIndexConcurrently(t *testing.T) {
 }
 
 // captureLog hands each warning to a channel.
+// openWaitingForTheMigrationLock opens a store on dsn while another session holds the migration
+// lock, and waits until the store logs that it waits for it (the test fails if it returns first,
+// or says nothing within bound); the store's Open error arrives on the channel returned once the
+// lock is released.
+func openWaitingForTheMigrationLock(t *testing.T, ctx context.Context, dsn string, bound time.Duration) <-chan error {
+	t.Helper()
+	log := &captureLog{said: make(chan string, 4)}
+	opened := make(chan error, 1)
+	go func() {
+		st, err := Open(ctx, Options{DSN: dsn, SweepEvery: -1, Logger: log})
+		if err == nil {
+			st.Close()
+		}
+		opened <- err
+	}()
+	select {
+	case line := <-log.said:
+		if !strings.Contains(line, "waiting for another replica's schema migration") {
+			t.Fatalf("logged %q", line)
+		}
+	case err := <-opened:
+		t.Fatalf("Open returned while another session held the migration lock: %v", err)
+	case <-time.After(bound):
+		t.Fatal("no log line while waiting for the migration lock")
+	}
+	return opened
+}
+
+// unlockAndAwaitOpen releases the migration lock holder holds and waits, within bound, for the
+// store opening beside it (openWaitingForTheMigrationLock) to open.
+func unlockAndAwaitOpen(t *testing.T, ctx context.Context, holder *pgx.Conn, opened <-chan error, bound time.Duration) {
+	t.Helper()
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_unlock($1)`, lockMigrate); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-opened:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(bound):
+		t.Fatal("the store did not open once the migration lock was released")
+	}
+}
+
 type captureLog struct {
 	mu   sync.Mutex
 	said chan string

@@ -78,6 +78,24 @@ func Name(t testing.TB, dsn string) string {
 	return cfg.Database
 }
 
+// Count runs a count query on dsn on a connection of its own (without opening, and so
+// migrating, a store) and returns it.
+func Count(t testing.TB, dsn, sql string, args ...any) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func exec(t testing.TB, dsn, sql string) {
 	t.Helper()
 	if err := run(dsn, sql); err != nil {
