@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 
 	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
 )
@@ -63,14 +62,7 @@ func TestPooledStoreWaitsForAnotherReplicasMigration(t *testing.T) {
 	bouncer := pgtest.StartBouncer(t, pgtest.Require(t), 2)
 	direct := pgtest.Database(t)
 	ctx := context.Background()
-	holder, err := pgx.Connect(ctx, direct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close(ctx)
-	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock($1)`, lockMigrate); err != nil {
-		t.Fatal(err)
-	}
+	holder := holdTheMigrationLock(t, ctx, direct)
 	opened := openWaitingForTheMigrationLock(t, ctx, bouncer.DSN(t, direct), 20*time.Second)
 	if err := migrate(ctx, holder, nil); err != nil { // the holder's session holds the lock already
 		t.Fatal(err)

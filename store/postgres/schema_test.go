@@ -58,14 +58,7 @@ func TestDatabaseOfANewerIncompatibleSchemaIsRefused(t *testing.T) {
 func TestReplicaWaitingForAnotherMigrationSaysSo(t *testing.T) {
 	dsn := pgtest.Database(t)
 	ctx := context.Background()
-	holder, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close(ctx)
-	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock($1)`, lockMigrate); err != nil {
-		t.Fatal(err)
-	}
+	holder := holdTheMigrationLock(t, ctx, dsn)
 	opened := openWaitingForTheMigrationLock(t, ctx, dsn, 10*time.Second)
 	unlockAndAwaitOpen(t, ctx, holder, opened, 10*time.Second)
 }
@@ -100,6 +93,21 @@ func TestNoTransactionMigrationBuildsAnIndexConcurrently(t *testing.T) {
 }
 
 // captureLog hands each warning to a channel.
+// holdTheMigrationLock takes the migration lock on a session of its own, as a replica migrating
+// does, closed when t ends.
+func holdTheMigrationLock(t *testing.T, ctx context.Context, dsn string) *pgx.Conn {
+	t.Helper()
+	holder, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Close(ctx) })
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock($1)`, lockMigrate); err != nil {
+		t.Fatal(err)
+	}
+	return holder
+}
+
 // openWaitingForTheMigrationLock opens a store on dsn while another session holds the migration
 // lock, and waits until the store logs that it waits for it (the test fails if it returns first,
 // or says nothing within bound); the store's Open error arrives on the channel returned once the
