@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
 )
 
