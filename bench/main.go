@@ -240,6 +240,9 @@ func (c Config) flagLine() string {
 	if c.Postgres != "" {
 		line += fmt.Sprintf(" -postgres %s -replicas %d", postgres.DisplayName(c.Postgres), c.Replicas)
 	}
+	if c.Binary != "" {
+		line += " -binary " + c.Binary // a binary built already: which one was measured
+	}
 	if c.Pooled != "" {
 		line += " -pooled " + postgres.DisplayName(c.Pooled)
 	}

@@ -4,7 +4,7 @@
 // courier internal/courier, the batch worker internal/batches. Of the
 // library packages it alone imports Caddy (the
 // sidecar's main and the demo embed Caddy too). Storage is behind store.Backend; what needs only
-// the standard library lives in internal/ (fingerprint, idemkey, sse, bodyfields, opview, clocks, ids, reqlog).
+// the standard library lives in internal/ (fingerprint, idemkey, sse, bodyfields, opview, clocks, ids, reqlog, prefer).
 //
 // Where each feature is (docs/ has the user's view of each):
 //
@@ -21,8 +21,8 @@
 //	                    pools and metrics), dispatch.go (what attempts go through: the config's
 //	                    Caddy servers), clock.go
 //	webhooks            webhooks_config.go (the config; its checks, endpoints and schedule are
-//	                    internal/courier.Setup, URL patterns and secrets webhook/), event.go,
-//	                    courier.go (the storage's internal/courier, wired to the gateway's
+//	                    internal/courier.Setup, URL patterns and secrets webhook/; the events
+//	                    are built and rendered by internal/runner), courier.go (the storage's internal/courier, wired to the gateway's
 //	                    rendering, traces and metrics)
 //	capacity            capacity.go, capacity_fair.go, capacity_server.go (the config),
 //	                    capacity_serve.go, seats.go (the process-wide pools, wired to storage and

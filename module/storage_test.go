@@ -62,7 +62,7 @@ func sitesConfig(t *testing.T, cfg modelserver.Config, bodies ...string) ([]byte
 }
 
 // TestEachBlockKeepsItsSettingsOnASharedStorage: site A with webhooks and
-// `timeout 1s`, site B bare with `timeout 30s`, both on one storage. A's 2.5 s call fails with
+// `timeout 300ms`, site B bare with `timeout 30s`, both on one storage. A's 1 s call fails with
 // OPERATION_TIMEOUT and A's webhook is delivered; B's succeeds and sends nothing.
 func TestEachBlockKeepsItsSettingsOnASharedStorage(t *testing.T) {
 	rc := newReceiver(t, secretA, nil)

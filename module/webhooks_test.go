@@ -220,7 +220,7 @@ func TestPrivateTargetsAreRefusedWithoutAllowPrivate(t *testing.T) {
 }
 
 // TestFlakyReceiverWithAnOutageGetsEveryEventOnce: 300 operations; the receiver fails half its
-// requests at random and is down for 4 s in the middle. Every event is delivered, each seen
+// requests at random and is down for 2 s in the middle. Every event is delivered, each seen
 // once after dedupe, and the breaker bounds what is sent while it is down.
 func TestFlakyReceiverWithAnOutageGetsEveryEventOnce(t *testing.T) {
 	t.Parallel()

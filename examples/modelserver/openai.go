@@ -163,10 +163,11 @@ func decode(body []byte, v any) error {
 
 // contentText flattens a chat message content: a string, or an array of
 // {"type":"text","text":...} parts.
-func contentText(raw json.RawMessage) string { return partsText(raw, "text", "") }
+func contentText(raw json.RawMessage) string { return partsText(raw, true, "text", "") }
 
-// partsText flattens a message content: a string, or the text of its parts of the given types.
-func partsText(raw json.RawMessage, types ...string) string {
+// partsText flattens a message content: a string, or the text of its parts of the given types;
+// of an array that does not decode whole, strict takes nothing, else the parts that decoded.
+func partsText(raw json.RawMessage, strict bool, types ...string) string {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
 		return s
@@ -175,7 +176,7 @@ func partsText(raw json.RawMessage, types ...string) string {
 		Type string `json:"type"`
 		Text string `json:"text"`
 	}
-	if json.Unmarshal(raw, &parts) != nil {
+	if json.Unmarshal(raw, &parts) != nil && strict {
 		return ""
 	}
 	var texts []string

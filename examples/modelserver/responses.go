@@ -61,7 +61,7 @@ func parseResponses(body []byte, req *modelRequest) error {
 // inputText flattens a Responses message content: a string, or parts of type input_text
 // (or text).
 func inputText(raw json.RawMessage) string {
-	return partsText(raw, "input_text", "text", "output_text")
+	return partsText(raw, false, "input_text", "text", "output_text")
 }
 
 // responseObject is OpenAI's response object, with the fields this server fills.

@@ -30,11 +30,11 @@ func RequireNode(t testing.TB) (node, npm string) {
 	return "", ""
 }
 
-// sdk is the openai SDK installed for the test process, by the first test that needs it.
+// sdk is the openai SDK installed for the test process, by the first test that needs it; an
+// install that failed is tried again by the next.
 var sdk struct {
-	once sync.Once
-	dir  string
-	err  error
+	mu  sync.Mutex
+	dir string
 }
 
 // InstallSDKScript installs the openai SDK from npm once per test process (RemoveSDK removes
@@ -43,17 +43,9 @@ var sdk struct {
 func InstallSDKScript(t testing.TB, ctx context.Context, src string) (node, script string) {
 	t.Helper()
 	node, npm := RequireNode(t)
-	sdk.once.Do(func() {
-		if sdk.dir, sdk.err = os.MkdirTemp("", "mulligan-openai-sdk-"); sdk.err != nil {
-			return
-		}
-		install := exec.CommandContext(ctx, npm, "install", "--no-audit", "--no-fund", "--silent", "--prefix", sdk.dir, OpenAISDK)
-		if out, err := install.CombinedOutput(); err != nil {
-			sdk.err = fmt.Errorf("npm install %s: %v\n%s", OpenAISDK, err, out)
-		}
-	})
-	if sdk.err != nil {
-		t.Fatal(sdk.err)
+	dir, err := installSDK(ctx, npm)
+	if err != nil {
+		t.Fatal(err)
 	}
 	b, err := os.ReadFile(src)
 	if err != nil {
@@ -65,7 +57,7 @@ func InstallSDKScript(t testing.TB, ctx context.Context, src string) (node, scri
 		}
 		return r
 	}, t.Name())
-	script = filepath.Join(sdk.dir, name+"-"+filepath.Base(src))
+	script = filepath.Join(dir, name+"-"+filepath.Base(src))
 	if err := os.WriteFile(script, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -73,9 +65,32 @@ func InstallSDKScript(t testing.TB, ctx context.Context, src string) (node, scri
 	return node, script
 }
 
+// installSDK installs the SDK into a directory of the process's unless it is there already,
+// and returns the directory.
+func installSDK(ctx context.Context, npm string) (string, error) {
+	sdk.mu.Lock()
+	defer sdk.mu.Unlock()
+	if sdk.dir != "" {
+		return sdk.dir, nil
+	}
+	dir, err := os.MkdirTemp("", "mulligan-openai-sdk-")
+	if err != nil {
+		return "", err
+	}
+	install := exec.CommandContext(ctx, npm, "install", "--no-audit", "--no-fund", "--silent", "--prefix", dir, OpenAISDK)
+	if out, err := install.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("npm install %s: %v\n%s", OpenAISDK, err, out)
+	}
+	sdk.dir = dir
+	return dir, nil
+}
+
 // RemoveSDK removes the SDK InstallSDKScript installed, if it did: a package whose tests use it
 // calls this from TestMain once they are done.
 func RemoveSDK() {
+	sdk.mu.Lock()
+	defer sdk.mu.Unlock()
 	if sdk.dir != "" {
 		os.RemoveAll(sdk.dir)
 	}

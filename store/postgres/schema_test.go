@@ -92,7 +92,6 @@ func TestNoTransactionMigrationBuildsAnIndexConcurrently(t *testing.T) {
 	}
 }
 
-// captureLog hands each warning to a channel.
 // holdTheMigrationLock takes the migration lock on a session of its own, as a replica migrating
 // does, closed when t ends.
 func holdTheMigrationLock(t *testing.T, ctx context.Context, dsn string) *pgx.Conn {
@@ -153,6 +152,7 @@ func unlockAndAwaitOpen(t *testing.T, ctx context.Context, holder *pgx.Conn, ope
 	}
 }
 
+// captureLog hands each warning to a channel.
 type captureLog struct {
 	mu   sync.Mutex
 	said chan string

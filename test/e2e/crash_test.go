@@ -22,7 +22,7 @@ import (
 func TestKilledGatewayKeepsItsKeys(t *testing.T) {
 	t.Parallel()
 	model, upstream := startModelServer(t, modelserver.Config{Latency: 2 * time.Second})
-	p := newGatewayProcess(t, upstream, "idempotency {\n lease 4s\n}")
+	p := newGatewayProcess(t, upstream, "idempotency {\n lease 10s\n}") // the kill, the restart and the retry fit in it on a loaded machine
 	p.start()
 
 	// A key completed before the crash.
@@ -49,7 +49,7 @@ func TestKilledGatewayKeepsItsKeys(t *testing.T) {
 	}
 
 	// After the lease the orphaned claim expires and the retry runs again.
-	testkit.WaitFor(t, 15*time.Second, "the lease expired", func() bool {
+	testkit.WaitFor(t, 25*time.Second, "the lease expired", func() bool {
 		resp, _, err := p.post("mid-flight", "interrupted", 10*time.Second)
 		return err == nil && resp.StatusCode == 200
 	})

@@ -226,7 +226,7 @@ func killedReplicasOperationsAreTakenOver(t *testing.T, db fleetDB) {
 }
 
 func TestCancelThroughAnotherReplicaStopsTheCall(t *testing.T) {
-	t.Parallel()
+	// Not in parallel: it bounds how soon the call stops (3 s).
 	dsn := pgtest.Database(t)
 	model, upstream := startModelServer(t, modelserver.Config{})
 	rs := startReplicas(t, 3, upstream, dsn, "")

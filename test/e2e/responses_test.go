@@ -297,7 +297,7 @@ func TestOpenAINodeSDKResumesABackgroundStreamOnAnotherReplica(t *testing.T) {
 // never the next attempt's events after the lost one's; the surviving replica takes the
 // response over and completes it, and its stream then reads whole from that one attempt.
 func TestFollowerOfAKilledReplicasResponseSeesTheAttemptLost(t *testing.T) {
-	t.Parallel()
+	// Not in parallel: a replica must start and follow before the stream ends.
 	dsn := pgtest.Database(t)
 	model, upstream := startModelServer(t, modelserver.Config{ChunkDelay: 200 * time.Millisecond})
 	block := "responses /v1\nasync {\n takeover 3s\n}"

@@ -74,7 +74,7 @@ func readEvents(rd *bufio.Reader, n int) (events int, err error) {
 func TestKilledGatewayNeverReplaysAPartialStream(t *testing.T) {
 	t.Parallel()
 	model, upstream := startModelServer(t, modelserver.Config{ChunkDelay: 100 * time.Millisecond})
-	p := newGatewayProcess(t, upstream, "idempotency {\n lease 6s\n}")
+	p := newGatewayProcess(t, upstream, "idempotency {\n lease 12s\n}") // the kill, the restart and the retry fit in it on a loaded machine
 	p.start()
 	whole := len(streamWords) + 2 + 1 // "You said:" and [DONE]
 
@@ -92,7 +92,7 @@ func TestKilledGatewayNeverReplaysAPartialStream(t *testing.T) {
 		t.Fatalf("a retry within the lease got a clean stream of %d events: the partial recording passed for whole", n)
 	}
 
-	testkit.WaitFor(t, 15*time.Second, "the lease expired", func() bool {
+	testkit.WaitFor(t, 25*time.Second, "the lease expired", func() bool {
 		resp := p.openStream(t, "k")
 		if resp.StatusCode != http.StatusOK {
 			return false

@@ -36,15 +36,23 @@ func Database(t testing.TB) string {
 
 // withDatabase is dsn naming database name instead.
 func withDatabase(t testing.TB, dsn, name string) string {
-	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
-		return dsn + " dbname=" + name // keyword/value form: the last setting wins
-	}
-	u, err := url.Parse(dsn)
+	out, err := namingDatabase(dsn, name)
 	if err != nil {
 		t.Fatalf("%s: %v", EnvDSN, err)
 	}
+	return out
+}
+
+func namingDatabase(dsn, name string) (string, error) {
+	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
+		return dsn + " dbname=" + name, nil // keyword/value form: the last setting wins
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", err
+	}
 	u.Path = "/" + name
-	return u.String()
+	return u.String(), nil
 }
 
 // Require returns the test cluster's DSN. Without one t is skipped, saying how to get one; under
@@ -139,11 +147,15 @@ func (tp *Template) Database(t testing.TB) string {
 	admin := Require(t)
 	tp.once.Do(func() {
 		name := randomName("mulligan_tmpl_")
-		if tp.err = run(admin, "CREATE DATABASE "+name); tp.err != nil {
+		dsn, err := namingDatabase(admin, name)
+		if err == nil {
+			err = run(admin, "CREATE DATABASE "+name)
+		}
+		if tp.err = err; err != nil {
 			return
 		}
 		tp.name = name
-		tp.err = tp.prepare(withDatabase(t, admin, name))
+		tp.err = tp.prepare(dsn)
 	})
 	if tp.err != nil {
 		t.Fatalf("preparing the template database: %v", tp.err)
