@@ -5,6 +5,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -126,6 +127,12 @@ type simulation struct {
 	job     func(rng *rand.Rand) simJob // the next call of the backlog
 	noise   time.Duration               // another tenant's instant 400 every noise; 0: none
 	noiseAt time.Time
+
+	backlogUrgency int           // the backlog's Priority urgency (0: none given)
+	urgentEvery    time.Duration // another tenant's urgent call (u=0) every urgentEvery; 0: none
+	urgentJob      simJob
+	urgentAt       time.Time
+	urgentTook     []time.Duration // each urgent call's time from its arrival to its end, past warm-up
 }
 
 type simJob struct {
@@ -139,6 +146,8 @@ type simJob struct {
 
 type simCall struct {
 	simJob
+	urgent     bool
+	arrived    time.Time
 	w          *Waiter
 	start      time.Time // granted a seat: sent upstream
 	firstEvent time.Time
@@ -169,20 +178,28 @@ func (s *simulation) run(t *testing.T, d time.Duration) float64 {
 	t.Helper()
 	begin := s.clock.Now()
 	warm := begin.Add(d / 4)
-	s.noiseAt = begin
+	s.noiseAt, s.urgentAt = begin, begin
 	for s.clock.Now().Before(begin.Add(d)) {
 		for len(s.waiters) < 64 { // the backlog at the gateway
-			s.enqueue(s.job(s.rng), "backlog")
+			s.enqueue(s.job(s.rng), "backlog", s.backlogUrgency)
 		}
 		s.startGranted()
 		next := s.events[0].at
 		if s.noise > 0 && s.noiseAt.Before(next) {
 			next = s.noiseAt
 		}
+		if s.urgentEvery > 0 && s.urgentAt.Before(next) {
+			next = s.urgentAt
+		}
 		s.advance(next, warm)
 		if s.noise > 0 && !s.clock.Now().Before(s.noiseAt) {
-			s.enqueue(simJob{service: 3 * time.Millisecond, status: 400}, "noise")
+			s.enqueue(simJob{service: 3 * time.Millisecond, status: 400}, "noise", 0)
 			s.noiseAt = s.noiseAt.Add(s.noise)
+			continue
+		}
+		if s.urgentEvery > 0 && !s.clock.Now().Before(s.urgentAt) {
+			s.enqueue(s.urgentJob, "interactive", 0).urgent = true
+			s.urgentAt = s.urgentAt.Add(s.urgentEvery)
 			continue
 		}
 		e := heap.Pop(&s.events).(simEvent)
@@ -207,6 +224,9 @@ func (s *simulation) run(t *testing.T, d time.Duration) float64 {
 		s.pool.Release(e.call.start, sample)
 		if !s.clock.Now().Before(warm) {
 			s.limits = append(s.limits, s.pool.Snapshot().Limit)
+			if e.call.urgent {
+				s.urgentTook = append(s.urgentTook, s.clock.Now().Sub(e.call.arrived))
+			}
 		}
 	}
 	return float64(s.busy) / float64(s.window)
@@ -223,10 +243,11 @@ func (s *simulation) advance(at, warm time.Time) {
 	}
 }
 
-func (s *simulation) enqueue(j simJob, scope string) {
-	c := &simCall{simJob: j}
-	c.w = s.pool.Enqueue(Ask{Scope: scope, Since: s.clock.Now()})
+func (s *simulation) enqueue(j simJob, scope string, urgency int) *simCall {
+	c := &simCall{simJob: j, arrived: s.clock.Now()}
+	c.w = s.pool.Enqueue(Ask{Scope: scope, Urgency: urgency, Since: s.clock.Now()})
 	s.waiters = append(s.waiters, c)
+	return c
 }
 
 // startGranted sends upstream every waiter the pool granted a seat.
@@ -313,5 +334,40 @@ func TestAdaptiveLimitKeepsSlotsBusyForMixedLengthsAndFastErrors(t *testing.T) {
 				t.Fatalf("the limit averaged %.1f for %d slots: the model server's own queue grew long", m, s.slots)
 			}
 		})
+	}
+}
+
+// mixedLengths is the flood benchmark's mixed call: 1 to 15 times 100 ms, uniformly, its usage
+// in proportion (docs/capacity.md, "Under a flood").
+func mixedLengths(rng *rand.Rand) simJob {
+	n := 1 + rng.IntN(15)
+	return simJob{service: time.Duration(n) * 100 * time.Millisecond, tokens: 4 * n, status: 200, slot: true}
+}
+
+// percentile is the p-th percentile of ds (sorted in place).
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[min(len(ds)-1, int(p*float64(len(ds))))]
+}
+
+// Behind a flood of calls 100 ms to 1.5 s long at urgency 7, another tenant's urgent 100 ms
+// call every 200 ms waits at most for the first running call to end: its p99 stays within the
+// longest call plus its own (the flood benchmark's target), and the slots stay busy.
+func TestAdaptiveLimitLetsAnUrgentCallPastAMixedFlood(t *testing.T) {
+	s := newSimulation(4, mixedLengths)
+	s.backlogUrgency = 7
+	s.urgentEvery = 200 * time.Millisecond
+	s.urgentJob = simJob{service: 100 * time.Millisecond, tokens: 4, status: 200, slot: true}
+	u := s.run(t, 10*time.Minute)
+	p50, p99 := percentile(s.urgentTook, 0.5), percentile(s.urgentTook, 0.99)
+	t.Logf("urgent calls: %d, p50 %v, p99 %v; slots busy %.1f %% while work waited; limit averaged %.1f", len(s.urgentTook), p50, p99, 100*u, meanOf(s.limits))
+	if longest := 1500 * time.Millisecond; p99 > longest+s.urgentJob.service {
+		t.Fatalf("urgent p99 %v: more than the longest call plus its own (%v)", p99, longest+s.urgentJob.service)
+	}
+	if u < 0.9 {
+		t.Fatalf("slots busy %.1f %% while work waited; want at least 90 %%", 100*u)
 	}
 }
