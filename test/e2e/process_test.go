@@ -3,6 +3,7 @@ package e2e
 import (
 	"cmp"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,7 +22,17 @@ import (
 // SIGKILL.
 var binary string
 
+// TestMain builds the binary, then runs up to four parallel tests at once unless -test.parallel
+// says otherwise: they mostly wait on processes, loopback calls and PostgreSQL's syncs, and the
+// default (the number of cores, two on the project's machine) leaves the cores idle. The tests
+// that must act within a time run one at a time, before them.
 func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", "4")
+	}
 	dir, err := os.MkdirTemp("", "mulligan-bin")
 	if err != nil {
 		panic(err)
