@@ -45,8 +45,7 @@ type gate struct {
 	mismatch  int
 	policy    statusPolicy
 	fp        *fingerprint.Fingerprinter
-	flights   *streams.Flights
-	keyed     *streams.Keyed // how keyed streams are recorded and joined (docs/streams.md)
+	keyed     *streams.Keyed // how keyed streams are recorded and joined, and the claims held here (docs/streams.md)
 	clock     clockwork.Clock
 }
 
@@ -68,10 +67,9 @@ func newGate(c *IdempotencyConfig, a *AsyncConfig, clock clockwork.Clock) (*gate
 
 // withStreams gives g what its keyed streams are recorded and joined with.
 func (g *gate) withStreams() *gate {
-	g.flights = streams.NewFlights()
 	g.keyed = &streams.Keyed{Records: g.policy.records, MaxBytes: g.maxResult, Expiry: g.expiry,
 		Keep:  g.lease + g.ttl + time.Minute, // the record replays for ttl after the stream ends
-		Lives: streams.NewLives(), Flights: g.flights}
+		Lives: streams.NewLives(), Flights: streams.NewFlights()}
 	return g
 }
 
@@ -320,12 +318,12 @@ type waiting struct {
 // claiming again: not when the key already has maxStreamWaiters stream duplicates waiting.
 func (g *gate) awaitFlight(kr *keyedRequest, deadline time.Time, w *waiting) bool {
 	if w.backoff { // a stream duplicate: it holds one of the key's places while it waits
-		if !g.flights.EnterWait(string(kr.recordKey)) {
+		if !g.keyed.Flights.EnterWait(string(kr.recordKey)) {
 			return false
 		}
-		defer g.flights.LeaveWait(string(kr.recordKey))
+		defer g.keyed.Flights.LeaveWait(string(kr.recordKey))
 	}
-	done, begun := g.flights.Wait(string(kr.recordKey))
+	done, begun := g.keyed.Flights.Wait(string(kr.recordKey))
 	if !w.stream {
 		begun = nil
 	}
@@ -362,7 +360,7 @@ func (g *gate) storageFailed(w http.ResponseWriter, kr *keyedRequest, err error)
 // lease), streams the answer to the client, and records or releases the key. durable, when
 // set, waits for the claim's fsync: nothing of the answer goes to the client before it.
 func (g *gate) run(w http.ResponseWriter, kr *keyedRequest, next caddyhttp.Handler, st store.Backend, token string, durable func() error) error {
-	defer g.flights.Start(string(kr.recordKey), token)()
+	defer g.keyed.Flights.Start(string(kr.recordKey), token)()
 	ctx, cancel := detachedContext(kr.r.Context(), g.lease)
 	defer cancel()
 	up := kr.r.WithContext(ctx)

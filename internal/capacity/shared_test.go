@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 
@@ -469,16 +468,7 @@ func (c *inFlightSeats) AcquireSeat(pool, seat, worker string, limit int, lease 
 // xactCommits reads the transactions committed in the database of dsn so far.
 func xactCommits(t *testing.T, dsn string) int64 {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	var n int64
-	if err := conn.QueryRow(context.Background(), `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return int64(pgtest.Count(t, dsn, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`))
 }
 
 // 100 calls wait for the one shared seat another replica holds: the replica looks for a free

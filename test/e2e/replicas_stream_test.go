@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,8 +10,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/mulligan-gw/mulligan/examples/modelserver"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
@@ -224,18 +221,7 @@ func TestDuplicateOnAnotherReplicaBeforeTheStreamBeginsJoinsIt(t *testing.T) {
 // max_result, or abandoned.
 func droppedStreams(t *testing.T, dsn string) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	db, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close(ctx)
-	var n int
-	if err := db.QueryRow(ctx, `SELECT count(*) FROM stream_heads WHERE state = 3`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return pgtest.Count(t, dsn, `SELECT count(*) FROM stream_heads WHERE state = 3`)
 }
 
 // A stream over max_result is relayed to its first client but not recorded: it is dropped from

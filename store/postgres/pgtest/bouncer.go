@@ -164,17 +164,6 @@ func postgresUser(t testing.TB, dir string) *syscall.Credential {
 // the asking one: the pooler's server connections plus any direct ones.
 func ServerConnections(t testing.TB, dsn string) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("connecting to the test cluster: %v", err)
-	}
-	defer conn.Close(ctx)
-	var n int
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-		WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return Count(t, dsn, `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()`)
 }

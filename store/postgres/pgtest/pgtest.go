@@ -86,8 +86,8 @@ func Name(t testing.TB, dsn string) string {
 	return cfg.Database
 }
 
-// Count runs a count query on dsn on a connection of its own (without opening, and so
-// migrating, a store) and returns it.
+// Count runs a query of one integer (a count, say) on dsn on a connection of its own (without
+// opening, and so migrating, a store) and returns it.
 func Count(t testing.TB, dsn, sql string, args ...any) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
