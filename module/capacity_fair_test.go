@@ -69,12 +69,14 @@ func TestCapacityFairKeyFromAHeaderSharesTurnsByTenant(t *testing.T) {
 	call("h-1", "honest", "honest")
 	testkit.WaitFor(t, 5*time.Second, "every call waiting", func() bool { return sumWaiting(pool()) == 9 })
 	wg.Wait()
-	// m-0 held the seat and m-1 waited first; then the tenants take turns: the honest calls
-	// (in either order, sent at once) third and fifth.
+	// m-0 held the seat and m-1 waited first; then the tenants take turns by the slot time
+	// their calls held: the honest calls (in either order, sent at once) third and fifth, or
+	// third and fourth when the minter's calls happened to hold their seat a little longer.
+	// A turn per credential would put them last.
 	order := a.order()
 	first, second := slices.Index(order, "h-0"), slices.Index(order, "h-1")
-	if min(first, second) != 2 || max(first, second) != 4 {
-		t.Errorf("the honest calls reached the model server at %d and %d of %v; want 2 and 4", first, second, order)
+	if min(first, second) != 2 || max(first, second) > 4 {
+		t.Errorf("the honest calls reached the model server at %d and %d of %v; want 2, then 3 or 4", first, second, order)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/mulligan-gw/mulligan/store"
 )
 
 // slottedLatency models a model server with slots and a first-come queue behind them: a call
@@ -221,7 +223,7 @@ func (s *simulation) run(t *testing.T, d time.Duration) float64 {
 		if e.call.stream {
 			sample.FirstByte = e.call.firstEvent.Sub(e.call.start)
 		}
-		s.pool.Release(e.call.start, sample)
+		s.pool.Release(e.call.w, e.call.start, sample)
 		if !s.clock.Now().Before(warm) {
 			s.limits = append(s.limits, s.pool.Snapshot().Limit)
 			if e.call.urgent {
@@ -366,6 +368,27 @@ func TestAdaptiveLimitLetsAnUrgentCallPastAMixedFlood(t *testing.T) {
 	t.Logf("urgent calls: %d, p50 %v, p99 %v; slots busy %.1f %% while work waited; limit averaged %.1f", len(s.urgentTook), p50, p99, 100*u, meanOf(s.limits))
 	if longest := 1500 * time.Millisecond; p99 > longest+s.urgentJob.service {
 		t.Fatalf("urgent p99 %v: more than the longest call plus its own (%v)", p99, longest+s.urgentJob.service)
+	}
+	if u < 0.9 {
+		t.Fatalf("slots busy %.1f %% while work waited; want at least 90 %%", 100*u)
+	}
+}
+
+// Turns charge slot time, not calls: behind a flood of calls 100 ms to 1.5 s long competing at
+// the same band (the default urgency, as a low-urgency flood is once it has aged), a tenant
+// whose 100 ms calls come every 200 ms uses an eighth of the slot time its turns earn, so each
+// call waits about for a seat to come free, not behind the flood's calls one for one. Counted
+// per call, its calls needed half the grants and queued (p50 12.6 s).
+func TestFairTurnsChargeSlotTimeSoShortCallsPassALongFloodAtTheSameBand(t *testing.T) {
+	s := newSimulation(4, mixedLengths)
+	s.backlogUrgency = store.DefaultUrgency
+	s.urgentEvery = 200 * time.Millisecond
+	s.urgentJob = simJob{service: 100 * time.Millisecond, tokens: 4, status: 200, slot: true}
+	u := s.run(t, 10*time.Minute)
+	p50, p99 := percentile(s.urgentTook, 0.5), percentile(s.urgentTook, 0.99)
+	t.Logf("short calls: %d, p50 %v, p99 %v; slots busy %.1f %% while work waited", len(s.urgentTook), p50, p99, 100*u)
+	if longest := 1500 * time.Millisecond; p99 > longest+s.urgentJob.service {
+		t.Fatalf("short calls' p99 %v: more than the longest call plus their own (%v)", p99, longest+s.urgentJob.service)
 	}
 	if u < 0.9 {
 		t.Fatalf("slots busy %.1f %% while work waited; want at least 90 %%", 100*u)

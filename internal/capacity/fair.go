@@ -7,21 +7,47 @@ import (
 )
 
 // Fairness between the keys that wait for seats (docs/capacity.md, "Fairness"): start-time fair
-// queuing over seats. Each fairness key waiting has a virtual start, the virtual time of its
-// next turn; a grant goes to the key with the earliest start, which then moves on by 1/weight.
-// Keys not served lately share one lane (newcomers).
-// A key that starts to wait (new, or back after it had nothing waiting) starts no earlier than
-// the latest start of the keys already waiting: behind every waiting key's next turn, as deficit
-// round robin puts a new flow at the tail, so neither a new identity per call nor going idle
-// buys a place ahead of a tenant's backlog. Urgency counts across keys only where it is trusted
-// (band); a caller's own Priority orders its own key's work.
+// queuing over slot time. Each fairness key waiting has a virtual start, the virtual time of its
+// next turn; a grant goes to the key with the earliest start, which then moves on by the slot
+// time the call is expected to hold over the key's weight, corrected to the time it held once
+// its seat comes back. So a tenant of short calls gets as many turns as its calls' slot time
+// earns against a tenant of long ones, not one call for each of theirs, and a weight-2 key gets
+// twice the slot time of a weight-1 key.
+//
+// A key that starts to wait starts at the current virtual time (the start of the latest turn
+// granted), or later when its own last turn ended later: going idle banks no turns, and the
+// finish a key leaves is kept while the key is remembered as served lately. Keys not served
+// lately share one lane (newcomers), in which each key starts behind the keys already waiting:
+// a new identity per call buys no place ahead of anyone's backlog. Urgency counts across keys
+// only where it is trusted (band); a caller's own Priority orders its own key's work.
 
 // keyTurn is one waiting key's place in the turns.
 type keyTurn struct {
-	start   float64 // the virtual time of its next turn
-	weight  float64 // its share against weight-1 keys
-	waiting int     // its waiters in the pool
+	start   time.Duration // the virtual time of its next turn
+	weight  float64       // its share against weight-1 keys
+	waiting int           // its waiters in the pool
 }
+
+// knownKey is a key served lately: when (a count of grants), where its last turn ended, and
+// the slot time its calls held lately.
+type knownKey struct {
+	served uint64
+	finish time.Duration // the virtual start its next turn would have
+	hold   time.Duration // a moving average; 0: not measured yet
+}
+
+// Slot time as turns charge it. Virtual time is a time.Duration, so that equal charges make
+// exact ties (broken by age) rather than rounding noise.
+const (
+	// defaultHold is charged for a call of a key whose calls were never measured, until the
+	// pool has measured any.
+	defaultHold = time.Second
+	// minCharge is the least a turn costs, so that calls answered at once (or seats never used)
+	// still take turns.
+	minCharge = time.Millisecond
+	// holdWeight is how much the latest call moves a moving average of slot time.
+	holdWeight = 0.2
+)
 
 // keyOf is the fairness key of an ask: Key, or the scope when none is set.
 func keyOf(a Ask) string {
@@ -71,47 +97,122 @@ func (p *Pool) laneOf(a Ask) string {
 	return newcomers
 }
 
+// laneWeight is the weight w's lane takes turns with: its key's, or 1 for the newcomers'.
+func laneWeight(w *Waiter) float64 {
+	if w.lane == newcomers {
+		return 1
+	}
+	return weightOf(w.Ask)
+}
+
 // joinLocked counts waiter w in its lane (and, among the newcomers, under its key), starting a
-// lane or key that had none at the current virtual time or behind the waiting ones' next turns,
-// whichever is later.
+// lane that had nobody waiting at the current virtual time or where its last turn ended,
+// whichever is later, and a newcomer key behind the newcomers' keys waiting.
 func (p *Pool) joinLocked(w *Waiter) {
 	w.lane = p.laneOf(w.Ask)
-	weight := 1.0
-	if w.lane != newcomers {
-		weight = weightOf(w.Ask)
+	floor := p.newcomersFinish
+	if k := p.known[w.lane]; k != nil {
+		floor = k.finish
 	}
-	p.keys.join(w.lane, weight)
+	p.keys.join(w.lane, laneWeight(w), floor)
 	if w.lane == newcomers {
-		p.newKeys.join(keyOf(w.Ask), weightOf(w.Ask))
+		p.newKeys.join(keyOf(w.Ask), weightOf(w.Ask), 0)
 	}
 }
 
-// leaveLocked uncounts waiter w; granted, its lane's (and key's) turn moves on and its key counts
-// as known. What has nobody waiting is forgotten, so the maps hold only what waits.
+// leaveLocked uncounts waiter w. Granted, its lane's (and key's) turn moves on by the slot time
+// its key's calls held lately, its key counts as served, and its lane's new start is kept as
+// where its last turn ended. What has nobody waiting leaves the turns, so they hold only what
+// waits.
 func (p *Pool) leaveLocked(w *Waiter, granted bool) {
-	p.keys.leave(w.lane, granted)
-	if w.lane == newcomers {
-		p.newKeys.leave(keyOf(w.Ask), granted)
-	}
+	k := keyOf(w.Ask)
 	if granted {
-		p.knowLocked(keyOf(w.Ask))
+		w.charged = p.holdOf(k)
+		finish := p.keys.grant(w.lane, w.charged)
+		if w.lane == newcomers {
+			p.newKeys.grant(k, w.charged)
+			p.newcomersFinish = finish
+		}
+		p.knowLocked(k).finish = finish
+	}
+	p.keys.leave(w.lane)
+	if w.lane == newcomers {
+		p.newKeys.leave(k)
 	}
 }
+
+// holdOf is the slot time a call of key k is expected to hold: its calls' lately, else the
+// pool's.
+func (p *Pool) holdOf(k string) time.Duration {
+	if kk := p.known[k]; kk != nil && kk.hold > 0 {
+		return kk.hold
+	}
+	return p.hold
+}
+
+// settleLocked corrects the turn of granted waiter w to the slot time its seat held (zero when
+// it was never used for a call, which then costs the least a turn does): a call that held its
+// seat longer than its key's calls lately moves the key's turns on further, a shorter one brings
+// them back. A used seat's time also teaches the key's and the pool's averages.
+func (p *Pool) settleLocked(w *Waiter, held time.Duration, used bool) {
+	if w == nil || !w.granted || w.settled {
+		return
+	}
+	w.settled = true
+	took := max(held, minCharge)
+	if !used {
+		took = minCharge
+	}
+	k := keyOf(w.Ask)
+	delta := per(took-w.charged, laneWeight(w))
+	p.keys.settle(w.lane, delta)
+	if w.lane == newcomers {
+		p.newKeys.settle(k, per(took-w.charged, weightOf(w.Ask)))
+		p.newcomersFinish += delta
+		// Its key's own lane, when it has one since, started where this grant left it.
+		p.keys.settle(k, delta)
+	}
+	kk := p.known[k]
+	if kk != nil {
+		kk.finish += delta
+	}
+	if !used {
+		return
+	}
+	p.hold += per(took-p.hold, 1/holdWeight)
+	if kk != nil {
+		if kk.hold == 0 {
+			kk.hold = took
+		} else {
+			kk.hold += per(took-kk.hold, 1/holdWeight)
+		}
+	}
+}
+
+// per is d over weight w.
+func per(d time.Duration, w float64) time.Duration { return time.Duration(float64(d) / w) }
 
 // turns are the virtual starts of what waits: lanes, or the newcomers' keys within their lane.
 type turns struct {
 	of    map[string]*keyTurn
-	vtime float64 // the start of the latest turn granted
+	vtime time.Duration // the start of the latest turn granted
+	// behind: a key that starts to wait starts no earlier than the next turns of the keys
+	// waiting (the newcomers' keys, which are not remembered between calls).
+	behind bool
 }
 
-func newTurns() turns { return turns{of: map[string]*keyTurn{}} }
+func newTurns(behind bool) turns { return turns{of: map[string]*keyTurn{}, behind: behind} }
 
-func (ts *turns) join(k string, weight float64) {
+// join counts a waiter of k; a k with nobody waiting starts at the virtual time, or at floor
+// when later (and behind the waiting keys with behind).
+func (ts *turns) join(k string, weight float64, floor time.Duration) {
 	t := ts.of[k]
 	if t == nil {
-		start := ts.vtime
-		for _, o := range ts.of {
-			start = max(start, o.start)
+		start := max(ts.vtime, floor)
+		if ts.behind {
+			for _, o := range ts.of {
+				start = max(start, o.start)
+			}
 		}
 		t = &keyTurn{start: start}
 		ts.of[k] = t
@@ -120,21 +221,36 @@ func (ts *turns) join(k string, weight float64) {
 	t.waiting++
 }
 
-func (ts *turns) leave(k string, granted bool) {
+// grant moves k's turn on by charge (slot time) over its weight and returns its new start.
+func (ts *turns) grant(k string, charge time.Duration) time.Duration {
+	t := ts.of[k]
+	if t == nil {
+		return ts.vtime
+	}
+	ts.vtime = max(ts.vtime, t.start)
+	t.start = max(t.start, ts.vtime) + per(charge, t.weight)
+	return t.start
+}
+
+// leave uncounts a waiter of k; a k with nobody waiting leaves the turns.
+func (ts *turns) leave(k string) {
 	t := ts.of[k]
 	if t == nil {
 		return
-	}
-	if granted {
-		ts.vtime = max(ts.vtime, t.start)
-		t.start = max(t.start, ts.vtime) + 1/t.weight
 	}
 	if t.waiting--; t.waiting <= 0 {
 		delete(ts.of, k)
 	}
 }
 
-func (ts *turns) startOf(k string) float64 {
+// settle moves k's next turn by delta when k waits (a correction of what its last grant charged).
+func (ts *turns) settle(k string, delta time.Duration) {
+	if t := ts.of[k]; t != nil {
+		t.start += delta
+	}
+}
+
+func (ts *turns) startOf(k string) time.Duration {
 	if t := ts.of[k]; t != nil {
 		return t.start
 	}
@@ -142,18 +258,24 @@ func (ts *turns) startOf(k string) float64 {
 }
 
 // knowLocked notes key as served now, forgetting the half served longest ago past knownKeys.
-func (p *Pool) knowLocked(key string) {
+func (p *Pool) knowLocked(key string) *knownKey {
 	p.served++
-	p.known[key] = p.served
+	kk := p.known[key]
+	if kk == nil {
+		kk = &knownKey{}
+		p.known[key] = kk
+	}
+	kk.served = p.served
 	if len(p.known) <= knownKeys {
-		return
+		return kk
 	}
 	cut := p.served - knownKeys/2
 	for k, at := range p.known {
-		if at <= cut {
+		if at.served <= cut {
 			delete(p.known, k)
 		}
 	}
+	return kk
 }
 
 // before reports whether waiter a is served before b: the more urgent band, then the lane whose

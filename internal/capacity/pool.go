@@ -35,8 +35,10 @@ type Waiter struct {
 	Ask     Ask
 	ready   chan struct{} // closed when granted
 	granted bool
-	taken   bool   // the seat went to the caller (or was given back unused)
-	lane    string // the fairness lane it waits in (fair.go)
+	taken   bool          // the seat went to the caller (or was given back unused)
+	lane    string        // the fairness lane it waits in (fair.go)
+	charged time.Duration // the slot time its grant charged its turn (fair.go)
+	settled bool          // the charge was corrected to the slot time its seat held
 }
 
 // Config is how many seats a pool has: Limit, or with Auto a limit that adapts between Min and
@@ -57,12 +59,15 @@ type Pool struct {
 	limit   int
 	inUse   int
 	waiting []*Waiter
-	keys    turns             // the lanes waiting: keys served lately, and the newcomers (fair.go)
-	newKeys turns             // the newcomers' keys waiting, within their lane
-	known   map[string]uint64 // keys served lately -> when (fair.go)
+	keys    turns                // the lanes waiting: keys served lately, and the newcomers (fair.go)
+	newKeys turns                // the newcomers' keys waiting, within their lane
+	known   map[string]*knownKey // keys served lately (fair.go)
 	served  uint64
-	adapt   *Adaptive
-	drain   DrainRate
+	hold    time.Duration // the slot time calls held lately (fair.go)
+	// newcomersFinish is where the newcomers' lane's last turn ended.
+	newcomersFinish time.Duration
+	adapt           *Adaptive
+	drain           DrainRate
 
 	server      ServerState // the model server's state as last read (Follow)
 	serverUntil time.Time   // until then it steers an adaptive limit, not latency
@@ -77,7 +82,8 @@ type counters struct {
 
 // NewPool returns a pool of cfg's seats on clock.
 func NewPool(clock clockwork.Clock, cfg Config) *Pool {
-	p := &Pool{clock: clock, keys: newTurns(), newKeys: newTurns(), known: map[string]uint64{}}
+	p := &Pool{clock: clock, keys: newTurns(false), newKeys: newTurns(true), known: map[string]*knownKey{},
+		hold: defaultHold}
 	p.Configure(cfg)
 	return p
 }
@@ -163,6 +169,7 @@ func (p *Pool) Abandon(w *Waiter) {
 	case !w.taken:
 		w.taken = true
 		p.inUse--
+		p.settleLocked(w, 0, false)
 		p.grantLocked()
 	}
 }
@@ -186,12 +193,15 @@ func (p *Pool) removeLocked(w *Waiter) bool {
 }
 
 // Release gives back a seat whose call started at start, telling the adaptive limit how the
-// call went (docs/capacity.md); the pool fills in the sample's latency and calls in flight.
-func (p *Pool) Release(start time.Time, s Sample) {
+// call went (docs/capacity.md); the pool fills in the sample's latency and calls in flight. w is
+// the waiter the seat was granted to, whose key's turn is charged the time the seat was held;
+// nil for a seat taken without waiting (TryTake).
+func (p *Pool) Release(w *Waiter, start time.Time, s Sample) {
 	now := p.clock.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.inUse--
+	p.settleLocked(w, now.Sub(start), true)
 	p.drain.Record(now)
 	if p.adapt != nil && !p.followsServerLocked(now) {
 		s.Latency, s.InFlight = now.Sub(start), p.inUse+1
@@ -200,11 +210,13 @@ func (p *Pool) Release(start time.Time, s Sample) {
 	p.grantLocked()
 }
 
-// GiveBack returns a seat that was never used for a call: it tells the limit nothing.
-func (p *Pool) GiveBack() {
+// GiveBack returns a seat that was never used for a call: it tells the limit nothing, and w's
+// key (nil: none, as for Release) is charged the least a turn costs.
+func (p *Pool) GiveBack(w *Waiter) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.inUse--
+	p.settleLocked(w, 0, false)
 	p.grantLocked()
 }
 
@@ -291,7 +303,8 @@ func (p *Pool) Waiting() []Ask {
 	return out
 }
 
-// Remembered is how many fairness keys the pool keeps a turn for (only the keys waiting).
+// Remembered is how many fairness keys the pool keeps a turn for (only the keys waiting; the
+// keys served lately, bounded, are remembered apart).
 func (p *Pool) Remembered() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -39,7 +39,7 @@ func order(t *testing.T, clock *clockwork.FakeClock, asks []Ask) []int {
 	}
 	var got []int
 	for range asks {
-		p.Release(clock.Now(), Sample{Status: 200})
+		p.Release(nil, clock.Now(), Sample{Status: 200})
 		for i, w := range ws {
 			if granted(w) && !contains(got, i) {
 				got = append(got, i)
@@ -220,7 +220,7 @@ func TestPoolNewKeysPerCallDoNotStarveABacklog(t *testing.T) {
 	for ; honest < 6 && releases < 100; releases++ {
 		clock.Advance(time.Millisecond)
 		ws = append(ws, p.Enqueue(Ask{Urgency: 0, Scope: "minted-" + itoa(releases), Since: clock.Now()}))
-		p.Release(clock.Now(), Sample{Status: 200})
+		p.Release(nil, clock.Now(), Sample{Status: 200})
 		if grantedOf(t, ws, seen) < 6 {
 			honest++
 		}
@@ -242,7 +242,7 @@ func TestPoolWeightsShareSeatsBetweenKeys(t *testing.T) {
 	seen := map[int]bool{}
 	heavy := 0
 	for range 8 {
-		p.Release(clock.Now(), Sample{Status: 200})
+		p.Release(nil, clock.Now(), Sample{Status: 200})
 		if grantedOf(t, ws, seen)%2 == 1 {
 			heavy++
 		}
@@ -266,7 +266,7 @@ func TestPoolTryTakeNeverPassesAWaiter(t *testing.T) {
 	if _, ok := p.TryTake(); ok {
 		t.Fatal("a seat was taken with none free")
 	}
-	p.GiveBack()
+	p.GiveBack(nil)
 	if !granted(w) {
 		t.Fatal("the seat given back did not go to the waiter")
 	}
@@ -295,7 +295,7 @@ func TestPoolFreshIdentitiesShareOneTurnAgainstAKnownTenant(t *testing.T) {
 		for j := range 2 {
 			ws = append(ws, p.Enqueue(Ask{Urgency: 0, Scope: "minted-" + itoa(2*i+j), Since: clock.Now()}))
 		}
-		p.Release(clock.Now(), Sample{Status: 200})
+		p.Release(nil, clock.Now(), Sample{Status: 200})
 		if grantedOf(t, ws, seen) < 12 {
 			honest++
 		}
@@ -311,9 +311,70 @@ func TestPoolFreshIdentitiesShareOneTurnAgainstAKnownTenant(t *testing.T) {
 	}
 	small := p2.Enqueue(Ask{Scope: "small", Since: clock.Now().Add(time.Hour)})
 	for range 2 {
-		p2.Release(clock.Now(), Sample{Status: 200})
+		p2.Release(nil, clock.Now(), Sample{Status: 200})
 	}
 	if !granted(small) {
 		t.Fatal("a new tenant's one call waited behind another new tenant's backlog, not a turn")
+	}
+}
+
+// Turns charge the slot time a seat was held: with one seat and two tenants' backlogs, a tenant
+// of 100 ms calls gets about ten seats to a tenant of 1 s calls' one (each gets half the slot
+// time), and the long calls still get theirs.
+func TestPoolTurnsShareSlotTimeNotCalls(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	var asks []Ask
+	for i := range 100 {
+		asks = append(asks, Ask{Scope: "long", Since: t0.Add(time.Duration(2 * i))},
+			Ask{Scope: "short", Since: t0.Add(time.Duration(2*i + 1))})
+	}
+	p, ws := fill(t, clock, asks)
+	p.Release(nil, clock.Now(), Sample{Status: 200}) // the holder's
+	seen := map[int]bool{}
+	short, long := 0, 0
+	var slot [2]time.Duration
+	for range 60 {
+		i := grantedOf(t, ws, seen)
+		hold := time.Second
+		if i%2 == 1 {
+			hold, short = 100*time.Millisecond, short+1
+		} else {
+			long++
+		}
+		start := clock.Now()
+		clock.Advance(hold)
+		slot[i%2] += hold
+		p.Release(ws[i], start, Sample{Status: 200})
+	}
+	t.Logf("of 60 seats: short calls %d (%v), long calls %d (%v)", short, slot[1], long, slot[0])
+	if short < 45 || long < 3 {
+		t.Fatalf("of 60 seats, %d went to 100 ms calls and %d to 1 s calls; want about ten to one, both served", short, long)
+	}
+}
+
+// A key that goes idle banks no turns: a tenant that sends its next call as soon as its last is
+// granted (nothing of its own ever waits at a grant) gets half the seats against a backlog, as
+// a tenant with a backlog of its own would, not every seat.
+func TestPoolAKeyBackFromIdleStartsWhereItsLastTurnEnded(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	var asks []Ask
+	for i := range 40 {
+		asks = append(asks, Ask{Scope: "backlog", Since: t0.Add(time.Duration(i))})
+	}
+	p, ws := fill(t, clock, asks)
+	clock.Advance(time.Second)
+	ws = append(ws, p.Enqueue(Ask{Scope: "eager", Since: clock.Now()}))
+	seen := map[int]bool{}
+	eager := 0
+	for range 20 {
+		p.Release(nil, clock.Now(), Sample{Status: 200})
+		if grantedOf(t, ws, seen) >= 40 {
+			eager++
+			clock.Advance(time.Millisecond)
+			ws = append(ws, p.Enqueue(Ask{Scope: "eager", Since: clock.Now()}))
+		}
+	}
+	if eager > 11 {
+		t.Fatalf("a key never waiting at a grant got %d of 20 seats against a backlog; want about half", eager)
 	}
 }

@@ -60,7 +60,7 @@ func TestPoolFollowsTheServersSaturationUntilItsMetricsAreStale(t *testing.T) {
 	// Latency says nothing while the metrics are fresh, however slow the calls.
 	for i := range 7 {
 		if granted(held[i]) {
-			p.Release(t0.Add(-time.Hour), Sample{Status: 200})
+			p.Release(nil, t0.Add(-time.Hour), Sample{Status: 200})
 		}
 	}
 	if s := p.Snapshot(); s.Limit != 5 {

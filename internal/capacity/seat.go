@@ -59,15 +59,16 @@ func (p *Seats) Shares() bool { return p.sharedOf() != nil }
 // returns it, once.
 type Seat struct {
 	seats  *Seats
+	w      *Waiter // the waiter it was granted to; nil for a seat taken without waiting
 	start  time.Time
 	once   sync.Once
 	shared *Held   // the shared seat also held; nil without
 	from   *Shared // where shared came from: a reload may drop `shared` while it is held
 }
 
-// Seated is a local seat taken at start outside Acquire (TryTake, or a waiter's Await), as a
-// Seat to give back.
-func (p *Seats) Seated(start time.Time) *Seat { return &Seat{seats: p, start: start} }
+// Seated is a local seat taken at start outside Acquire, as a Seat to give back: granted to
+// waiter w after its Await, or taken without waiting (TryTake) when w is nil.
+func (p *Seats) Seated(w *Waiter, start time.Time) *Seat { return &Seat{seats: p, w: w, start: start} }
 
 // Of reports whether s is one of p's seats; a nil pool has none.
 func (s *Seat) Of(p *Seats) bool { return p != nil && s.seats == p }
@@ -136,7 +137,7 @@ func (p *Seats) await(ctx context.Context, w *Waiter, wait time.Duration) (*Seat
 	if err != nil {
 		return nil, err
 	}
-	return p.Seated(start), nil
+	return p.Seated(w, start), nil
 }
 
 // Watch returns ctx for the call holding s: canceled with ErrSeatLapsed when its shared seat
@@ -157,7 +158,7 @@ func (s *Seat) Release(sample Sample) {
 			// After the local seat is back: a failed give must not leak it.
 			defer s.from.Give(s.shared)
 		}
-		s.seats.Release(s.start, sample)
+		s.seats.Release(s.w, s.start, sample)
 		s.seats.onFree() // a seat may be free for queued work
 	})
 }
@@ -172,7 +173,7 @@ func (s *Seat) GiveBack() {
 		if s.shared != nil {
 			defer s.from.Give(s.shared)
 		}
-		s.seats.Pool.GiveBack()
+		s.seats.Pool.GiveBack(s.w)
 		s.seats.onFree()
 	})
 }

@@ -95,7 +95,7 @@ func (r *Runner) claimWithFreeSeat(takeover time.Duration) (op *store.Operation,
 	if !free {
 		return nil, nil, false, nil
 	}
-	s := p.Seated(start)
+	s := p.Seated(nil, start)
 	if op, err = r.st.ClaimNext(r.worker, takeover); err != nil || op == nil {
 		s.GiveBack()
 		return nil, nil, true, err
@@ -113,11 +113,12 @@ func (r *Runner) claimWithFreeSeat(takeover time.Duration) (op *store.Operation,
 func standIn(p *capacity.Seats, head *store.Operation) (*capacity.Seat, error) {
 	deadline := p.Clock().Now().Add(standInRefresh)
 	ask := operationAsk(head)
-	start, err := p.Await(context.Background(), p.Enqueue(ask), standInRefresh)
+	w := p.Enqueue(ask)
+	start, err := p.Await(context.Background(), w, standInRefresh)
 	if err != nil {
 		return nil, nil
 	}
-	s, err := p.WithShared(context.Background(), p.Seated(start), ask, deadline)
+	s, err := p.WithShared(context.Background(), p.Seated(w, start), ask, deadline)
 	switch {
 	case errors.Is(err, capacity.ErrNoSeat):
 		return nil, nil
