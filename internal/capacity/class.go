@@ -23,8 +23,8 @@ type Class struct {
 	// Urgency, when set (0..7), is the class's urgency, trusted across tenants: it replaces the
 	// request's own Priority in the order.
 	Urgency *int `json:"urgency,omitempty"`
-	// Weight is the share of seats of each fairness key of the class against weight-1 keys when
-	// they wait together. Default: 1.
+	// Weight is the share of slot time of each fairness key of the class against weight-1 keys
+	// when they wait together. Default: 1.
 	Weight float64 `json:"weight,omitempty"`
 }
 

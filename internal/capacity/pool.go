@@ -262,6 +262,13 @@ func (p *Pool) RetryAfter() time.Duration {
 	return p.drain.TimeFor(len(p.waiting)+1, p.clock.Now())
 }
 
+// Limit is how many seats the pool has now.
+func (p *Pool) Limit() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.limit
+}
+
 // Snapshot is a pool's state for metrics and /mulligan/stats.
 type Snapshot struct {
 	Limit          int     `json:"limit"`

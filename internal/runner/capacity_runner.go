@@ -194,6 +194,7 @@ func (r *Runner) seatedAttempt(ctx context.Context, op *store.Operation, req *st
 	if errors.Is(context.Cause(actx), capacity.ErrSeatLapsed) && ctx.Err() == nil {
 		r.log.Warn("the attempt's shared seat could not be renewed; the attempt was cut", tracing.OperationFields(op)...)
 	}
+	res.Share = r.clock.Since(s.Start()) / time.Duration(max(pool.Limit(), 1))
 	s.Release(capacity.AnswerSample(res.Status, res.Header, res.Body, ctx.Err()))
 	return res, nil
 }

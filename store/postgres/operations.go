@@ -261,7 +261,11 @@ func (s *Store) Transition(id string, c store.Change) (*store.Operation, error) 
 		if err := fence(op, c, now); err != nil {
 			return err
 		}
-		out, err = s.apply(ctx, tx, op, c, now)
+		running := op.Status == store.StatusRunning
+		if out, err = s.apply(ctx, tx, op, c, now); err != nil || !running || c.Share <= 0 {
+			return err
+		}
+		_, err = tx.Exec(ctx, chargeTurnSQL, id, store.ChargeTurn(0, c.Share, 1, op.Weight))
 		return err
 	})
 	if err == nil && out.Status == store.StatusQueued {
