@@ -144,38 +144,6 @@ func TestCapacityTenantsTakeTurns(t *testing.T) {
 	}
 }
 
-// Queued operations share the seats by slot time, as live calls do: a tenant whose calls take
-// 400 ms and one whose calls take 20 ms, both queued behind one seat, do not take turns call for
-// call (the short tenant's sixth call would then come twelfth); the short tenant's calls go
-// through while the long tenant's first calls' slot time is charged to its turns.
-func TestCapacityQueuedOperationsShareSlotTimeNotCalls(t *testing.T) {
-	t.Parallel()
-	g, a := startSlotted(t, 1, 20*time.Millisecond, "capacity {\n limit 1\n}")
-	long := []string{"Authorization", "Bearer tenant-long", "X-Mock-Latency", "400ms"}
-	_, first := g.submit(t, "l-0", long...)
-	ids := map[string][]string{"l": {first.OperationID}}
-	testkit.WaitFor(t, 5*time.Second, "the first call at the model server", func() bool { return g.model.Stats().InFlight == 1 })
-	for i := 1; i < 6; i++ {
-		_, op := g.submit(t, "l-"+itoa(i), long...)
-		ids["l"] = append(ids["l"], op.OperationID)
-	}
-	for i := range 6 {
-		_, op := g.submit(t, "s-"+itoa(i), "Authorization", "Bearer tenant-short")
-		ids["s"] = append(ids["s"], op.OperationID)
-	}
-	for _, id := range ids["l"] {
-		g.await(t, id, long[:2]...)
-	}
-	for _, id := range ids["s"] {
-		g.await(t, id, "Authorization", "Bearer tenant-short")
-	}
-	order := a.order()
-	t.Logf("order at the model server: %v", order)
-	if at := slices.Index(order, "s-5"); at < 0 || at > 9 {
-		t.Errorf("the short tenant's last call reached the model server at %d of %v; want by 9, ahead of the long tenant's backlog", at, order)
-	}
-}
-
 func TestCapacityStaleOperationFailsQueueTimeoutWithoutReachingTheUpstream(t *testing.T) {
 	t.Parallel()
 	rc := newReceiver(t, secretA, nil)

@@ -102,28 +102,14 @@ const MaxWeight = 1000
 // credit are the lane's before (turn its arrival turn, credit 0, when it had none), latest the
 // latest turn given. A lane takes w claims per turn, counting them in credit (a weight below 1
 // counts as 1); the claim that completes them moves the lane's turn on to TurnAt(now, latest),
-// or leaves it where the slot time its work held put it when that is later (ChargeTurn), and
-// advanced says so. A fraction of a claim carries over: weight 1.5 takes three claims per two
-// turns. The latest turn given moves on to TurnAt(now, latest) only, never to a charged turn.
+// and advanced says so. A fraction of a claim carries over: weight 1.5 takes three claims per two
+// turns.
 func ClaimTurn(turn int64, credit, w float64, now time.Time, latest int64) (_ int64, _ float64, advanced bool) {
 	w = min(max(w, 1), MaxWeight)
 	if credit++; credit < w {
 		return turn, credit, false
 	}
-	return max(turn, TurnAt(now, latest)), credit - w, true
-}
-
-// ChargeTurn is the turn of a lane whose work, of weight w, took share of the upstream's time (a
-// capacity seat's time over the seats there are) while lanes had work: moved on by share times
-// lanes over w, in the turns' microseconds. That is the virtual clock of fair queuing, each lane
-// with work entitled to an equal part of the upstream (w parts for weight w): a claim serves a
-// lane no earlier than now, and a finished attempt adds what its work cost against that part.
-// So a lane of long calls waits longer for its next turn than a lane of short ones, and lanes
-// share slot time rather than claims, as live calls do (docs/capacity.md, "Fairness"). A lane
-// alone on the upstream moves its turn on no faster than the clock: it banks no debt.
-func ChargeTurn(turn int64, share time.Duration, lanes int, w float64) int64 {
-	cost := float64(max(share, 0).Microseconds()) * float64(max(lanes, 1))
-	return turn + int64(cost/min(max(w, 1), MaxWeight))
+	return TurnAt(now, latest), credit - w, true
 }
 
 // ArrivalTurn is the turn a scope not yet served counts as having, its oldest work queued at

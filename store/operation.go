@@ -175,10 +175,6 @@ type Change struct {
 	// (ErrIllegalTransition otherwise), checked in the change's own transaction: a batch's cut
 	// of a line it read as queued never cancels one a runner claimed in between.
 	From Status
-	// Share is the part of the upstream's time the running operation's attempts took: the time
-	// they held a capacity seat over the seats there are. With the change, its lane's turn moves
-	// on by it (ChargeTurn), when the lane still has one.
-	Share time.Duration
 }
 
 // ClaimMustBeDurable reports whether a claim of op (its move to running) must be on disk before

@@ -47,6 +47,10 @@ const (
 	minCharge = time.Millisecond
 	// holdWeight is how much the latest call moves a moving average of slot time.
 	holdWeight = 0.2
+	// rebaseAt is the virtual time past which the turns are moved back to start near zero,
+	// long before a time.Duration would wrap (virtual time runs as fast as all the seats
+	// together: at 1,000 seats, about 36 years of it in 13 days).
+	rebaseAt = time.Duration(1) << 60
 )
 
 // keyOf is the fairness key of an ask: Key, or the scope when none is set.
@@ -121,19 +125,21 @@ func (p *Pool) joinLocked(w *Waiter) {
 }
 
 // leaveLocked uncounts waiter w. Granted, its lane's (and key's) turn moves on by the slot time
-// its key's calls held lately, its key counts as served, and its lane's new start is kept as
-// where its last turn ended. What has nobody waiting leaves the turns, so they hold only what
-// waits.
+// calls are expected to hold (chargeOf), its key counts as served, and its lane's new start is
+// kept as where its last turn ended. What has nobody waiting leaves the turns, so they hold only
+// what waits.
 func (p *Pool) leaveLocked(w *Waiter, granted bool) {
 	k := keyOf(w.Ask)
 	if granted {
-		w.charged = p.holdOf(k)
-		finish := p.keys.grant(w.lane, w.charged)
+		w.charged = p.chargeOf(k)
+		var finish time.Duration
+		finish, w.laneW = p.keys.grant(w.lane, w.charged)
 		if w.lane == newcomers {
-			p.newKeys.grant(k, w.charged)
+			_, w.keyW = p.newKeys.grant(k, w.charged)
 			p.newcomersFinish = finish
 		}
 		p.knowLocked(k).finish = finish
+		p.rebaseLocked()
 	}
 	p.keys.leave(w.lane)
 	if w.lane == newcomers {
@@ -141,13 +147,30 @@ func (p *Pool) leaveLocked(w *Waiter, granted bool) {
 	}
 }
 
-// holdOf is the slot time a call of key k is expected to hold: its calls' lately, else the
-// pool's.
-func (p *Pool) holdOf(k string) time.Duration {
-	if kk := p.known[k]; kk != nil && kk.hold > 0 {
-		return kk.hold
+// chargeOf is what a grant to key k charges its turn before the call's time is known: the slot
+// time calls held lately, its key's when longer. Never less than the pool's: a key whose calls
+// were short lately and then sends long ones pays the pool's average for each seat it takes
+// until they end, not its own short one (it could otherwise take every seat at once).
+func (p *Pool) chargeOf(k string) time.Duration {
+	if kk := p.known[k]; kk != nil {
+		return max(kk.hold, p.hold)
 	}
 	return p.hold
+}
+
+// rebaseLocked moves the turns back near zero once virtual time passes rebaseAt: every start
+// and remembered finish less the same amount keeps the order.
+func (p *Pool) rebaseLocked() {
+	if p.keys.vtime > rebaseAt {
+		base := p.keys.rebase()
+		p.newcomersFinish -= base
+		for _, kk := range p.known {
+			kk.finish -= base
+		}
+	}
+	if p.newKeys.vtime > rebaseAt {
+		p.newKeys.rebase()
+	}
 }
 
 // settleLocked corrects the turn of granted waiter w to the slot time its seat held (zero when
@@ -164,13 +187,13 @@ func (p *Pool) settleLocked(w *Waiter, held time.Duration, used bool) {
 		took = minCharge
 	}
 	k := keyOf(w.Ask)
-	delta := per(took-w.charged, laneWeight(w))
+	delta := per(took-w.charged, w.laneW)
 	p.keys.settle(w.lane, delta)
 	if w.lane == newcomers {
-		p.newKeys.settle(k, per(took-w.charged, weightOf(w.Ask)))
+		p.newKeys.settle(k, per(took-w.charged, w.keyW))
 		p.newcomersFinish += delta
 		// Its key's own lane, when it has one since, started where this grant left it.
-		p.keys.settle(k, delta)
+		p.keys.settle(k, per(took-w.charged, w.keyW))
 	}
 	kk := p.known[k]
 	if kk != nil {
@@ -221,15 +244,26 @@ func (ts *turns) join(k string, weight float64, floor time.Duration) {
 	t.waiting++
 }
 
-// grant moves k's turn on by charge (slot time) over its weight and returns its new start.
-func (ts *turns) grant(k string, charge time.Duration) time.Duration {
+// grant moves k's turn on by charge (slot time) over its weight and returns its new start and
+// the weight.
+func (ts *turns) grant(k string, charge time.Duration) (time.Duration, float64) {
 	t := ts.of[k]
 	if t == nil {
-		return ts.vtime
+		return ts.vtime, 1
 	}
 	ts.vtime = max(ts.vtime, t.start)
 	t.start = max(t.start, ts.vtime) + per(charge, t.weight)
-	return t.start
+	return t.start, t.weight
+}
+
+// rebase moves every start back by the virtual time, which becomes zero, and returns it.
+func (ts *turns) rebase() time.Duration {
+	base := ts.vtime
+	for _, t := range ts.of {
+		t.start -= base
+	}
+	ts.vtime = 0
+	return base
 }
 
 // leave uncounts a waiter of k; a k with nobody waiting leaves the turns.
@@ -243,10 +277,11 @@ func (ts *turns) leave(k string) {
 	}
 }
 
-// settle moves k's next turn by delta when k waits (a correction of what its last grant charged).
+// settle moves k's next turn by delta when k waits (a correction of what its last grant
+// charged), no earlier than the virtual time: a refund gives back at most the turn's wait.
 func (ts *turns) settle(k string, delta time.Duration) {
 	if t := ts.of[k]; t != nil {
-		t.start += delta
+		t.start = max(t.start+delta, ts.vtime)
 	}
 }
 

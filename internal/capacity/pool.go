@@ -38,7 +38,10 @@ type Waiter struct {
 	taken   bool          // the seat went to the caller (or was given back unused)
 	lane    string        // the fairness lane it waits in (fair.go)
 	charged time.Duration // the slot time its grant charged its turn (fair.go)
-	settled bool          // the charge was corrected to the slot time its seat held
+	// laneW and keyW are the weights its grant divided the charge by: its lane's, and among
+	// the newcomers its key's; a correction divides by the same.
+	laneW, keyW float64
+	settled     bool // the charge was corrected to the slot time its seat held
 }
 
 // Config is how many seats a pool has: Limit, or with Auto a limit that adapts between Min and
@@ -210,6 +213,14 @@ func (p *Pool) Release(w *Waiter, start time.Time, s Sample) {
 	p.grantLocked()
 }
 
+// Detach settles granted waiter w's turn as for a seat never used: the seat it got goes to other
+// work, whose time is charged to no key.
+func (p *Pool) Detach(w *Waiter) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.settleLocked(w, 0, false)
+}
+
 // GiveBack returns a seat that was never used for a call: it tells the limit nothing, and w's
 // key (nil: none, as for Release) is charged the least a turn costs.
 func (p *Pool) GiveBack(w *Waiter) {
@@ -260,13 +271,6 @@ func (p *Pool) RetryAfter() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.drain.TimeFor(len(p.waiting)+1, p.clock.Now())
-}
-
-// Limit is how many seats the pool has now.
-func (p *Pool) Limit() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.limit
 }
 
 // Snapshot is a pool's state for metrics and /mulligan/stats.

@@ -357,18 +357,23 @@ func TestPoolTurnsShareSlotTimeNotCalls(t *testing.T) {
 // a tenant with a backlog of its own would, not every seat.
 func TestPoolAKeyBackFromIdleStartsWhereItsLastTurnEnded(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(t0)
-	var asks []Ask
+	p := NewPool(clock, Config{Limit: 1})
+	held := p.Enqueue(Ask{Scope: "holder", Since: clock.Now()})
+	var ws []*Waiter
 	for i := range 40 {
-		asks = append(asks, Ask{Scope: "backlog", Since: t0.Add(time.Duration(i))})
+		ws = append(ws, p.Enqueue(Ask{Scope: "backlog", Since: t0.Add(time.Duration(i))}))
 	}
-	p, ws := fill(t, clock, asks)
 	clock.Advance(time.Second)
 	ws = append(ws, p.Enqueue(Ask{Scope: "eager", Since: clock.Now()}))
 	seen := map[int]bool{}
 	eager := 0
-	for range 20 {
-		p.Release(nil, clock.Now(), Sample{Status: 200})
-		if grantedOf(t, ws, seen) >= 40 {
+	for range 20 { // each call holds its seat 100 ms
+		start := clock.Now()
+		clock.Advance(100 * time.Millisecond)
+		p.Release(held, start, Sample{Status: 200})
+		i := grantedOf(t, ws, seen)
+		held = ws[i]
+		if i >= 40 {
 			eager++
 			clock.Advance(time.Millisecond)
 			ws = append(ws, p.Enqueue(Ask{Scope: "eager", Since: clock.Now()}))
@@ -376,5 +381,112 @@ func TestPoolAKeyBackFromIdleStartsWhereItsLastTurnEnded(t *testing.T) {
 	}
 	if eager > 11 {
 		t.Fatalf("a key never waiting at a grant got %d of 20 seats against a backlog; want about half", eager)
+	}
+}
+
+// A key whose calls were short lately cannot take every seat at once by sending long ones: a
+// grant charges it at least the pool's average, so in a burst of eight seats it gets about its
+// half against a tenant of 1 s calls, not all eight (each charged its own 10 ms average).
+func TestPoolAKeyOfShortCallsCannotTakeEverySeatWithLongOnes(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	p := NewPool(clock, Config{Limit: 8})
+	serve := func(scope string, hold time.Duration) {
+		w := p.Enqueue(Ask{Scope: scope, Since: clock.Now()})
+		if !granted(w) {
+			t.Fatal("a free seat was not granted")
+		}
+		start := clock.Now()
+		clock.Advance(hold)
+		p.Release(w, start, Sample{Status: 200})
+	}
+	for range 20 {
+		serve("attacker", 10*time.Millisecond)
+		serve("honest", time.Second)
+	}
+	var holders []*Waiter
+	for range 8 {
+		holders = append(holders, p.Enqueue(Ask{Scope: "holder", Since: clock.Now()}))
+	}
+	var ws []*Waiter
+	for i := range 50 {
+		ws = append(ws, p.Enqueue(Ask{Scope: "honest", Since: clock.Now().Add(time.Duration(2 * i))}),
+			p.Enqueue(Ask{Scope: "attacker", Since: clock.Now().Add(time.Duration(2*i + 1))}))
+	}
+	start := clock.Now()
+	clock.Advance(time.Second)
+	for _, h := range holders {
+		p.Release(h, start, Sample{Status: 200})
+	}
+	attacker := 0
+	for i, w := range ws {
+		if granted(w) && i%2 == 1 {
+			attacker++
+		}
+	}
+	if attacker > 5 {
+		t.Fatalf("the key of short calls took %d of 8 seats at once; want about half", attacker)
+	}
+}
+
+// A correction divides by the weight its grant divided by: a key whose lane weighed 1 when its
+// weight-4 call was granted (a weight-1 call of the key had joined) gets back what it was
+// charged, not a quarter of it.
+func TestPoolACorrectionUsesTheWeightOfItsGrant(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	p := NewPool(clock, Config{Limit: 1})
+	first := p.Enqueue(Ask{Scope: "k", Weight: 4, Since: clock.Now()})
+	start := clock.Now()
+	clock.Advance(time.Second)
+	p.Release(first, start, Sample{Status: 200}) // k is known; its calls held 1 s
+	holder := p.Enqueue(Ask{Scope: "holder", Since: clock.Now()})
+	heavy := p.Enqueue(Ask{Scope: "k", Weight: 4, Since: clock.Now()})
+	p.Enqueue(Ask{Scope: "k", Weight: 1, Since: clock.Now().Add(1)}) // the lane now weighs 1
+	p.Release(holder, clock.Now(), Sample{Status: 200})
+	if !granted(heavy) {
+		t.Fatal("the key's first call was not granted")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	charged := p.keys.startOf("k")
+	p.settleLocked(heavy, 10*time.Millisecond, true)
+	if got, want := p.keys.startOf("k"), charged-(heavy.charged-10*time.Millisecond); got != want {
+		t.Fatalf("after a 10 ms call charged %v, the key's turn is at %v; want %v", heavy.charged, got, want)
+	}
+}
+
+// Virtual time runs as fast as all the seats together; past rebaseAt the turns move back near
+// zero, in the same order, before a time.Duration could wrap.
+func TestPoolTurnsRebaseBeforeVirtualTimeWraps(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	p := NewPool(clock, Config{Limit: 1})
+	for _, k := range []string{"a", "b"} { // both known
+		w := p.Enqueue(Ask{Scope: k, Since: clock.Now()})
+		p.Release(w, clock.Now(), Sample{Status: 200})
+	}
+	p.mu.Lock()
+	p.keys.vtime = rebaseAt - 1
+	p.known["a"].finish, p.known["b"].finish = rebaseAt, rebaseAt+1
+	p.mu.Unlock()
+	holder := p.Enqueue(Ask{Scope: "holder", Since: clock.Now()})
+	var ws []*Waiter
+	for i := range 3 {
+		ws = append(ws, p.Enqueue(Ask{Scope: "b", Since: clock.Now().Add(time.Duration(2 * i))}),
+			p.Enqueue(Ask{Scope: "a", Since: clock.Now().Add(time.Duration(2*i + 1))}))
+	}
+	p.Release(holder, clock.Now(), Sample{Status: 200})
+	seen := map[int]bool{}
+	var got []int
+	for range 6 {
+		i := grantedOf(t, ws, seen)
+		got = append(got, i%2)
+		p.Release(ws[i], clock.Now(), Sample{Status: 200})
+	}
+	if want := []int{1, 0, 1, 0, 1, 0}; !equal(got, want) { // a's turn first, then in turn
+		t.Fatalf("grants went to %v (1: a, 0: b); want %v", got, want)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.keys.vtime > time.Hour || p.known["a"].finish > time.Hour {
+		t.Fatalf("virtual time %v, a's finish %v: not rebased", p.keys.vtime, p.known["a"].finish)
 	}
 }

@@ -178,5 +178,17 @@ func (s *Seat) GiveBack() {
 	})
 }
 
+// Detach unbinds the seat from the waiter it was granted to, when it goes to other work than
+// that waiter's (the queue's head it stood in for was claimed elsewhere, and the next head takes
+// it): the waiter's key is charged the least a turn costs, and the seat's time is charged to no
+// key.
+func (s *Seat) Detach() {
+	if s == nil || s.w == nil {
+		return
+	}
+	s.seats.Pool.Detach(s.w)
+	s.w = nil
+}
+
 // Shared reports whether the seat holds a shared seat too.
 func (s *Seat) Shared() bool { return s.shared != nil }

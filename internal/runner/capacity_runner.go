@@ -75,7 +75,8 @@ func (r *Runner) claimQueued(takeover time.Duration) (*store.Operation, *capacit
 			}
 			return op, held, err
 		}
-		tries++ // claimed elsewhere, canceled or stale meanwhile: the next head may use the seat
+		tries++       // claimed elsewhere, canceled or stale meanwhile: the next head may use the seat
+		held.Detach() // its time is not the key's it stood in for
 	}
 	held.GiveBack()
 	return nil, nil, nil
@@ -194,7 +195,6 @@ func (r *Runner) seatedAttempt(ctx context.Context, op *store.Operation, req *st
 	if errors.Is(context.Cause(actx), capacity.ErrSeatLapsed) && ctx.Err() == nil {
 		r.log.Warn("the attempt's shared seat could not be renewed; the attempt was cut", tracing.OperationFields(op)...)
 	}
-	res.Share = r.clock.Since(s.Start()) / time.Duration(max(pool.Limit(), 1))
 	s.Release(capacity.AnswerSample(res.Status, res.Header, res.Body, ctx.Err()))
 	return res, nil
 }

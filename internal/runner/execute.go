@@ -65,9 +65,6 @@ type Result struct {
 	// cancel, the timeout, the upstream breaking off, max_result), the event stream it had
 	// relayed so far: within max_result, as the stream is given only what the capture keeps.
 	Cut *store.Response
-	// Share is the part of the upstream's time the attempt took: how long it held a capacity
-	// seat over the seats of its pool; 0 without capacity.
-	Share time.Duration
 }
 
 // ResultOf is the attempt's result of an answer a capture writer recorded.
@@ -98,9 +95,7 @@ func (r *Runner) execute(parent context.Context, ex *execution, op *store.Operat
 	defer func() { tracing.EndExecution(span, last) }()
 	// settle writes where the execution came to; its upstream work is over, so its slot goes
 	// to the next claim first.
-	var share time.Duration // the upstream's time its attempts took, charged to its lane's turn
 	settle := func(c store.Change) {
-		c.Share = share
 		last = c
 		r.freeSlot(ex)
 		r.finish(parent, op.ID, c, log)
@@ -140,7 +135,6 @@ func (r *Runner) execute(parent context.Context, ex *execution, op *store.Operat
 				return
 			}
 		}
-		share += res.Share
 		if res.Panicked != nil {
 			log.Error("a handler panicked serving the operation", zap.Any("panic", res.Panicked), zap.ByteString("stack", res.Stack))
 		}

@@ -140,13 +140,7 @@ func (s *Store) change(id string, c store.Change, claimBy string, lease time.Dur
 	}
 	// A claim waits for its fsync only when a crash must fail the operation (store.ClaimMustBeDurable).
 	err := s.write(func(txn *badger.Txn) (bool, error) { return true, apply(txn) },
-		func() {
-			committed = true
-			if prev == store.StatusRunning {
-				s.sh.queue.charge(out, c.Share) // before the move, which forgets a lane left without work
-			}
-			s.sh.queue.moved(out, prev)
-		},
+		func() { committed = true; s.sh.queue.moved(out, prev) },
 		func() bool { return claimBy == "" || store.ClaimMustBeDurable(out) })
 	if !committed {
 		return nil, err

@@ -107,22 +107,6 @@ func (q *queueState) moved(op *store.Operation, prev store.Status) {
 	}
 }
 
-// charge moves the turn of op's lane on by the share of the upstream's time op took, against
-// the lanes with queued or running work (store.ChargeTurn), when the lane still has a turn. The
-// caller holds no lock.
-func (q *queueState) charge(op *store.Operation, share time.Duration) {
-	if share <= 0 {
-		return
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	lane := op.Lane()
-	if t, ok := q.order.turns[lane]; ok {
-		t.turn = store.ChargeTurn(t.turn, share, len(q.lanes), op.Weight)
-		q.order.turns[lane] = t
-	}
-}
-
 // pop takes the first id in the capacity order at now, rebuilding the order from the store when
 // it is due or dry. ok is false when nothing queued may be claimed.
 func (q *queueState) pop(now time.Time, scan func() ([]string, error), load func([]string) ([]waiting, error)) (string, bool, error) {

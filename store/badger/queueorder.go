@@ -184,7 +184,7 @@ func (o *queueOrder) takeAt(lane string, u, i int, queued map[string]waiting, no
 	t := o.turnOf(lane, w)
 	turn, credit, advanced := store.ClaimTurn(t.turn, t.credit, w.weight, now, o.turn)
 	if advanced {
-		o.turn = store.TurnAt(now, o.turn) // the turn given, not a lane's charged one
+		o.turn = turn
 	}
 	o.turns[lane] = laneTurn{turn: turn, credit: credit}
 	return id

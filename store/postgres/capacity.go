@@ -53,8 +53,7 @@ const arrivalTurnSQL = `(floor(extract(epoch FROM o.submitted_at) * 1000000)::bi
 // laneTurnSQL is store.ClaimTurn in SQL: it gives the lane of each row of src (columns lane,
 // arrival: its turn should it have none, and weight: the claimed work's) the turn of a claim at
 // $now, in microseconds. A claim that completes the lane's weight moves its turn on to the
-// claim's time, or just after the latest turn given when that is later, unless the slot time
-// its work held put it later still (chargeTurnSQL); the sequence keeps the
+// claim's time, or just after the latest turn given when that is later; the sequence keeps the
 // latest (setval is not transactional, so two claims at once may share a turn: their ids then
 // decide). A lane's row is counted on from its locked latest version (ON CONFLICT DO UPDATE),
 // so claims of one lane on two replicas at once each count.
@@ -64,17 +63,10 @@ func laneTurnSQL(src string, now int) string {
 	SELECT s.lane, CASE WHEN 1 < s.w THEN s.arrival ELSE ` + next + ` END, CASE WHEN 1 < s.w THEN 1 ELSE 1 - s.w END, s.w
 	FROM (SELECT lane, arrival, least(greatest(coalesce(weight, 1), 1), ` + strconv.Itoa(store.MaxWeight) + `)::real AS w FROM ` + src + `) s
 	ON CONFLICT (lane) DO UPDATE SET
-		turn = CASE WHEN q.credit + 1 < excluded.weight THEN q.turn ELSE greatest(q.turn, ` + next + `) END,
+		turn = CASE WHEN q.credit + 1 < excluded.weight THEN q.turn ELSE ` + next + ` END,
 		credit = CASE WHEN q.credit + 1 < excluded.weight THEN q.credit + 1 ELSE q.credit + 1 - excluded.weight END,
 		weight = excluded.weight`
 }
-
-// chargeTurnSQL moves the turn of operation $1's lane on by $2 microseconds (its share of the
-// upstream's time over its weight) times the lanes with a turn (store.ChargeTurn), when the lane
-// has one. The lanes counted are those of queue_lanes: lanes with work, and lanes left without
-// any that the sweep has not forgotten yet (sweepCapacity).
-const chargeTurnSQL = `UPDATE queue_lanes SET turn = turn + $2 * (SELECT count(*) FROM queue_lanes)
-	FROM operations o WHERE o.id = $1 AND queue_lanes.lane = ` + laneSQL
 
 // takeTurnSQL gives the lane of operation $1 the turn of a claim at $3, $2 its arrival turn should
 // it have none (laneTurnSQL). The lane and weight are the row's: an operation accepted by a

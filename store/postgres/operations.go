@@ -68,7 +68,7 @@ func getOpForUpdate(ctx context.Context, tx pgx.Tx, id string, now time.Time) (*
 }
 
 // putOp inserts or rewrites op, its document and its columns.
-func putOp(ctx context.Context, db querier, op *store.Operation) error {
+func putOp(ctx context.Context, db execer, op *store.Operation) error {
 	args, err := opArgs(op)
 	if err != nil {
 		return err
@@ -261,12 +261,16 @@ func (s *Store) Transition(id string, c store.Change) (*store.Operation, error) 
 		if err := fence(op, c, now); err != nil {
 			return err
 		}
-		running := op.Status == store.StatusRunning
-		if out, err = s.apply(ctx, tx, op, c, now); err != nil || !running || c.Share <= 0 {
+		// The writes go in one round trip, unless a batch's line must read its batch between
+		// them (countLine).
+		w, p := execer(tx), &pipeline{}
+		if op.Batch == nil {
+			w = p
+		}
+		if out, err = s.apply(ctx, tx, w, op, c, now); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, chargeTurnSQL, id, store.ChargeTurn(0, c.Share, 1, op.Weight))
-		return err
+		return p.send(ctx, tx)
 	})
 	if err == nil && out.Status == store.StatusQueued {
 		s.poke()
@@ -290,8 +294,9 @@ func fence(op *store.Operation, c store.Change, now time.Time) error {
 }
 
 // apply makes change c of the locked op in tx: the state machine's checks and bookkeeping
-// (store.CanChange, store.Apply), the result, the request dropped, the event announced.
-func (s *Store) apply(ctx context.Context, tx pgx.Tx, op *store.Operation, c store.Change, now time.Time) (*store.Operation, error) {
+// (store.CanChange, store.Apply), the result, the request dropped, the event announced. Its
+// writes go through w: tx, or a pipeline of tx's writes when op is no batch's line.
+func (s *Store) apply(ctx context.Context, tx pgx.Tx, w execer, op *store.Operation, c store.Change, now time.Time) (*store.Operation, error) {
 	if !store.CanChange(op.Status, c) {
 		return nil, domain{fmt.Errorf("%w: %s -> %s", store.ErrIllegalTransition, op.Status, c.To)}
 	}
@@ -301,18 +306,18 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, op *store.Operation, c sto
 	}
 	store.Apply(op, c, at)
 	if c.To.Final() {
-		if err := finalize(ctx, tx, op, c.Result); err != nil {
+		if err := finalize(ctx, w, op, c.Result); err != nil {
 			return nil, err
 		}
 	}
 	if err := s.countLine(ctx, tx, op, c.Result, at); err != nil {
 		return nil, err
 	}
-	return op, s.write(ctx, tx, op, c.Result)
+	return op, s.write(ctx, w, op, c.Result)
 }
 
 // write stores op after a change of status, with the event that announces it.
-func (s *Store) write(ctx context.Context, tx pgx.Tx, op *store.Operation, result *store.Response) error {
+func (s *Store) write(ctx context.Context, tx execer, op *store.Operation, result *store.Response) error {
 	if err := putOp(ctx, tx, op); err != nil {
 		return err
 	}
@@ -320,7 +325,7 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, op *store.Operation, resul
 }
 
 // finalize stores a final operation's result for its retention and drops its request.
-func finalize(ctx context.Context, tx pgx.Tx, op *store.Operation, result *store.Response) error {
+func finalize(ctx context.Context, tx execer, op *store.Operation, result *store.Response) error {
 	if result != nil {
 		header, err := store.EncodeHeader(result.Header)
 		if err != nil {

@@ -17,7 +17,7 @@ import (
 func (s *Store) SetAnnouncer(a store.Announcer) { s.announcer.Store(&a) }
 
 // announce writes op's event, if any, in tx.
-func (s *Store) announce(ctx context.Context, tx pgx.Tx, op *store.Operation, result *store.Response) error {
+func (s *Store) announce(ctx context.Context, tx execer, op *store.Operation, result *store.Response) error {
 	ev := store.PendingEvent(s.announcer.Load(), op, result)
 	if ev == nil {
 		return nil
@@ -52,7 +52,7 @@ func scanEvent(row pgx.Row) (*store.Event, error) {
 
 // putEvent inserts or rewrites ev; a delivered event is kept for store.DeliveredKeptFor, a dead
 // letter until the dead-letter retention (counted from dead_at).
-func putEvent(ctx context.Context, db querier, ev *store.Event, now time.Time) error {
+func putEvent(ctx context.Context, db execer, ev *store.Event, now time.Time) error {
 	doc, err := json.Marshal(ev)
 	if err != nil {
 		return err

@@ -270,6 +270,29 @@ func sizesPool(dsn string) bool {
 	return err == nil && c.RuntimeParams["pool_max_conns"] != ""
 }
 
+// execer writes: the pool, a transaction, or a pipeline of a transaction's writes.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// pipeline queues a transaction's writes to send them together, in one round trip (pgx's
+// batch), where nothing between them reads what an earlier one wrote. Its Exec answers no
+// command tag: a write whose rows affected matter goes through the transaction itself.
+type pipeline struct{ b pgx.Batch }
+
+func (p *pipeline) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	p.b.Queue(sql, args...)
+	return pgconn.CommandTag{}, nil
+}
+
+// send runs the queued writes in tx, in order; the first that fails is the error.
+func (p *pipeline) send(ctx context.Context, tx pgx.Tx) error {
+	if p.b.Len() == 0 {
+		return nil
+	}
+	return tx.SendBatch(ctx, &p.b).Close()
+}
+
 // querier is the pool or a transaction.
 type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)

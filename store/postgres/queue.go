@@ -35,7 +35,11 @@ func (s *Store) ClaimNext(worker string, lease time.Duration) (*store.Operation,
 func (s *Store) startClaimed(ctx context.Context, tx pgx.Tx, op *store.Operation, worker string, lease time.Duration, now time.Time) (*store.Operation, error) {
 	store.Apply(op, store.Change{To: store.StatusRunning}, now)
 	op.Holder, op.LeaseUntil = worker, now.Add(lease)
-	if err := s.write(ctx, tx, op, nil); err != nil {
+	p := &pipeline{} // its row and its event in one round trip
+	if err := s.write(ctx, p, op, nil); err != nil {
+		return nil, err
+	}
+	if err := p.send(ctx, tx); err != nil {
 		return nil, err
 	}
 	return op, nil

@@ -32,6 +32,29 @@ func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, dat
 
 func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// A batch (pgx's pipeline) is one round trip, whatever it holds: its statements count as one,
+// joined by "; ".
+type batchKey struct{}
+
+func (c *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.mu.Lock()
+	c.sql = append(c.sql, "")
+	at := len(c.sql) - 1
+	c.mu.Unlock()
+	return context.WithValue(ctx, batchKey{}, at)
+}
+
+func (c *statementCounter) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	at, ok := ctx.Value(batchKey{}).(int)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ok && at < len(c.sql) {
+		c.sql[at] = strings.TrimPrefix(c.sql[at]+"; "+strings.Join(strings.Fields(data.SQL), " "), "; ")
+	}
+}
+
+func (c *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
 // during returns the statements fn sent.
 func (c *statementCounter) during(fn func()) []string {
 	c.mu.Lock()
@@ -104,6 +127,12 @@ func TestRoundTripsPerRequest(t *testing.T) {
 				t.Fatalf("claimed %+v, want op_1", op)
 			}
 		}},
+		// Locked and fenced, then its result, its request dropped and its row, in one round
+		// trip (three before they were sent together).
+		{"the outcome of a running operation", 4, func() {
+			_, err := st.Transition("op_1", store.Change{To: store.StatusSucceeded, Holder: "w", Result: &resp})
+			fail(err)
+		}},
 	}
 	for _, tc := range cases {
 		sql := counter.during(tc.fn)
@@ -112,10 +141,11 @@ func TestRoundTripsPerRequest(t *testing.T) {
 			t.Errorf("%s: %d statements, want %d:\n%s", tc.name, len(sql), tc.want, strings.Join(sql, "\n"))
 		}
 	}
-	// The retries wrote nothing: only op_1 and op_4 were accepted.
-	for _, table := range []string{"operations", "operation_requests"} {
-		if n := count(t, st, `SELECT count(*) FROM `+table); n != 2 {
-			t.Errorf("%s: %d rows, want 2", table, n)
+	// The retries wrote nothing: only op_1 and op_4 were accepted, and op_1, finished, no
+	// longer keeps its request.
+	for table, want := range map[string]int{"operations": 2, "operation_requests": 1} {
+		if n := count(t, st, `SELECT count(*) FROM `+table); n != want {
+			t.Errorf("%s: %d rows, want %d", table, n, want)
 		}
 	}
 }

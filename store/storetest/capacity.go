@@ -26,32 +26,6 @@ var capacityTests = []test{
 	{"AKeyOfWeightTwoTakesTwoClaimsPerTurn", testWeightedKeys},
 	{"ClaimingByIDTakesTheKeysTurn", testClaimByIDTakesTheKeysTurn},
 	{"AFairnessKeyThatIsNotTextIsKeptAndTakesItsTurns", testFairKeyNotText},
-	{"TheSlotTimeAnAttemptHeldMovesItsLanesTurnOn", testHeldSlotTimeMovesTheTurn},
-}
-
-// Lanes share slot time, not claims: once a lane's operation took 10 s of the upstream's time
-// and another lane's 100 ms (Change.Share), the second lane's work is claimed until its turn
-// catches up, not one claim for one. Without the charge the order would alternate: 1, 5, 2, 6,
-// 3, 7.
-func testHeldSlotTimeMovesTheTurn(t *testing.T, e *env) {
-	b := e.open()
-	e.acceptAt(t, b, "long", 0, 4, store.DefaultUrgency, time.Time{})
-	e.acceptAt(t, b, "short", 4, 4, store.DefaultUrgency, time.Time{})
-	for i, c := range []struct {
-		id   int
-		held time.Duration
-	}{{0, 10 * time.Second}, {4, 100 * time.Millisecond}} {
-		e.clock.Advance(time.Millisecond)
-		op := must(b.ClaimNext("w1", time.Minute))(t)
-		if op == nil || op.ID != opID(c.id) {
-			t.Fatalf("claim %d: %v, want %s", i, op, opID(c.id))
-		}
-		done := store.Change{To: store.StatusSucceeded, Holder: "w1", Share: c.held}
-		if _, err := b.Transition(op.ID, done); err != nil {
-			t.Fatal(err)
-		}
-	}
-	expectDrain(t, b, opIDs([]int{5, 6, 7}, 1, 4))
 }
 
 // A fairness key made of a caller's bytes (not UTF-8, a NUL) is stored like any other, and its
