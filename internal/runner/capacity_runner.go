@@ -75,8 +75,10 @@ func (r *Runner) claimQueued(takeover time.Duration) (*store.Operation, *capacit
 			}
 			return op, held, err
 		}
-		tries++       // claimed elsewhere, canceled or stale meanwhile: the next head may use the seat
-		held.Detach() // its time is not the key's it stood in for
+		// Claimed elsewhere, canceled or stale meanwhile: the next head may use the seat, whose
+		// time is then not the key's it stood in for.
+		tries++
+		held.Detach()
 	}
 	held.GiveBack()
 	return nil, nil, nil
