@@ -109,7 +109,7 @@ func (t *Ticket) Take() *Seat {
 // Drop gives the seat back if no call took it.
 func (t *Ticket) Drop() {
 	if s := t.Take(); s != nil {
-		s.Release(Sample{}) // no call: nothing for the limit to learn
+		s.GiveBack() // no call: nothing for the limit, or the key's turn, to learn
 	}
 }
 

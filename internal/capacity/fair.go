@@ -47,6 +47,9 @@ const (
 	minCharge = time.Millisecond
 	// holdWeight is how much the latest call moves a moving average of slot time.
 	holdWeight = 0.2
+	// holdSampleCap bounds how many times the average one call counts as, so that one very
+	// long stream does not charge every key for the next calls as if theirs were as long.
+	holdSampleCap = 10
 	// rebaseAt is the virtual time past which the turns are moved back to start near zero,
 	// long before a time.Duration would wrap (virtual time runs as fast as all the seats
 	// together: at 1,000 seats, about 36 years of it in 13 days).
@@ -131,14 +134,17 @@ func (p *Pool) joinLocked(w *Waiter) {
 func (p *Pool) leaveLocked(w *Waiter, granted bool) {
 	k := keyOf(w.Ask)
 	if granted {
-		w.charged = p.chargeOf(k)
+		w.charged = p.chargeOf(w)
 		var finish time.Duration
 		finish, w.laneW = p.keys.grant(w.lane, w.charged)
+		kk := p.knowLocked(k)
 		if w.lane == newcomers {
 			_, w.keyW = p.newKeys.grant(k, w.charged)
 			p.newcomersFinish = finish
+			kk.finish = max(kk.finish, finish) // a turn of its own lane, when it has one, stands
+		} else {
+			kk.finish = finish
 		}
-		p.knowLocked(k).finish = finish
 		p.rebaseLocked()
 	}
 	p.keys.leave(w.lane)
@@ -147,25 +153,55 @@ func (p *Pool) leaveLocked(w *Waiter, granted bool) {
 	}
 }
 
-// chargeOf is what a grant to key k charges its turn before the call's time is known: the slot
-// time calls held lately, its key's when longer. Never less than the pool's: a key whose calls
-// were short lately and then sends long ones pays the pool's average for each seat it takes
-// until they end, not its own short one (it could otherwise take every seat at once).
-func (p *Pool) chargeOf(k string) time.Duration {
-	if kk := p.known[k]; kk != nil {
-		return max(kk.hold, p.hold)
+// chargeOf is what a grant to waiter w charges its turn before the call's time is known: the
+// slot time calls held lately, its key's when longer, and among the newcomers the newcomers'
+// when longer still. Never less than the pool's, weighted by slot time (a seat is mostly held
+// by long calls, however many short ones there are): a key whose calls were short lately and
+// then sends long ones pays that for each seat it takes until they end, not its own short
+// average (it could otherwise take every seat at once), and fresh identities sending long calls
+// pay what their lane's calls held.
+func (p *Pool) chargeOf(w *Waiter) time.Duration {
+	c := p.hold
+	if kk := p.known[keyOf(w.Ask)]; kk != nil {
+		c = max(c, kk.hold)
 	}
-	return p.hold
+	if w.lane == newcomers {
+		c = max(c, p.newcomersHold)
+	}
+	return c
+}
+
+// slotAverage is a moving average of the slot time calls held, weighted by it: the sum of the
+// times and of their squares, each moved holdWeight towards the latest call (in seconds).
+type slotAverage struct{ sum, squares float64 }
+
+// add counts a call that held its seat for took and returns the average.
+func (a *slotAverage) add(took time.Duration) time.Duration {
+	s := took.Seconds()
+	a.sum += holdWeight * (s - a.sum)
+	a.squares += holdWeight * (s*s - a.squares)
+	return time.Duration(a.squares / a.sum * float64(time.Second))
+}
+
+// movedAverage is average moved holdWeight towards took, took counting as no more than
+// holdSampleCap times the average (0: none yet, took is the average).
+func movedAverage(average, took time.Duration) time.Duration {
+	if average == 0 {
+		return took
+	}
+	return average + per(min(took, holdSampleCap*average)-average, 1/holdWeight)
 }
 
 // rebaseLocked moves the turns back near zero once virtual time passes rebaseAt: every start
 // and remembered finish less the same amount keeps the order.
 func (p *Pool) rebaseLocked() {
 	if p.keys.vtime > rebaseAt {
+		// A finish behind the virtual time counts as the virtual time when its key comes back:
+		// at zero, stale ones stay bounded however many rebases they see.
 		base := p.keys.rebase()
-		p.newcomersFinish -= base
+		p.newcomersFinish = max(p.newcomersFinish-base, 0)
 		for _, kk := range p.known {
-			kk.finish -= base
+			kk.finish = max(kk.finish-base, 0)
 		}
 	}
 	if p.newKeys.vtime > rebaseAt {
@@ -202,13 +238,12 @@ func (p *Pool) settleLocked(w *Waiter, held time.Duration, used bool) {
 	if !used {
 		return
 	}
-	p.hold += per(took-p.hold, 1/holdWeight)
+	p.hold = p.slot.add(min(took, holdSampleCap*p.hold))
+	if w.lane == newcomers {
+		p.newcomersHold = movedAverage(p.newcomersHold, took)
+	}
 	if kk != nil {
-		if kk.hold == 0 {
-			kk.hold = took
-		} else {
-			kk.hold += per(took-kk.hold, 1/holdWeight)
-		}
+		kk.hold = movedAverage(kk.hold, took)
 	}
 }
 
@@ -278,10 +313,11 @@ func (ts *turns) leave(k string) {
 }
 
 // settle moves k's next turn by delta when k waits (a correction of what its last grant
-// charged), no earlier than the virtual time: a refund gives back at most the turn's wait.
+// charged); a refund brings it back no earlier than the virtual time, and never later than it
+// was.
 func (ts *turns) settle(k string, delta time.Duration) {
 	if t := ts.of[k]; t != nil {
-		t.start = max(t.start+delta, ts.vtime)
+		t.start = max(t.start+delta, min(t.start, ts.vtime))
 	}
 }
 

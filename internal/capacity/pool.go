@@ -66,7 +66,11 @@ type Pool struct {
 	newKeys turns                // the newcomers' keys waiting, within their lane
 	known   map[string]*knownKey // keys served lately (fair.go)
 	served  uint64
-	hold    time.Duration // the slot time calls held lately (fair.go)
+	hold    time.Duration // the slot time calls held lately, weighted by it (fair.go)
+	slot    slotAverage   // what hold is made of
+	// newcomersHold is the slot time the newcomers' calls held lately (fair.go): never less
+	// is charged to a grant in their lane.
+	newcomersHold time.Duration
 	// newcomersFinish is where the newcomers' lane's last turn ended.
 	newcomersFinish time.Duration
 	adapt           *Adaptive
@@ -86,7 +90,7 @@ type counters struct {
 // NewPool returns a pool of cfg's seats on clock.
 func NewPool(clock clockwork.Clock, cfg Config) *Pool {
 	p := &Pool{clock: clock, keys: newTurns(false), newKeys: newTurns(true), known: map[string]*knownKey{},
-		hold: defaultHold}
+		hold: defaultHold, slot: slotAverage{sum: defaultHold.Seconds(), squares: defaultHold.Seconds() * defaultHold.Seconds()}}
 	p.Configure(cfg)
 	return p
 }

@@ -80,3 +80,29 @@ func TestSeatsTellWhenASeatIsFreeAndHowLongEachWaitTook(t *testing.T) {
 		t.Fatalf("%d seats in use after all came back; want 0", n)
 	}
 }
+
+// A seat detached from the waiter it was granted to (a stand-in whose operation another
+// replica claimed, the seat going to the next head) charges that waiter's key the least a turn
+// costs, and its call's time to no key.
+func TestSeatsDetachedSeatChargesNoKeyItsCall(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	p := NewSeats(Config{Limit: 1}, SeatsOptions{Clock: clock})
+	s, err := p.Acquire(context.Background(), Ask{Scope: "a", Since: clock.Now()}, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	charged := p.known["a"].finish
+	p.mu.Unlock()
+	s.Detach()
+	clock.Advance(time.Minute)
+	s.Release(Sample{Status: 200})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if got, want := p.known["a"].finish, charged-defaultHold+minCharge; got != want {
+		t.Fatalf("key a's turn ends at %v after a detached seat's minute-long call; want %v (charged %v, then the least a turn costs)", got, want, charged)
+	}
+	if p.known["a"].hold != 0 {
+		t.Fatalf("key a learnt a hold of %v from a call that was not its own", p.known["a"].hold)
+	}
+}
