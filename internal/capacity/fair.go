@@ -218,23 +218,12 @@ func (p *Pool) settleLocked(w *Waiter, held time.Duration, used bool) {
 		return
 	}
 	w.settled = true
+	delete(p.running, w)
 	took := max(held, minCharge)
 	if !used {
 		took = minCharge
 	}
-	k := keyOf(w.Ask)
-	delta := per(took-w.charged, w.laneW)
-	p.keys.settle(w.lane, delta)
-	if w.lane == newcomers {
-		p.newKeys.settle(k, per(took-w.charged, w.keyW))
-		p.newcomersFinish += delta
-		// Its key's own lane, when it has one since, started where this grant left it.
-		p.keys.settle(k, per(took-w.charged, w.keyW))
-	}
-	kk := p.known[k]
-	if kk != nil {
-		kk.finish += delta
-	}
+	kk := p.chargeLocked(w, took-w.charged-w.toppedUp)
 	if !used {
 		return
 	}
@@ -244,6 +233,38 @@ func (p *Pool) settleLocked(w *Waiter, held time.Duration, used bool) {
 	}
 	if kk != nil {
 		kk.hold = movedAverage(kk.hold, took)
+	}
+}
+
+// chargeLocked moves the turns of granted waiter w's lane (and key) by d, what its call cost
+// beyond what they were charged so far (negative: a refund), and returns its key's record.
+func (p *Pool) chargeLocked(w *Waiter, d time.Duration) *knownKey {
+	k := keyOf(w.Ask)
+	delta := per(d, w.laneW)
+	p.keys.settle(w.lane, delta)
+	if w.lane == newcomers {
+		p.newKeys.settle(k, per(d, w.keyW))
+		p.newcomersFinish += delta
+		// Its key's own lane, when it has one since, started where this grant left it.
+		p.keys.settle(k, per(d, w.keyW))
+	}
+	kk := p.known[k]
+	if kk != nil {
+		kk.finish += delta
+	}
+	return kk
+}
+
+// topUpLocked charges the calls still running the time they have held their seats beyond what
+// their grants charged, before seats are granted at now: a burst of calls longer than the
+// averages pays as it goes, not only once each ends, so it cannot keep taking seats while the
+// first of it runs (what it was charged is corrected at the end as ever).
+func (p *Pool) topUpLocked(now time.Time) {
+	for w := range p.running {
+		if over := now.Sub(w.grantedAt) - w.charged - w.toppedUp; over > 0 {
+			w.toppedUp += over
+			p.chargeLocked(w, over)
+		}
 	}
 }
 

@@ -41,7 +41,9 @@ type Waiter struct {
 	// laneW and keyW are the weights its grant divided the charge by: its lane's, and among
 	// the newcomers its key's; a correction divides by the same.
 	laneW, keyW float64
-	settled     bool // the charge was corrected to the slot time its seat held
+	settled     bool          // the charge was corrected to the slot time its seat held
+	grantedAt   time.Time     // when its seat was granted
+	toppedUp    time.Duration // charged since, as its call outran its charge (fair.go)
 }
 
 // Config is how many seats a pool has: Limit, or with Auto a limit that adapts between Min and
@@ -65,6 +67,7 @@ type Pool struct {
 	keys    turns                // the lanes waiting: keys served lately, and the newcomers (fair.go)
 	newKeys turns                // the newcomers' keys waiting, within their lane
 	known   map[string]*knownKey // keys served lately (fair.go)
+	running map[*Waiter]struct{} // granted and not yet settled: their calls' time is charged as it goes
 	served  uint64
 	hold    time.Duration // the slot time calls held lately, weighted by it (fair.go)
 	slot    slotAverage   // what hold is made of
@@ -89,7 +92,7 @@ type counters struct {
 
 // NewPool returns a pool of cfg's seats on clock.
 func NewPool(clock clockwork.Clock, cfg Config) *Pool {
-	p := &Pool{clock: clock, keys: newTurns(false), newKeys: newTurns(true), known: map[string]*knownKey{},
+	p := &Pool{clock: clock, keys: newTurns(false), newKeys: newTurns(true), known: map[string]*knownKey{}, running: map[*Waiter]struct{}{},
 		hold: defaultHold, slot: slotAverage{sum: defaultHold.Seconds(), squares: defaultHold.Seconds() * defaultHold.Seconds()}}
 	p.Configure(cfg)
 	return p
@@ -237,6 +240,9 @@ func (p *Pool) GiveBack(w *Waiter) {
 
 // grantLocked gives free seats to the next waiters in order.
 func (p *Pool) grantLocked() {
+	if p.inUse < p.limit && len(p.waiting) > 0 {
+		p.topUpLocked(p.clock.Now())
+	}
 	for p.inUse < p.limit && len(p.waiting) > 0 {
 		w := p.waiting[p.nextLocked(p.clock.Now())]
 		p.removeLocked(w)
@@ -248,7 +254,8 @@ func (p *Pool) grantLocked() {
 func (p *Pool) grantToLocked(w *Waiter) {
 	p.inUse++
 	p.leaveLocked(w, true)
-	w.granted = true
+	w.granted, w.grantedAt = true, p.clock.Now()
+	p.running[w] = struct{}{}
 	close(w.ready)
 }
 
