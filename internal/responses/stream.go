@@ -131,9 +131,10 @@ type relay struct {
 	created int64
 	final   bool // a terminal event was relayed
 
-	mu      sync.Mutex // the writes: the relay's, and the keep-alive's
-	stop    chan struct{}
-	stopped sync.WaitGroup
+	mu        sync.Mutex // the writes: the relay's, and the keep-alive's
+	closed    bool       // under mu: nothing writes after close
+	keepAlive clockwork.Timer
+	every     time.Duration
 }
 
 // newRelay answers the stream's head and its first event, response.queued, and keeps the
@@ -141,47 +142,48 @@ type relay struct {
 func (rd *Reader) newRelay(w http.ResponseWriter, op *store.Operation, after int64) *relay {
 	EventStreamHeader(w.Header())
 	w.WriteHeader(http.StatusOK)
-	rl := &relay{rd: rd, w: w, rc: http.NewResponseController(w), id: op.ID, after: after, created: op.SubmittedAt.Unix(), stop: make(chan struct{})}
+	rl := &relay{rd: rd, w: w, rc: http.NewResponseController(w), id: op.ID, after: after, created: op.SubmittedAt.Unix()}
 	rl.send(QueuedEvent(Base(op.ID, rl.created, Queued, op.Echo)))
 	_ = rl.flush()
-	every := rd.KeepAlive
-	if every <= 0 {
-		every = KeepAlive
+	rl.every = rd.KeepAlive
+	if rl.every <= 0 {
+		rl.every = KeepAlive
 	}
-	t := rd.Clock.NewTicker(every) // before newRelay returns: a fake clock's ticker is set now
-	rl.stopped.Add(1)
-	go rl.keepAlive(t)
+	// A timer, not a goroutine with a ticker: a stream waiting for its next event holds no
+	// goroutine of its own for its keep-alive (docs/benchmarks.md, "Live streams' memory").
+	// Set before newRelay returns: a fake clock's timer is set now.
+	rl.mu.Lock()
+	rl.keepAlive = rd.Clock.AfterFunc(rl.every, rl.keepAliveTick)
+	rl.mu.Unlock()
 	return rl
 }
 
-// keepAlive writes a comment at every tick until close or the client leaves.
-func (rl *relay) keepAlive(t clockwork.Ticker) {
-	defer rl.stopped.Done()
-	defer t.Stop()
-	for {
-		select {
-		case <-rl.stop:
-			return
-		case <-rl.rd.Context.Done():
-			return
-		case <-t.Chan():
-			rl.mu.Lock()
-			_, err := rl.w.Write([]byte(": keep-alive\n\n"))
-			if err == nil {
-				err = rl.rc.Flush()
-			}
-			rl.mu.Unlock()
-			if err != nil {
-				return
-			}
-		}
+// keepAliveTick writes a comment and sets the next one, unless the relay is closed or the
+// client left; a write that fails sets none.
+func (rl *relay) keepAliveTick() {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if rl.closed || rl.rd.Context.Err() != nil {
+		return
+	}
+	rl.keepAlive.Reset(rl.every) // before the write: whoever reads the comment finds the next one set
+	_, err := rl.w.Write(keepAliveComment)
+	if err == nil {
+		err = rl.rc.Flush()
+	}
+	if err != nil {
+		rl.keepAlive.Stop()
 	}
 }
 
+var keepAliveComment = []byte(": keep-alive\n\n")
+
 // close ends the keep-alive: nothing writes to the stream after it.
 func (rl *relay) close() {
-	close(rl.stop)
-	rl.stopped.Wait()
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	rl.closed = true
+	rl.keepAlive.Stop()
 }
 
 // flush sends what was written.
