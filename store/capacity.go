@@ -69,10 +69,11 @@ type SeatWaiter struct {
 // Turns (docs/backends.md, "The capacity order") are taken by lanes (Lane: an operation's
 // fairness key, or its scope without one) and are times in microseconds since the epoch: a claim
 // gives its lane TurnAt its time, and a lane with queued work but no turn (new, or forgotten
-// when it had no work left) counts as served when its oldest work came. So a lane seen for the
-// first time takes its turn behind the lanes served before it came, not ahead of every lane with
-// a backlog, and a new identity per call buys no place in front (start-time fair queuing: a new
-// flow starts at the current virtual time). A lane of weight w takes w claims per turn
+// when it had no work left) counts as served when its oldest work came, or when the newcomers
+// were last served if that is later (NewcomerTurn). So a lane seen for the first time takes its
+// turn behind the lanes served before it came, not ahead of every lane with a backlog, and the
+// lanes without a turn share one between them: a new identity per call buys no place in front
+// (start-time fair queuing: a new flow starts at the current virtual time). A lane of weight w takes w claims per turn
 // (ClaimTurn).
 
 // TurnAt is the turn of a claim at now, after the latest turn given: now, or just after latest
@@ -115,6 +116,24 @@ func ClaimTurn(turn int64, credit, w float64, now time.Time, latest int64) (_ in
 // ArrivalTurn is the turn a scope not yet served counts as having, its oldest work queued at
 // since: just before a claim in the same microsecond, which came after it.
 func ArrivalTurn(since time.Time) int64 { return since.UnixMicro() - 1 }
+
+// NewcomerTurn is the turn of a lane that has none (new, or forgotten when it had no work
+// left), its oldest work queued at since, when newcomers is the newcomers' turn: the arrival
+// turn of the latest claim of such a lane (NewcomersServed). The lanes without a turn thus take
+// one turn between them, oldest first, as the seat pool's newcomers share one lane: a caller
+// minting a credential per operation takes one turn against a tenant's backlog, however many
+// credentials it mints, where each counting as served when it came went ahead of the backlog
+// every time (docs/backends.md, "The capacity order").
+func NewcomerTurn(since time.Time, newcomers int64) int64 {
+	return max(ArrivalTurn(since), newcomers)
+}
+
+// NewcomersServed is the newcomers' turn after a claim at now of a lane that had none: the
+// arrival turn of now, so that the newcomers still waiting go before the lane just claimed
+// (whose turn is now or later) and after every lane served before now.
+func NewcomersServed(newcomers int64, now time.Time) int64 {
+	return max(newcomers, ArrivalTurn(now))
+}
 
 // ClampUrgency brings u into 0..7: a stored value out of range waits at the nearest bound.
 func ClampUrgency(u int) int { return min(max(u, MostUrgent), LeastUrgent) }

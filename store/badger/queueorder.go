@@ -57,6 +57,8 @@ type queueOrder struct {
 	members map[string]struct{}                         // the ids in groups
 	turns   map[string]laneTurn                         // lane -> its turn; absent: not served since it had work
 	turn    int64
+	// newcomers is the newcomers' turn: the lanes absent from turns share it (store.NewcomerTurn).
+	newcomers int64
 }
 
 // laneTurn is a lane's turn (store.ClaimTurn): the turn of the claim that last moved it on, and
@@ -71,11 +73,11 @@ func newQueueOrder() *queueOrder {
 }
 
 // turnOf is lane's turn, its work w at the head: the turn of a lane not served since it had work
-// is when that work came (store.ArrivalTurn).
+// is when that work came, or the newcomers' turn when later (store.NewcomerTurn).
 func (o *queueOrder) turnOf(lane string, w waiting) laneTurn {
 	t, served := o.turns[lane]
 	if !served {
-		t = laneTurn{turn: store.ArrivalTurn(w.since)}
+		t = laneTurn{turn: store.NewcomerTurn(w.since, o.newcomers)}
 	}
 	return t
 }
@@ -182,6 +184,9 @@ func (o *queueOrder) takeAt(lane string, u, i int, queued map[string]waiting, no
 	delete(o.members, id)
 	w := queued[id]
 	t := o.turnOf(lane, w)
+	if _, served := o.turns[lane]; !served {
+		o.newcomers = store.NewcomersServed(o.newcomers, now)
+	}
 	turn, credit, advanced := store.ClaimTurn(t.turn, t.credit, w.weight, now, o.turn)
 	if advanced {
 		o.turn = turn
@@ -244,7 +249,7 @@ func (s *Store) QueuePosition(id string) (int, error) {
 			sq = &store.ScopeQueue{Scope: w.lane, Turn: q.order.turnOf(w.lane, w).turn}
 			lanes[w.lane] = sq
 		} else if _, served := q.order.turns[w.lane]; !served {
-			sq.Turn = min(sq.Turn, store.ArrivalTurn(w.since))
+			sq.Turn = min(sq.Turn, q.order.turnOf(w.lane, w).turn)
 		}
 		countWaiting(sq, w, me, level, now)
 	}

@@ -42,9 +42,30 @@ const nextInOrderSQL = `WITH RECURSIVE heads AS (
 		WHERE ` + claimable + ` AND o.id <> ALL($3) AND (` + laneSQL + `, o.urgency) > (h.lane, h.urgency)
 		ORDER BY ` + laneSQL + `, o.urgency, o.id LIMIT 1) n
 )
-SELECT o.id, o.lane, coalesce(t.turn, ` + arrivalTurnSQL + `) AS turn
-FROM heads o LEFT JOIN queue_lanes t ON t.lane = o.lane
+SELECT o.id, o.lane, coalesce(t.turn, greatest(` + arrivalTurnSQL + `, nc.turn)) AS turn
+FROM heads o LEFT JOIN queue_lanes t ON t.lane = o.lane LEFT JOIN ` + newcomersRow + `
 ORDER BY ` + effectiveSQL + `, 3, o.id LIMIT 1`
+
+// newcomersLane is the row of queue_lanes that keeps the newcomers' turn (store.NewcomerTurn):
+// lanes are fairness keys ("key:...") or scopes (hex digests), so it is never an operation's.
+const newcomersLane = "*newcomers"
+
+// newcomersRow joins the newcomers' turn as nc.turn (NULL before any newcomer was claimed).
+const newcomersRow = `queue_lanes nc ON nc.lane = '` + newcomersLane + `'`
+
+// newcomersSQL are the CTEs that move the newcomers' turn on (store.NewcomersServed) for a claim
+// at $now (microseconds) when the lane of a row of src (column lane) had no turn before the
+// statement. The row is updated unless another claim holds it (SKIP LOCKED: that claim moves it
+// on to about the same time), so the newcomers' claims on every replica never wait for one
+// another; its first insert does nothing when another got there first.
+func newcomersSQL(src string, now int) string {
+	to := `$` + strconv.Itoa(now) + `::bigint - 1`
+	return `nc_new AS (SELECT 1 FROM ` + src + ` s WHERE NOT EXISTS (SELECT 1 FROM queue_lanes t WHERE t.lane = s.lane)),
+nc_moved AS (UPDATE queue_lanes q SET turn = greatest(q.turn, ` + to + `) WHERE q.lane IN (
+	SELECT l.lane FROM queue_lanes l WHERE l.lane = '` + newcomersLane + `' AND EXISTS (SELECT 1 FROM nc_new) FOR UPDATE SKIP LOCKED)),
+nc_first AS (INSERT INTO queue_lanes (lane, turn) SELECT '` + newcomersLane + `', ` + to + `
+	WHERE EXISTS (SELECT 1 FROM nc_new) ON CONFLICT (lane) DO NOTHING)`
+}
 
 // arrivalTurnSQL is store.ArrivalTurn of a row o: the turn of a lane without one, in
 // microseconds since the epoch, as claims give them (takeTurnSQL).
@@ -69,9 +90,13 @@ func laneTurnSQL(src string, now int) string {
 }
 
 // takeTurnSQL gives the lane of operation $1 the turn of a claim at $3, $2 its arrival turn should
-// it have none (laneTurnSQL). The lane and weight are the row's: an operation accepted by a
-// schema 10 replica has no lane column, and waits in its scope's lane.
-var takeTurnSQL = laneTurnSQL(`(SELECT `+laneSQL+` AS lane, $2::bigint AS arrival, o.weight FROM operations o WHERE o.id = $1) one`, 3)
+// it have none (laneTurnSQL; the newcomers' turn when later, which the claim then moves on:
+// newcomersSQL). The lane and weight are the row's: an operation accepted by a schema 10
+// replica has no lane column, and waits in its scope's lane.
+var takeTurnSQL = `WITH one AS (SELECT ` + laneSQL + ` AS lane, greatest($2::bigint, (SELECT nc.turn FROM queue_lanes nc
+	WHERE nc.lane = '` + newcomersLane + `')) AS arrival, o.weight FROM operations o WHERE o.id = $1),
+` + newcomersSQL("one", 3) + `
+` + laneTurnSQL("one", 3)
 
 // claimTries bounds how many rows one claim passes over because other claimers hold them: more
 // than the workers claiming at once on every replica, or a claim would answer "none" with work
@@ -91,7 +116,8 @@ var agingStep = store.AgingStep.Seconds()
 var claimSQL = `WITH next AS (` + nextInOrderSQL + `),
 claimed AS (SELECT o.doc, o.holder, o.lease_until, n.lane, n.turn AS arrival, o.weight FROM operations o JOIN next n ON o.id = n.id
 	WHERE o.status = 'queued' FOR UPDATE OF o SKIP LOCKED),
-turn AS (` + laneTurnSQL("claimed", 4) + `)
+turn AS (` + laneTurnSQL("claimed", 4) + `),
+` + newcomersSQL("claimed", 4) + `
 SELECT n.id, c.doc, c.holder, c.lease_until FROM next n LEFT JOIN claimed c ON true`
 
 // claimInOrder locks the first queued operation in the capacity order that no other claimer
@@ -202,13 +228,13 @@ func (s *Store) QueuedByUrgency() ([8]int, error) {
 
 // positionSQL counts, per lane with claimable work at $1, the queued operations before and at
 // the effective urgency $3 of operation $4 of lane $5 (see store.ScopeQueue).
-const positionSQL = `SELECT q.lane, coalesce(t.turn, min(q.arrival)),
+const positionSQL = `SELECT q.lane, coalesce(t.turn, greatest(min(q.arrival), nc.turn)),
 		count(*) FILTER (WHERE q.e < $3), count(*) FILTER (WHERE q.e = $3),
 		coalesce(min(q.id) FILTER (WHERE q.e = $3), ''),
 		count(*) FILTER (WHERE q.e = $3 AND q.lane = $5 AND q.id < $4)
 	FROM (SELECT ` + laneSQL + ` AS lane, o.id, ` + effectiveSQL + ` AS e, ` + arrivalTurnSQL + ` AS arrival FROM operations o WHERE ` + claimable + `) q
-	LEFT JOIN queue_lanes t ON t.lane = q.lane
-	GROUP BY q.lane, t.turn`
+	LEFT JOIN queue_lanes t ON t.lane = q.lane LEFT JOIN ` + newcomersRow + `
+	GROUP BY q.lane, t.turn, nc.turn`
 
 // QueuePosition estimates how many queued operations will be claimed before id (see
 // store.Queue): one pass over the queued operations, counted per scope.
@@ -253,11 +279,11 @@ func timeOrNull(t time.Time) *time.Time {
 }
 
 // sweepCapacity forgets the turns of lanes left without queued or running work (their next work
-// starts afresh, as on Badger), a batch of them, and deletes lapsed seats (on the database's clock,
+// starts afresh, as on Badger; the newcomers' turn is kept), a batch of them, and deletes lapsed seats (on the database's clock,
 // which leases them) and the places in line of replicas that stopped looking, those no look holds.
 func sweepCapacity(ctx context.Context, tx pgx.Tx) (turns, seats int64, err error) {
 	tag, err := tx.Exec(ctx, `DELETE FROM queue_lanes WHERE lane IN (SELECT t.lane FROM queue_lanes t
-		WHERE NOT EXISTS (SELECT 1 FROM operations o WHERE o.scope = t.lane AND o.lane IS NULL AND o.status IN ('queued', 'running'))
+		WHERE t.lane <> '`+newcomersLane+`' AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.scope = t.lane AND o.lane IS NULL AND o.status IN ('queued', 'running'))
 		AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.lane = t.lane AND o.status IN ('queued', 'running')) LIMIT $1)`, sweepBatch)
 	if err != nil {
 		return 0, 0, err

@@ -243,8 +243,8 @@ func TestOperationOfAnOlderReplicaWaitsAtTheDefaultUrgency(t *testing.T) {
 	}
 }
 
-// The sweep forgets the turn of a scope left without work, keeps one with work running, and
-// deletes lapsed seats.
+// The sweep forgets the turn of a scope left without work, keeps one with work running and the
+// newcomers' turn (which no operation's lane is), and deletes lapsed seats.
 func TestSweepForgetsIdleTurnsAndLapsedSeats(t *testing.T) {
 	clock := storetest.NewClock()
 	st := replicas(t, 1, clock)[0]
@@ -269,5 +269,8 @@ func TestSweepForgetsIdleTurnsAndLapsedSeats(t *testing.T) {
 	}
 	if n := count(t, st, `SELECT count(*) FROM queue_lanes WHERE lane = 'busy'`); n != 1 {
 		t.Fatalf("the busy scope's turn was forgotten")
+	}
+	if n := count(t, st, `SELECT count(*) FROM queue_lanes WHERE lane = '`+newcomersLane+`'`); n != 1 {
+		t.Fatalf("the newcomers' turn was forgotten")
 	}
 }

@@ -108,24 +108,44 @@ func testClaimByIDTakesTheKeysTurn(t *testing.T, e *env) {
 }
 
 // A tenant with a backlog against a new scope (a fresh credential) per call, two arriving for
-// every claim: each new scope counts as served when it came, so the backlog's turn, older,
-// still comes (it got 3 of the first 11 claims; a scope without a turn used to go first always,
-// and the backlog got none after its first).
+// every claim: the new scopes share one turn (store.NewcomerTurn), so the backlog gets every
+// other claim, by ClaimNext and by a look then a claim by id alike. Each new scope counting as
+// served when it came, the backlog got 3 of 11 claims and ever fewer as the flood went on (its
+// k-th claim came after about 3^k new scopes'); a scope without a turn going first always, none
+// after its first.
 func testNewScopesWaitTheirTurn(t *testing.T, e *env) {
-	b := e.open()
-	e.acceptAt(t, b, "honest", 0, 6, store.DefaultUrgency, time.Time{})
-	honest := 0
-	for i := range 11 {
-		e.clock.Advance(time.Millisecond)
-		e.acceptAt(t, b, "minted-"+fmt.Sprint(2*i), 100+2*i, 1, store.DefaultUrgency, time.Time{})
-		e.acceptAt(t, b, "minted-"+fmt.Sprint(2*i+1), 101+2*i, 1, store.DefaultUrgency, time.Time{})
-		op := must(b.ClaimNext("w1", time.Minute))(t)
-		if op != nil && op.Scope == "honest" {
-			honest++
-		}
-	}
-	if honest < 3 {
-		t.Fatalf("the backlog got %d of 11 claims; want at least 3", honest)
+	for _, byID := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ClaimNext", true: "ClaimQueued"}[byID], func(t *testing.T) {
+			b := e.open()
+			base, honestScope := 0, "honest"
+			if byID {
+				base, honestScope = 1000, "honest-by-id"
+			}
+			const claims = 30
+			e.acceptAt(t, b, honestScope, base, claims, store.DefaultUrgency, time.Time{})
+			honest := 0
+			for i := range claims {
+				e.clock.Advance(time.Millisecond)
+				for j := range 2 {
+					n := base + 100 + 2*i + j
+					e.acceptAt(t, b, "minted-"+fmt.Sprint(n), n, 1, store.DefaultUrgency, time.Time{})
+				}
+				var op *store.Operation
+				if byID {
+					next := must(b.NextQueued())(t)
+					op = must(b.ClaimQueued(next.ID, "w1", time.Minute))(t)
+				} else {
+					op = must(b.ClaimNext("w1", time.Minute))(t)
+				}
+				if op != nil && op.Scope == honestScope {
+					honest++
+				}
+			}
+			if honest < claims/2-1 {
+				t.Fatalf("the backlog got %d of %d claims; want at least %d", honest, claims, claims/2-1)
+			}
+			drain(t, b, 10*claims)
+		})
 	}
 }
 
@@ -226,9 +246,15 @@ func testUrgentFirst(t *testing.T, e *env) {
 
 // A u=7 operation gains a level per store.AgingStep waited, up to the default urgency: after
 // two steps it still yields to newer u=3 work; after ten it ties with u=3 work and goes first
-// only by its scope's turn, and it never overtakes u=2.
+// only by its scope's turn, and it never overtakes u=2. Scope c is served first, so that its
+// later claim, of a lane with a turn, leaves the newcomers' turn as b's first claim set it, and
+// a, never served, counts as served when it came (store.NewcomerTurn).
 func testAging(t *testing.T, e *env) {
 	b := e.open()
+	e.acceptAt(t, b, "c", 4, 1, store.DefaultUrgency-1, time.Time{})
+	if op := must(b.ClaimNext("w1", time.Minute))(t); op == nil || op.ID != opID(4) {
+		t.Fatalf("claimed %+v, want %s", op, opID(4))
+	}
 	e.acceptAt(t, b, "a", 0, 1, store.LeastUrgent, time.Time{})
 	e.clock.Advance(2 * store.AgingStep)
 	e.acceptAt(t, b, "b", 1, 1, store.DefaultUrgency, time.Time{})
