@@ -118,21 +118,24 @@ func ClaimTurn(turn int64, credit, w float64, now time.Time, latest int64) (_ in
 func ArrivalTurn(since time.Time) int64 { return since.UnixMicro() - 1 }
 
 // NewcomerTurn is the turn of a lane that has none (new, or forgotten when it had no work
-// left), its oldest work queued at since, when newcomers is the newcomers' turn: the arrival
-// turn of the latest claim of such a lane (NewcomersServed). The lanes without a turn thus take
-// one turn between them, oldest first, as the seat pool's newcomers share one lane: a caller
-// minting a credential per operation takes one turn against a tenant's backlog, however many
-// credentials it mints, where each counting as served when it came went ahead of the backlog
-// every time (docs/backends.md, "The capacity order").
+// left), its oldest work queued at since, when newcomers is the newcomers' turn in the band that
+// work competes in: just before the latest claim of such a lane in that band (NewcomersServed).
+// The lanes without a turn thus take one turn between them in each band, oldest first, as the
+// seat pool's newcomers share one lane: a caller minting a credential per operation takes one
+// turn against a tenant's backlog, however many credentials it mints, where each counting as
+// served when it came went ahead of the backlog every time (docs/backends.md, "The capacity
+// order"). One turn per band, so that newcomers claimed in one band (a trusted class's urgent
+// calls, each user its own key) do not hold back those of another.
 func NewcomerTurn(since time.Time, newcomers int64) int64 {
 	return max(ArrivalTurn(since), newcomers)
 }
 
-// NewcomersServed is the newcomers' turn after a claim at now of a lane that had none: the
-// arrival turn of now, so that the newcomers still waiting go before the lane just claimed
-// (whose turn is now or later) and after every lane served before now.
-func NewcomersServed(newcomers int64, now time.Time) int64 {
-	return max(newcomers, ArrivalTurn(now))
+// NewcomersServed is a band's newcomers' turn after a claim at now, in that band, of a lane that
+// had none, turn the lane's turn after it: just before the claim (and before the turn handed
+// out, which is later than now when another clock ran ahead), so that the newcomers still
+// waiting go before the lane just claimed and after every lane served before it.
+func NewcomersServed(newcomers int64, now time.Time, turn int64) int64 {
+	return max(newcomers, ArrivalTurn(now), turn-1)
 }
 
 // ClampUrgency brings u into 0..7: a stored value out of range waits at the nearest bound.

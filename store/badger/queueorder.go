@@ -57,8 +57,9 @@ type queueOrder struct {
 	members map[string]struct{}                         // the ids in groups
 	turns   map[string]laneTurn                         // lane -> its turn; absent: not served since it had work
 	turn    int64
-	// newcomers is the newcomers' turn: the lanes absent from turns share it (store.NewcomerTurn).
-	newcomers int64
+	// newcomers are the newcomers' turns by band: the lanes absent from turns share them
+	// (store.NewcomerTurn).
+	newcomers [store.LeastUrgent + 1]int64
 }
 
 // laneTurn is a lane's turn (store.ClaimTurn): the turn of the claim that last moved it on, and
@@ -72,15 +73,19 @@ func newQueueOrder() *queueOrder {
 	return &queueOrder{groups: map[string]*[store.LeastUrgent + 1][]string{}, members: map[string]struct{}{}, turns: map[string]laneTurn{}}
 }
 
-// turnOf is lane's turn, its work w at the head: the turn of a lane not served since it had work
-// is when that work came, or the newcomers' turn when later (store.NewcomerTurn).
-func (o *queueOrder) turnOf(lane string, w waiting) laneTurn {
+// turnOf is lane's turn at now, its work w at the head: the turn of a lane not served since it
+// had work is when that work came, or the newcomers' turn in w's band when later
+// (store.NewcomerTurn).
+func (o *queueOrder) turnOf(lane string, w waiting, now time.Time) laneTurn {
 	t, served := o.turns[lane]
 	if !served {
-		t = laneTurn{turn: store.NewcomerTurn(w.since, o.newcomers)}
+		t = laneTurn{turn: store.NewcomerTurn(w.since, o.newcomers[w.band(now)])}
 	}
 	return t
 }
+
+// band is the effective urgency w competes at, at now.
+func (w waiting) band(now time.Time) int { return store.EffectiveUrgency(w.urgency, now.Sub(w.since)) }
 
 // add puts w in its group in id order (ids sort by creation), so a requeued operation goes before
 // those of its group accepted after it.
@@ -163,7 +168,7 @@ func (o *queueOrder) best(queued map[string]waiting, now time.Time) (bestLane st
 				continue
 			}
 			w := queued[g[u][i]]
-			p := place{store.EffectiveUrgency(u, now.Sub(w.since)), o.turnOf(lane, w).turn, w.id}
+			p := place{w.band(now), o.turnOf(lane, w, now).turn, w.id}
 			if bestI < 0 || p.before(best) {
 				best, bestLane, bestU, bestI = p, lane, u, i
 			}
@@ -183,11 +188,12 @@ func (o *queueOrder) takeAt(lane string, u, i int, queued map[string]waiting, no
 	g[u] = slices.Delete(g[u], i, i+1)
 	delete(o.members, id)
 	w := queued[id]
-	t := o.turnOf(lane, w)
-	if _, served := o.turns[lane]; !served {
-		o.newcomers = store.NewcomersServed(o.newcomers, now)
-	}
+	t := o.turnOf(lane, w, now)
 	turn, credit, advanced := store.ClaimTurn(t.turn, t.credit, w.weight, now, o.turn)
+	if _, served := o.turns[lane]; !served {
+		band := w.band(now)
+		o.newcomers[band] = store.NewcomersServed(o.newcomers[band], now, turn)
+	}
 	if advanced {
 		o.turn = turn
 	}
@@ -246,10 +252,10 @@ func (s *Store) QueuePosition(id string) (int, error) {
 		}
 		sq := lanes[w.lane]
 		if sq == nil {
-			sq = &store.ScopeQueue{Scope: w.lane, Turn: q.order.turnOf(w.lane, w).turn}
+			sq = &store.ScopeQueue{Scope: w.lane, Turn: q.order.turnOf(w.lane, w, now).turn}
 			lanes[w.lane] = sq
 		} else if _, served := q.order.turns[w.lane]; !served {
-			sq.Turn = min(sq.Turn, q.order.turnOf(w.lane, w).turn)
+			sq.Turn = min(sq.Turn, q.order.turnOf(w.lane, w, now).turn)
 		}
 		countWaiting(sq, w, me, level, now)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,7 +34,7 @@ const claimable = `o.status = 'queued' AND (o.queue_deadline IS NULL OR o.queue_
 // (rows another claimer holds), with its lane and that lane's turn (its arrival turn when the
 // lane has none). It walks the head of each (lane, urgency) group of the queued index, a loose
 // index scan, so it reads a row per group with work, not the whole queue.
-const nextInOrderSQL = `WITH RECURSIVE heads AS (
+var nextInOrderSQL = `WITH RECURSIVE heads AS (
 	(SELECT ` + laneSQL + ` AS lane, o.urgency, o.id, o.submitted_at FROM operations o
 		WHERE ` + claimable + ` AND o.id <> ALL($3) ORDER BY ` + laneSQL + `, o.urgency, o.id LIMIT 1)
 	UNION ALL
@@ -42,29 +43,41 @@ const nextInOrderSQL = `WITH RECURSIVE heads AS (
 		WHERE ` + claimable + ` AND o.id <> ALL($3) AND (` + laneSQL + `, o.urgency) > (h.lane, h.urgency)
 		ORDER BY ` + laneSQL + `, o.urgency, o.id LIMIT 1) n
 )
-SELECT o.id, o.lane, coalesce(t.turn, greatest(` + arrivalTurnSQL + `, nc.turn)) AS turn
-FROM heads o LEFT JOIN queue_lanes t ON t.lane = o.lane LEFT JOIN ` + newcomersRow + `
-ORDER BY ` + effectiveSQL + `, 3, o.id LIMIT 1`
+SELECT o.id, o.lane, coalesce(t.turn, greatest(` + arrivalTurnSQL + `, nc.turn)) AS turn, o.e
+FROM (SELECT h.*, (` + effectiveHeadSQL + `)::int AS e FROM heads h) o
+	LEFT JOIN queue_lanes t ON t.lane = o.lane LEFT JOIN queue_lanes nc ON nc.lane = ` + newcomersLaneSQL("o.e") + `
+ORDER BY o.e, 3, o.id LIMIT 1`
 
-// newcomersLane is the row of queue_lanes that keeps the newcomers' turn (store.NewcomerTurn):
-// lanes are fairness keys ("key:...") or scopes (hex digests), so it is never an operation's.
-const newcomersLane = "*newcomers"
+// effectiveHeadSQL is effectiveSQL for a row of heads (alias h).
+var effectiveHeadSQL = strings.ReplaceAll(effectiveSQL, "o.", "h.")
 
-// newcomersRow joins the newcomers' turn as nc.turn (NULL before any newcomer was claimed).
-const newcomersRow = `queue_lanes nc ON nc.lane = '` + newcomersLane + `'`
+// newcomersLane prefixes the rows of queue_lanes that keep the newcomers' turns, one per band
+// (store.NewcomerTurn): lanes are fairness keys ("key:...") or scopes (hex digests), so none is
+// ever an operation's. The rows are made at open and by the sweep (ensureNewcomers), never by a
+// claim: a claim that inserted one would wait for every claim holding it.
+const newcomersLane = "*newcomers:"
+
+// newcomersLaneSQL is the newcomers' row of the band of expression e (an integer 0..7).
+func newcomersLaneSQL(e string) string { return `('` + newcomersLane + `' || ` + e + `)` }
 
 // newcomersSQL are the CTEs that move the newcomers' turn on (store.NewcomersServed) for a claim
-// at $now (microseconds) when the lane of a row of src (column lane) had no turn before the
-// statement. The row is updated unless another claim holds it (SKIP LOCKED: that claim moves it
-// on to about the same time), so the newcomers' claims on every replica never wait for one
-// another; its first insert does nothing when another got there first.
+// at $now (microseconds) when the lane of a row of src (columns lane and e, its band) had no turn
+// before the statement, to just before the claim or the turn handed out (CTE turn, column t). The
+// band's row is updated unless another claim holds it (SKIP LOCKED: that claim moves it on to
+// about the same time), so the newcomers' claims on every replica never wait for one another.
 func newcomersSQL(src string, now int) string {
-	to := `$` + strconv.Itoa(now) + `::bigint - 1`
-	return `nc_new AS (SELECT 1 FROM ` + src + ` s WHERE NOT EXISTS (SELECT 1 FROM queue_lanes t WHERE t.lane = s.lane)),
-nc_moved AS (UPDATE queue_lanes q SET turn = greatest(q.turn, ` + to + `) WHERE q.lane IN (
-	SELECT l.lane FROM queue_lanes l WHERE l.lane = '` + newcomersLane + `' AND EXISTS (SELECT 1 FROM nc_new) FOR UPDATE SKIP LOCKED)),
-nc_first AS (INSERT INTO queue_lanes (lane, turn) SELECT '` + newcomersLane + `', ` + to + `
-	WHERE EXISTS (SELECT 1 FROM nc_new) ON CONFLICT (lane) DO NOTHING)`
+	return `nc_new AS (SELECT s.e FROM ` + src + ` s WHERE NOT EXISTS (SELECT 1 FROM queue_lanes t WHERE t.lane = s.lane)),
+nc_moved AS (UPDATE queue_lanes q SET turn = greatest(q.turn, $` + strconv.Itoa(now) + `::bigint - 1, (SELECT max(t) FROM turn) - 1)
+	WHERE q.lane IN (SELECT l.lane FROM queue_lanes l WHERE l.lane IN (SELECT ` + newcomersLaneSQL("n.e") + ` FROM nc_new n)
+	FOR UPDATE SKIP LOCKED))`
+}
+
+// ensureNewcomers makes the newcomers' rows that are missing: at open, and at each sweep, since
+// an older release's sweep takes them for lanes without work and deletes them.
+func ensureNewcomers(ctx context.Context, db querier) error {
+	_, err := db.Exec(ctx, `INSERT INTO queue_lanes (lane, turn) SELECT `+newcomersLaneSQL("u")+`, 0
+		FROM generate_series(`+strconv.Itoa(store.MostUrgent)+`, `+strconv.Itoa(store.LeastUrgent)+`) u ON CONFLICT (lane) DO NOTHING`)
+	return err
 }
 
 // arrivalTurnSQL is store.ArrivalTurn of a row o: the turn of a lane without one, in
@@ -86,17 +99,19 @@ func laneTurnSQL(src string, now int) string {
 	ON CONFLICT (lane) DO UPDATE SET
 		turn = CASE WHEN q.credit + 1 < excluded.weight THEN q.turn ELSE ` + next + ` END,
 		credit = CASE WHEN q.credit + 1 < excluded.weight THEN q.credit + 1 ELSE q.credit + 1 - excluded.weight END,
-		weight = excluded.weight`
+		weight = excluded.weight
+	RETURNING q.turn AS t`
 }
 
 // takeTurnSQL gives the lane of operation $1 the turn of a claim at $3, $2 its arrival turn should
-// it have none (laneTurnSQL; the newcomers' turn when later, which the claim then moves on:
-// newcomersSQL). The lane and weight are the row's: an operation accepted by a schema 10
-// replica has no lane column, and waits in its scope's lane.
+// it have none (laneTurnSQL; the newcomers' turn of its band $4 when later, which the claim then
+// moves on: newcomersSQL). The lane and weight are the row's: an operation accepted by a schema
+// 10 replica has no lane column, and waits in its scope's lane.
 var takeTurnSQL = `WITH one AS (SELECT ` + laneSQL + ` AS lane, greatest($2::bigint, (SELECT nc.turn FROM queue_lanes nc
-	WHERE nc.lane = '` + newcomersLane + `')) AS arrival, o.weight FROM operations o WHERE o.id = $1),
+	WHERE nc.lane = ` + newcomersLaneSQL("$4::int") + `)) AS arrival, o.weight, $4::int AS e FROM operations o WHERE o.id = $1),
+turn AS (` + laneTurnSQL("one", 3) + `),
 ` + newcomersSQL("one", 3) + `
-` + laneTurnSQL("one", 3)
+SELECT count(*) FROM turn`
 
 // claimTries bounds how many rows one claim passes over because other claimers hold them: more
 // than the workers claiming at once on every replica, or a claim would answer "none" with work
@@ -114,7 +129,7 @@ var agingStep = store.AgingStep.Seconds()
 // claim that completed its weight, so one left at an older claim would go ahead of a lane that
 // came since.
 var claimSQL = `WITH next AS (` + nextInOrderSQL + `),
-claimed AS (SELECT o.doc, o.holder, o.lease_until, n.lane, n.turn AS arrival, o.weight FROM operations o JOIN next n ON o.id = n.id
+claimed AS (SELECT o.doc, o.holder, o.lease_until, n.lane, n.turn AS arrival, o.weight, n.e FROM operations o JOIN next n ON o.id = n.id
 	WHERE o.status = 'queued' FOR UPDATE OF o SKIP LOCKED),
 turn AS (` + laneTurnSQL("claimed", 4) + `),
 ` + newcomersSQL("claimed", 4) + `
@@ -177,7 +192,8 @@ func (s *Store) ClaimQueued(id, worker string, lease time.Duration) (*store.Oper
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, takeTurnSQL, id, store.ArrivalTurn(op.SubmittedAt), now.UnixMicro()); err != nil {
+		band := store.EffectiveUrgency(op.Urgency, now.Sub(op.SubmittedAt))
+		if _, err := tx.Exec(ctx, takeTurnSQL, id, store.ArrivalTurn(op.SubmittedAt), now.UnixMicro(), band); err != nil {
 			return err
 		}
 		out, err = s.startClaimed(ctx, tx, op, worker, lease, now)
@@ -228,12 +244,12 @@ func (s *Store) QueuedByUrgency() ([8]int, error) {
 
 // positionSQL counts, per lane with claimable work at $1, the queued operations before and at
 // the effective urgency $3 of operation $4 of lane $5 (see store.ScopeQueue).
-const positionSQL = `SELECT q.lane, coalesce(t.turn, greatest(min(q.arrival), nc.turn)),
+var positionSQL = `SELECT q.lane, coalesce(t.turn, greatest(min(q.arrival), nc.turn)),
 		count(*) FILTER (WHERE q.e < $3), count(*) FILTER (WHERE q.e = $3),
 		coalesce(min(q.id) FILTER (WHERE q.e = $3), ''),
 		count(*) FILTER (WHERE q.e = $3 AND q.lane = $5 AND q.id < $4)
 	FROM (SELECT ` + laneSQL + ` AS lane, o.id, ` + effectiveSQL + ` AS e, ` + arrivalTurnSQL + ` AS arrival FROM operations o WHERE ` + claimable + `) q
-	LEFT JOIN queue_lanes t ON t.lane = q.lane LEFT JOIN ` + newcomersRow + `
+	LEFT JOIN queue_lanes t ON t.lane = q.lane LEFT JOIN queue_lanes nc ON nc.lane = ` + newcomersLaneSQL("$3::int") + `
 	GROUP BY q.lane, t.turn, nc.turn`
 
 // QueuePosition estimates how many queued operations will be claimed before id (see
@@ -283,12 +299,15 @@ func timeOrNull(t time.Time) *time.Time {
 // which leases them) and the places in line of replicas that stopped looking, those no look holds.
 func sweepCapacity(ctx context.Context, tx pgx.Tx) (turns, seats int64, err error) {
 	tag, err := tx.Exec(ctx, `DELETE FROM queue_lanes WHERE lane IN (SELECT t.lane FROM queue_lanes t
-		WHERE t.lane <> '`+newcomersLane+`' AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.scope = t.lane AND o.lane IS NULL AND o.status IN ('queued', 'running'))
+		WHERE t.lane NOT LIKE '`+newcomersLane+`%' AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.scope = t.lane AND o.lane IS NULL AND o.status IN ('queued', 'running'))
 		AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.lane = t.lane AND o.status IN ('queued', 'running')) LIMIT $1)`, sweepBatch)
 	if err != nil {
 		return 0, 0, err
 	}
 	turns = tag.RowsAffected()
+	if err := ensureNewcomers(ctx, tx); err != nil {
+		return turns, 0, err
+	}
 	// The turns schema 10 replicas keep by scope, forgotten as they forget them.
 	tag, err = tx.Exec(ctx, `DELETE FROM queue_turns WHERE scope IN (SELECT t.scope FROM queue_turns t
 		WHERE NOT EXISTS (SELECT 1 FROM operations o WHERE o.scope = t.scope AND o.status IN ('queued', 'running')) LIMIT $1)`, sweepBatch)

@@ -270,7 +270,102 @@ func TestSweepForgetsIdleTurnsAndLapsedSeats(t *testing.T) {
 	if n := count(t, st, `SELECT count(*) FROM queue_lanes WHERE lane = 'busy'`); n != 1 {
 		t.Fatalf("the busy scope's turn was forgotten")
 	}
-	if n := count(t, st, `SELECT count(*) FROM queue_lanes WHERE lane = '`+newcomersLane+`'`); n != 1 {
+	if n := count(t, st, `SELECT count(*) FROM queue_lanes WHERE lane LIKE '`+newcomersLane+`%'`); n != 8 {
 		t.Fatalf("the newcomers' turn was forgotten")
+	}
+}
+
+// acceptNew queues operation id of scope, submitted at at.
+func acceptNew(t *testing.T, st *Store, id, scope string, at time.Time) {
+	t.Helper()
+	op := &store.Operation{ID: id, Scope: scope, Status: store.StatusQueued, Version: 1,
+		SubmittedAt: at, Retention: time.Hour, Urgency: store.DefaultUrgency}
+	if _, err := st.AcceptOperation(op, &store.Request{}, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Two replicas claim operations of new lanes at once: a claim of a newcomer never waits for
+// another one's transaction, by either path (ClaimNext, ClaimQueued). When a claim inserted the
+// newcomers' row (ON CONFLICT DO NOTHING), it waited for whichever claim had last moved it on,
+// until that one committed.
+func TestNewcomersClaimsDoNotWaitForOneAnother(t *testing.T) {
+	for _, byID := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ClaimNext", true: "ClaimQueued"}[byID], func(t *testing.T) {
+			clock := storetest.NewClock()
+			reps := replicas(t, 2, clock)
+			acceptNew(t, reps[0], "op_a0", "n0", clock.Now())
+			if op, err := reps[0].ClaimNext("w", time.Minute); err != nil || op == nil {
+				t.Fatal(op, err)
+			}
+			clock.Advance(time.Millisecond)
+			acceptNew(t, reps[0], "op_a1", "n1", clock.Now())
+			acceptNew(t, reps[0], "op_a2", "n2", clock.Now())
+			clock.Advance(time.Millisecond)
+			ctx := context.Background()
+			tx, err := reps[0].pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			now := clock.Now()
+			var id string
+			var doc []byte
+			var holder *string
+			var lease *time.Time
+			if err := tx.QueryRow(ctx, claimSQL, now, agingStep, []string{}, now.UnixMicro()).Scan(&id, &doc, &holder, &lease); err != nil || doc == nil {
+				t.Fatal(id, err)
+			}
+			other := map[string]string{"op_a1": "op_a2", "op_a2": "op_a1"}[id]
+			done := make(chan error, 1)
+			go func() {
+				var err error
+				if byID {
+					_, err = reps[1].ClaimQueued(other, "w2", time.Minute)
+				} else {
+					_, err = reps[1].ClaimNext("w2", time.Minute)
+				}
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(3 * time.Second):
+				_ = tx.Commit(ctx)
+				<-done
+				t.Fatal("the other replica's claim of a newcomer waited for this one's transaction")
+			}
+		})
+	}
+}
+
+// A ClaimNext and a ClaimQueued of two operations of one new lane at once, on two replicas, many
+// times: the two paths take the lane's row and the newcomers' in orders that deadlocked while a
+// claim could wait for the newcomers' row.
+func TestNewcomersClaimsDoNotDeadlock(t *testing.T) {
+	dsn := pgtest.Database(t)
+	reps := []*Store{openTest(t, dsn, Options{}), openTest(t, dsn, Options{})}
+	for i := range 100 {
+		now := time.Now()
+		lane := fmt.Sprintf("lane%04d", i)
+		acceptNew(t, reps[0], fmt.Sprintf("op_%04d_a", i), lane, now)
+		acceptNew(t, reps[0], fmt.Sprintf("op_%04d_b", i), lane, now)
+		var wg sync.WaitGroup
+		var errs [2]error
+		wg.Go(func() { _, errs[0] = reps[0].ClaimNext("w1", time.Minute) })
+		wg.Go(func() { _, errs[1] = reps[1].ClaimQueued(fmt.Sprintf("op_%04d_b", i), "w2", time.Minute) })
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: %v", i, err)
+			}
+		}
+		for {
+			if op, err := reps[0].ClaimNext("w1", time.Minute); err != nil || op == nil {
+				break
+			}
+		}
 	}
 }

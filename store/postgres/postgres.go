@@ -168,6 +168,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		}
 		return nil, unavailable(fmt.Errorf("migrating: %w", err))
 	}
+	if err := ensureNewcomers(ctx, pool); err != nil {
+		pool.Close()
+		return nil, unavailable(err)
+	}
 	s := &Store{pool: pool, opts: opts, now: opts.Now, wake: make(chan struct{}, 1), notifyCh: make(chan struct{}, 1),
 		seats: newSeatNotices(), replays: newReplayCache(opts.ReplayCacheBytes, opts.ReplayCacheFor), pooled: pooled}
 	if s.now == nil {

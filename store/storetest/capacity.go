@@ -22,6 +22,7 @@ var capacityTests = []test{
 	{"ConcurrentClaimersTakeEachOperationOnceAcrossScopesAndUrgencies", testOrderedClaimsAreExclusive},
 	{"LookingThenClaimingByIDKeepsTheClaimOrder", testPeekThenClaim},
 	{"NewScopesTakeTheirTurnBehindABacklogNotAheadOfIt", testNewScopesWaitTheirTurn},
+	{"NewcomersOfOneBandDoNotHoldBackAnothers", testNewcomersTurnPerBand},
 	{"FairnessKeysTakeTurnsWhateverTheirScopes", testFairKeysTakeTurns},
 	{"AKeyOfWeightTwoTakesTwoClaimsPerTurn", testWeightedKeys},
 	{"ClaimingByIDTakesTheKeysTurn", testClaimByIDTakesTheKeysTurn},
@@ -147,6 +148,35 @@ func testNewScopesWaitTheirTurn(t *testing.T, e *env) {
 			drain(t, b, 10*claims)
 		})
 	}
+}
+
+// A backlog and one operation of a scope seen for the first time, both at the default urgency;
+// between their claims a trusted urgent (u=1) operation of a fresh key each time is claimed. The
+// newcomers' turn is kept per band, so the urgent newcomers' claims leave the default band's
+// as it was and the new scope's operation is claimed within two of the band's claims. With one
+// turn for every band it was never claimed: each urgent newcomer moved it past the backlog's.
+func testNewcomersTurnPerBand(t *testing.T, e *env) {
+	b := e.open()
+	e.acceptAt(t, b, "batch", 0, 30, store.DefaultUrgency, time.Time{})
+	e.clock.Advance(time.Millisecond)
+	must(b.ClaimNext("w1", time.Minute))(t) // the backlog's lane has a turn from now on
+	e.clock.Advance(time.Millisecond)
+	e.acceptAt(t, b, "light", 100, 1, store.DefaultUrgency, time.Time{})
+	for i := range 20 {
+		e.clock.Advance(time.Millisecond)
+		e.acceptAt(t, b, fmt.Sprintf("vip-%d", i), 200+i, 1, store.DefaultUrgency-2, time.Time{})
+		if op := must(b.ClaimNext("w1", time.Minute))(t); op == nil || op.ID != opID(200+i) {
+			t.Fatalf("claimed %+v, want the urgent %s", op, opID(200+i))
+		}
+		e.clock.Advance(time.Millisecond)
+		if op := must(b.ClaimNext("w1", time.Minute))(t); op != nil && op.Scope == "light" {
+			if i >= 2 {
+				t.Fatalf("the new scope's operation was claimed at the band's claim %d, want within 2", i+1)
+			}
+			return
+		}
+	}
+	t.Fatal("the new scope's operation was never claimed: every default-urgency claim went to the backlog")
 }
 
 // The runner under capacity looks at the next operation, takes a seat in its place, then claims
