@@ -130,6 +130,22 @@ func NewcomerTurn(since time.Time, newcomers int64) int64 {
 	return max(ArrivalTurn(since), newcomers)
 }
 
+// KnownTurn is the turn of a lane that has one, turn, its oldest work queued at since: the later
+// of the two, so that a lane served lately that comes back after it had no work left starts when
+// its work came (start-time fair queuing: a flow's start is the later of its last finish and the
+// current virtual time), going idle banking no turns, and is no newcomer (NewcomerTurn). A
+// backend keeps the turns of lanes left without work for a while (KeepIdleLanes,
+// KeepIdleLanesFor) so that a light tenant, whose one operation at a time ends before its next,
+// keeps its own turn instead of waiting with the newcomers.
+func KnownTurn(turn int64, since time.Time) int64 { return max(turn, ArrivalTurn(since)) }
+
+// KeepIdleLanes is how many lanes left without work Badger keeps the turns of, the latest to be
+// left so; KeepIdleLanesFor how long after its turn PostgreSQL's sweep keeps such a lane's.
+const (
+	KeepIdleLanes    = 4096
+	KeepIdleLanesFor = 10 * time.Minute
+)
+
 // NewcomersServed is a band's newcomers' turn after a claim at now, in that band, of a lane that
 // had none, turn the lane's turn after it: just before the claim (and before the turn handed
 // out, which is later than now when another clock ran ahead), so that the newcomers still

@@ -29,7 +29,7 @@ type queueState struct {
 	queued    map[string]waiting // queued id -> what the order needs of it
 	running   map[string]*runLease
 	active    map[string]int       // scope -> queued + running
-	lanes     map[string]int       // lane -> queued + running: a lane left with none forgets its turn
+	lanes     map[string]int       // lane -> queued + running: a lane left with none is kept idle a while (queueOrder.left)
 	workers   map[string]time.Time // worker -> the latest lease it was granted in this process
 	rebuiltAt time.Time
 }
@@ -90,7 +90,7 @@ func (q *queueState) moved(op *store.Operation, prev store.Status) {
 		}
 		if lane := op.Lane(); q.lanes[lane] <= 1 {
 			delete(q.lanes, lane)
-			delete(q.order.turns, lane) // a lane with no work left starts afresh
+			q.order.left(lane, func(l string) bool { return q.lanes[l] > 0 })
 		} else {
 			q.lanes[lane]--
 		}

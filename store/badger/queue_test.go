@@ -183,3 +183,27 @@ func TestClaimWhoseFsyncFailedIsStillHandedToItsWorker(t *testing.T) {
 		t.Fatalf("claimed %+v, %v; want op_1 running, held by w1", op, err)
 	}
 }
+
+// The order keeps the turns of the store.KeepIdleLanes lanes left without work the latest, and
+// forgets older ones, unless they have work again; a lane left idle twice counts from its latest.
+func TestQueueOrderKeepsTheTurnsOfTheLanesIdleLatest(t *testing.T) {
+	o := newQueueOrder()
+	working := map[string]bool{}
+	lane := func(i int) string { return fmt.Sprint("lane-", i) }
+	for i := range store.KeepIdleLanes + 100 {
+		o.turns[lane(i)] = laneTurn{turn: int64(i)}
+		if i == 200 {
+			working[lane(1)] = true // lane 1 has work again
+			o.left(lane(2), func(l string) bool { return working[l] })
+		}
+		o.left(lane(i), func(l string) bool { return working[l] })
+	}
+	for i, want := range map[int]bool{0: false, 1: true, 2: true, 3: false, 99: false, 101: true, store.KeepIdleLanes + 99: true} {
+		if _, kept := o.turns[lane(i)]; kept != want {
+			t.Errorf("lane %d: kept %v, want %v", i, kept, want)
+		}
+	}
+	if n := len(o.turns); n > store.KeepIdleLanes+2 {
+		t.Errorf("%d turns kept, want at most %d", n, store.KeepIdleLanes+2)
+	}
+}

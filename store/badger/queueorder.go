@@ -60,6 +60,30 @@ type queueOrder struct {
 	// newcomers are the newcomers' turns by band: the lanes absent from turns share them
 	// (store.NewcomerTurn).
 	newcomers [store.LeastUrgent + 1]int64
+	// idle are the lanes left without work, oldest first, whose turns are kept, and how many
+	// times each is in it: a lane's turn is dropped when its last time there is reached while it
+	// is still without work.
+	idle      []string
+	idleTimes map[string]int
+}
+
+// left keeps the turn of lane, just left without work, and forgets that of the lane left so the
+// longest ago, beyond store.KeepIdleLanes, unless it has work again (working reports it).
+func (o *queueOrder) left(lane string, working func(string) bool) {
+	o.idle = append(o.idle, lane)
+	o.idleTimes[lane]++
+	for len(o.idle) > store.KeepIdleLanes {
+		oldest := o.idle[0]
+		o.idle[0] = ""
+		o.idle = o.idle[1:]
+		if o.idleTimes[oldest]--; o.idleTimes[oldest] > 0 {
+			continue
+		}
+		delete(o.idleTimes, oldest)
+		if !working(oldest) {
+			delete(o.turns, oldest)
+		}
+	}
 }
 
 // laneTurn is a lane's turn (store.ClaimTurn): the turn of the claim that last moved it on, and
@@ -70,7 +94,8 @@ type laneTurn struct {
 }
 
 func newQueueOrder() *queueOrder {
-	return &queueOrder{groups: map[string]*[store.LeastUrgent + 1][]string{}, members: map[string]struct{}{}, turns: map[string]laneTurn{}}
+	return &queueOrder{groups: map[string]*[store.LeastUrgent + 1][]string{}, members: map[string]struct{}{}, turns: map[string]laneTurn{},
+		idleTimes: map[string]int{}}
 }
 
 // turnOf is lane's turn at now, its work w at the head: the turn of a lane not served since it
@@ -79,8 +104,9 @@ func newQueueOrder() *queueOrder {
 func (o *queueOrder) turnOf(lane string, w waiting, now time.Time) laneTurn {
 	t, served := o.turns[lane]
 	if !served {
-		t = laneTurn{turn: store.NewcomerTurn(w.since, o.newcomers[w.band(now)])}
+		return laneTurn{turn: store.NewcomerTurn(w.since, o.newcomers[w.band(now)])}
 	}
+	t.turn = store.KnownTurn(t.turn, w.since)
 	return t
 }
 

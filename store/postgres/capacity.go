@@ -43,7 +43,8 @@ var nextInOrderSQL = `WITH RECURSIVE heads AS (
 		WHERE ` + claimable + ` AND o.id <> ALL($3) AND (` + laneSQL + `, o.urgency) > (h.lane, h.urgency)
 		ORDER BY ` + laneSQL + `, o.urgency, o.id LIMIT 1) n
 )
-SELECT o.id, o.lane, coalesce(t.turn, greatest(` + arrivalTurnSQL + `, nc.turn)) AS turn, o.e
+SELECT o.id, o.lane, CASE WHEN t.turn IS NULL THEN greatest(` + arrivalTurnSQL + `, nc.turn)
+	ELSE greatest(t.turn, ` + arrivalTurnSQL + `) END AS turn, o.e
 FROM (SELECT h.*, (` + effectiveHeadSQL + `)::int AS e FROM heads h) o
 	LEFT JOIN queue_lanes t ON t.lane = o.lane LEFT JOIN queue_lanes nc ON nc.lane = ` + newcomersLaneSQL("o.e") + `
 ORDER BY o.e, 3, o.id LIMIT 1`
@@ -97,7 +98,7 @@ func laneTurnSQL(src string, now int) string {
 	SELECT s.lane, CASE WHEN 1 < s.w THEN s.arrival ELSE ` + next + ` END, CASE WHEN 1 < s.w THEN 1 ELSE 1 - s.w END, s.w
 	FROM (SELECT lane, arrival, least(greatest(coalesce(weight, 1), 1), ` + strconv.Itoa(store.MaxWeight) + `)::real AS w FROM ` + src + `) s
 	ON CONFLICT (lane) DO UPDATE SET
-		turn = CASE WHEN q.credit + 1 < excluded.weight THEN q.turn ELSE ` + next + ` END,
+		turn = CASE WHEN q.credit + 1 < excluded.weight THEN greatest(q.turn, excluded.turn) ELSE ` + next + ` END,
 		credit = CASE WHEN q.credit + 1 < excluded.weight THEN q.credit + 1 ELSE q.credit + 1 - excluded.weight END,
 		weight = excluded.weight
 	RETURNING q.turn AS t`
@@ -107,8 +108,10 @@ func laneTurnSQL(src string, now int) string {
 // it have none (laneTurnSQL; the newcomers' turn of its band $4 when later, which the claim then
 // moves on: newcomersSQL). The lane and weight are the row's: an operation accepted by a schema
 // 10 replica has no lane column, and waits in its scope's lane.
-var takeTurnSQL = `WITH one AS (SELECT ` + laneSQL + ` AS lane, greatest($2::bigint, (SELECT nc.turn FROM queue_lanes nc
-	WHERE nc.lane = ` + newcomersLaneSQL("$4::int") + `)) AS arrival, o.weight, $4::int AS e FROM operations o WHERE o.id = $1),
+var takeTurnSQL = `WITH one AS (SELECT ` + laneSQL + ` AS lane, CASE WHEN t.turn IS NULL THEN greatest($2::bigint, nc.turn)
+		ELSE greatest(t.turn, $2::bigint) END AS arrival, o.weight, $4::int AS e
+	FROM operations o LEFT JOIN queue_lanes t ON t.lane = ` + laneSQL + `
+		LEFT JOIN queue_lanes nc ON nc.lane = ` + newcomersLaneSQL("$4::int") + ` WHERE o.id = $1),
 turn AS (` + laneTurnSQL("one", 3) + `),
 ` + newcomersSQL("one", 3) + `
 SELECT count(*) FROM turn`
@@ -244,7 +247,8 @@ func (s *Store) QueuedByUrgency() ([8]int, error) {
 
 // positionSQL counts, per lane with claimable work at $1, the queued operations before and at
 // the effective urgency $3 of operation $4 of lane $5 (see store.ScopeQueue).
-var positionSQL = `SELECT q.lane, coalesce(t.turn, greatest(min(q.arrival), nc.turn)),
+var positionSQL = `SELECT q.lane, CASE WHEN t.turn IS NULL THEN greatest(min(q.arrival), nc.turn)
+		ELSE greatest(t.turn, min(q.arrival)) END,
 		count(*) FILTER (WHERE q.e < $3), count(*) FILTER (WHERE q.e = $3),
 		coalesce(min(q.id) FILTER (WHERE q.e = $3), ''),
 		count(*) FILTER (WHERE q.e = $3 AND q.lane = $5 AND q.id < $4)
@@ -294,13 +298,15 @@ func timeOrNull(t time.Time) *time.Time {
 	return &t
 }
 
-// sweepCapacity forgets the turns of lanes left without queued or running work (their next work
-// starts afresh, as on Badger; the newcomers' turn is kept), a batch of them, and deletes lapsed seats (on the database's clock,
+// sweepCapacity forgets the turns of lanes left without queued or running work whose turn is
+// older than store.KeepIdleLanesFor at now (their next work then waits with the newcomers, as on
+// Badger past store.KeepIdleLanes; the newcomers' turns are kept), a batch of them, and deletes lapsed seats (on the database's clock,
 // which leases them) and the places in line of replicas that stopped looking, those no look holds.
-func sweepCapacity(ctx context.Context, tx pgx.Tx) (turns, seats int64, err error) {
+func sweepCapacity(ctx context.Context, tx pgx.Tx, now time.Time) (turns, seats int64, err error) {
 	tag, err := tx.Exec(ctx, `DELETE FROM queue_lanes WHERE lane IN (SELECT t.lane FROM queue_lanes t
-		WHERE t.lane NOT LIKE '`+newcomersLane+`%' AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.scope = t.lane AND o.lane IS NULL AND o.status IN ('queued', 'running'))
-		AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.lane = t.lane AND o.status IN ('queued', 'running')) LIMIT $1)`, sweepBatch)
+		WHERE t.lane NOT LIKE '`+newcomersLane+`%' AND t.turn < $2 AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.scope = t.lane AND o.lane IS NULL AND o.status IN ('queued', 'running'))
+		AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.lane = t.lane AND o.status IN ('queued', 'running')) LIMIT $1)`,
+		sweepBatch, now.Add(-store.KeepIdleLanesFor).UnixMicro())
 	if err != nil {
 		return 0, 0, err
 	}

@@ -243,8 +243,9 @@ func TestOperationOfAnOlderReplicaWaitsAtTheDefaultUrgency(t *testing.T) {
 	}
 }
 
-// The sweep forgets the turn of a scope left without work, keeps one with work running and the
-// newcomers' turn (which no operation's lane is), and deletes lapsed seats.
+// The sweep forgets the turn of a scope left without work once it is store.KeepIdleLanesFor old,
+// keeps one with work running and the newcomers' turns (which no operation's lane is), and
+// deletes lapsed seats.
 func TestSweepForgetsIdleTurnsAndLapsedSeats(t *testing.T) {
 	clock := storetest.NewClock()
 	st := replicas(t, 1, clock)[0]
@@ -264,8 +265,13 @@ func TestSweepForgetsIdleTurnsAndLapsedSeats(t *testing.T) {
 	acquireSeat(t, st, "s1", "w", 1, seatLease, true)
 	afterLease()
 	stats, err := st.Sweep()
-	if err != nil || stats.Turns != 1 || stats.Seats != 1 {
-		t.Fatalf("sweep: %+v %v, want 1 turn and 1 seat", stats, err)
+	if err != nil || stats.Turns != 0 || stats.Seats != 1 {
+		t.Fatalf("sweep: %+v %v, want no turn (the idle scope's is kept a while) and 1 seat", stats, err)
+	}
+	clock.Advance(store.KeepIdleLanesFor + time.Second)
+	stats, err = st.Sweep()
+	if err != nil || stats.Turns != 1 {
+		t.Fatalf("sweep past store.KeepIdleLanesFor: %+v %v, want 1 turn", stats, err)
 	}
 	if n := count(t, st, `SELECT count(*) FROM queue_lanes WHERE lane = 'busy'`); n != 1 {
 		t.Fatalf("the busy scope's turn was forgotten")

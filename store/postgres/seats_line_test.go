@@ -97,7 +97,7 @@ func TestClearingLapsedRowsNeverWaitsForAnotherTransaction(t *testing.T) {
 	}()
 	go func() {
 		answered <- s.do(func(ctx context.Context, tx pgx.Tx) error {
-			_, _, err := sweepCapacity(ctx, tx)
+			_, _, err := sweepCapacity(ctx, tx, time.Now())
 			return err
 		})
 	}()

@@ -85,7 +85,7 @@ func (s *Store) Sweep() (SweepStats, error) {
 			*step.n = tag.RowsAffected()
 		}
 		var err error
-		st.Turns, st.Seats, err = sweepCapacity(ctx, tx)
+		st.Turns, st.Seats, err = sweepCapacity(ctx, tx, now)
 		return err
 	})
 	return st, err

@@ -23,6 +23,7 @@ var capacityTests = []test{
 	{"LookingThenClaimingByIDKeepsTheClaimOrder", testPeekThenClaim},
 	{"NewScopesTakeTheirTurnBehindABacklogNotAheadOfIt", testNewScopesWaitTheirTurn},
 	{"NewcomersOfOneBandDoNotHoldBackAnothers", testNewcomersTurnPerBand},
+	{"ALightTenantKeepsItsTurnBetweenItsOperations", testLightTenantKeepsItsTurn},
 	{"FairnessKeysTakeTurnsWhateverTheirScopes", testFairKeysTakeTurns},
 	{"AKeyOfWeightTwoTakesTwoClaimsPerTurn", testWeightedKeys},
 	{"ClaimingByIDTakesTheKeysTurn", testClaimByIDTakesTheKeysTurn},
@@ -177,6 +178,38 @@ func testNewcomersTurnPerBand(t *testing.T, e *env) {
 		}
 	}
 	t.Fatal("the new scope's operation was never claimed: every default-urgency claim went to the backlog")
+}
+
+// A tenant whose operations come one at a time, each ending before the next, keeps its own turn
+// meanwhile (store.KnownTurn, store.KeepIdleLanes, store.KeepIdleLanesFor): against a backlog and
+// two fresh scopes a claim, its next operation is claimed within three claims. When a lane left
+// without work forgot its turn at once, it waited with the newcomers behind every fresh scope
+// queued before it.
+func testLightTenantKeepsItsTurn(t *testing.T, e *env) {
+	b := e.open()
+	e.acceptAt(t, b, "light", 0, 1, store.DefaultUrgency, time.Time{})
+	if op := must(b.ClaimNext("w1", time.Minute))(t); op == nil || op.ID != opID(0) {
+		t.Fatalf("claimed %+v, want %s", op, opID(0))
+	}
+	if _, err := b.Transition(opID(0), store.Change{To: store.StatusSucceeded, Holder: "w1"}); err != nil {
+		t.Fatal(err)
+	}
+	e.acceptAt(t, b, "batch", 1, 40, store.DefaultUrgency, time.Time{})
+	for i := range 30 {
+		e.clock.Advance(time.Millisecond)
+		e.acceptAt(t, b, "minted-"+fmt.Sprint(100+2*i), 100+2*i, 1, store.DefaultUrgency, time.Time{})
+		e.acceptAt(t, b, "minted-"+fmt.Sprint(101+2*i), 101+2*i, 1, store.DefaultUrgency, time.Time{})
+		if i == 10 {
+			e.acceptAt(t, b, "light", 500, 1, store.DefaultUrgency, time.Time{})
+		}
+		if op := must(b.ClaimNext("w1", time.Minute))(t); op != nil && op.Scope == "light" {
+			if i > 12 {
+				t.Fatalf("the light tenant's operation was claimed %d claims after it came, want within 3", i-10+1)
+			}
+			return
+		}
+	}
+	t.Fatal("the light tenant's operation was not claimed in 20 claims after it came")
 }
 
 // The runner under capacity looks at the next operation, takes a seat in its place, then claims
