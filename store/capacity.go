@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/json"
+	"math"
 	"strings"
 	"time"
 )
@@ -198,8 +199,7 @@ func (op *Operation) UnmarshalJSON(b []byte) error {
 type ScopeQueue struct {
 	Scope string
 	// Turn orders the scopes' turns: the scope served least recently (lowest) goes first; a
-	// scope not served since it had work counts as served when its oldest work came
-	// (ArrivalTurn).
+	// scope without a turn counts as NewcomerTurn gives, one with a turn as KnownTurn gives.
 	Turn int64
 	// Before counts operations at a more urgent effective urgency than the operation's.
 	Before int
@@ -208,12 +208,18 @@ type ScopeQueue struct {
 	Oldest string
 	// Ahead counts those of Level older than the operation (in its own scope only).
 	Ahead int
+	// Newcomer says the scope has no turn: it waits with the newcomers (NewcomerTurn).
+	Newcomer bool
 }
 
 // EstimatePosition estimates how many queued operations are claimed before the operation of
 // scope own: all those more urgent, those of its own scope ahead of it, and from every other
 // scope at its level as many as the turns give them (one per turn, one more if the scope's turn
-// comes first). Waiting changes urgencies meanwhile, so it is an estimate.
+// comes first). The newcomers (NewcomerTurn) take one turn between them, oldest first: when own
+// is one, each newcomer whose work is older goes first, once, and own's lane then takes its turns
+// as a known one, a newcomer after it going at each; when own is known, the newcomers count as
+// one scope. Waiting changes urgencies meanwhile, and a newcomer once served takes turns of its
+// own, so it is an estimate.
 func EstimatePosition(own string, scopes []ScopeQueue) int {
 	var mine ScopeQueue
 	for _, s := range scopes {
@@ -221,17 +227,42 @@ func EstimatePosition(own string, scopes []ScopeQueue) int {
 			mine = s
 		}
 	}
-	pos := mine.Ahead
+	first := func(s ScopeQueue) int {
+		if s.Turn < mine.Turn || (s.Turn == mine.Turn && s.Oldest < mine.Oldest) {
+			return 1
+		}
+		return 0
+	}
+	pos, turns := mine.Ahead, mine.Ahead // turns: those each other scope may get before the operation
+	var newcomers ScopeQueue             // the other newcomers: as one scope, or those after own
+	newcomers.Turn = math.MaxInt64
 	for _, s := range scopes {
 		pos += s.Before
-		if s.Scope == own {
+		if s.Scope == own || s.Level == 0 || !s.Newcomer {
 			continue
 		}
-		turns := mine.Ahead
-		if s.Turn < mine.Turn || (s.Turn == mine.Turn && s.Oldest < mine.Oldest) {
+		if mine.Newcomer && s.Oldest < mine.Oldest {
+			pos++ // its first goes before own's first
 			turns++
+			continue
 		}
-		pos += min(s.Level, turns)
+		newcomers.Level += s.Level
+		newcomers.Turn = min(newcomers.Turn, s.Turn)
+		if newcomers.Oldest == "" || s.Oldest < newcomers.Oldest {
+			newcomers.Oldest = s.Oldest
+		}
+	}
+	for _, s := range scopes {
+		if s.Scope != own && s.Level > 0 && !s.Newcomer {
+			pos += min(s.Level, turns+first(s))
+		}
+	}
+	if newcomers.Level > 0 {
+		if mine.Newcomer {
+			pos += min(newcomers.Level, mine.Ahead)
+		} else {
+			pos += min(newcomers.Level, turns+first(newcomers))
+		}
 	}
 	return pos
 }

@@ -278,7 +278,8 @@ func (s *Store) QueuePosition(id string) (int, error) {
 		}
 		sq := lanes[w.lane]
 		if sq == nil {
-			sq = &store.ScopeQueue{Scope: w.lane, Turn: q.order.turnOf(w.lane, w, now).turn}
+			_, served := q.order.turns[w.lane]
+			sq = &store.ScopeQueue{Scope: w.lane, Turn: q.order.turnOf(w.lane, w, now).turn, Newcomer: !served}
 			lanes[w.lane] = sq
 		} else if _, served := q.order.turns[w.lane]; !served {
 			sq.Turn = min(sq.Turn, q.order.turnOf(w.lane, w, now).turn)

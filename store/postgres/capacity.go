@@ -251,7 +251,7 @@ var positionSQL = `SELECT q.lane, CASE WHEN t.turn IS NULL THEN greatest(min(q.a
 		ELSE greatest(t.turn, min(q.arrival)) END,
 		count(*) FILTER (WHERE q.e < $3), count(*) FILTER (WHERE q.e = $3),
 		coalesce(min(q.id) FILTER (WHERE q.e = $3), ''),
-		count(*) FILTER (WHERE q.e = $3 AND q.lane = $5 AND q.id < $4)
+		count(*) FILTER (WHERE q.e = $3 AND q.lane = $5 AND q.id < $4), t.turn IS NULL
 	FROM (SELECT ` + laneSQL + ` AS lane, o.id, ` + effectiveSQL + ` AS e, ` + arrivalTurnSQL + ` AS arrival FROM operations o WHERE ` + claimable + `) q
 	LEFT JOIN queue_lanes t ON t.lane = q.lane LEFT JOIN queue_lanes nc ON nc.lane = ` + newcomersLaneSQL("$3::int") + `
 	GROUP BY q.lane, t.turn, nc.turn`
@@ -279,7 +279,7 @@ func (s *Store) QueuePosition(id string) (int, error) {
 		var scopes []store.ScopeQueue
 		for rows.Next() {
 			var sq store.ScopeQueue
-			if err := rows.Scan(&sq.Scope, &sq.Turn, &sq.Before, &sq.Level, &sq.Oldest, &sq.Ahead); err != nil {
+			if err := rows.Scan(&sq.Scope, &sq.Turn, &sq.Before, &sq.Level, &sq.Oldest, &sq.Ahead, &sq.Newcomer); err != nil {
 				return err
 			}
 			scopes = append(scopes, sq)

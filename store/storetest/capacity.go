@@ -19,6 +19,7 @@ var capacityTests = []test{
 	{"StaleWorkIsNotClaimedAndFailsQueueTimeout", testStaleQueued},
 	{"RequeuedWorkHasNoQueueDeadline", testRequeuedNotStale},
 	{"PositionsEstimateTheClaimOrder", testQueuePositions},
+	{"PositionsCountTheNewcomersAsOneTurn", testQueuePositionsWithNewcomers},
 	{"ConcurrentClaimersTakeEachOperationOnceAcrossScopesAndUrgencies", testOrderedClaimsAreExclusive},
 	{"LookingThenClaimingByIDKeepsTheClaimOrder", testPeekThenClaim},
 	{"NewScopesTakeTheirTurnBehindABacklogNotAheadOfIt", testNewScopesWaitTheirTurn},
@@ -417,6 +418,37 @@ func testQueuePositions(t *testing.T, e *env) {
 	}
 	if n := must(b.QueuedByUrgency())(t); n != [8]int{} {
 		t.Fatalf("queued by urgency after the drain %v", n)
+	}
+}
+
+// With newcomers waiting beside a backlog, each queued operation's position is within one of its
+// place in the claim order: the newcomers take one turn between them, oldest first
+// (store.EstimatePosition). Counted a turn each, the last newcomer was told 6 when 11 went first.
+func testQueuePositionsWithNewcomers(t *testing.T, e *env) {
+	b := e.open()
+	e.acceptAt(t, b, "batch", 0, 10, store.DefaultUrgency, time.Time{})
+	e.clock.Advance(time.Millisecond)
+	must(b.ClaimNext("w1", time.Minute))(t) // the backlog's lane has a turn from now on
+	var ids []string
+	for i := range 6 {
+		e.clock.Advance(time.Millisecond)
+		e.acceptAt(t, b, fmt.Sprint("new-", i), 100+i, 1, store.DefaultUrgency, time.Time{})
+	}
+	for i := 1; i < 10; i++ {
+		ids = append(ids, opID(i))
+	}
+	for i := range 6 {
+		ids = append(ids, opID(100+i))
+	}
+	positions := map[string]int{}
+	for _, id := range ids {
+		positions[id] = must(b.QueuePosition(id))(t)
+	}
+	e.clock.Advance(time.Millisecond)
+	for i, id := range drain(t, b, 20) {
+		if d := positions[id] - i; d < -1 || d > 1 {
+			t.Errorf("%s: position %d, claimed %d-th", id, positions[id], i)
+		}
 	}
 }
 
