@@ -207,3 +207,26 @@ func TestQueueOrderKeepsTheTurnsOfTheLanesIdleLatest(t *testing.T) {
 		t.Errorf("%d turns kept, want at most %d", n, store.KeepIdleLanes+2)
 	}
 }
+
+// A lane that leaves again and again takes one place among the lanes kept, and a lane without a
+// turn takes none: the turns of store.KeepIdleLanes-1 others are all kept, and the list of
+// departures stays bounded.
+func TestQueueOrderCountsALaneLeftManyTimesOnce(t *testing.T) {
+	o := newQueueOrder()
+	idle := func(string) bool { return false }
+	for i := range store.KeepIdleLanes - 1 {
+		o.turns[fmt.Sprint("lane-", i)] = laneTurn{turn: int64(i)}
+		o.left(fmt.Sprint("lane-", i), idle)
+	}
+	o.turns["chatty"] = laneTurn{turn: 1}
+	for range 3 * store.KeepIdleLanes {
+		o.left("chatty", idle)
+		o.left("never-served", idle)
+	}
+	if n := len(o.turns); n != store.KeepIdleLanes {
+		t.Fatalf("%d turns kept, want %d", n, store.KeepIdleLanes)
+	}
+	if n := len(o.idle); n > 2*store.KeepIdleLanes {
+		t.Fatalf("%d departures listed, want at most %d", n, 2*store.KeepIdleLanes)
+	}
+}

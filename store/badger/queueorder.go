@@ -60,29 +60,51 @@ type queueOrder struct {
 	// newcomers are the newcomers' turns by band: the lanes absent from turns share them
 	// (store.NewcomerTurn).
 	newcomers [store.LeastUrgent + 1]int64
-	// idle are the lanes left without work, oldest first, whose turns are kept, and how many
-	// times each is in it: a lane's turn is dropped when its last time there is reached while it
-	// is still without work.
-	idle      []string
-	idleTimes map[string]int
+	// idle are the lanes with a turn left without work, the longest ago first, each at most once
+	// counting (idleAt is where its latest departure is in idle; older entries of it are passed
+	// over and dropped), so that store.KeepIdleLanes lanes keep their turns however often one
+	// of them goes idle.
+	idle   []idleEntry
+	idleAt map[string]uint64
+	idleN  uint64 // entries ever added
+}
+
+// idleEntry is a lane's departure, the n-th added to queueOrder.idle.
+type idleEntry struct {
+	lane string
+	n    uint64
 }
 
 // left keeps the turn of lane, just left without work, and forgets that of the lane left so the
-// longest ago, beyond store.KeepIdleLanes, unless it has work again (working reports it).
+// longest ago, beyond store.KeepIdleLanes lanes, unless it has work again (working reports it).
+// A lane without a turn (accepted, then cancelled or expired before any claim) takes no place.
 func (o *queueOrder) left(lane string, working func(string) bool) {
-	o.idle = append(o.idle, lane)
-	o.idleTimes[lane]++
-	for len(o.idle) > store.KeepIdleLanes {
-		oldest := o.idle[0]
-		o.idle[0] = ""
+	if _, ok := o.turns[lane]; !ok {
+		return
+	}
+	o.idleN++
+	o.idle = append(o.idle, idleEntry{lane, o.idleN})
+	o.idleAt[lane] = o.idleN
+	for len(o.idleAt) > store.KeepIdleLanes {
+		e := o.idle[0]
+		o.idle[0] = idleEntry{}
 		o.idle = o.idle[1:]
-		if o.idleTimes[oldest]--; o.idleTimes[oldest] > 0 {
-			continue
+		if o.idleAt[e.lane] != e.n {
+			continue // it left again since
 		}
-		delete(o.idleTimes, oldest)
-		if !working(oldest) {
-			delete(o.turns, oldest)
+		delete(o.idleAt, e.lane)
+		if !working(e.lane) {
+			delete(o.turns, e.lane)
 		}
+	}
+	if len(o.idle) > 2*store.KeepIdleLanes { // drop the entries passed over, at most once per as many departures
+		kept := make([]idleEntry, 0, len(o.idleAt))
+		for _, e := range o.idle {
+			if o.idleAt[e.lane] == e.n {
+				kept = append(kept, e)
+			}
+		}
+		o.idle = kept
 	}
 }
 
@@ -95,7 +117,7 @@ type laneTurn struct {
 
 func newQueueOrder() *queueOrder {
 	return &queueOrder{groups: map[string]*[store.LeastUrgent + 1][]string{}, members: map[string]struct{}{}, turns: map[string]laneTurn{},
-		idleTimes: map[string]int{}}
+		idleAt: map[string]uint64{}}
 }
 
 // turnOf is lane's turn at now, its work w at the head: the turn of a lane not served since it
@@ -281,8 +303,8 @@ func (s *Store) QueuePosition(id string) (int, error) {
 			_, served := q.order.turns[w.lane]
 			sq = &store.ScopeQueue{Scope: w.lane, Turn: q.order.turnOf(w.lane, w, now).turn, Newcomer: !served}
 			lanes[w.lane] = sq
-		} else if _, served := q.order.turns[w.lane]; !served {
-			sq.Turn = min(sq.Turn, q.order.turnOf(w.lane, w, now).turn)
+		} else {
+			sq.Turn = min(sq.Turn, q.order.turnOf(w.lane, w, now).turn) // its oldest work's, whichever comes first here
 		}
 		countWaiting(sq, w, me, level, now)
 	}

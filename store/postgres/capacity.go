@@ -74,10 +74,12 @@ nc_moved AS (UPDATE queue_lanes q SET turn = greatest(q.turn, $` + strconv.Itoa(
 }
 
 // ensureNewcomers makes the newcomers' rows that are missing: at open, and at each sweep, since
-// an older release's sweep takes them for lanes without work and deletes them.
+// an older release's sweep takes them for lanes without work and deletes them. Only those missing
+// from its snapshot are inserted: inserting one that exists would wait for any claim moving it.
 func ensureNewcomers(ctx context.Context, db querier) error {
-	_, err := db.Exec(ctx, `INSERT INTO queue_lanes (lane, turn) SELECT `+newcomersLaneSQL("u")+`, 0
-		FROM generate_series(`+strconv.Itoa(store.MostUrgent)+`, `+strconv.Itoa(store.LeastUrgent)+`) u ON CONFLICT (lane) DO NOTHING`)
+	_, err := db.Exec(ctx, `INSERT INTO queue_lanes (lane, turn) SELECT l, 0 FROM (SELECT `+newcomersLaneSQL("u")+` AS l
+		FROM generate_series(`+strconv.Itoa(store.MostUrgent)+`, `+strconv.Itoa(store.LeastUrgent)+`) u) n
+		WHERE NOT EXISTS (SELECT 1 FROM queue_lanes q WHERE q.lane = n.l) ON CONFLICT (lane) DO NOTHING`)
 	return err
 }
 
@@ -90,7 +92,8 @@ const arrivalTurnSQL = `(floor(extract(epoch FROM o.submitted_at) * 1000000)::bi
 // $now, in microseconds. A claim that completes the lane's weight moves its turn on to the
 // claim's time, or just after the latest turn given when that is later; the sequence keeps the
 // latest (setval is not transactional, so two claims at once may share a turn: their ids then
-// decide). A lane's row is counted on from its locked latest version (ON CONFLICT DO UPDATE),
+// decide). The sequence moves once per claim: a lane of weight 1 with a row takes the turn the
+// insert drew (excluded.turn); drawing again put its turn a microsecond after Badger's. A lane's row is counted on from its locked latest version (ON CONFLICT DO UPDATE),
 // so claims of one lane on two replicas at once each count.
 func laneTurnSQL(src string, now int) string {
 	next := `setval('queue_turn_seq', greatest(nextval('queue_turn_seq'), $` + strconv.Itoa(now) + `::bigint))`
@@ -98,7 +101,8 @@ func laneTurnSQL(src string, now int) string {
 	SELECT s.lane, CASE WHEN 1 < s.w THEN s.arrival ELSE ` + next + ` END, CASE WHEN 1 < s.w THEN 1 ELSE 1 - s.w END, s.w
 	FROM (SELECT lane, arrival, least(greatest(coalesce(weight, 1), 1), ` + strconv.Itoa(store.MaxWeight) + `)::real AS w FROM ` + src + `) s
 	ON CONFLICT (lane) DO UPDATE SET
-		turn = CASE WHEN q.credit + 1 < excluded.weight THEN greatest(q.turn, excluded.turn) ELSE ` + next + ` END,
+		turn = CASE WHEN q.credit + 1 < excluded.weight THEN greatest(q.turn, excluded.turn)
+			WHEN 1 < excluded.weight THEN ` + next + ` ELSE excluded.turn END,
 		credit = CASE WHEN q.credit + 1 < excluded.weight THEN q.credit + 1 ELSE q.credit + 1 - excluded.weight END,
 		weight = excluded.weight
 	RETURNING q.turn AS t`

@@ -20,6 +20,8 @@ var capacityTests = []test{
 	{"RequeuedWorkHasNoQueueDeadline", testRequeuedNotStale},
 	{"PositionsEstimateTheClaimOrder", testQueuePositions},
 	{"PositionsCountTheNewcomersAsOneTurn", testQueuePositionsWithNewcomers},
+	{"PositionOfALaneWithATurnIsFromItsOldestWork", testPositionOfAKnownLaneIsStable},
+	{"ALanesTurnIsItsClaimsTime", testKnownLaneTurnIsTheClaimsTime},
 	{"ConcurrentClaimersTakeEachOperationOnceAcrossScopesAndUrgencies", testOrderedClaimsAreExclusive},
 	{"LookingThenClaimingByIDKeepsTheClaimOrder", testPeekThenClaim},
 	{"NewScopesTakeTheirTurnBehindABacklogNotAheadOfIt", testNewScopesWaitTheirTurn},
@@ -449,6 +451,56 @@ func testQueuePositionsWithNewcomers(t *testing.T, e *env) {
 		if d := positions[id] - i; d < -1 || d > 1 {
 			t.Errorf("%s: position %d, claimed %d-th", id, positions[id], i)
 		}
+	}
+}
+
+// A lane's claim gives it the claim's time as its turn, on every backend: a new scope's operation
+// that came a microsecond after the claim ties with the lane's next, and the older id goes first.
+// PostgreSQL drew its turn twice, a microsecond later, and the new scope went first there.
+func testKnownLaneTurnIsTheClaimsTime(t *testing.T, e *env) {
+	b := e.open()
+	e.acceptAt(t, b, "a", 0, 3, store.DefaultUrgency, time.Time{})
+	if op := must(b.ClaimNext("w1", time.Minute))(t); op == nil || op.ID != opID(0) {
+		t.Fatalf("claimed %+v, want %s", op, opID(0))
+	}
+	e.clock.Advance(time.Millisecond)
+	if op := must(b.ClaimNext("w1", time.Minute))(t); op == nil || op.ID != opID(1) {
+		t.Fatalf("claimed %+v, want %s", op, opID(1))
+	}
+	e.clock.Advance(time.Microsecond)
+	e.acceptAt(t, b, "n", 3, 1, store.DefaultUrgency, time.Time{})
+	if op := must(b.ClaimNext("w1", time.Minute))(t); op == nil || op.ID != opID(2) {
+		t.Fatalf("claimed %+v, want %s: the lane's turn is its claim's time, and its id is older", op, opID(2))
+	}
+}
+
+// The position of another lane's operation is the same however often it is asked: a lane with a
+// turn counts from its oldest work (store.KnownTurn), whichever of its operations is met first.
+func testPositionOfAKnownLaneIsStable(t *testing.T, e *env) {
+	b := e.open()
+	e.acceptAt(t, b, "l", 0, 1, store.DefaultUrgency, time.Time{})
+	must(b.ClaimNext("w1", time.Minute))(t)
+	if _, err := b.Transition(opID(0), store.Change{To: store.StatusSucceeded, Holder: "w1"}); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Millisecond)
+	e.acceptAt(t, b, "b", 10, 5, store.DefaultUrgency, time.Time{})
+	e.clock.Advance(time.Millisecond)
+	e.acceptAt(t, b, "l", 100, 1, store.DefaultUrgency, time.Time{}) // before b's turn
+	e.clock.Advance(time.Millisecond)
+	must(b.ClaimQueued(opID(10), "w1", time.Minute))(t) // b's turn: now
+	e.clock.Advance(time.Millisecond)
+	for i := 101; i < 140; i++ {
+		e.acceptAt(t, b, "l", i, 1, store.DefaultUrgency, time.Time{}) // after b's turn
+	}
+	want := must(b.QueuePosition(opID(11)))(t)
+	for range 100 {
+		if got := must(b.QueuePosition(opID(11)))(t); got != want {
+			t.Fatalf("position %d, then %d", want, got)
+		}
+	}
+	if want != 1 {
+		t.Fatalf("position %d, want 1: l's oldest work came before b's turn", want)
 	}
 }
 
