@@ -141,7 +141,8 @@ func NewcomerTurn(since time.Time, newcomers int64) int64 {
 func KnownTurn(turn int64, since time.Time) int64 { return max(turn, ArrivalTurn(since)) }
 
 // KeepIdleLanes is how many lanes left without work Badger keeps the turns of, the latest to be
-// left so; KeepIdleLanesFor how long after its turn PostgreSQL's sweep keeps such a lane's.
+// left so; KeepIdleLanesFor how long PostgreSQL's sweep keeps such a lane's after it first
+// finds the lane so.
 const (
 	KeepIdleLanes    = 4096
 	KeepIdleLanesFor = 10 * time.Minute

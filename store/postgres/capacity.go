@@ -104,7 +104,7 @@ func laneTurnSQL(src string, now int) string {
 		turn = CASE WHEN q.credit + 1 < excluded.weight THEN greatest(q.turn, excluded.turn)
 			WHEN 1 < excluded.weight THEN ` + next + ` ELSE excluded.turn END,
 		credit = CASE WHEN q.credit + 1 < excluded.weight THEN q.credit + 1 ELSE q.credit + 1 - excluded.weight END,
-		weight = excluded.weight
+		weight = excluded.weight, idle_since = NULL
 	RETURNING q.turn AS t`
 }
 
@@ -302,15 +302,22 @@ func timeOrNull(t time.Time) *time.Time {
 	return &t
 }
 
-// sweepCapacity forgets the turns of lanes left without queued or running work whose turn is
-// older than store.KeepIdleLanesFor at now (their next work then waits with the newcomers, as on
-// Badger past store.KeepIdleLanes; the newcomers' turns are kept), a batch of them, and deletes lapsed seats (on the database's clock,
-// which leases them) and the places in line of replicas that stopped looking, those no look holds.
+// sweepCapacity forgets the turns of lanes left without queued or running work for
+// store.KeepIdleLanesFor at now (their next work then waits with the newcomers, as on Badger
+// past store.KeepIdleLanes; the newcomers' turns are kept): it notes when it first finds a lane
+// so (idle_since, which a claim clears), and forgets the turn once that is old enough, a batch
+// of each. It also deletes lapsed seats (on the database's clock, which leases them) and the
+// places in line of replicas that stopped looking, those no look holds.
 func sweepCapacity(ctx context.Context, tx pgx.Tx, now time.Time) (turns, seats int64, err error) {
+	const idle = `t.lane NOT LIKE '` + newcomersLane + `%'
+		AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.scope = t.lane AND o.lane IS NULL AND o.status IN ('queued', 'running'))
+		AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.lane = t.lane AND o.status IN ('queued', 'running'))`
+	if _, err := tx.Exec(ctx, `UPDATE queue_lanes SET idle_since = $2 WHERE lane IN (SELECT t.lane FROM queue_lanes t
+		WHERE t.idle_since IS NULL AND `+idle+` LIMIT $1)`, sweepBatch, now); err != nil {
+		return 0, 0, err
+	}
 	tag, err := tx.Exec(ctx, `DELETE FROM queue_lanes WHERE lane IN (SELECT t.lane FROM queue_lanes t
-		WHERE t.lane NOT LIKE '`+newcomersLane+`%' AND t.turn < $2 AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.scope = t.lane AND o.lane IS NULL AND o.status IN ('queued', 'running'))
-		AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.lane = t.lane AND o.status IN ('queued', 'running')) LIMIT $1)`,
-		sweepBatch, now.Add(-store.KeepIdleLanesFor).UnixMicro())
+		WHERE t.idle_since < $2 AND `+idle+` LIMIT $1)`, sweepBatch, now.Add(-store.KeepIdleLanesFor))
 	if err != nil {
 		return 0, 0, err
 	}

@@ -243,9 +243,9 @@ func TestOperationOfAnOlderReplicaWaitsAtTheDefaultUrgency(t *testing.T) {
 	}
 }
 
-// The sweep forgets the turn of a scope left without work once it is store.KeepIdleLanesFor old,
-// keeps one with work running and the newcomers' turns (which no operation's lane is), and
-// deletes lapsed seats.
+// The sweep forgets the turn of a scope left without work store.KeepIdleLanesFor after it first
+// finds it so, keeps one with work running and the newcomers' turns (which no operation's lane
+// is), and deletes lapsed seats.
 func TestSweepForgetsIdleTurnsAndLapsedSeats(t *testing.T) {
 	clock := storetest.NewClock()
 	st := replicas(t, 1, clock)[0]
@@ -278,6 +278,19 @@ func TestSweepForgetsIdleTurnsAndLapsedSeats(t *testing.T) {
 	}
 	if n := count(t, st, `SELECT count(*) FROM queue_lanes WHERE lane LIKE '`+newcomersLane+`%'`); n != 8 {
 		t.Fatalf("the newcomers' turn was forgotten")
+	}
+	// The busy scope's operation ran longer than store.KeepIdleLanesFor: its turn is that old
+	// when it ends, and is kept as long again from then. Counted from the turn, it was forgotten
+	// at the first sweep.
+	if _, err := st.Transition("op_1", store.Change{To: store.StatusSucceeded, Holder: "w"}); err != nil {
+		t.Fatal(err)
+	}
+	if stats, err := st.Sweep(); err != nil || stats.Turns != 0 {
+		t.Fatalf("sweep after a long operation ended: %+v %v, want its scope's turn kept", stats, err)
+	}
+	clock.Advance(store.KeepIdleLanesFor + time.Second)
+	if stats, err := st.Sweep(); err != nil || stats.Turns != 1 {
+		t.Fatalf("sweep %s after it ended: %+v %v, want its turn forgotten", store.KeepIdleLanesFor, stats, err)
 	}
 }
 
