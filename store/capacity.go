@@ -69,13 +69,14 @@ type SeatWaiter struct {
 
 // Turns (docs/backends.md, "The capacity order") are taken by lanes (Lane: an operation's
 // fairness key, or its scope without one) and are times in microseconds since the epoch: a claim
-// gives its lane TurnAt its time, and a lane with queued work but no turn (new, or forgotten
-// when it had no work left) counts as served when its oldest work came, or when the newcomers
-// were last served if that is later (NewcomerTurn). So a lane seen for the first time takes its
-// turn behind the lanes served before it came, not ahead of every lane with a backlog, and the
-// lanes without a turn share one between them: a new identity per call buys no place in front
-// (start-time fair queuing: a new flow starts at the current virtual time). A lane of weight w takes w claims per turn
-// (ClaimTurn).
+// gives its lane TurnAt its time. A lane with a turn counts from the later of it and its oldest
+// work's arrival (KnownTurn: going idle banks no turns); a lane without one (new, or forgotten
+// after it had no work left for a while) is a newcomer, and counts as served when its oldest
+// work came or when the newcomers of its band were last served, if that is later
+// (NewcomerTurn). So a lane seen for the first time takes its turn behind the lanes served
+// before it came, not ahead of every lane with a backlog, and the newcomers share one turn: a
+// new identity per call buys no place in front (start-time fair queuing: a new flow starts at
+// the current virtual time). A lane of weight w takes w claims per turn (ClaimTurn).
 
 // TurnAt is the turn of a claim at now, after the latest turn given: now, or just after latest
 // when clocks or claims within one microsecond would not move it on.

@@ -90,7 +90,7 @@ func (q *queueState) moved(op *store.Operation, prev store.Status) {
 		}
 		if lane := op.Lane(); q.lanes[lane] <= 1 {
 			delete(q.lanes, lane)
-			q.order.left(lane, func(l string) bool { return q.lanes[l] > 0 })
+			q.order.left(lane, q.lanes)
 		} else {
 			q.lanes[lane]--
 		}

@@ -188,15 +188,15 @@ func TestClaimWhoseFsyncFailedIsStillHandedToItsWorker(t *testing.T) {
 // forgets older ones, unless they have work again; a lane left idle twice counts from its latest.
 func TestQueueOrderKeepsTheTurnsOfTheLanesIdleLatest(t *testing.T) {
 	o := newQueueOrder()
-	working := map[string]bool{}
+	working := map[string]int{}
 	lane := func(i int) string { return fmt.Sprint("lane-", i) }
 	for i := range store.KeepIdleLanes + 100 {
 		o.turns[lane(i)] = laneTurn{turn: int64(i)}
 		if i == 200 {
-			working[lane(1)] = true // lane 1 has work again
-			o.left(lane(2), func(l string) bool { return working[l] })
+			working[lane(1)] = 1 // lane 1 has work again
+			o.left(lane(2), working)
 		}
-		o.left(lane(i), func(l string) bool { return working[l] })
+		o.left(lane(i), working)
 	}
 	for i, want := range map[int]bool{0: false, 1: true, 2: true, 3: false, 99: false, 101: true, store.KeepIdleLanes + 99: true} {
 		if _, kept := o.turns[lane(i)]; kept != want {
@@ -213,7 +213,7 @@ func TestQueueOrderKeepsTheTurnsOfTheLanesIdleLatest(t *testing.T) {
 // departures stays bounded.
 func TestQueueOrderCountsALaneLeftManyTimesOnce(t *testing.T) {
 	o := newQueueOrder()
-	idle := func(string) bool { return false }
+	idle := map[string]int{}
 	for i := range store.KeepIdleLanes - 1 {
 		o.turns[fmt.Sprint("lane-", i)] = laneTurn{turn: int64(i)}
 		o.left(fmt.Sprint("lane-", i), idle)

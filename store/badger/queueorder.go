@@ -76,9 +76,10 @@ type idleEntry struct {
 }
 
 // left keeps the turn of lane, just left without work, and forgets that of the lane left so the
-// longest ago, beyond store.KeepIdleLanes lanes, unless it has work again (working reports it).
-// A lane without a turn (accepted, then cancelled or expired before any claim) takes no place.
-func (o *queueOrder) left(lane string, working func(string) bool) {
+// longest ago, beyond store.KeepIdleLanes lanes, unless it has work again (in working: lane ->
+// queued + running). A lane without a turn (accepted, then cancelled or expired before any
+// claim) takes no place.
+func (o *queueOrder) left(lane string, working map[string]int) {
 	if _, ok := o.turns[lane]; !ok {
 		return
 	}
@@ -93,7 +94,7 @@ func (o *queueOrder) left(lane string, working func(string) bool) {
 			continue // it left again since
 		}
 		delete(o.idleAt, e.lane)
-		if !working(e.lane) {
+		if working[e.lane] == 0 {
 			delete(o.turns, e.lane)
 		}
 	}

@@ -31,8 +31,9 @@ const effectiveSQL = `greatest(least(greatest(o.urgency, 0), 7, 3), least(greate
 const claimable = `o.status = 'queued' AND (o.queue_deadline IS NULL OR o.queue_deadline >= $1)`
 
 // nextInOrderSQL finds the first operation in the capacity order at $1, leaving out the ids $3
-// (rows another claimer holds), with its lane and that lane's turn (its arrival turn when the
-// lane has none). It walks the head of each (lane, urgency) group of the queued index, a loose
+// (rows another claimer holds), with its lane, that lane's turn (store.KnownTurn, or
+// store.NewcomerTurn with its band's newcomers' row when the lane has none) and its band (e). It
+// walks the head of each (lane, urgency) group of the queued index, a loose
 // index scan, so it reads a row per group with work, not the whole queue.
 var nextInOrderSQL = `WITH RECURSIVE heads AS (
 	(SELECT ` + laneSQL + ` AS lane, o.urgency, o.id, o.submitted_at FROM operations o
@@ -93,8 +94,10 @@ const arrivalTurnSQL = `(floor(extract(epoch FROM o.submitted_at) * 1000000)::bi
 // claim's time, or just after the latest turn given when that is later; the sequence keeps the
 // latest (setval is not transactional, so two claims at once may share a turn: their ids then
 // decide). The sequence moves once per claim: a lane of weight 1 with a row takes the turn the
-// insert drew (excluded.turn); drawing again put its turn a microsecond after Badger's. A lane's row is counted on from its locked latest version (ON CONFLICT DO UPDATE),
-// so claims of one lane on two replicas at once each count.
+// insert drew (excluded.turn); drawing again put its turn a microsecond after Badger's. A lane's
+// row is counted on from its locked latest version (ON CONFLICT DO UPDATE), so claims of one
+// lane on two replicas at once each count. It returns the lane's turn after the claim (t), and
+// clears the sweep's note that the lane was idle.
 func laneTurnSQL(src string, now int) string {
 	next := `setval('queue_turn_seq', greatest(nextval('queue_turn_seq'), $` + strconv.Itoa(now) + `::bigint))`
 	return `INSERT INTO queue_lanes AS q (lane, turn, credit, weight)

@@ -351,7 +351,7 @@ func TestNewcomersClaimsDoNotWaitForOneAnother(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-			case <-time.After(3 * time.Second):
+			case <-time.After(10 * time.Second): // a claim takes milliseconds; one that waits, until the commit below
 				_ = tx.Commit(ctx)
 				<-done
 				t.Fatal("the other replica's claim of a newcomer waited for this one's transaction")
