@@ -261,13 +261,10 @@ func (s *Store) Transition(id string, c store.Change) (*store.Operation, error) 
 		if err := fence(op, c, now); err != nil {
 			return err
 		}
-		// The writes go in one round trip, unless a batch's line must read its batch between
-		// them (countLine).
-		w, p := execer(tx), &pipeline{}
-		if op.Batch == nil {
-			w = p
-		}
-		if out, err = s.apply(ctx, tx, w, op, c, now); err != nil {
+		// The operation's writes go in one round trip; a batch's line counts itself in its
+		// batch through tx meanwhile (countLine reads only the batch's row).
+		p := &pipeline{}
+		if out, err = s.apply(ctx, tx, p, op, c, now); err != nil {
 			return err
 		}
 		return p.send(ctx, tx)
@@ -295,7 +292,8 @@ func fence(op *store.Operation, c store.Change, now time.Time) error {
 
 // apply makes change c of the locked op in tx: the state machine's checks and bookkeeping
 // (store.CanChange, store.Apply), the result, the request dropped, the event announced. Its
-// writes go through w: tx, or a pipeline of tx's writes when op is no batch's line.
+// writes go through w, tx or a pipeline of tx's writes; a batch's line is counted in its batch
+// through tx.
 func (s *Store) apply(ctx context.Context, tx pgx.Tx, w execer, op *store.Operation, c store.Change, now time.Time) (*store.Operation, error) {
 	if !store.CanChange(op.Status, c) {
 		return nil, domain{fmt.Errorf("%w: %s -> %s", store.ErrIllegalTransition, op.Status, c.To)}

@@ -148,6 +148,35 @@ func TestRoundTripsPerRequest(t *testing.T) {
 			t.Errorf("%s: %d rows, want %d", table, n, want)
 		}
 	}
+	// With an announcer, each change's event goes in the same pipeline as its writes: the claim
+	// and the outcome keep their four round trips (the outcome took seven with an event when
+	// each write was one).
+	st.SetAnnouncer(func(op *store.Operation, _ *store.Response) *store.Event {
+		return &store.Event{ID: "evt_" + op.ID + "_" + string(op.Status), OperationID: op.ID, Endpoint: "e", OccurredAt: time.Now()}
+	})
+	for _, tc := range []struct {
+		name string
+		fn   func()
+	}{
+		{"claim, with its event", func() {
+			op, err := st.ClaimNext("w", time.Minute)
+			fail(err)
+			if op == nil || op.ID != "op_4" {
+				t.Fatalf("claimed %+v, want op_4", op)
+			}
+		}},
+		{"the outcome, with its event", func() {
+			_, err := st.Transition("op_4", store.Change{To: store.StatusSucceeded, Holder: "w", Result: &resp})
+			fail(err)
+		}},
+	} {
+		if sql := counter.during(tc.fn); len(sql) != 4 {
+			t.Errorf("%s: %d statements, want 4:\n%s", tc.name, len(sql), strings.Join(sql, "\n"))
+		}
+	}
+	if n := count(t, st, `SELECT count(*) FROM events WHERE id LIKE 'evt_op_4_%'`); n != 2 {
+		t.Errorf("%d events of op_4, want 2 (its claim's and its outcome's)", n)
+	}
 }
 
 // Every claim waits for the WAL's flush, whatever on_crash says: the database can crash or
