@@ -79,7 +79,7 @@ func (c *converter) newOperation(kr *keyedRequest, status store.Status) *store.O
 		Traceparent: kr.trace.Parent, Tracestate: kr.trace.State,
 		QueueDeadline: queueDeadline(c.capacity, kr.r, now),
 	}
-	op.Urgency, op.FairKey, op.Weight = c.queueAsk(kr, now)
+	op.Urgency, op.Lift, op.FairKey, op.Weight = c.queueAsk(kr, now)
 	if op.Type == "" {
 		op.Type = op.Path
 	}

@@ -42,11 +42,13 @@ func (c *CapacityConfig) fairKeyOf(r *http.Request) string {
 }
 
 // queueAsk is what an operation of kr keeps of its place in the order: the urgency it waits at
-// across tenants, its fairness key and weight. Without capacity, the request's own urgency.
-func (c *converter) queueAsk(kr *keyedRequest, now time.Time) (urgency int, key string, weight float64) {
+// across tenants, how much more its caller asked for its own work (store.Operation.Lift: an
+// untrusted Priority above the default), its fairness key and weight. Without capacity, the
+// request's own urgency.
+func (c *converter) queueAsk(kr *keyedRequest, now time.Time) (urgency, lift int, key string, weight float64) {
 	if c.capacity == nil {
-		return capacity.UrgencyOf(kr.r.Header.Values("Priority")), "", 0
+		return capacity.UrgencyOf(kr.r.Header.Values("Priority")), 0, "", 0
 	}
 	a := c.capacity.ask(kr.r, kr.scope, now)
-	return a.Stored(), a.Key, a.Weight
+	return a.Stored(), a.StoredLift(), a.Key, a.Weight
 }

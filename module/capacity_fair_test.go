@@ -43,6 +43,31 @@ func TestCapacityForgedUrgencyDoesNotPassAnotherTenant(t *testing.T) {
 	}
 }
 
+// A tenant's own Priority above the default orders its own operations, in the durable queue and
+// waiting for a seat alike: its u=0 operation, sent after four at the default, reaches the model
+// server first of them, and still waits at the default urgency across tenants.
+func TestCapacityACallersOwnPriorityOrdersItsOwnOperations(t *testing.T) {
+	g, a := startSlotted(t, 1, 30*time.Millisecond, "capacity {\n limit 1\n}")
+	_, first := g.submit(t, "own-0", "Authorization", "Bearer own", "X-Mock-Latency", "1s")
+	testkit.WaitFor(t, 5*time.Second, "the first call at the model server", func() bool { return g.model.Stats().InFlight == 1 })
+	ids := []string{first.OperationID}
+	for i := 1; i < 5; i++ {
+		_, op := g.submit(t, "own-"+itoa(i), "Authorization", "Bearer own")
+		ids = append(ids, op.OperationID)
+	}
+	_, urgent := g.submit(t, "own-urgent", "Authorization", "Bearer own", "Priority", "u=0")
+	if view := decodeOp(t, g.get("/v1/operations/"+urgent.OperationID, "Authorization", "Bearer own")); view.Urgency != 3 {
+		t.Fatalf("an untrusted u=0 waits at urgency %d across tenants; want 3", view.Urgency)
+	}
+	for _, id := range append(ids, urgent.OperationID) {
+		g.await(t, id, "Authorization", "Bearer own")
+	}
+	if order := a.order(); slices.Index(order, "own-urgent") != 1 {
+		t.Errorf("the tenant's u=0 operation reached the model server at %d of %v; want right after the call holding the seat",
+			slices.Index(order, "own-urgent"), order)
+	}
+}
+
 // The fairness key may be a header the auth layer sets: callers minting a credential per call
 // share their tenant's turn instead of getting one each.
 func TestCapacityFairKeyFromAHeaderSharesTurnsByTenant(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
+	"github.com/mulligan-gw/mulligan/internal/capacity"
 	"github.com/mulligan-gw/mulligan/internal/idemkey"
 	"github.com/mulligan-gw/mulligan/internal/responses"
 	"github.com/mulligan-gw/mulligan/internal/runner"
@@ -150,9 +151,11 @@ func (a *respCall) newResponse(kr *keyedRequest, c responses.Create) *store.Oper
 	if cfg.Urgency != nil && !a.trustedUrgency(kr, op.SubmittedAt) {
 		// The operator's, which an untrusted caller's Priority may lower, never raise (a
 		// trusted class's urgency is newOperation's, as for any operation).
-		op.Urgency = max(*cfg.Urgency, op.Urgency)
-		if len(kr.r.Header.Values("Priority")) == 0 {
+		op.Urgency, op.Lift = max(*cfg.Urgency, op.Urgency), 0
+		if p := kr.r.Header.Values("Priority"); len(p) == 0 {
 			op.Urgency = *cfg.Urgency
+		} else {
+			op.Lift = max(op.Urgency-capacity.UrgencyOf(p), 0) // what it asked, for its own work
 		}
 	}
 	op.Exec.Timeout, op.Exec.MaxResult = time.Duration(cfg.Timeout), cfg.MaxResult

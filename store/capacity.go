@@ -170,6 +170,16 @@ func EffectiveUrgency(u int, waited time.Duration) int {
 	return max(min(u, DefaultUrgency), u-int(max(waited, 0)/AgingStep))
 }
 
+// OwnUrgency is the urgency an operation of urgency u and lift (Operation.Lift) has within its
+// own lane after waiting: the one it asked for, aged as EffectiveUrgency ages it. Within a lane,
+// of the work at the lane's most urgent band, the lowest own urgency is claimed first, then the
+// oldest; the lane's place against other lanes is its band and turn, its oldest work there
+// breaking ties, so asking more urgency for one's own work moves nothing ahead of other lanes
+// (docs/backends.md, "The capacity order").
+func OwnUrgency(u, lift int, waited time.Duration) int {
+	return EffectiveUrgency(ClampUrgency(u)-max(lift, 0), waited)
+}
+
 // CanChange reports whether the state machine allows change c of an operation in status from:
 // CanTransition, plus queued -> failed for a QUEUE_TIMEOUT (stale work dropped before it ever
 // reaches the upstream). A change guarded by c.From needs the operation still in that status.
@@ -208,7 +218,8 @@ type ScopeQueue struct {
 	// Level counts operations at the same effective urgency, and Oldest is the oldest of them.
 	Level  int
 	Oldest string
-	// Ahead counts those of Level older than the operation (in its own scope only).
+	// Ahead counts those of Level claimed before the operation within its own lane: of a lower
+	// own urgency (OwnUrgency), or as low and older.
 	Ahead int
 	// Newcomer says the scope has no turn: it waits with the newcomers (NewcomerTurn).
 	Newcomer bool

@@ -52,6 +52,7 @@ const (
 	opEcho
 	opFairKey
 	opWeight
+	opLift
 )
 
 // EncodeOperation is the stored form of op (DecodeOperation reads it). ScopeLimit is not
@@ -117,6 +118,7 @@ func EncodeOperation(op *Operation) []byte {
 	b = appendString(b, opKind, op.Kind)
 	b = appendString(b, opFairKey, op.FairKey)
 	b = appendInt(b, opWeight, int64(math.Float64bits(op.Weight))) // the bits: exact
+	b = appendInt(b, opLift, int64(op.Lift))
 	if len(op.Echo) > 0 {
 		b = protowire.AppendTag(b, opEcho, protowire.BytesType)
 		b = protowire.AppendBytes(b, op.Echo)
@@ -234,6 +236,8 @@ func (op *Operation) setField(f field) {
 		op.Weight = math.Float64frombits(uint64(f.int()))
 	case opEcho:
 		op.Echo = f.bytes()
+	case opLift:
+		op.Lift = int(f.int())
 	}
 }
 

@@ -50,6 +50,11 @@ type Operation struct {
 	Tracestate  string `json:"tracestate,omitempty"`
 	// Urgency is the RFC 9218 urgency the operation waits at: 0 (most urgent) to 7; 3 by default.
 	Urgency int `json:"urgency"`
+	// Lift is how many levels more urgent than Urgency the caller asked for this work: it orders
+	// the work of the operation's own lane (OwnUrgency), never its place against other lanes
+	// (docs/capacity.md, "The order"). 0 for most: a caller's Priority above the default that
+	// counts for its own work only, unlike a trusted class's.
+	Lift int `json:"lift,omitempty"`
 	// FairKey is the fairness key its seat is shared by when it is not the scope
 	// (docs/capacity.md, "Fairness"), and Weight the key's weight; zero values: the scope, 1.
 	FairKey string  `json:"fair_key,omitempty"`

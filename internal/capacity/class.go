@@ -112,6 +112,10 @@ func FairKey(k string) string {
 	return "key:" + k
 }
 
+// StoredLift is how many levels more urgent than Stored a asks for its own work (store.Operation.Lift):
+// an untrusted Priority above the default, which orders its own key's work only.
+func (a Ask) StoredLift() int { return max(a.Stored()-store.ClampUrgency(a.Urgency), 0) }
+
 // Stored is the urgency a's work waits at where it competes with every tenant's (the durable
 // queue, the model server's own priority): its urgency when trusted, else no more urgent than
 // the default.

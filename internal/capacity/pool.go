@@ -23,6 +23,7 @@ var ErrNoSeat = errors.New("no upstream seat came free in time")
 // Ask is who asks for a seat: the order they wait in (docs/capacity.md, "The order").
 type Ask struct {
 	Urgency int       // RFC 9218's, from the Priority header or the gateway
+	Lift    int       // levels more urgent than Urgency it asks for its own key's work (an operation's)
 	Trusted bool      // Urgency counts across fairness keys: an operator's class or the gateway's own
 	Scope   string    // the caller's scope
 	Key     string    // the fairness key; "" is the scope
@@ -273,7 +274,7 @@ func (p *Pool) nextLocked(now time.Time) int {
 // effectiveUrgency is the ask's urgency raised by waiting, as the durable queue raises it
 // (store.AgingStep per level), so a steady stream of more urgent work cannot starve it.
 func effectiveUrgency(a Ask, now time.Time) int {
-	return store.EffectiveUrgency(a.Urgency, now.Sub(a.Since))
+	return store.OwnUrgency(a.Urgency, a.Lift, now.Sub(a.Since))
 }
 
 // RetryAfter estimates when a refused call may find a seat: the work waiting ahead of it over

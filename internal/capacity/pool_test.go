@@ -204,6 +204,22 @@ func TestPoolUntrustedUrgencyOrdersOnlyItsOwnKey(t *testing.T) {
 	}
 }
 
+// Claimed operations wait at their stored urgency, trusted, and keep what their caller asked for
+// its own key's work as a lift (store.Operation.Lift): within the key the lifted one goes first,
+// across keys it has no say.
+func TestPoolAnOperationsLiftOrdersOnlyItsOwnKey(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	asks := []Ask{
+		{Urgency: 3, Trusted: true, Scope: "loud", Since: t0.Add(1)},
+		{Urgency: 3, Trusted: true, Lift: 3, Scope: "loud", Since: t0.Add(2)},
+		{Urgency: 3, Trusted: true, Scope: "quiet", Since: t0.Add(3)},
+		{Urgency: 3, Trusted: true, Lift: 1, Scope: "loud", Since: t0.Add(4)},
+	}
+	if got, want := order(t, clock, asks), []int{1, 2, 3, 0}; !equal(got, want) {
+		t.Fatalf("seats went to %v; want %v", got, want)
+	}
+}
+
 // A new fairness key per call (minted credentials) starts behind the waiting keys' next turns,
 // not ahead of them (as a key with no turn record did): a tenant's backlog keeps its share of
 // the keys waiting. With one fresh identity per seat freed, its k-th call waits behind at most

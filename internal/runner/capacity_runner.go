@@ -133,7 +133,7 @@ func standIn(p *capacity.Seats, head *store.Operation) (*capacity.Seat, error) {
 
 func operationAsk(op *store.Operation) capacity.Ask {
 	// Its stored urgency is the one it competes at across tenants: trusted.
-	return capacity.Ask{Urgency: store.ClampUrgency(op.Urgency), Trusted: true, Scope: op.Scope, Key: op.FairKey,
+	return capacity.Ask{Urgency: store.ClampUrgency(op.Urgency), Lift: op.Lift, Trusted: true, Scope: op.Scope, Key: op.FairKey,
 		Weight: op.Weight, Since: op.SubmittedAt}
 }
 

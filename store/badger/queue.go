@@ -144,7 +144,7 @@ func (q *queueState) rebuild(scan func() ([]string, error), load func([]string) 
 		q.queued[w.id] = w
 	}
 	q.rebuiltAt = time.Now()
-	q.order.groups, q.order.members = map[string]*[store.LeastUrgent + 1][]string{}, make(map[string]struct{}, len(ids))
+	q.order.groups, q.order.members = map[string][]group{}, make(map[string]struct{}, len(ids))
 	for _, id := range ids {
 		if w, ok := q.queued[id]; ok {
 			q.order.add(w)

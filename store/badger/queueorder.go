@@ -12,29 +12,31 @@ import (
 )
 
 // The capacity order on Badger (docs/backends.md, "The capacity order"): queued ids are kept in
-// memory by lane (store.Operation.Lane: the fairness key, or the scope) and stored urgency, each
-// group oldest first. The next claim is the best of the groups' heads (at most eight a lane), so
-// a claim costs in proportion to the lanes with work, not to the operations queued.
+// memory by lane (store.Operation.Lane: the fairness key, or the scope), stored urgency and own
+// urgency (store.OwnUrgency), each group oldest first. The next claim is the best of the lanes,
+// each lane's found from its groups' heads (one or two a lane, as a rule), so a claim costs in
+// proportion to the lanes with work, not to the operations queued.
 
 // waiting is what the order needs to know of a queued operation.
 type waiting struct {
 	id, lane string
 	urgency  int
+	lift     int // store.Operation.Lift
 	weight   float64
 	since    time.Time // submitted: waiting counts from then, also after a requeue
 	deadline time.Time
 }
 
 func waitingOf(op *store.Operation) waiting {
-	return waiting{id: op.ID, lane: op.Lane(), urgency: store.ClampUrgency(op.Urgency), weight: op.Weight,
+	return waiting{id: op.ID, lane: op.Lane(), urgency: store.ClampUrgency(op.Urgency), lift: max(op.Lift, 0), weight: op.Weight,
 		since: op.SubmittedAt, deadline: op.QueueDeadline}
 }
 
 // stale reports whether w's deadline has passed: it is no longer claimed (StaleQueued).
 func (w waiting) stale(now time.Time) bool { return !w.deadline.IsZero() && w.deadline.Before(now) }
 
-// place is where an operation stands in the order: lower effective urgency first, then the lane
-// served least recently, then the oldest.
+// place is where a lane stands in the order: lower effective urgency first, then the lane served
+// least recently, then the one whose work there is oldest.
 type place struct {
 	urgency int
 	turn    int64
@@ -53,9 +55,9 @@ func (p place) before(o place) bool {
 
 // queueOrder holds the queued ids in the capacity order, and the lanes' turns.
 type queueOrder struct {
-	groups  map[string]*[store.LeastUrgent + 1][]string // lane -> urgency -> ids, oldest first; ids no longer queued are dropped when reached
-	members map[string]struct{}                         // the ids in groups
-	turns   map[string]laneTurn                         // lane -> its turn; absent: not served since it had work
+	groups  map[string][]group  // lane -> its groups; ids no longer queued are dropped when reached
+	members map[string]struct{} // the ids in groups
+	turns   map[string]laneTurn // lane -> its turn; absent: not served since it had work
 	turn    int64
 	// newcomers are the newcomers' turns by band: the lanes absent from turns share them
 	// (store.NewcomerTurn).
@@ -67,6 +69,13 @@ type queueOrder struct {
 	idle   []idleEntry
 	idleAt map[string]uint64
 	idleN  uint64 // entries ever added
+}
+
+// group is a lane's queued ids of one stored urgency and one own urgency (before waiting ages
+// them), oldest first: its head is its most aged.
+type group struct {
+	urgency, own int
+	ids          []string
 }
 
 // idleEntry is a lane's departure, the n-th added to queueOrder.idle.
@@ -117,7 +126,7 @@ type laneTurn struct {
 }
 
 func newQueueOrder() *queueOrder {
-	return &queueOrder{groups: map[string]*[store.LeastUrgent + 1][]string{}, members: map[string]struct{}{}, turns: map[string]laneTurn{},
+	return &queueOrder{groups: map[string][]group{}, members: map[string]struct{}{}, turns: map[string]laneTurn{},
 		idleAt: map[string]uint64{}}
 }
 
@@ -136,6 +145,20 @@ func (o *queueOrder) turnOf(lane string, w waiting, now time.Time) laneTurn {
 // band is the effective urgency w competes at, at now.
 func (w waiting) band(now time.Time) int { return store.EffectiveUrgency(w.urgency, now.Sub(w.since)) }
 
+// own is w's urgency within its own lane at now (store.OwnUrgency), and ownGroup the one its
+// group keeps.
+func (w waiting) own(now time.Time) int { return store.OwnUrgency(w.urgency, w.lift, now.Sub(w.since)) }
+func (w waiting) ownGroup() int         { return store.OwnUrgency(w.urgency, w.lift, 0) }
+
+// claimedBefore reports whether, within one lane and band, w is claimed before v: the lower own
+// urgency, then the older.
+func (w waiting) claimedBefore(v waiting, now time.Time) bool {
+	if a, b := w.own(now), v.own(now); a != b {
+		return a < b
+	}
+	return w.id < v.id
+}
+
 // add puts w in its group in id order (ids sort by creation), so a requeued operation goes before
 // those of its group accepted after it.
 func (o *queueOrder) add(w waiting) {
@@ -143,13 +166,16 @@ func (o *queueOrder) add(w waiting) {
 		return
 	}
 	o.members[w.id] = struct{}{}
-	g := o.groups[w.lane]
-	if g == nil {
-		g = new([store.LeastUrgent + 1][]string)
-		o.groups[w.lane] = g
+	gs := o.groups[w.lane]
+	gi := slices.IndexFunc(gs, func(g group) bool { return g.urgency == w.urgency && g.own == w.ownGroup() })
+	if gi < 0 {
+		gi = len(gs)
+		gs = append(gs, group{urgency: w.urgency, own: w.ownGroup()})
+		o.groups[w.lane] = gs
 	}
-	i, _ := slices.BinarySearch(g[w.urgency], w.id)
-	g[w.urgency] = slices.Insert(g[w.urgency], i, w.id)
+	g := &gs[gi]
+	i, _ := slices.BinarySearch(g.ids, w.id)
+	g.ids = slices.Insert(g.ids, i, w.id)
 }
 
 // head returns the index in group ids of the first operation still queued and not stale,
@@ -173,80 +199,137 @@ func (o *queueOrder) head(ids *[]string, queued map[string]waiting, now time.Tim
 // next takes the first operation in the order out of it and gives its lane its turn; ok is false
 // when no queued operation may be claimed.
 func (o *queueOrder) next(queued map[string]waiting, now time.Time) (id string, ok bool) {
-	lane, u, i, ok := o.best(queued, now)
+	c, ok := o.best(queued, now)
 	if !ok {
 		return "", false
 	}
-	return o.takeAt(lane, u, i, queued, now), true
+	return o.takeAt(c, queued, now), true
 }
 
 // peek is the id next would take, left in the order.
 func (o *queueOrder) peek(queued map[string]waiting, now time.Time) (id string, ok bool) {
-	lane, u, i, ok := o.best(queued, now)
+	c, ok := o.best(queued, now)
 	if !ok {
 		return "", false
 	}
-	return o.groups[lane][u][i], true
+	return o.groups[c.lane][c.g].ids[c.i], true
 }
 
 // take takes w out of the order, as next would when w is first, and gives its lane its turn;
 // false when w is not in the order.
 func (o *queueOrder) take(w waiting, queued map[string]waiting, now time.Time) bool {
-	g := o.groups[w.lane]
-	if g == nil {
+	c, _ := o.laneChoice(w.lane, queued, now) // first: it drops the groups left empty
+	gs := o.groups[w.lane]
+	gi := slices.IndexFunc(gs, func(g group) bool { return g.urgency == w.urgency && g.own == w.ownGroup() })
+	if gi < 0 {
 		return false
 	}
-	i, found := slices.BinarySearch(g[w.urgency], w.id)
+	i, found := slices.BinarySearch(gs[gi].ids, w.id)
 	if !found {
 		return false
 	}
-	o.takeAt(w.lane, w.urgency, i, queued, now)
+	if c.pick.id != w.id { // not the lane's first: its turn counts from its oldest work at w's band
+		c = choice{lane: w.lane, pick: w, oldest: o.oldestAt(w.lane, w, queued, now)}
+	}
+	c.g, c.i = gi, i
+	o.takeAt(c, queued, now)
 	return true
 }
 
-// best finds the first operation in the order: its lane, urgency group and index there.
-func (o *queueOrder) best(queued map[string]waiting, now time.Time) (bestLane string, bestU, bestI int, ok bool) {
-	var best place
-	bestU, bestI = -1, -1
-	for lane, g := range o.groups {
-		empty := true
-		for u := range g {
-			i := o.head(&g[u], queued, now)
-			empty = empty && len(g[u]) == 0
-			if i < 0 {
-				continue
-			}
-			w := queued[g[u][i]]
-			p := place{w.band(now), o.turnOf(lane, w, now).turn, w.id}
-			if bestI < 0 || p.before(best) {
-				best, bestLane, bestU, bestI = p, lane, u, i
-			}
-		}
-		if empty {
-			delete(o.groups, lane)
-		}
-	}
-	return bestLane, bestU, bestI, bestI >= 0
+// choice is a lane's next claim: the operation picked (the group and index of its id) and the
+// lane's oldest work at its band, which the lane's turn and place count from.
+type choice struct {
+	lane         string
+	g, i         int
+	pick, oldest waiting
 }
 
-// takeAt takes the id at i of lane's group u out of the order and gives the lane its turn of a
-// claim at now (store.ClaimTurn).
-func (o *queueOrder) takeAt(lane string, u, i int, queued map[string]waiting, now time.Time) string {
-	g := o.groups[lane]
-	id := g[u][i]
-	g[u] = slices.Delete(g[u], i, i+1)
+// laneChoice finds lane's next claim, dropping the groups left empty; ok is false when the lane
+// has nothing to claim. Of the lane's work at its most urgent band, it picks the lowest own
+// urgency, then the oldest (store.OwnUrgency): a group's head is its oldest, so the heads say
+// it.
+func (o *queueOrder) laneChoice(lane string, queued map[string]waiting, now time.Time) (c choice, ok bool) {
+	gs := o.groups[lane]
+	band := store.LeastUrgent + 1
+	for gi := 0; gi < len(gs); gi++ {
+		i := o.head(&gs[gi].ids, queued, now)
+		if len(gs[gi].ids) == 0 {
+			gs = slices.Delete(gs, gi, gi+1)
+			gi--
+			continue
+		}
+		if i < 0 {
+			continue
+		}
+		w := queued[gs[gi].ids[i]]
+		switch b := w.band(now); {
+		case b < band:
+			band, c = b, choice{lane: lane, g: gi, i: i, pick: w, oldest: w}
+		case b == band:
+			if w.claimedBefore(c.pick, now) {
+				c.g, c.i, c.pick = gi, i, w
+			}
+			if w.id < c.oldest.id {
+				c.oldest = w
+			}
+		}
+	}
+	if len(gs) == 0 {
+		delete(o.groups, lane)
+	} else {
+		o.groups[lane] = gs
+	}
+	return c, band <= store.LeastUrgent
+}
+
+// oldestAt is the oldest of lane's work at w's band, w's lane being lane (w itself when there is
+// none older).
+func (o *queueOrder) oldestAt(lane string, w waiting, queued map[string]waiting, now time.Time) waiting {
+	band := w.band(now)
+	for gi := range o.groups[lane] {
+		g := &o.groups[lane][gi]
+		if i := o.head(&g.ids, queued, now); i >= 0 {
+			if v := queued[g.ids[i]]; v.id < w.id && v.band(now) == band {
+				w = v
+			}
+		}
+	}
+	return w
+}
+
+// best finds the first operation in the order: the choice of the lane whose place comes first.
+func (o *queueOrder) best(queued map[string]waiting, now time.Time) (best choice, ok bool) {
+	var at place
+	for lane := range o.groups {
+		c, found := o.laneChoice(lane, queued, now)
+		if !found {
+			continue
+		}
+		p := place{c.pick.band(now), o.turnOf(lane, c.oldest, now).turn, c.oldest.id}
+		if !ok || p.before(at) {
+			best, at, ok = c, p, true
+		}
+	}
+	return best, ok
+}
+
+// takeAt takes c's pick out of the order and gives its lane its turn of a claim at now
+// (store.ClaimTurn), counted from its oldest work at the pick's band.
+func (o *queueOrder) takeAt(c choice, queued map[string]waiting, now time.Time) string {
+	g := &o.groups[c.lane][c.g]
+	id := g.ids[c.i]
+	g.ids = slices.Delete(g.ids, c.i, c.i+1)
 	delete(o.members, id)
-	w := queued[id]
-	t := o.turnOf(lane, w, now)
-	turn, credit, advanced := store.ClaimTurn(t.turn, t.credit, w.weight, now, o.turn)
-	if _, served := o.turns[lane]; !served {
-		band := w.band(now)
+	t := o.turnOf(c.lane, c.oldest, now)
+	turn, credit, advanced := store.ClaimTurn(t.turn, t.credit, c.pick.weight, now, o.turn)
+	if _, served := o.turns[c.lane]; !served {
+		band := c.pick.band(now)
 		o.newcomers[band] = store.NewcomersServed(o.newcomers[band], now, turn)
 	}
 	if advanced {
 		o.turn = turn
 	}
-	o.turns[lane] = laneTurn{turn: turn, credit: credit}
+	o.turns[c.lane] = laneTurn{turn: turn, credit: credit}
 	return id
 }
 
@@ -326,7 +409,7 @@ func countWaiting(sq *store.ScopeQueue, w, me waiting, level int, now time.Time)
 		if sq.Oldest == "" || w.id < sq.Oldest {
 			sq.Oldest = w.id
 		}
-		if w.lane == me.lane && w.id < me.id {
+		if w.lane == me.lane && w.claimedBefore(me, now) {
 			sq.Ahead++
 		}
 	}

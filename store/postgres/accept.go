@@ -10,19 +10,19 @@ import (
 // An operation accepted with a new key (or none), the common case, is stored by one statement
 // that commits by itself: one round trip where the transaction took five (BEGIN, the key, the
 // request, the operation, COMMIT), with the same durability (synchronous_commit on: the commit
-// is flushed before the 202). Its parameters are opArgs ($1-$14), the request ($15, $16) and the
-// key's row ($17-$24); they are cast because an INSERT ... SELECT does not type them.
+// is flushed before the 202). Its parameters are opArgs ($1-$15), the request ($16, $17) and the
+// key's row ($18-$25); they are cast because an INSERT ... SELECT does not type them.
 const (
 	acceptOpInsert = `INSERT INTO operations (id, scope, status, holder, lease_until, cancel_requested_at, expires_at, purge_at, doc,
-			urgency, submitted_at, queue_deadline, lane, weight)
+			urgency, submitted_at, queue_deadline, lane, weight, lift)
 		SELECT $1::text, $2::text, $3::text, $4::text, $5::timestamptz, $6::timestamptz, $7::timestamptz, $8::timestamptz, $9::bytea,
-			$10::smallint, $11::timestamptz, $12::timestamptz, $13::text, $14::real`
+			$10::smallint, $11::timestamptz, $12::timestamptz, $13::text, $14::real, $15::smallint`
 	acceptOpConflict = ` ON CONFLICT (id) DO UPDATE SET status = excluded.status, holder = excluded.holder,
 		lease_until = excluded.lease_until, cancel_requested_at = excluded.cancel_requested_at,
 		expires_at = excluded.expires_at, purge_at = excluded.purge_at, doc = excluded.doc,
 		urgency = excluded.urgency, submitted_at = excluded.submitted_at, queue_deadline = excluded.queue_deadline,
-		lane = excluded.lane, weight = excluded.weight`
-	acceptUnkeyed = `WITH req AS (INSERT INTO operation_requests (op_id, doc, body) VALUES ($1, $15, $16))
+		lane = excluded.lane, weight = excluded.weight, lift = excluded.lift`
+	acceptUnkeyed = `WITH req AS (INSERT INTO operation_requests (op_id, doc, body) VALUES ($1, $16, $17))
 		` + acceptOpInsert + acceptOpConflict + ` RETURNING true`
 	// With a key: the request and the operation are written only when the key's row was
 	// inserted; a key that has a row already leaves all three untouched, and the row is read
@@ -30,11 +30,11 @@ const (
 	acceptKeyed = `WITH ins AS (
 			INSERT INTO idempotency_keys (key, fingerprint, state, claimed_at, expires_at, purge_at,
 				operation_id, response_status, response_header, response_body)
-			VALUES ($17, $18, 2, $19, $20, $20, $21, $22, $23, $24) ON CONFLICT (key) DO NOTHING RETURNING 1),
-		req AS (INSERT INTO operation_requests (op_id, doc, body) SELECT $1::text, $15::bytea, $16::bytea WHERE EXISTS (SELECT 1 FROM ins)),
+			VALUES ($18, $19, 2, $20, $21, $21, $22, $23, $24, $25) ON CONFLICT (key) DO NOTHING RETURNING 1),
+		req AS (INSERT INTO operation_requests (op_id, doc, body) SELECT $1::text, $16::bytea, $17::bytea WHERE EXISTS (SELECT 1 FROM ins)),
 		op AS (` + acceptOpInsert + ` WHERE EXISTS (SELECT 1 FROM ins)` + acceptOpConflict + `)
 		SELECT EXISTS (SELECT 1 FROM ins), ` + keyColumns + `
-		FROM (SELECT 1) one LEFT JOIN idempotency_keys k ON k.key = $17`
+		FROM (SELECT 1) one LEFT JOIN idempotency_keys k ON k.key = $18`
 )
 
 // acceptAtOnce stores op, its request and a new key's 202 in one statement, or answers a retry

@@ -30,28 +30,50 @@ const effectiveSQL = `greatest(least(greatest(o.urgency, 0), 7, 3), least(greate
 // claimable is the condition on a queued row that may be claimed at $1: its deadline has not passed.
 const claimable = `o.status = 'queued' AND (o.queue_deadline IS NULL OR o.queue_deadline >= $1)`
 
-// nextInOrderSQL finds the first operation in the capacity order at $1, leaving out the ids $3
-// (rows another claimer holds), with its lane, that lane's turn (store.KnownTurn, or
-// store.NewcomerTurn with its band's newcomers' row when the lane has none) and its band (e). It
-// walks the head of each (lane, urgency) group of the queued index, a loose
-// index scan, so it reads a row per group with work, not the whole queue.
-var nextInOrderSQL = `WITH RECURSIVE heads AS (
-	(SELECT ` + laneSQL + ` AS lane, o.urgency, o.id, o.submitted_at FROM operations o
-		WHERE ` + claimable + ` AND o.id <> ALL($3) ORDER BY ` + laneSQL + `, o.urgency, o.id LIMIT 1)
-	UNION ALL
-	SELECT n.* FROM heads h CROSS JOIN LATERAL (
-		SELECT ` + laneSQL + ` AS lane, o.urgency, o.id, o.submitted_at FROM operations o
-		WHERE ` + claimable + ` AND o.id <> ALL($3) AND (` + laneSQL + `, o.urgency) > (h.lane, h.urgency)
-		ORDER BY ` + laneSQL + `, o.urgency, o.id LIMIT 1) n
-)
-SELECT o.id, o.lane, CASE WHEN t.turn IS NULL THEN greatest(` + arrivalTurnSQL + `, nc.turn)
-	ELSE greatest(t.turn, ` + arrivalTurnSQL + `) END AS turn, o.e
-FROM (SELECT h.*, (` + effectiveHeadSQL + `)::int AS e FROM heads h) o
-	LEFT JOIN queue_lanes t ON t.lane = o.lane LEFT JOIN queue_lanes nc ON nc.lane = ` + newcomersLaneSQL("o.e") + `
-ORDER BY o.e, 3, o.id LIMIT 1`
+// ownSQL is store.OwnUrgency in SQL for a row of operations (alias o) at $1, $2 the aging step:
+// effectiveSQL of the urgency less the lift.
+var ownSQL = strings.ReplaceAll(effectiveSQL, "o.urgency", "(least(greatest(o.urgency, 0), 7) - greatest(o.lift, 0))")
 
-// effectiveHeadSQL is effectiveSQL for a row of heads (alias h).
-var effectiveHeadSQL = strings.ReplaceAll(effectiveSQL, "o.", "h.")
+// headsSQL walks the head of each (lane, urgency, lift) group of the queued index whose rows
+// match cond besides being claimable at $1 (a loose index scan: a row per group with work, not
+// the whole queue), a group's head being its oldest. Its rows are lane, urgency, lift, id,
+// submitted_at.
+func headsSQL(cond string) string {
+	sel := `SELECT ` + laneSQL + ` AS lane, o.urgency, o.lift, o.id, o.submitted_at FROM operations o WHERE ` + claimable + cond
+	order := ` ORDER BY ` + laneSQL + `, o.urgency, o.lift, o.id LIMIT 1`
+	return `heads AS ((` + sel + order + `)
+	UNION ALL
+	SELECT n.* FROM heads h CROSS JOIN LATERAL (` + sel + ` AND (` + laneSQL + `, o.urgency, o.lift) > (h.lane, h.urgency, h.lift)` + order + `) n)`
+}
+
+// nextInOrderSQL finds the first operation in the capacity order at $1, leaving out the ids $3
+// (rows another claimer holds): it walks the groups' heads (headsSQL), finds each lane's band
+// (e) and its oldest work there, which give the lane's turn (store.KnownTurn, or
+// store.NewcomerTurn with its band's newcomers' row when the lane has none) and place, and of
+// the first lane's work at its band picks the lowest own urgency (store.OwnUrgency), then the
+// oldest. Its row: the id picked, the lane, the lane's turn and its band.
+var nextInOrderSQL = `WITH RECURSIVE ` + headsSQL(` AND o.id <> ALL($3)`) + `,
+banded AS (SELECT h.*, (` + effectiveHeadSQL + `)::int AS e, (` + ownHeadSQL + `)::int AS own FROM heads h),
+lanes AS (SELECT DISTINCT ON (lane) lane, e, id AS oldest, submitted_at FROM banded ORDER BY lane, e, id),
+picks AS (SELECT DISTINCT ON (lane) lane, id FROM banded ORDER BY lane, e, own, id)
+SELECT p.id, o.lane, CASE WHEN t.turn IS NULL THEN greatest(` + arrivalTurnSQL + `, nc.turn)
+	ELSE greatest(t.turn, ` + arrivalTurnSQL + `) END AS turn, o.e
+FROM lanes o JOIN picks p ON p.lane = o.lane
+	LEFT JOIN queue_lanes t ON t.lane = o.lane LEFT JOIN queue_lanes nc ON nc.lane = ` + newcomersLaneSQL("o.e") + `
+ORDER BY o.e, 3, o.oldest LIMIT 1`
+
+// laneArrivalSQL is the arrival turn (arrivalTurnSQL) of the oldest work at $1 of the lane of a
+// row x of operations at x's band, $2 the aging step: what a claim by id (ClaimQueued) counts the
+// lane's turn from, as nextInOrderSQL does.
+var laneArrivalSQL = `(WITH RECURSIVE ` + headsSQL(` AND `+laneSQL+` = coalesce(x.lane, x.scope)`) + `
+	SELECT ` + strings.ReplaceAll(arrivalTurnSQL, "o.", "h.") + ` FROM heads h
+	WHERE (` + effectiveHeadSQL + `) = (` + strings.ReplaceAll(effectiveSQL, "o.", "x.") + `) ORDER BY h.id LIMIT 1)`
+
+// effectiveHeadSQL and ownHeadSQL are effectiveSQL and ownSQL for a row of heads (alias h).
+var (
+	effectiveHeadSQL = strings.ReplaceAll(effectiveSQL, "o.", "h.")
+	ownHeadSQL       = strings.ReplaceAll(ownSQL, "o.", "h.")
+)
 
 // newcomersLane prefixes the rows of queue_lanes that keep the newcomers' turns, one per band
 // (store.NewcomerTurn): lanes are fairness keys ("key:...") or scopes (hex digests), so none is
@@ -111,8 +133,8 @@ func laneTurnSQL(src string, now int) string {
 	RETURNING q.turn AS t`
 }
 
-// takeTurnSQL gives the lane of operation $1 the turn of a claim at $3, $2 its arrival turn should
-// it have none (laneTurnSQL; the newcomers' turn of its band $4 when later, which the claim then
+// takeTurnSQL gives the lane of operation $1 the turn of a claim at $3, $2 its arrival turn
+// (laneArrivalSQL) should it have none (laneTurnSQL; the newcomers' turn of its band $4 when later, which the claim then
 // moves on: newcomersSQL). The lane and weight are the row's: an operation accepted by a schema
 // 10 replica has no lane column, and waits in its scope's lane.
 var takeTurnSQL = `WITH one AS (SELECT ` + laneSQL + ` AS lane, CASE WHEN t.turn IS NULL THEN greatest($2::bigint, nc.turn)
@@ -194,8 +216,9 @@ func (s *Store) ClaimQueued(id, worker string, lease time.Duration) (*store.Oper
 	var out *store.Operation
 	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
 		now := s.now()
-		op, err := scanOp(tx.QueryRow(ctx, `SELECT `+opColumns+` FROM operations o WHERE o.id = $2 AND `+claimable+`
-			FOR UPDATE SKIP LOCKED`, now, id))
+		var arrival int64
+		op, err := scanOp(tx.QueryRow(ctx, `SELECT `+opColumns+`, `+laneArrivalSQL+` FROM operations x WHERE x.id = $3 AND `+
+			strings.ReplaceAll(claimable, "o.", "x.")+` FOR UPDATE OF x SKIP LOCKED`, now, agingStep, id), &arrival)
 		if isNotFound(err) {
 			return nil
 		}
@@ -203,7 +226,7 @@ func (s *Store) ClaimQueued(id, worker string, lease time.Duration) (*store.Oper
 			return err
 		}
 		band := store.EffectiveUrgency(op.Urgency, now.Sub(op.SubmittedAt))
-		if _, err := tx.Exec(ctx, takeTurnSQL, id, store.ArrivalTurn(op.SubmittedAt), now.UnixMicro(), band); err != nil {
+		if _, err := tx.Exec(ctx, takeTurnSQL, id, arrival, now.UnixMicro(), band); err != nil {
 			return err
 		}
 		out, err = s.startClaimed(ctx, tx, op, worker, lease, now)
@@ -253,13 +276,15 @@ func (s *Store) QueuedByUrgency() ([8]int, error) {
 }
 
 // positionSQL counts, per lane with claimable work at $1, the queued operations before and at
-// the effective urgency $3 of operation $4 of lane $5 (see store.ScopeQueue).
+// the effective urgency $3 of operation $4 of lane $5, whose own urgency is $6 (see
+// store.ScopeQueue).
 var positionSQL = `SELECT q.lane, CASE WHEN t.turn IS NULL THEN greatest(min(q.arrival), nc.turn)
 		ELSE greatest(t.turn, min(q.arrival)) END,
 		count(*) FILTER (WHERE q.e < $3), count(*) FILTER (WHERE q.e = $3),
 		coalesce(min(q.id) FILTER (WHERE q.e = $3), ''),
-		count(*) FILTER (WHERE q.e = $3 AND q.lane = $5 AND q.id < $4), t.turn IS NULL
-	FROM (SELECT ` + laneSQL + ` AS lane, o.id, ` + effectiveSQL + ` AS e, ` + arrivalTurnSQL + ` AS arrival FROM operations o WHERE ` + claimable + `) q
+		count(*) FILTER (WHERE q.e = $3 AND q.lane = $5 AND (q.own, q.id) < ($6, $4)), t.turn IS NULL
+	FROM (SELECT ` + laneSQL + ` AS lane, o.id, ` + effectiveSQL + ` AS e, ` + ownSQL + ` AS own, ` + arrivalTurnSQL + ` AS arrival
+		FROM operations o WHERE ` + claimable + `) q
 	LEFT JOIN queue_lanes t ON t.lane = q.lane LEFT JOIN queue_lanes nc ON nc.lane = ` + newcomersLaneSQL("$3::int") + `
 	GROUP BY q.lane, t.turn, nc.turn`
 
@@ -278,7 +303,8 @@ func (s *Store) QueuePosition(id string) (int, error) {
 			return err
 		}
 		level := store.EffectiveUrgency(op.Urgency, now.Sub(op.SubmittedAt))
-		rows, err := db.Query(ctx, positionSQL, now, agingStep, level, id, lane)
+		own := store.OwnUrgency(op.Urgency, op.Lift, now.Sub(op.SubmittedAt))
+		rows, err := db.Query(ctx, positionSQL, now, agingStep, level, id, lane, own)
 		if err != nil {
 			return err
 		}

@@ -76,19 +76,19 @@ func putOp(ctx context.Context, db execer, op *store.Operation) error {
 	_, err = db.Exec(ctx, insertOp+`
 		ON CONFLICT (id) DO UPDATE SET status = $3, holder = $4, lease_until = $5, cancel_requested_at = $6,
 			expires_at = $7, purge_at = $8, doc = $9, urgency = $10, submitted_at = $11, queue_deadline = $12,
-			lane = $13, weight = $14`, args...)
+			lane = $13, weight = $14, lift = $15`, args...)
 	return err
 }
 
 // insertOp writes a new operation's row from opArgs: every column a claim orders by is set, so
 // no writer of operations (putOp, a batch's lines) can leave one at its default.
 const insertOp = `INSERT INTO operations (id, scope, status, holder, lease_until, cancel_requested_at, expires_at, purge_at, doc,
-			urgency, submitted_at, queue_deadline, lane, weight)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`
+			urgency, submitted_at, queue_deadline, lane, weight, lift)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
 
-// opArgs are the columns of op's row, in putOp's order ($1-$14); accept.go writes them too. The
+// opArgs are the columns of op's row, in putOp's order ($1-$15); accept.go writes them too. The
 // lane is NULL for an operation without a fairness key (its scope is its lane), the weight NULL
-// for weight 1.
+// for weight 1; the lift is kept within 0..7, as the urgency.
 func opArgs(op *store.Operation) ([]any, error) {
 	doc, err := json.Marshal(op)
 	if err != nil {
@@ -118,7 +118,8 @@ func opArgs(op *store.Operation) ([]any, error) {
 		weight = &w
 	}
 	return []any{op.ID, op.Scope, string(op.Status), holder, lease, cancel, expires, purge, doc,
-		store.ClampUrgency(op.Urgency), timeOrNull(op.SubmittedAt), timeOrNull(op.QueueDeadline), lane, weight}, nil
+		store.ClampUrgency(op.Urgency), timeOrNull(op.SubmittedAt), timeOrNull(op.QueueDeadline), lane, weight,
+		store.ClampUrgency(op.Lift)}, nil
 }
 
 // AcceptOperation stores op, its request and the key's 202 in one transaction (see

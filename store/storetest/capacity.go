@@ -31,6 +31,100 @@ var capacityTests = []test{
 	{"AKeyOfWeightTwoTakesTwoClaimsPerTurn", testWeightedKeys},
 	{"ClaimingByIDTakesTheKeysTurn", testClaimByIDTakesTheKeysTurn},
 	{"AFairnessKeyThatIsNotTextIsKeptAndTakesItsTurns", testFairKeyNotText},
+	{"ACallersOwnPriorityOrdersItsOwnLanesWork", testOwnUrgencyOrdersItsLane},
+	{"ACallersOwnPriorityMovesItNotAheadOfOtherLanes", testOwnUrgencyNotAcrossLanes},
+	{"ALaneThatPicksNewerWorkKeepsItsPlace", testOwnUrgencyKeepsTheLanesPlace},
+}
+
+// acceptLift stores operations from..from+n-1 of scope, queued at the default urgency with lift
+// (store.Operation.Lift): their caller asked lift levels more, for its own work.
+func (e *env) acceptLift(t *testing.T, b store.Backend, scope string, from, n, lift int) {
+	t.Helper()
+	for i := from; i < from+n; i++ {
+		op := e.newOp(i, scope)
+		op.Lift = lift
+		if _, err := b.AcceptOperation(op, &store.Request{Method: "POST", URL: "/v1/x"}, nil); err != nil {
+			t.Fatalf("accept %s: %v", opID(i), err)
+		}
+	}
+}
+
+// Scope a queues three operations at the default urgency, then one it asked u=0 for and one u=2
+// (lifts 3 and 1); scope b two. Within a's lane its own urgency orders its work, u=0 first, by
+// ClaimNext and by a look then a claim by id alike, and the estimates say so; a's place against
+// b's is its oldest work's, so the lanes still take turns. Without the lift a's were claimed
+// oldest first.
+func testOwnUrgencyOrdersItsLane(t *testing.T, e *env) {
+	for _, byID := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ClaimNext", true: "ClaimQueued"}[byID], func(t *testing.T) {
+			b, other := e.open(), e.open()
+			base, a, bb := 0, "a", "b"
+			if byID {
+				base, a, bb = 100, "a-by-id", "b-by-id"
+			}
+			e.acceptAt(t, b, a, base, 3, store.DefaultUrgency, time.Time{})
+			e.acceptLift(t, b, a, base+3, 1, 3)
+			e.acceptLift(t, b, a, base+4, 1, 1)
+			e.acceptAt(t, b, bb, base+5, 2, store.DefaultUrgency, time.Time{})
+			if p := must(b.QueuePosition(opID(base + 3)))(t); p != 0 {
+				t.Errorf("%s, asked u=0, is estimated at %d; want 0", opID(base+3), p)
+			}
+			if p4, p0 := must(b.QueuePosition(opID(base+4)))(t), must(b.QueuePosition(opID(base)))(t); p4 >= p0 {
+				t.Errorf("%s, asked u=2, is estimated at %d, not before %s at %d", opID(base+4), p4, opID(base), p0)
+			}
+			var got []string
+			if byID {
+				got = peekThenClaim(t, b, other, 20)
+			} else {
+				got = drain(t, b, 20)
+			}
+			want := []string{opID(base + 3), opID(base + 5), opID(base + 4), opID(base + 6), opID(base), opID(base + 1), opID(base + 2)}
+			if !slices.Equal(got, want) {
+				t.Fatalf("claimed %v,\nwant %v", got, want)
+			}
+		})
+	}
+}
+
+// A caller's own Priority is no word across lanes: newcomers asking u=0 (lift 3) beside one at
+// the default go oldest first with it, and the backlog keeps every other claim.
+func testOwnUrgencyNotAcrossLanes(t *testing.T, e *env) {
+	b := e.open()
+	e.acceptAt(t, b, "backlog", 0, 5, store.DefaultUrgency, time.Time{})
+	must(b.ClaimNext("w1", time.Minute))(t) // the backlog's lane has a turn from now on
+	e.clock.Advance(time.Millisecond)
+	e.acceptAt(t, b, "n1", 10, 1, store.DefaultUrgency, time.Time{})
+	e.acceptLift(t, b, "n2", 11, 1, 3)
+	e.acceptLift(t, b, "n3", 12, 1, 3)
+	expectDrain(t, b, opIDs([]int{1, 10, 2, 11, 3, 12, 4}, 0, 0))
+}
+
+// Lane a, served before and left idle, comes back with work behind lane b's backlog, then asks
+// u=0 for newer work: a's place is counted from its oldest work, so it goes before b and claims
+// the newer work first. Counted from the work it picks, a would wait behind b's next claim.
+func testOwnUrgencyKeepsTheLanesPlace(t *testing.T, e *env) {
+	b := e.open()
+	step := func() { e.clock.Advance(time.Millisecond) }
+	e.acceptAt(t, b, "a", 0, 1, store.DefaultUrgency, time.Time{})
+	expectNext(t, b, 0)
+	step()
+	e.acceptAt(t, b, "b", 1, 3, store.DefaultUrgency, time.Time{})
+	expectNext(t, b, 1)
+	step()
+	e.acceptAt(t, b, "a", 4, 1, store.DefaultUrgency, time.Time{})
+	step()
+	expectNext(t, b, 2)
+	step()
+	e.acceptLift(t, b, "a", 5, 1, 3)
+	expectDrain(t, b, opIDs([]int{5, 3, 4}, 0, 0))
+}
+
+// expectNext claims the next operation and fails unless it is the i-th.
+func expectNext(t *testing.T, b store.Backend, i int) {
+	t.Helper()
+	if op := must(b.ClaimNext("w1", time.Minute))(t); op == nil || op.ID != opID(i) {
+		t.Fatalf("claimed %+v; want %s", op, opID(i))
+	}
 }
 
 // A fairness key made of a caller's bytes (not UTF-8, a NUL) is stored like any other, and its
