@@ -383,7 +383,7 @@ func (s *Store) AddBatchLines(id string, from int, ops []*store.Operation, reqs 
 		if b.Created != from || b.Status.Final() {
 			return domain{store.ErrStale}
 		}
-		var batch pgx.Batch
+		var writes pipeline // one round trip for the lines' rows
 		for i, op := range ops {
 			if store.CutLine(b, op, now) || op.Status.Final() {
 				store.CountLine(b, op, nil, s.batchAnn.sizer.Load())
@@ -393,13 +393,13 @@ func (s *Store) AddBatchLines(id string, from int, ops []*store.Operation, reqs 
 				if err != nil {
 					return err
 				}
-				batch.Queue(`INSERT INTO operation_requests (op_id, doc, body) VALUES ($1, $2, $3)`, op.ID, reqDoc, nonNil(reqs[i].Body))
+				writes.Exec(ctx, `INSERT INTO operation_requests (op_id, doc, body) VALUES ($1, $2, $3)`, op.ID, reqDoc, nonNil(reqs[i].Body))
 			}
-			if err := queueOp(&batch, op); err != nil {
+			if err := insertNewOp(ctx, &writes, op); err != nil {
 				return err
 			}
 		}
-		if err := tx.SendBatch(ctx, &batch).Close(); err != nil {
+		if err := writes.send(ctx, tx); err != nil {
 			return err
 		}
 		b.Created += len(ops)
@@ -417,14 +417,14 @@ func (s *Store) AddBatchLines(id string, from int, ops []*store.Operation, reqs 
 	return out, nil
 }
 
-// queueOp queues op's insert on batch, as putOp writes it.
-func queueOp(batch *pgx.Batch, op *store.Operation) error {
+// insertNewOp inserts op's row, as putOp writes it, op being new.
+func insertNewOp(ctx context.Context, db execer, op *store.Operation) error {
 	args, err := opArgs(op)
 	if err != nil {
 		return err
 	}
-	batch.Queue(insertOp, args...)
-	return nil
+	_, err = db.Exec(ctx, insertOp, args...)
+	return err
 }
 
 // countLine counts a line operation that has just become final into its batch, in the same
