@@ -99,8 +99,9 @@ type Queue interface {
 	// until now+lease (Operation.Holder, Operation.LeaseUntil), and returns it; nil when none is
 	// queued, or when each candidate was held by another transaction at that moment (the caller
 	// looks again at its next wake-up). The order: effective urgency (EffectiveUrgency: urgency raised by waiting, one level
-	// per AgingStep), then the scopes with queued work take turns (the one served least recently
-	// first), then oldest first. Operations whose QueueDeadline has passed are not claimed. No
+	// per AgingStep), then the lanes with queued work take turns (the one served least recently
+	// first), then within a lane the caller's own urgency (OwnUrgency), then oldest first.
+	// Operations whose QueueDeadline has passed are not claimed. No
 	// operation is held by two workers at once.
 	ClaimNext(worker string, lease time.Duration) (*Operation, error)
 	// NextQueued returns the operation ClaimNext would claim now, left queued; nil when none

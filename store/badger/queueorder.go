@@ -282,8 +282,11 @@ func (o *queueOrder) laneChoice(lane string, queued map[string]waiting, now time
 	return c, band <= store.LeastUrgent
 }
 
-// oldestAt is the oldest of lane's work at w's band, w's lane being lane (w itself when there is
-// none older).
+// oldestAt is what a claim of w by id counts lane's turn from, w's lane being lane: the oldest of
+// the heads of lane's groups that is older than w and at w's band, else w. At the lane's most
+// urgent band (where the look before such a claim finds its work) that is the lane's oldest work
+// there, as best counts it; below it, a group's newer work already at w's band while its head
+// has aged further is not seen.
 func (o *queueOrder) oldestAt(lane string, w waiting, queued map[string]waiting, now time.Time) waiting {
 	band := w.band(now)
 	for gi := range o.groups[lane] {

@@ -14,7 +14,8 @@ import (
 
 // The capacity order on PostgreSQL (docs/backends.md, "The capacity order"), the same as Badger's:
 // effective urgency, then the lanes' turns (queue_lanes; store.ClaimTurn), then oldest first. A
-// lane is an operation's fairness key, or its scope (laneSQL).
+// lane is an operation's fairness key, or its scope (laneSQL). Within a lane, the caller's own
+// urgency, then the oldest (store.OwnUrgency).
 
 // laneSQL is store.Operation.Lane of a row of operations (alias o): its lane column is NULL
 // without a fairness key, and in rows of binaries before schema 11.
@@ -62,12 +63,15 @@ FROM lanes o JOIN picks p ON p.lane = o.lane
 	LEFT JOIN queue_lanes t ON t.lane = o.lane LEFT JOIN queue_lanes nc ON nc.lane = ` + newcomersLaneSQL("o.e") + `
 ORDER BY o.e, 3, o.oldest LIMIT 1`
 
-// laneArrivalSQL is the arrival turn (arrivalTurnSQL) of the oldest work at $1 of the lane of a
-// row x of operations at x's band, $2 the aging step: what a claim by id (ClaimQueued) counts the
-// lane's turn from, as nextInOrderSQL does.
-var laneArrivalSQL = `(WITH RECURSIVE ` + headsSQL(` AND `+laneSQL+` = coalesce(x.lane, x.scope)`) + `
+// laneArrivalSQL is the arrival turn (arrivalTurnSQL) a claim by id (ClaimQueued) of a row x of
+// operations counts its lane's turn from, at $1 with the aging step $2, as Badger's
+// queueOrder.oldestAt: the oldest of the heads of x's lane's groups that is older than x and at
+// x's band, else x's own. At the lane's most urgent band, where the look before a claim finds its
+// work, that is the lane's oldest work there, as nextInOrderSQL counts it.
+var laneArrivalSQL = `coalesce((WITH RECURSIVE ` + headsSQL(` AND `+laneSQL+` = coalesce(x.lane, x.scope)`) + `
 	SELECT ` + strings.ReplaceAll(arrivalTurnSQL, "o.", "h.") + ` FROM heads h
-	WHERE (` + effectiveHeadSQL + `) = (` + strings.ReplaceAll(effectiveSQL, "o.", "x.") + `) ORDER BY h.id LIMIT 1)`
+	WHERE h.id < x.id AND (` + effectiveHeadSQL + `) = (` + strings.ReplaceAll(effectiveSQL, "o.", "x.") + `) ORDER BY h.id LIMIT 1),
+	` + strings.ReplaceAll(arrivalTurnSQL, "o.", "x.") + `)`
 
 // effectiveHeadSQL and ownHeadSQL are effectiveSQL and ownSQL for a row of heads (alias h).
 var (

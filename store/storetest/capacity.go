@@ -34,6 +34,49 @@ var capacityTests = []test{
 	{"ACallersOwnPriorityOrdersItsOwnLanesWork", testOwnUrgencyOrdersItsLane},
 	{"ACallersOwnPriorityMovesItNotAheadOfOtherLanes", testOwnUrgencyNotAcrossLanes},
 	{"ALaneThatPicksNewerWorkKeepsItsPlace", testOwnUrgencyKeepsTheLanesPlace},
+	{"ClaimingByIDWorkBehindAnAgedHeadOfItsGroup", testClaimByIDBehindAnAgedHead},
+	{"ClaimingByIDCountsAWeightedLanesTurnFromOlderWorkOnly", testClaimByIDTurnFromOlderWork},
+}
+
+// A lane's two u=7 operations, the older aged a level further: a claim by id of the newer, whose
+// group's head is at a more urgent band, claims it (PostgreSQL failed it, finding no work of the
+// lane at its band to count the lane's turn from).
+func testClaimByIDBehindAnAgedHead(t *testing.T, e *env) {
+	b := e.open()
+	e.acceptAt(t, b, "a", 0, 1, store.LeastUrgent, time.Time{})
+	e.clock.Advance(2 * store.AgingStep)
+	e.acceptAt(t, b, "a", 1, 1, store.LeastUrgent, time.Time{})
+	e.clock.Advance(store.AgingStep) // op 0 at band 4, op 1 at band 6
+	if op := must(b.ClaimQueued(opID(1), "w1", time.Minute))(t); op == nil || op.ID != opID(1) {
+		t.Fatalf("claiming %s by id: %+v", opID(1), op)
+	}
+}
+
+// A weighted lane's first claim, by id, counts its turn from its work older than the claimed and
+// at its band, else from the claimed itself, never from newer work (PostgreSQL counted from a
+// newer group head, which put lane b's op 3 before the lane's op 0, where Badger did not).
+func testClaimByIDTurnFromOlderWork(t *testing.T, e *env) {
+	b := e.open()
+	put := func(i int, scope, key string, w float64, u int) {
+		op := e.newOp(i, scope)
+		op.Urgency, op.FairKey, op.Weight = u, key, w
+		if _, err := b.AcceptOperation(op, &store.Request{Method: "POST", URL: "/v1/x"}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(0, "h", "key:h", 2, store.LeastUrgent)
+	e.clock.Advance(2 * store.AgingStep)
+	put(1, "h", "key:h", 2, store.LeastUrgent)
+	e.clock.Advance(store.AgingStep / 2)
+	put(3, "b", "", 1, store.LeastUrgent-3)
+	e.clock.Advance(store.AgingStep / 2)
+	put(2, "h", "key:h", 2, store.LeastUrgent-1)
+	if op := must(b.ClaimQueued(opID(1), "w1", time.Minute))(t); op == nil {
+		t.Fatalf("claiming %s by id found nothing", opID(1))
+	}
+	if op := must(b.ClaimNext("w1", time.Minute))(t); op == nil || op.ID != opID(0) {
+		t.Fatalf("claimed %+v next; want %s: lane h's turn counts from %s", op, opID(0), opID(1))
+	}
 }
 
 // acceptLift stores operations from..from+n-1 of scope, queued at the default urgency with lift
