@@ -43,12 +43,12 @@ func (c *CapacityConfig) fairKeyOf(r *http.Request) string {
 
 // queueAsk is what an operation of kr keeps of its place in the order: the urgency it waits at
 // across tenants, how much more its caller asked for its own work (store.Operation.Lift: an
-// untrusted Priority above the default), its fairness key and weight. Without capacity, the
-// request's own urgency.
+// untrusted Priority above the default), its fairness key and weight. Without capacity there are
+// no classes to trust and no fairness key: the request's Priority, untrusted, and its scope.
 func (c *converter) queueAsk(kr *keyedRequest, now time.Time) (urgency, lift int, key string, weight float64) {
-	if c.capacity == nil {
-		return capacity.UrgencyOf(kr.r.Header.Values("Priority")), 0, "", 0
+	a := capacity.Ask{Urgency: capacity.UrgencyOf(kr.r.Header.Values("Priority"))}
+	if c.capacity != nil {
+		a = c.capacity.ask(kr.r, kr.scope, now)
 	}
-	a := c.capacity.ask(kr.r, kr.scope, now)
 	return a.Stored(), a.StoredLift(), a.Key, a.Weight
 }

@@ -68,6 +68,28 @@ func TestCapacityACallersOwnPriorityOrdersItsOwnOperations(t *testing.T) {
 	}
 }
 
+// Without a capacity block too, a caller's Priority above the default is its word about its own
+// work only: the queue takes it across tenants at the default (the operations' scopes taking
+// turns), and within the tenant's own work first. It counted across tenants as it came.
+func TestWithoutCapacityAnUntrustedPriorityOrdersOnlyItsOwnOperations(t *testing.T) {
+	g, a := startSlotted(t, 1, 30*time.Millisecond, "async {\n concurrency 1\n}")
+	_, first := g.submit(t, "loud-0", "Authorization", "Bearer loud", "X-Mock-Latency", "1s")
+	testkit.WaitFor(t, 5*time.Second, "the first call at the model server", func() bool { return g.model.Stats().InFlight == 1 })
+	_, quiet := g.submit(t, "quiet", "Authorization", "Bearer quiet")
+	_, loud1 := g.submit(t, "loud-1", "Authorization", "Bearer loud")
+	_, urgent := g.submit(t, "loud-urgent", "Authorization", "Bearer loud", "Priority", "u=0")
+	if view := decodeOp(t, g.get("/v1/operations/"+urgent.OperationID, "Authorization", "Bearer loud")); view.Urgency != 3 {
+		t.Fatalf("an untrusted u=0 waits at urgency %d across tenants; want 3", view.Urgency)
+	}
+	for _, id := range []string{first.OperationID, loud1.OperationID, urgent.OperationID} {
+		g.await(t, id, "Authorization", "Bearer loud")
+	}
+	g.await(t, quiet.OperationID, "Authorization", "Bearer quiet")
+	if order, want := a.order(), []string{"loud-0", "quiet", "loud-urgent", "loud-1"}; !slices.Equal(order, want) {
+		t.Errorf("the model server saw %v; want %v", order, want)
+	}
+}
+
 // The fairness key may be a header the auth layer sets: callers minting a credential per call
 // share their tenant's turn instead of getting one each.
 func TestCapacityFairKeyFromAHeaderSharesTurnsByTenant(t *testing.T) {
