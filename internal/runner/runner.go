@@ -55,6 +55,10 @@ type Runner struct {
 	// the claims under way, each holding the slot it will fill.
 	pooled   int
 	claiming int
+	// lookAgain says the loop woke while every free slot was claiming: those claims may have
+	// looked before what woke it (work queued, a takeover's requeue), so the first to end
+	// empty-handed wakes the loop again rather than leave the work to the next poll.
+	lookAgain bool
 	// settling counts the executions that gave their slot back and are writing their outcome:
 	// at most concurrency, so that results held in memory stay bounded when writes are slow.
 	settling int
@@ -395,6 +399,9 @@ func (r *Runner) claimFree() {
 		// that started one wakes the loop for the next.
 		free = min(free, 1-r.claiming)
 	}
+	if free <= 0 && r.claiming > 0 {
+		r.lookAgain = true
+	}
 	r.mu.Unlock()
 	for range free {
 		r.claims.Add(1) // the loop holds one count until it ends, so this never races the Wait
@@ -421,7 +428,12 @@ func (r *Runner) ClaimNext() bool {
 		if !started {
 			r.mu.Lock()
 			r.claiming--
+			again := r.lookAgain
+			r.lookAgain = false
 			r.mu.Unlock()
+			if again {
+				r.Kick()
+			}
 		}
 	}()
 	if !r.Alive() {

@@ -1,0 +1,92 @@
+package runner
+
+import (
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mulligan-gw/mulligan/internal/courier"
+	"github.com/mulligan-gw/mulligan/internal/testkit"
+	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/store/badger"
+)
+
+// gatedClaims is a storage whose first claim that finds nothing waits for release before it
+// answers: a claim that looked before work came, and has not ended when the work's wake-up
+// arrives.
+type gatedClaims struct {
+	store.Backend
+	once    sync.Once
+	looked  chan struct{} // closed when that claim found nothing
+	release chan struct{}
+}
+
+func (g *gatedClaims) ClaimNext(worker string, lease time.Duration) (*store.Operation, error) {
+	op, err := g.Backend.ClaimNext(worker, lease)
+	if op == nil && err == nil {
+		first := false
+		g.once.Do(func() { first = true; close(g.looked) })
+		if first {
+			<-g.release
+		}
+	}
+	return op, err
+}
+
+// Work queued while the only slot's claim is looking, after it looked: the wake-up finds the
+// slot busy claiming, and the claim ends empty-handed. It looks again at once, not at the next
+// poll (a second away; never, on this clock, which stands still): the wake-up was lost, and
+// TestRestartTakesOverTheDeadProcesssOperationsAtOnce failed under load when the takeover's
+// requeue came during the first claim.
+func TestWorkQueuedWhileAClaimLooksIsClaimedWithoutWaitingForThePoll(t *testing.T) {
+	clock := newFakeClock()
+	st, err := badger.Open(badger.Options{Dir: t.TempDir(), Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedClaims{Backend: st, looked: make(chan struct{}), release: make(chan struct{})}
+	deliveries := courier.New(courier.Options{Store: st, Worker: "wrk_courier", Clock: clock, Log: zap.NewNop()})
+	ran := make(chan struct{}, 1)
+	r := New(Options{Store: g, Clock: clock, Log: zap.NewNop(), Courier: deliveries, Config: Config{Concurrency: 1}})
+	r.Configure(testConfigOwner, Config{Concurrency: 1, Dispatch: func(*store.Operation) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			ran <- struct{}{}
+			_, _ = w.Write([]byte(`{"ok":true}`))
+		})
+	}})
+	t.Cleanup(func() {
+		r.Stop()
+		deliveries.Stop()
+		_ = st.Close()
+	})
+	r.Start()
+	select {
+	case <-g.looked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not within 10s: no first claim")
+	}
+	// The loop idle, the claim in flight: the settings' own wake-up taken, no other claim starting.
+	idle := func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.claiming == 1 && len(r.wake) == 0
+	}
+	testkit.WaitFor(t, 10*time.Second, "the claim in flight, the loop idle", idle)
+	ex := testExecution(time.Minute, 0)
+	testkit.QueueChat(t, st, &store.Operation{ID: "op_1", Exec: &ex}, clock.Now(), nil, chat("late"))
+	r.Accepted()
+	testkit.WaitFor(t, 10*time.Second, "the loop to find every slot claiming", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.lookAgain
+	})
+	close(g.release)
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not within 10s: the operation queued during a claim waited for the next poll")
+	}
+}
