@@ -164,8 +164,18 @@ func (s *Seat) Release(sample Sample) {
 }
 
 // GiveBack returns a seat that was never used for a call, shared seat included: it tells the
-// limit nothing. A nil seat is none.
-func (s *Seat) GiveBack() {
+// limit nothing, and OnFree that queued work may take it. A nil seat is none.
+func (s *Seat) GiveBack() { s.giveBack(true) }
+
+// GiveBackUnwanted is GiveBack for a seat taken for queued work that was not there (a claim
+// that found the queue empty): OnFree is not told, since the seat was free before it was taken
+// and the claim that took it saw nothing to claim. Telling it woke the claimers, whose next
+// claim took the free seat again, found nothing again and gave it back again, without end.
+// Work queued meanwhile wakes the claimers itself, and a call waiting for the seat gets it from
+// the pool either way.
+func (s *Seat) GiveBackUnwanted() { s.giveBack(false) }
+
+func (s *Seat) giveBack(tell bool) {
 	if s == nil {
 		return
 	}
@@ -174,7 +184,9 @@ func (s *Seat) GiveBack() {
 			defer s.from.Give(s.shared)
 		}
 		s.seats.Pool.GiveBack(s.w)
-		s.seats.onFree()
+		if tell {
+			s.seats.onFree()
+		}
 	})
 }
 

@@ -100,7 +100,7 @@ func (r *Runner) claimWithFreeSeat(takeover time.Duration) (op *store.Operation,
 	}
 	s := p.Seated(nil, start)
 	if op, err = r.st.ClaimNext(r.worker, takeover); err != nil || op == nil {
-		s.GiveBack()
+		s.GiveBackUnwanted()
 		return nil, nil, true, err
 	}
 	if r.poolFor(op) != p {

@@ -3,11 +3,13 @@ package runner
 import (
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/mulligan-gw/mulligan/internal/capacity"
 	"github.com/mulligan-gw/mulligan/internal/courier"
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store"
@@ -88,5 +90,53 @@ func TestWorkQueuedWhileAClaimLooksIsClaimedWithoutWaitingForThePoll(t *testing.
 	case <-ran:
 	case <-time.After(10 * time.Second):
 		t.Fatal("not within 10s: the operation queued during a claim waited for the next poll")
+	}
+}
+
+// countingClaims is a storage that counts its claims.
+type countingClaims struct {
+	store.Backend
+	n atomic.Int64
+}
+
+func (c *countingClaims) ClaimNext(worker string, lease time.Duration) (*store.Operation, error) {
+	c.n.Add(1)
+	return c.Backend.ClaimNext(worker, lease)
+}
+
+// onePool is the capacity of a storage with one block.
+type onePool struct{ p *capacity.Seats }
+
+func (o onePool) Pools() []*capacity.Seats       { return []*capacity.Seats{o.p} }
+func (o onePool) PoolFor(string) *capacity.Seats { return o.p }
+func (o onePool) Upstream(_ *store.Operation, req *store.Request) *store.Request {
+	return req
+}
+
+// With a capacity block and nothing queued, the claim loop rests: a claim takes a free seat, finds
+// the queue empty and gives the seat back without telling the claimers a seat came free. Told,
+// the claim that gave it back woke the loop for another, which did the same, without end (two
+// gateways of the flood benchmark each spun a core after their flood).
+func TestAnIdleRunnerUnderCapacityDoesNotClaimWithoutEnd(t *testing.T) {
+	clock := newFakeClock()
+	st, err := badger.Open(badger.Options{Dir: t.TempDir(), Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &countingClaims{Backend: st}
+	deliveries := courier.New(courier.Options{Store: st, Worker: "wrk_courier", Clock: clock, Log: zap.NewNop()})
+	var r *Runner
+	seats := capacity.NewSeats(capacity.Config{Limit: 2}, capacity.SeatsOptions{Clock: clock, OnFree: func() { r.Kick() }})
+	r = New(Options{Store: c, Clock: clock, Log: zap.NewNop(), Courier: deliveries, Seats: onePool{seats}, Config: Config{Concurrency: 4}})
+	r.Configure(testConfigOwner, Config{Concurrency: 4, Dispatch: func(*store.Operation) http.Handler { return answerOK }})
+	t.Cleanup(func() {
+		r.Stop()
+		deliveries.Stop()
+		_ = st.Close()
+	})
+	r.Start()
+	time.Sleep(300 * time.Millisecond) // on the real clock: the test's never polls
+	if n := c.n.Load(); n > 5 {
+		t.Fatalf("%d claims of an empty queue in 300 ms, nothing queued or freed meanwhile", n)
 	}
 }
