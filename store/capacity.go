@@ -61,11 +61,35 @@ type SeatNotices interface {
 }
 
 // SeatWaiter is a call waiting for a shared seat, as the fleet orders it: its urgency (0..7),
-// then how long it has waited (a length of time, so that replicas' clocks need not agree).
+// then how long it has waited (a length of time, so that replicas' clocks need not agree) since
+// its turn came. Key is its fairness key: a SeatTurns storage counts the wait from the later of
+// when the call came (Waited ago) and its key's turn (the newcomers' for a key without one),
+// reading the turns as it compares the calls in line, and moves them on when the call takes a
+// seat.
 type SeatWaiter struct {
 	Urgency int
 	Waited  time.Duration
+	Key     string
 }
+
+// SeatTurns is what a SharedSeats may do besides: keep the keys' turns for shared seats for the
+// whole fleet (docs/capacity.md, "Many replicas: `shared N`"), so that a key served on one
+// replica waits its turn on every other, and the newcomers (the keys without a turn, under
+// SeatNewcomers) share one turn across the fleet, not one per replica. A turn is when the key's
+// call last took a seat of the pool, noted by AcquireSeat, which orders the fleet's line by the
+// turns as they are when it compares (a turn read by each replica before it stood in line would
+// be stale by the next seat taken, and the replicas that had not looked since would rank ahead);
+// turns are forgotten KeepIdleLanesFor after.
+type SeatTurns interface {
+	// SeatTurnsAgo returns how long ago, on the storage's clock, each of keys last took a seat of
+	// pool on any replica (a length of time, so that replicas' clocks need not agree); keys
+	// without a turn are absent.
+	SeatTurnsAgo(pool string, keys []string) (map[string]time.Duration, error)
+}
+
+// SeatNewcomers is the key SeatTurns keeps the newcomers' turn under: never a fairness key
+// ("key:...") nor a scope (a hex digest).
+const SeatNewcomers = "*newcomers"
 
 // Turns (docs/backends.md, "The capacity order") are taken by lanes (Lane: an operation's
 // fairness key, or its scope without one) and are times in microseconds since the epoch: a claim

@@ -3,6 +3,7 @@ package capacity
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,7 @@ type Shared struct {
 	log    *zap.Logger
 	kick   chan struct{}   // a seat of this replica came free: look at once
 	freed  <-chan struct{} // the storage says a seat may have come free on any replica; nil: it cannot
+	turns  store.SeatTurns // the fleet's turns, read before each look; nil: this replica's only
 
 	mu       sync.Mutex
 	waiting  []*sharedWaiter // in the order they came
@@ -107,6 +109,7 @@ func NewShared(st store.SharedSeats, o SharedOptions) *Shared {
 	if n, ok := st.(store.SeatNotices); ok {
 		s.freed = n.SeatsFreed(o.Name)
 	}
+	s.turns, _ = st.(store.SeatTurns)
 	return s
 }
 
@@ -183,9 +186,16 @@ func (s *Shared) laneLocked(w *sharedWaiter) string {
 
 // grantedLocked notes that key got a seat now, forgetting the key granted longest ago past
 // maxGrantedKeys.
-func (s *Shared) grantedLocked(key string) {
+func (s *Shared) grantedLocked(key string) { s.grantedAtLocked(key, s.clock.Now()) }
+
+// grantedAtLocked notes that key got a seat at, unless it got one later, forgetting the key
+// granted longest ago past maxGrantedKeys.
+func (s *Shared) grantedAtLocked(key string, at time.Time) {
 	if s.granted == nil {
 		s.granted = map[string]time.Time{}
+	}
+	if t, ok := s.granted[key]; ok && !t.Before(at) {
+		return
 	}
 	if _, ok := s.granted[key]; !ok && len(s.granted) >= maxGrantedKeys {
 		oldest, at := "", time.Time{}
@@ -196,7 +206,47 @@ func (s *Shared) grantedLocked(key string) {
 		}
 		delete(s.granted, oldest)
 	}
-	s.granted[key] = s.clock.Now()
+	s.granted[key] = at
+}
+
+// maxTurnKeys bounds the keys whose fleet turns one look reads: past them, a replica's waiting
+// keys keep the turns it knows.
+const maxTurnKeys = 256
+
+// readFleetTurns merges the fleet's turns of the keys waiting here (store.SeatTurns) into the
+// turns this replica knows, so that a key served on another replica waits its turn here, and
+// the newcomers' turn is the fleet's. A failure leaves this replica's own turns: the look that
+// follows says whether the storage answers.
+func (s *Shared) readFleetTurns() {
+	if s.turns == nil {
+		return
+	}
+	s.mu.Lock()
+	keys := []string{store.SeatNewcomers}
+	seen := map[string]bool{}
+	for _, w := range s.waiting {
+		if !seen[w.key] && w.key != "" && len(keys) < maxTurnKeys {
+			seen[w.key] = true
+			keys = append(keys, w.key)
+		}
+	}
+	s.mu.Unlock()
+	now := s.clock.Now()
+	ago, err := s.turns.SeatTurnsAgo(s.name, keys)
+	if err != nil {
+		s.log.Debug("reading the fleet's turns for shared seats", zap.Error(err))
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, d := range ago {
+		if k == store.SeatNewcomers {
+			k = sharedNewcomers
+		} else if k != store.LaneText(k) || !seen[k] {
+			continue
+		}
+		s.grantedAtLocked(k, now.Add(-d))
+	}
 }
 
 // turnLocked is when w's turn came: when it came, or when its lane (laneLocked) last got a seat
@@ -268,12 +318,24 @@ func (s *Shared) poll() {
 			}
 			return
 		}
+		s.mu.Unlock()
+		s.readFleetTurns()
+		s.mu.Lock()
+		if len(s.waiting) == 0 {
+			s.mu.Unlock()
+			continue
+		}
 		s.looks++
 		look := s.looks
 		best := s.waiting[s.mostUrgentLocked()]
 		// It stands in the fleet's line as waiting since its turn came: a key whose calls keep
 		// getting seats stands as if it had just come, behind another key's call that waits.
-		ask := store.SeatWaiter{Urgency: best.urgency, Waited: s.clock.Since(s.turnLocked(best))}
+		// With the fleet's turns (store.SeatTurns) the storage counts them, as they are when it
+		// compares the calls in line, from when the call came; else this replica's turns.
+		ask := store.SeatWaiter{Urgency: best.urgency, Waited: s.clock.Since(s.turnLocked(best)), Key: best.key}
+		if s.turns != nil {
+			ask.Waited = s.clock.Since(best.came)
+		}
 		s.mu.Unlock()
 		// The storage leases the seat on its own clock from when it takes it; this replica
 		// reckons the lease from before it asked, so it lets the seat go first (store.SharedSeats).
@@ -285,7 +347,11 @@ func (s *Shared) poll() {
 		s.mu.Lock()
 		switch {
 		case ok && len(s.waiting) > 0:
-			s.answerLocked(s.mostUrgentLocked(), sharedGrant{seat: s.holdLocked(id, until)})
+			i := slices.Index(s.waiting, best) // the call whose turn the seat moved on, while it waits
+			if i < 0 {
+				i = s.mostUrgentLocked()
+			}
+			s.answerLocked(i, sharedGrant{seat: s.holdLocked(id, until)})
 		case ok: // its waiter left meanwhile
 			go s.release(id, until)
 		default:

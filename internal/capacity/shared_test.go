@@ -3,6 +3,7 @@ package capacity
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -343,6 +344,67 @@ func TestSharedSeatGoesToTheFleetsMostUrgentWaiter(t *testing.T) {
 	testkit.WaitFor(t, 10*time.Second, "both replicas out of the line", func() bool {
 		return !inLine(t, dsn, "a") && !inLine(t, dsn, "b")
 	})
+}
+
+// A key served on one replica waits its turn on the others: the fleet keeps the keys' turns for
+// shared seats (store.SeatTurns). Replica b has a call of key busy, then one of key quiet; replica
+// a's call of busy, a key served before, came first and takes the seat that comes free. b's quiet
+// call then goes before b's busy call. Counting b's own turns only, busy, never served on b,
+// went first; on three replicas, minted credentials ranked so in the fleet's line
+// (docs/capacity.md). On the real clock: the fleet's turns are read as lengths of time on the
+// database's clock, which a test clock that jumps would not match.
+func TestSharedSeatKeysTakeTurnsAcrossTheFleet(t *testing.T) {
+	clock := clockwork.NewRealClock()
+	dsn := pgtest.Database(t)
+	stA, stB := openSeats(t, dsn, clock), openSeats(t, dsn, clock)
+	a, b := newReplicaShared(stA, clock, time.Minute, "a"), newReplicaShared(stB, clock, time.Minute, "b")
+	h, err := a.Take(context.Background(), time.Time{}, 3, "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Give(h)
+	heldByOther(t, stA)
+	type got struct {
+		name string
+		s    *Shared
+		h    *Held
+	}
+	seats := make(chan got, 3)
+	// A quarter of a second apart: the line ranks calls by how long they waited, each replica
+	// telling it from its look, some milliseconds (more on a loaded machine) before the
+	// database reads it.
+	wait := func(name, key string, s *Shared, n int) {
+		time.Sleep(250 * time.Millisecond)
+		go func() {
+			h, err := s.Take(context.Background(), time.Time{}, 3, key)
+			if err != nil {
+				t.Error(err)
+			}
+			seats <- got{name, s, h}
+		}()
+		testkit.WaitFor(t, 10*time.Second, name+" in the fleet's line", func() bool { return s.waiters() == n && inLine(t, dsn, s.worker) })
+	}
+	wait("busy-a", "busy", a, 1)
+	wait("busy-b", "busy", b, 1)
+	wait("quiet-b", "quiet", b, 2)
+	time.Sleep(250 * time.Millisecond) // busy-a's seat comes after quiet-b came
+	if err := stA.ReleaseSeat("test", "other"); err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for len(order) < 3 {
+		var g got
+		select {
+		case g = <-seats:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("not within 10s: served %v, then nobody", order)
+		}
+		order = append(order, g.name)
+		g.s.Give(g.h)
+	}
+	if want := []string{"busy-a", "quiet-b", "busy-b"}; !slices.Equal(order, want) {
+		t.Fatalf("served %v; want %v", order, want)
+	}
 }
 
 // proxiedSeats is a PostgreSQL store on clock reached through a loopback proxy the test can

@@ -339,8 +339,9 @@ func timeOrNull(t time.Time) *time.Time {
 // store.KeepIdleLanesFor at now (their next work then waits with the newcomers, as on Badger
 // past store.KeepIdleLanes; the newcomers' turns are kept): it notes when it first finds a lane
 // so (idle_since, which a claim clears), and forgets the turn once that is old enough, a batch
-// of each. It also deletes lapsed seats (on the database's clock, which leases them) and the
-// places in line of replicas that stopped looking, those no look holds.
+// of each. It also deletes lapsed seats (on the database's clock, which leases them), the
+// places in line of replicas that stopped looking, those no look holds, and the fleet's turns
+// for shared seats taken over store.KeepIdleLanesFor ago (store.SeatTurns).
 func sweepCapacity(ctx context.Context, tx pgx.Tx, now time.Time) (turns, seats int64, err error) {
 	const idle = `t.lane NOT LIKE '` + newcomersLane + `%'
 		AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.scope = t.lane AND o.lane IS NULL AND o.status IN ('queued', 'running'))
@@ -370,6 +371,13 @@ func sweepCapacity(ctx context.Context, tx pgx.Tx, now time.Time) (turns, seats 
 		return turns, 0, err
 	}
 	seats = tag.RowsAffected()
-	_, err = tx.Exec(ctx, clearLapsed("seat_waiters", "NOT "+waiterLive)) // one row per replica and pool
+	if _, err = tx.Exec(ctx, clearLapsed("seat_waiters", "NOT "+waiterLive)); err != nil { // one row per replica and pool
+		return turns, seats, err
+	}
+	// The fleet's turns for shared seats, forgotten as the lanes' are (store.SeatTurns); those a
+	// seat taken holds at the moment are left to the next sweep.
+	_, err = tx.Exec(ctx, `DELETE FROM seat_turns WHERE ctid = ANY(ARRAY(SELECT ctid FROM seat_turns
+		WHERE turn < clock_timestamp() - $1 * interval '1 microsecond' LIMIT $2 FOR UPDATE SKIP LOCKED))`,
+		store.KeepIdleLanesFor.Microseconds(), sweepBatch)
 	return turns, seats, err
 }

@@ -80,9 +80,9 @@ func (s *Store) AcquireSeat(pool, seat, worker string, limit int, lease time.Dur
 			return err
 		}
 		if held >= limit {
-			_, err := tx.Exec(ctx, `INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, until)
-				VALUES ($1, $2, $3, $4, clock_timestamp() - $5 * interval '1 microsecond', `+leaseEnd(6)+`)`+placeInLine,
-				pool, worker, lineUrgency(w), limit, w.Waited.Microseconds(), waiterLease.Microseconds())
+			_, err := tx.Exec(ctx, `INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, until, key)
+				VALUES ($1, $2, $3, $4, clock_timestamp() - $5 * interval '1 microsecond', `+leaseEnd(6)+`, $7)`+placeInLine,
+				pool, worker, lineUrgency(w), limit, w.Waited.Microseconds(), waiterLease.Microseconds(), lineKey(w))
 			return err
 		}
 		if !renewal {
@@ -97,16 +97,75 @@ func (s *Store) AcquireSeat(pool, seat, worker string, limit int, lease time.Dur
 		}
 		take.Queue(`INSERT INTO seats (pool, seat, worker, until) VALUES ($1, $2, $3, `+leaseEnd(4)+`)
 			ON CONFLICT (pool, seat) DO UPDATE SET worker = $3, until = EXCLUDED.until`, pool, seat, worker, lease.Microseconds())
+		if k := lineKey(w); !renewal && k != nil { // the fleet's turns (store.SeatTurns): the newcomers' for a key without one, then its key's
+			take.Queue(`INSERT INTO seat_turns (pool, key, turn) SELECT $1, '`+store.SeatNewcomers+`', clock_timestamp()
+				WHERE NOT EXISTS (SELECT 1 FROM seat_turns WHERE pool = $1 AND key = $2)
+				ON CONFLICT (pool, key) DO UPDATE SET turn = EXCLUDED.turn`, pool, *k)
+			take.Queue(`INSERT INTO seat_turns (pool, key, turn) VALUES ($1, $2, clock_timestamp())
+				ON CONFLICT (pool, key) DO UPDATE SET turn = EXCLUDED.turn`, pool, *k)
+		}
 		return tx.SendBatch(ctx, &take).Close()
 	})
 	return got, err
 }
 
+// lineKey is w's key as the line keeps it: nil without one (a call of no scope), which waits
+// from when it came, no turn counted (as a schema 15 replica's place, which keeps its own turns).
+func lineKey(w store.SeatWaiter) *string {
+	if k := store.LaneText(w.Key); k != "" {
+		return &k
+	}
+	return nil
+}
+
+// lineTurnSQL is when the call of a place in line (alias x, in pool $1) counts as waiting from:
+// when it came, or its key's turn if later, the newcomers' for a key without one
+// (store.SeatTurns), read as the line is compared, so every place counts the turns as they are.
+func lineTurnSQL(x string) string {
+	return `greatest(` + x + `.since, CASE WHEN ` + x + `.key IS NOT NULL THEN coalesce(
+		(SELECT t.turn FROM seat_turns t WHERE t.pool = $1 AND t.key = ` + x + `.key),
+		(SELECT t.turn FROM seat_turns t WHERE t.pool = $1 AND t.key = '` + store.SeatNewcomers + `')) END)`
+}
+
+// SeatTurnsAgo returns how long ago each of keys last took a seat of pool, on the database's
+// clock (see store.SeatTurns).
+func (s *Store) SeatTurnsAgo(pool string, keys []string) (map[string]time.Duration, error) {
+	out := map[string]time.Duration{}
+	if len(keys) == 0 {
+		return out, nil
+	}
+	texts := make([]string, len(keys))
+	for i, k := range keys {
+		texts[i] = store.LaneText(k)
+	}
+	err := s.query(func(ctx context.Context, db querier) error {
+		rows, err := db.Query(ctx, `SELECT key, greatest(floor(extract(epoch FROM clock_timestamp() - turn) * 1000000), 0)::bigint
+			FROM seat_turns WHERE pool = $1 AND key = ANY($2)`, pool, texts)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k string
+			var us int64
+			if err := rows.Scan(&k, &us); err != nil {
+				return err
+			}
+			out[k] = time.Duration(us) * time.Microsecond
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// The Store keeps the fleet's turns for shared seats.
+var _ store.SeatTurns = (*Store)(nil)
+
 // placeInLine completes an insert of a worker's place in a pool's line: a worker has one place,
 // which each of its looks moves to its latest call waiting.
 const placeInLine = `
 	ON CONFLICT (pool, worker) DO UPDATE SET urgency = EXCLUDED.urgency, seat_limit = EXCLUDED.seat_limit,
-		since = EXCLUDED.since, until = EXCLUDED.until`
+		since = EXCLUDED.since, until = EXCLUDED.until, key = EXCLUDED.key`
 
 // lineUrgency is w's urgency in the fleet's line: aged by its wait as the queue ages it
 // (store.EffectiveUrgency).
@@ -115,8 +174,9 @@ func lineUrgency(w store.SeatWaiter) int {
 }
 
 // dueToOthers stands worker's call w in pool's line, and reports whether the free seats of pool
-// are due to better calls of other workers (more urgent, then waiting longer) that stand in
-// line and could take one now (their replica's limit is above the held seats: replicas whose
+// are due to better calls of other workers (more urgent, then waiting longer since their turn
+// came: lineTurnSQL, then since they came, as the newcomers sharing a turn go oldest first) that
+// stand in line and could take one now (their replica's limit is above the held seats: replicas whose
 // `shared N` differ, during a reload rolling through the fleet, hold back no seat they cannot
 // take); when they are not, worker's call is served and leaves the line (its next look, should
 // it have another call waiting, stands in line again). One statement: the count sees the line
@@ -124,13 +184,13 @@ func lineUrgency(w store.SeatWaiter) int {
 func dueToOthers(ctx context.Context, tx pgx.Tx, pool, worker string, held, limit int, w store.SeatWaiter) (bool, error) {
 	var ahead int
 	if err := tx.QueryRow(ctx, `WITH me AS (
-			INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, until)
-			VALUES ($1, $2, $3, $4, clock_timestamp() - $5 * interval '1 microsecond', `+leaseEnd(6)+`)`+placeInLine+`
-			RETURNING urgency, since, worker)
+			INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, until, key)
+			VALUES ($1, $2, $3, $4, clock_timestamp() - $5 * interval '1 microsecond', `+leaseEnd(6)+`, $8)`+placeInLine+`
+			RETURNING urgency, since, worker, key)
 		SELECT count(*) FROM seat_waiters a, me
 		WHERE a.pool = $1 AND a.worker <> $2 AND a.seat_limit > $7 AND a.`+waiterLive+`
-		AND (a.urgency, a.since, a.worker) < (me.urgency, me.since, me.worker)`,
-		pool, worker, lineUrgency(w), limit, w.Waited.Microseconds(), waiterLease.Microseconds(), held).Scan(&ahead); err != nil {
+		AND (a.urgency, `+lineTurnSQL("a")+`, a.since, a.worker) < (me.urgency, `+lineTurnSQL("me")+`, me.since, me.worker)`,
+		pool, worker, lineUrgency(w), limit, w.Waited.Microseconds(), waiterLease.Microseconds(), held, lineKey(w)).Scan(&ahead); err != nil {
 		return false, err
 	}
 	return ahead >= limit-held, nil
