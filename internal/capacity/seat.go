@@ -109,10 +109,13 @@ func (p *Seats) WithShared(ctx context.Context, s *Seat, ask Ask, deadline time.
 		s.shared, s.from = h, shared
 		return s, nil
 	}
-	s.GiveBack()
 	if !errors.Is(err, ErrNoSeat) {
+		// The storage failed: the seat goes back to whoever waits for it, and queued work is
+		// not told of it, since its next claim would fail the same way at once, and again.
+		s.GiveBackUnwanted()
 		return nil, err
 	}
+	s.GiveBack()
 	if h, err = shared.Take(ctx, deadline, urgency, keyOf(ask)); err != nil {
 		return nil, err
 	}

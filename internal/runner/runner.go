@@ -57,7 +57,8 @@ type Runner struct {
 	claiming int
 	// lookAgain says the loop woke while every free slot was claiming: those claims may have
 	// looked before what woke it (work queued, a takeover's requeue), so the first to end
-	// empty-handed wakes the loop again rather than leave the work to the next poll.
+	// empty-handed (not failed: a failing storage waits for the poll) wakes the loop again
+	// rather than leave the work to the next poll.
 	lookAgain bool
 	// settling counts the executions that gave their slot back and are writing their outcome:
 	// at most concurrency, so that results held in memory stay bounded when writes are slow.
@@ -423,13 +424,15 @@ func (r *Runner) ClaimNext() bool {
 	r.claiming++
 	takeover := r.cfg.Takeover
 	r.mu.Unlock()
-	started := false
+	started, failed := false, false
 	defer func() {
 		if !started {
 			r.mu.Lock()
 			r.claiming--
-			again := r.lookAgain
-			r.lookAgain = false
+			again := r.lookAgain && !failed // a failed claim leaves the next look to the poll
+			if again {
+				r.lookAgain = false
+			}
 			r.mu.Unlock()
 			if again {
 				r.Kick()
@@ -441,6 +444,7 @@ func (r *Runner) ClaimNext() bool {
 	}
 	op, held, err := r.claimQueued(takeover)
 	if err != nil {
+		failed = true
 		r.log.Warn("claiming queued work", zap.Error(err))
 		return false
 	}

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"errors"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -138,5 +139,65 @@ func TestAnIdleRunnerUnderCapacityDoesNotClaimWithoutEnd(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // on the real clock: the test's never polls
 	if n := c.n.Load(); n > 5 {
 		t.Fatalf("%d claims of an empty queue in 300 ms, nothing queued or freed meanwhile", n)
+	}
+}
+
+// failingShared is shared seats whose storage answers reads but fails to take a seat (a disk
+// full, a read-only primary, a lock timeout).
+type failingShared struct{ n atomic.Int64 }
+
+func (f *failingShared) AcquireSeat(string, string, string, int, time.Duration, store.SeatWaiter) (bool, error) {
+	f.n.Add(1)
+	return false, errors.New("could not extend file: No space left on device")
+}
+func (f *failingShared) WithdrawWaiter(string, string) error { return nil }
+func (f *failingShared) ReleaseSeat(string, string) error    { return nil }
+func (f *failingShared) RenewSeats(string, string, []string, time.Duration) ([]string, error) {
+	return nil, nil
+}
+func (f *failingShared) SeatsHeld(string) (int, error) { return 0, nil }
+
+// countingLooks is a storage that counts the looks at the queue's head.
+type countingLooks struct {
+	store.Backend
+	n atomic.Int64
+}
+
+func (c *countingLooks) NextQueued() (*store.Operation, error) {
+	c.n.Add(1)
+	return c.Backend.NextQueued()
+}
+
+// A queued operation whose shared seat cannot be taken (the storage fails the take) waits for
+// the next poll, not for the next claim at once: the local seat its claim gave back told the
+// claimers a seat came free, and the claim's end kicked the loop, each claim failing the same
+// way (15,761 looks in 300 ms, a warning logged for each).
+func TestAClaimWhoseSharedSeatFailsIsNotRetriedWithoutEnd(t *testing.T) {
+	clock := newFakeClock()
+	st, err := badger.Open(badger.Options{Dir: t.TempDir(), Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &countingLooks{Backend: st}
+	fs := &failingShared{}
+	shared := capacity.NewShared(fs, capacity.SharedOptions{Name: "model", Worker: "w", Limit: 2, Lease: time.Minute,
+		Margin: time.Second, Renew: 10 * time.Second, Clock: clock, Log: zap.NewNop(), NewID: func(time.Time) string { return "seat_x" }})
+	deliveries := courier.New(courier.Options{Store: st, Worker: "wrk_courier", Clock: clock, Log: zap.NewNop()})
+	var r *Runner
+	seats := capacity.NewSeats(capacity.Config{Limit: 2}, capacity.SeatsOptions{Clock: clock, OnFree: func() { r.Kick() },
+		Shared: func() *capacity.Shared { return shared }})
+	r = New(Options{Store: c, Clock: clock, Log: zap.NewNop(), Courier: deliveries, Seats: onePool{seats}, Config: Config{Concurrency: 4}})
+	r.Configure(testConfigOwner, Config{Concurrency: 4, Dispatch: func(*store.Operation) http.Handler { return answerOK }})
+	t.Cleanup(func() {
+		r.Stop()
+		deliveries.Stop()
+		_ = st.Close()
+	})
+	ex := testExecution(time.Minute, 0)
+	testkit.QueueChat(t, st, &store.Operation{ID: "op_1", Exec: &ex}, clock.Now(), nil, chat("x"))
+	r.Start()
+	time.Sleep(300 * time.Millisecond) // on the real clock: the test's never polls
+	if n := c.n.Load(); n > 5 {
+		t.Fatalf("%d looks at the queue in 300 ms while shared seats fail (%d takes)", n, fs.n.Load())
 	}
 }
