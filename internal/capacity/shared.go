@@ -242,7 +242,7 @@ func (s *Shared) readFleetTurns() {
 	for k, d := range ago {
 		if k == store.SeatNewcomers {
 			k = sharedNewcomers
-		} else if k != store.LaneText(k) || !seen[k] {
+		} else if !seen[k] { // a key the storage mended (store.LaneText) is not this replica's
 			continue
 		}
 		s.grantedAtLocked(k, now.Add(-d))

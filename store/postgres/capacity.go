@@ -154,6 +154,9 @@ SELECT count(*) FROM turn`
 // queued (its worker would then wait for the next wake-up).
 const claimTries = 128
 
+// seatTurnBatches bounds the batches of the fleet's turns for shared seats one sweep forgets.
+const seatTurnBatches = 20
+
 // agingStep is store.AgingStep in seconds, as effectiveSQL takes it.
 var agingStep = store.AgingStep.Seconds()
 
@@ -375,9 +378,16 @@ func sweepCapacity(ctx context.Context, tx pgx.Tx, now time.Time) (turns, seats 
 		return turns, seats, err
 	}
 	// The fleet's turns for shared seats, forgotten as the lanes' are (store.SeatTurns); those a
-	// seat taken holds at the moment are left to the next sweep.
-	_, err = tx.Exec(ctx, `DELETE FROM seat_turns WHERE ctid = ANY(ARRAY(SELECT ctid FROM seat_turns
-		WHERE turn < clock_timestamp() - $1 * interval '1 microsecond' LIMIT $2 FOR UPDATE SKIP LOCKED))`,
-		store.KeepIdleLanesFor.Microseconds(), sweepBatch)
-	return turns, seats, err
+	// seat taken holds at the moment are left to the next sweep. A credential minted per call
+	// leaves a turn per call: batches until none is left, up to seatTurnBatches of them a sweep
+	// (over 1,500 seats a second), so that they do not pile up.
+	for range seatTurnBatches {
+		tag, err := tx.Exec(ctx, `DELETE FROM seat_turns WHERE ctid = ANY(ARRAY(SELECT ctid FROM seat_turns
+			WHERE turn < clock_timestamp() - $1 * interval '1 microsecond' LIMIT $2 FOR UPDATE SKIP LOCKED))
+			AND turn < clock_timestamp() - $1 * interval '1 microsecond'`, store.KeepIdleLanesFor.Microseconds(), sweepBatch)
+		if err != nil || tag.RowsAffected() < sweepBatch {
+			return turns, seats, err
+		}
+	}
+	return turns, seats, nil
 }

@@ -80,8 +80,8 @@ func (s *Store) AcquireSeat(pool, seat, worker string, limit int, lease time.Dur
 			return err
 		}
 		if held >= limit {
-			_, err := tx.Exec(ctx, `INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, until, key)
-				VALUES ($1, $2, $3, $4, clock_timestamp() - $5 * interval '1 microsecond', `+leaseEnd(6)+`, $7)`+placeInLine,
+			_, err := tx.Exec(ctx, `INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, came, until, key)
+				VALUES ($1, $2, $3, $4, `+placeSinceSQL("$5", "$7")+`, `+cameSQL("$5")+`, `+leaseEnd(6)+`, $7)`+placeInLine,
 				pool, worker, lineUrgency(w), limit, w.Waited.Microseconds(), waiterLease.Microseconds(), lineKey(w))
 			return err
 		}
@@ -118,13 +118,32 @@ func lineKey(w store.SeatWaiter) *string {
 	return nil
 }
 
+// keyTurnSQL is the fleet's turn of key expression k in pool $1 (store.SeatTurns): its own, the
+// newcomers' for a key without one, NULL for no key.
+func keyTurnSQL(k string) string {
+	return `CASE WHEN ` + k + ` IS NOT NULL THEN coalesce(
+		(SELECT t.turn FROM seat_turns t WHERE t.pool = $1 AND t.key = ` + k + `),
+		(SELECT t.turn FROM seat_turns t WHERE t.pool = $1 AND t.key = '` + store.SeatNewcomers + `')) END`
+}
+
+// cameSQL is when a call that has waited waited (microseconds) came, on the database's clock.
+func cameSQL(waited string) string {
+	return `clock_timestamp() - ` + waited + ` * interval '1 microsecond'`
+}
+
+// placeSinceSQL is a place's since as it is stood in line: when its call came, or its key's turn
+// (key: NULL for none) if later. A schema 15 replica ranks places by since alone, so it reads a
+// place of this release as waiting from its turn, as its own places do; this release reads the
+// turns again as it compares (lineTurnSQL), since they move on.
+func placeSinceSQL(waited, key string) string {
+	return `greatest(` + cameSQL(waited) + `, ` + keyTurnSQL(key+`::text`) + `)`
+}
+
 // lineTurnSQL is when the call of a place in line (alias x, in pool $1) counts as waiting from:
-// when it came, or its key's turn if later, the newcomers' for a key without one
-// (store.SeatTurns), read as the line is compared, so every place counts the turns as they are.
+// its since, or its key's turn if later (store.SeatTurns), read as the line is compared, so that
+// every place counts the turns as they are, not as they were at its replica's latest look.
 func lineTurnSQL(x string) string {
-	return `greatest(` + x + `.since, CASE WHEN ` + x + `.key IS NOT NULL THEN coalesce(
-		(SELECT t.turn FROM seat_turns t WHERE t.pool = $1 AND t.key = ` + x + `.key),
-		(SELECT t.turn FROM seat_turns t WHERE t.pool = $1 AND t.key = '` + store.SeatNewcomers + `')) END)`
+	return `greatest(` + x + `.since, ` + keyTurnSQL(x+`.key`) + `)`
 }
 
 // SeatTurnsAgo returns how long ago each of keys last took a seat of pool, on the database's
@@ -165,7 +184,7 @@ var _ store.SeatTurns = (*Store)(nil)
 // which each of its looks moves to its latest call waiting.
 const placeInLine = `
 	ON CONFLICT (pool, worker) DO UPDATE SET urgency = EXCLUDED.urgency, seat_limit = EXCLUDED.seat_limit,
-		since = EXCLUDED.since, until = EXCLUDED.until, key = EXCLUDED.key`
+		since = EXCLUDED.since, came = EXCLUDED.came, until = EXCLUDED.until, key = EXCLUDED.key`
 
 // lineUrgency is w's urgency in the fleet's line: aged by its wait as the queue ages it
 // (store.EffectiveUrgency).
@@ -184,12 +203,12 @@ func lineUrgency(w store.SeatWaiter) int {
 func dueToOthers(ctx context.Context, tx pgx.Tx, pool, worker string, held, limit int, w store.SeatWaiter) (bool, error) {
 	var ahead int
 	if err := tx.QueryRow(ctx, `WITH me AS (
-			INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, until, key)
-			VALUES ($1, $2, $3, $4, clock_timestamp() - $5 * interval '1 microsecond', `+leaseEnd(6)+`, $8)`+placeInLine+`
-			RETURNING urgency, since, worker, key)
+			INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, came, until, key)
+			VALUES ($1, $2, $3, $4, `+placeSinceSQL("$5", "$8")+`, `+cameSQL("$5")+`, `+leaseEnd(6)+`, $8)`+placeInLine+`
+			RETURNING urgency, since, came, worker, key)
 		SELECT count(*) FROM seat_waiters a, me
 		WHERE a.pool = $1 AND a.worker <> $2 AND a.seat_limit > $7 AND a.`+waiterLive+`
-		AND (a.urgency, `+lineTurnSQL("a")+`, a.since, a.worker) < (me.urgency, `+lineTurnSQL("me")+`, me.since, me.worker)`,
+		AND (a.urgency, `+lineTurnSQL("a")+`, coalesce(a.came, a.since), a.worker) < (me.urgency, `+lineTurnSQL("me")+`, me.came, me.worker)`,
 		pool, worker, lineUrgency(w), limit, w.Waited.Microseconds(), waiterLease.Microseconds(), held, lineKey(w)).Scan(&ahead); err != nil {
 		return false, err
 	}
