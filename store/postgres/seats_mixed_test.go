@@ -79,7 +79,9 @@ func TestAReplicaOfThePreviousSchemaAgreesOnTheLine(t *testing.T) {
 		}
 		return got
 	}
-	lookO := func() bool { return oldLook(t, o, "model", "o1", "O", 2, store.SeatWaiter{Urgency: 3, Waited: 3 * time.Second}) }
+	lookO := func() bool {
+		return oldLook(t, o, "model", "o1", "O", 2, store.SeatWaiter{Urgency: 3, Waited: 3 * time.Second})
+	}
 	if lookN() || lookO() { // both seats held: both stand in line
 		t.Fatal("took a held seat")
 	}
