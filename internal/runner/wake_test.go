@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/capacity"
@@ -114,6 +115,23 @@ func (o onePool) Upstream(_ *store.Operation, req *store.Request) *store.Request
 	return req
 }
 
+// capacityRunner is a runner of four slots on storage via (st underneath, closed at the end),
+// with one capacity block of two seats whose freed seats kick it, as the gateway wires them, and
+// shared seats from shared (nil: none).
+func capacityRunner(t *testing.T, via store.Backend, st *badger.Store, clock clockwork.Clock, shared func() *capacity.Shared) *Runner {
+	deliveries := courier.New(courier.Options{Store: st, Worker: "wrk_courier", Clock: clock, Log: zap.NewNop()})
+	var r *Runner
+	seats := capacity.NewSeats(capacity.Config{Limit: 2}, capacity.SeatsOptions{Clock: clock, OnFree: func() { r.Kick() }, Shared: shared})
+	r = New(Options{Store: via, Clock: clock, Log: zap.NewNop(), Courier: deliveries, Seats: onePool{seats}, Config: Config{Concurrency: 4}})
+	r.Configure(testConfigOwner, Config{Concurrency: 4, Dispatch: func(*store.Operation) http.Handler { return answerOK }})
+	t.Cleanup(func() {
+		r.Stop()
+		deliveries.Stop()
+		_ = st.Close()
+	})
+	return r
+}
+
 // With a capacity block and nothing queued, the claim loop rests: a claim takes a free seat, finds
 // the queue empty and gives the seat back without telling the claimers a seat came free. Told,
 // the claim that gave it back woke the loop for another, which did the same, without end (two
@@ -125,16 +143,7 @@ func TestAnIdleRunnerUnderCapacityDoesNotClaimWithoutEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &countingClaims{Backend: st}
-	deliveries := courier.New(courier.Options{Store: st, Worker: "wrk_courier", Clock: clock, Log: zap.NewNop()})
-	var r *Runner
-	seats := capacity.NewSeats(capacity.Config{Limit: 2}, capacity.SeatsOptions{Clock: clock, OnFree: func() { r.Kick() }})
-	r = New(Options{Store: c, Clock: clock, Log: zap.NewNop(), Courier: deliveries, Seats: onePool{seats}, Config: Config{Concurrency: 4}})
-	r.Configure(testConfigOwner, Config{Concurrency: 4, Dispatch: func(*store.Operation) http.Handler { return answerOK }})
-	t.Cleanup(func() {
-		r.Stop()
-		deliveries.Stop()
-		_ = st.Close()
-	})
+	r := capacityRunner(t, c, st, clock, nil)
 	r.Start()
 	time.Sleep(300 * time.Millisecond) // on the real clock: the test's never polls
 	if n := c.n.Load(); n > 5 {
@@ -182,17 +191,7 @@ func TestAClaimWhoseSharedSeatFailsIsNotRetriedWithoutEnd(t *testing.T) {
 	fs := &failingShared{}
 	shared := capacity.NewShared(fs, capacity.SharedOptions{Name: "model", Worker: "w", Limit: 2, Lease: time.Minute,
 		Margin: time.Second, Renew: 10 * time.Second, Clock: clock, Log: zap.NewNop(), NewID: func(time.Time) string { return "seat_x" }})
-	deliveries := courier.New(courier.Options{Store: st, Worker: "wrk_courier", Clock: clock, Log: zap.NewNop()})
-	var r *Runner
-	seats := capacity.NewSeats(capacity.Config{Limit: 2}, capacity.SeatsOptions{Clock: clock, OnFree: func() { r.Kick() },
-		Shared: func() *capacity.Shared { return shared }})
-	r = New(Options{Store: c, Clock: clock, Log: zap.NewNop(), Courier: deliveries, Seats: onePool{seats}, Config: Config{Concurrency: 4}})
-	r.Configure(testConfigOwner, Config{Concurrency: 4, Dispatch: func(*store.Operation) http.Handler { return answerOK }})
-	t.Cleanup(func() {
-		r.Stop()
-		deliveries.Stop()
-		_ = st.Close()
-	})
+	r := capacityRunner(t, c, st, clock, func() *capacity.Shared { return shared })
 	ex := testExecution(time.Minute, 0)
 	testkit.QueueChat(t, st, &store.Operation{ID: "op_1", Exec: &ex}, clock.Now(), nil, chat("x"))
 	r.Start()

@@ -284,29 +284,35 @@ func TestListOfOneStatusReadsWhatItReturns(t *testing.T) {
 	scope := "big"
 	for _, status := range []store.Status{store.StatusRunning, store.StatusQueued} {
 		sql, args := listQuery(&scope, status, "", 51, now)
-		rows, err := st.pool.Query(ctx, `EXPLAIN (ANALYZE, FORMAT TEXT) `+sql, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		read := 0
-		for _, line := range plan {
-			var n int
-			if _, err := fmt.Sscanf(strings.TrimSpace(line), "Rows Removed by Filter: %d", &n); err == nil {
-				read += n
-			}
-		}
-		if read > 100 {
-			t.Errorf("a page of %s operations read %d others:\n%s", status, read, strings.Join(plan, "\n"))
+		if plan, read := explainAnalyze(t, st, sql, args...); read > 100 {
+			t.Errorf("a page of %s operations read %d others:\n%s", status, read, plan)
 		}
 	}
 	ops, _, err := st.ListOperations("big", store.StatusRunning, "", 50)
 	if err != nil || len(ops) != 1 || ops[0].ID != "op_00000001" {
 		t.Fatalf("running: %v %v", ids(ops), err)
 	}
+}
+
+// explainAnalyze runs sql under EXPLAIN ANALYZE and returns its plan, and the rows its filters
+// read and left out.
+func explainAnalyze(t *testing.T, st *Store, sql string, args ...any) (plan string, read int) {
+	t.Helper()
+	rows, err := st.pool.Query(context.Background(), `EXPLAIN (ANALYZE, FORMAT TEXT) `+sql, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range lines {
+		var n int
+		if _, err := fmt.Sscanf(strings.TrimSpace(line), "Rows Removed by Filter: %d", &n); err == nil {
+			read += n
+		}
+	}
+	return strings.Join(lines, "\n"), read
 }
 
 func ids(ops []*store.Operation) []string {

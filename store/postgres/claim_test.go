@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/mulligan-gw/mulligan/store"
 	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
 	"github.com/mulligan-gw/mulligan/store/storetest"
@@ -94,23 +92,7 @@ func TestClaimReadsTheGroupsHeadsNotTheQueue(t *testing.T) {
 	}
 	explain := func(name, sql string, args ...any) {
 		t.Helper()
-		rows, err := st.pool.Query(ctx, `EXPLAIN (ANALYZE, FORMAT TEXT) `+sql, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		read := 0
-		for _, line := range plan {
-			var n int
-			if _, err := fmt.Sscanf(strings.TrimSpace(line), "Rows Removed by Filter: %d", &n); err == nil {
-				read += n
-			}
-		}
-		text := strings.Join(plan, "\n")
-		if read > 100 || strings.Contains(text, "Seq Scan on operations") || !strings.Contains(text, "operations_queued_own") {
+		if text, read := explainAnalyze(t, st, sql, args...); read > 100 || strings.Contains(text, "Seq Scan on operations") || !strings.Contains(text, "operations_queued_own") {
 			t.Errorf("%s read %d rows it filtered out, or not by the claim's index:\n%s", name, read, text)
 		}
 	}
