@@ -215,7 +215,9 @@ const maxTurnKeys = 256
 
 // readFleetTurns merges the fleet's turns of the keys waiting here (store.SeatTurns) into the
 // turns this replica knows, so that a key served on another replica waits its turn here, and
-// the newcomers' turn is the fleet's. A failure leaves this replica's own turns: the look that
+// the newcomers' turn is the fleet's. They only choose between keys, so with one key waiting
+// (the most common case, a look after each seat) nothing is read: the storage ranks the place
+// in line by the fleet's turns itself. A failure leaves this replica's own turns: the look that
 // follows says whether the storage answers.
 func (s *Shared) readFleetTurns() {
 	if s.turns == nil {
@@ -231,6 +233,9 @@ func (s *Shared) readFleetTurns() {
 		}
 	}
 	s.mu.Unlock()
+	if len(seen) < 2 {
+		return
+	}
 	now := s.clock.Now()
 	ago, err := s.turns.SeatTurnsAgo(s.name, keys)
 	if err != nil {
@@ -332,10 +337,11 @@ func (s *Shared) poll() {
 		// getting seats stands as if it had just come, behind another key's call that waits.
 		// With the fleet's turns (store.SeatTurns) the storage counts them, as they are when it
 		// compares the calls in line, from when the call came; else this replica's turns.
-		ask := store.SeatWaiter{Urgency: best.urgency, Waited: s.clock.Since(s.turnLocked(best)), Key: best.key}
+		from := s.turnLocked(best)
 		if s.turns != nil {
-			ask.Waited = s.clock.Since(best.came)
+			from = best.came
 		}
+		ask := store.SeatWaiter{Urgency: best.urgency, Waited: s.clock.Since(from), Key: best.key}
 		s.mu.Unlock()
 		// The storage leases the seat on its own clock from when it takes it; this replica
 		// reckons the lease from before it asked, so it lets the seat go first (store.SharedSeats).
