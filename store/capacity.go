@@ -60,6 +60,18 @@ type SeatNotices interface {
 	SeatsFreed(pool string) <-chan struct{}
 }
 
+// SeatHandover is what a SharedSeats may do besides: give a seat back and take one for the same
+// worker's next call in one transaction, so that a seat freed while the worker's own calls wait
+// goes on without a second commit, a notice and a look (docs/capacity.md, "Many replicas").
+type SeatHandover interface {
+	// HandOverSeat releases seat of pool and takes seat next for worker's call w as AcquireSeat
+	// does, at once: false when the freed seat is due to a better call of another worker (then it
+	// is released, w stands in line, and the replicas are told as ReleaseSeat tells them). On an
+	// error nothing is known to have happened: the caller releases seat as it would have, and a
+	// next taken whose answer was lost is held by no call and lapses unrenewed.
+	HandOverSeat(pool, seat, next, worker string, limit int, lease time.Duration, w SeatWaiter) (bool, error)
+}
+
 // SeatWaiter is a call waiting for a shared seat, as the fleet orders it: its urgency (0..7),
 // then how long it has waited (a length of time, so that replicas' clocks need not agree) since
 // its turn came. Key is its fairness key: a SeatTurns storage counts the wait from the later of

@@ -35,14 +35,16 @@ type Shared struct {
 	every  time.Duration
 	newID  func(now time.Time) string
 	log    *zap.Logger
-	kick   chan struct{}   // a seat of this replica came free: look at once
-	freed  <-chan struct{} // the storage says a seat may have come free on any replica; nil: it cannot
-	turns  store.SeatTurns // the fleet's turns, read before each look; nil: this replica's only
+	kick   chan struct{}      // a seat of this replica came free: look at once
+	freed  <-chan struct{}    // the storage says a seat may have come free on any replica; nil: it cannot
+	turns  store.SeatTurns    // the fleet's turns, read before each look; nil: this replica's only
+	hand   store.SeatHandover // gives a seat back and takes one in one step; nil: it cannot
 
 	mu       sync.Mutex
 	waiting  []*sharedWaiter // in the order they came
 	looks    uint64          // looks begun
 	polling  bool            // the poller runs while anyone waits
+	inLine   bool            // a look or a handover may have stood a call of this replica in the fleet's line
 	held     map[string]*Held
 	renewing bool // the renewer runs while any seat is held
 	// granted is when each key last got a seat here, for the keys' turns (at most
@@ -110,6 +112,7 @@ func NewShared(st store.SharedSeats, o SharedOptions) *Shared {
 		s.freed = n.SeatsFreed(o.Name)
 	}
 	s.turns, _ = st.(store.SeatTurns)
+	s.hand, _ = st.(store.SeatHandover)
 	return s
 }
 
@@ -312,11 +315,12 @@ func (s *Shared) Snapshot() SharedSnapshot {
 // stands the most urgent waiter in the fleet's line, so a seat that comes free goes to the
 // fleet's best call, not to the replica that looks first; once nobody waits, it leaves the line.
 func (s *Shared) poll() {
-	inLine := false // the storage has this replica's waiter in line
 	for {
 		s.mu.Lock()
 		if len(s.waiting) == 0 {
 			s.polling = false
+			inLine := s.inLine
+			s.inLine = false
 			s.mu.Unlock()
 			if inLine {
 				s.leaveLine()
@@ -332,16 +336,7 @@ func (s *Shared) poll() {
 		}
 		s.looks++
 		look := s.looks
-		best := s.waiting[s.mostUrgentLocked()]
-		// It stands in the fleet's line as waiting since its turn came: a key whose calls keep
-		// getting seats stands as if it had just come, behind another key's call that waits.
-		// With the fleet's turns (store.SeatTurns) the storage counts them, as they are when it
-		// compares the calls in line, from when the call came; else this replica's turns.
-		from := s.turnLocked(best)
-		if s.turns != nil {
-			from = best.came
-		}
-		ask := store.SeatWaiter{Urgency: best.urgency, Waited: s.clock.Since(from), Key: best.key}
+		best, ask := s.askLocked()
 		s.mu.Unlock()
 		// The storage leases the seat on its own clock from when it takes it; this replica
 		// reckons the lease from before it asked, so it lets the seat go first (store.SharedSeats).
@@ -349,18 +344,12 @@ func (s *Shared) poll() {
 		id, until := s.newID(now), now.Add(s.lease)
 		// A seat taken whose answer was lost (err) is held by no call: it lapses unrenewed.
 		ok, err := s.st.AcquireSeat(s.name, id, s.worker, int(s.limit.Load()), s.lease, ask)
-		inLine = !ok
 		s.mu.Lock()
 		switch {
-		case ok && len(s.waiting) > 0:
-			i := slices.Index(s.waiting, best) // the call whose turn the seat moved on, while it waits
-			if i < 0 {
-				i = s.mostUrgentLocked()
-			}
-			s.answerLocked(i, sharedGrant{seat: s.holdLocked(id, until)})
-		case ok: // its waiter left meanwhile
-			go s.release(id, until)
+		case ok:
+			s.grantLocked(best, id, until)
 		default:
+			s.inLine = true
 			s.failCoveredLocked(look, err)
 		}
 		wait := s.nextLookLocked(ok)
@@ -376,6 +365,35 @@ func (s *Shared) poll() {
 			}
 		}
 	}
+}
+
+// askLocked is the call a look stands in the fleet's line for this replica, its most urgent
+// waiter, and how the line ranks it. It stands as waiting since its turn came: a key whose calls
+// keep getting seats stands as if it had just come, behind another key's call that waits. With
+// the fleet's turns (store.SeatTurns) the storage counts them, as they are when it compares the
+// calls in line, from when the call came; else this replica's turns.
+func (s *Shared) askLocked() (*sharedWaiter, store.SeatWaiter) {
+	best := s.waiting[s.mostUrgentLocked()]
+	from := s.turnLocked(best)
+	if s.turns != nil {
+		from = best.came
+	}
+	return best, store.SeatWaiter{Urgency: best.urgency, Waited: s.clock.Since(from), Key: best.key}
+}
+
+// grantLocked gives seat id, held until `until`, to best, the call whose turn taking it moved
+// on, or to the most urgent waiter should best have left meanwhile; with nobody waiting any more
+// it is released.
+func (s *Shared) grantLocked(best *sharedWaiter, id string, until time.Time) {
+	if len(s.waiting) == 0 {
+		go s.release(id, until)
+		return
+	}
+	i := slices.Index(s.waiting, best)
+	if i < 0 {
+		i = s.mostUrgentLocked()
+	}
+	s.answerLocked(i, sharedGrant{seat: s.holdLocked(id, until)})
 }
 
 // leaveLine takes this replica out of the fleet's line for its pool: none of its calls waits. A
@@ -485,7 +503,8 @@ func (s *Shared) Watch(ctx context.Context, h *Held) (_ context.Context, stop fu
 	}
 }
 
-// Give returns a shared seat: it is no longer renewed, and released (see release).
+// Give returns a shared seat: it is no longer renewed, and released (see release), or handed
+// over (handOver) when calls of this replica wait.
 func (s *Shared) Give(h *Held) {
 	s.mu.Lock()
 	if s.held[h.id] == h {
@@ -493,8 +512,43 @@ func (s *Shared) Give(h *Held) {
 		h.expiry.Stop()
 	}
 	until := h.until
+	var best *sharedWaiter
+	var ask store.SeatWaiter
+	if s.hand != nil && len(s.waiting) > 0 {
+		best, ask = s.askLocked()
+	}
 	s.mu.Unlock()
+	if best != nil && s.handOver(h.id, best, ask) {
+		return
+	}
 	s.release(h.id, until)
+}
+
+// handOver gives seat id back and, in the same step, stands this replica's best waiter, best
+// as ask, in the fleet's line for it (store.SeatHandover), as a look would after the release,
+// with the turns this replica read at its latest look: one commit instead of two, and no notice
+// or wake-up between them, while the model server's slot is free. The seat goes to best when it
+// is due, else to the fleet's better call, whose replica is told. False when the storage failed:
+// the seat is then released as without a handover.
+func (s *Shared) handOver(id string, best *sharedWaiter, ask store.SeatWaiter) bool {
+	now := s.clock.Now()
+	next, until := s.newID(now), now.Add(s.lease) // reckoned from before asking, as in poll
+	ok, err := s.hand.HandOverSeat(s.name, id, next, s.worker, int(s.limit.Load()), s.lease, ask)
+	if err != nil {
+		s.log.Debug("handing a shared seat over; releasing it", zap.Error(err))
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case ok:
+		s.grantLocked(best, next, until)
+	case s.polling:
+		s.inLine = true // the poller leaves the line once nobody waits
+	default: // nobody waits any more, and the poller has ended: the place stood is nobody's
+		go s.leaveLine()
+	}
+	return true
 }
 
 // Retrying a release that failed: until the seat's lease ends, after which it has lapsed.

@@ -597,3 +597,115 @@ func TestSharedSeatFreedByAnotherReplicaIsTakenAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// countedSeats counts what a replica asks of its PostgreSQL store for shared seats.
+type countedSeats struct {
+	*postgres.Store
+	looks, releases, handovers atomic.Int64
+}
+
+func (c *countedSeats) AcquireSeat(pool, seat, worker string, limit int, lease time.Duration, w store.SeatWaiter) (bool, error) {
+	c.looks.Add(1)
+	return c.Store.AcquireSeat(pool, seat, worker, limit, lease, w)
+}
+
+func (c *countedSeats) ReleaseSeat(pool, seat string) error {
+	c.releases.Add(1)
+	return c.Store.ReleaseSeat(pool, seat)
+}
+
+func (c *countedSeats) HandOverSeat(pool, seat, next, worker string, limit int, lease time.Duration, w store.SeatWaiter) (bool, error) {
+	c.handovers.Add(1)
+	return c.Store.HandOverSeat(pool, seat, next, worker, limit, lease, w)
+}
+
+// A seat given back while a call of the same replica waits goes to that call in one step
+// (store.SeatHandover): no release, notice and look between them while the model server's slot
+// is free. Before, the seat was released, then found by the poller's next look. Once nobody
+// waits, the replica is out of the fleet's line.
+func TestASeatGivenBackWhileTheReplicasCallsWaitIsHandedOverInOneStep(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	dsn := pgtest.Database(t)
+	st := &countedSeats{Store: openSeats(t, dsn, clock)}
+	s := newTestShared(st, clock, time.Minute)
+	h, err := s.Take(context.Background(), time.Time{}, 3, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *Held, 1)
+	go func() {
+		h, err := s.Take(context.Background(), time.Time{}, 3, "second")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- h
+	}()
+	pollUntil(t, clock, "the second call in the fleet's line", func() bool { return s.waiters() == 1 && inLine(t, dsn, "w") })
+	looks, releases := st.looks.Load(), st.releases.Load()
+	s.Give(h) // the clock stands still: no look is due
+	var second *Held
+	select {
+	case second = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second call got no seat within 10s of the first's being given back")
+	}
+	if n, r, ho := st.looks.Load()-looks, st.releases.Load()-releases, st.handovers.Load(); n != 0 || r != 0 || ho != 1 {
+		t.Fatalf("the seat went on with %d looks, %d releases and %d handovers; want one handover alone", n, r, ho)
+	}
+	if inLine(t, dsn, "w") {
+		t.Fatal("the replica still stands in line: its call was served")
+	}
+	s.Give(second)
+	if n := pgtest.Count(t, dsn, `SELECT count(*) FROM seats WHERE pool = 'test'`); n != 0 {
+		t.Fatalf("%d seats held after both calls gave theirs back", n)
+	}
+}
+
+// A seat handed over goes to the fleet's better call on another replica when there is one: the
+// replica that gives it back has a u=7 call waiting, another replica a u=0 call; the u=0 call
+// gets the seat, and the u=7 call the next. Once nobody waits, neither replica stands in line.
+func TestASeatHandedOverGoesToTheFleetsBetterCallOnAnotherReplica(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	dsn := pgtest.Database(t)
+	stA := &countedSeats{Store: openSeats(t, dsn, clock)}
+	a, b := newReplicaShared(stA, clock, time.Minute, "a"), newReplicaShared(openSeats(t, dsn, clock), clock, time.Minute, "b")
+	h, err := a.Take(context.Background(), time.Time{}, 3, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type got struct {
+		name string
+		s    *Shared
+		h    *Held
+	}
+	seats := make(chan got, 2)
+	wait := func(name string, s *Shared, urgency int) {
+		go func() {
+			h, err := s.Take(context.Background(), time.Time{}, urgency, name)
+			if err != nil {
+				t.Error(err)
+			}
+			seats <- got{name, s, h}
+		}()
+		pollUntil(t, clock, name+" in the fleet's line", func() bool { return s.waiters() == 1 && inLine(t, dsn, s.worker) })
+	}
+	wait("batch", a, 7)
+	wait("urgent", b, 0)
+	a.Give(h)
+	if stA.handovers.Load() != 1 {
+		t.Fatalf("%d handovers; want the seat handed over once", stA.handovers.Load())
+	}
+	var order []string
+	for len(order) < 2 {
+		pollUntil(t, clock, "a waiter served", func() bool { return len(seats) > 0 })
+		g := <-seats
+		order = append(order, g.name)
+		g.s.Give(g.h)
+	}
+	if want := []string{"urgent", "batch"}; !slices.Equal(order, want) {
+		t.Fatalf("served %v; want %v: the seat handed over went past the fleet's better call", order, want)
+	}
+	testkit.WaitFor(t, 10*time.Second, "both replicas out of the line", func() bool {
+		return !inLine(t, dsn, "a") && !inLine(t, dsn, "b")
+	})
+}

@@ -15,14 +15,15 @@ import (
 )
 
 // statementCounter counts the statements sent to the server (BEGIN and COMMIT included), each
-// one round trip, leaving out the notifier's coalesced wake-ups, which run in the background.
+// one round trip, leaving out the notifiers' coalesced wake-ups and notices of freed seats,
+// which run in the background.
 type statementCounter struct {
 	mu  sync.Mutex
 	sql []string
 }
 
 func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	if !strings.Contains(data.SQL, "pg_notify('"+wakeChannel) {
+	if !strings.Contains(data.SQL, "pg_notify('"+wakeChannel) && !strings.Contains(data.SQL, "pg_notify('"+seatsChannel) {
 		c.mu.Lock()
 		c.sql = append(c.sql, strings.Join(strings.Fields(data.SQL), " "))
 		c.mu.Unlock()
@@ -203,5 +204,84 @@ func TestEveryClaimWaitsForTheFlush(t *testing.T) {
 		if all := strings.Join(sql, "\n"); strings.Contains(all, "synchronous_commit") {
 			t.Errorf("on_crash %q: the claim's commit changes synchronous_commit:\n%s", onCrash, all)
 		}
+	}
+}
+
+// A look for a shared seat is one round trip whatever it finds (the pool's lock, the lapsed rows
+// cleared and the decision sent together), and so is a seat handed over: the model server's slot
+// is free while they run (docs/capacity.md, "Many replicas"). A look took five, and a seat freed
+// while the replica's own calls waited a release, a notice and a look.
+func TestASharedSeatLookIsOneRoundTrip(t *testing.T) {
+	counter := &statementCounter{}
+	st := openTest(t, pgtest.Database(t), Options{tracer: counter})
+	testkit.WaitFor(t, 5*time.Second, "the replica listens", func() bool { return listening(st) })
+	for _, step := range seatSteps(t, st) {
+		if sql := counter.during(step.fn); len(sql) != 1 {
+			t.Errorf("%s: %d round trips, want 1:\n%s", step.name, len(sql), strings.Join(sql, "\n"))
+		}
+	}
+}
+
+// The same looks through PgBouncer in transaction mode, where a look's batch runs as one
+// transaction on whichever server connection is free (docs/backends.md, "Through PgBouncer").
+func TestSharedSeatsThroughPgBouncer(t *testing.T) {
+	bouncer := pgtest.StartBouncer(t, pgtest.Require(t), 2)
+	direct := pgtest.Database(t)
+	st := openTest(t, bouncer.DSN(t, direct), Options{DirectDSN: direct})
+	for range 3 { // the statements described once, then from the cache
+		for _, step := range seatSteps(t, st) {
+			step.fn()
+		}
+	}
+}
+
+// seatStep is one step of seatSteps.
+type seatStep struct {
+	name string
+	fn   func()
+}
+
+// seatSteps are looks and handovers of pool "p" of `shared 1` between workers a and b, each
+// checking what it finds, that leave the pool as they found it: a takes the seat, b stands in
+// line, a hands it over to b's call, which came first, b takes it and hands it over to its own
+// next call, and gives it back.
+func seatSteps(t *testing.T, st *Store) []seatStep {
+	waiter := func(worker string) store.SeatWaiter {
+		w := store.SeatWaiter{Urgency: 3, Key: "k"}
+		if worker == "b" {
+			w.Waited = time.Minute // b's calls came first: the seats a hands over are theirs
+		}
+		return w
+	}
+	look := func(seat, worker string, want bool) func() {
+		return func() {
+			if got, err := st.AcquireSeat("p", seat, worker, 1, time.Minute, waiter(worker)); err != nil || got != want {
+				t.Fatalf("%s looking for %s: %v %v; want %v", worker, seat, got, err, want)
+			}
+		}
+	}
+	handOver := func(seat, next, worker string, want bool) func() {
+		return func() {
+			if got, err := st.HandOverSeat("p", seat, next, worker, 1, time.Minute, waiter(worker)); err != nil || got != want {
+				t.Fatalf("%s handing %s over: %v %v; want %v", worker, seat, got, err, want)
+			}
+		}
+	}
+	return []seatStep{
+		{"a look that takes the seat", look("s1", "a", true)},
+		{"a look that stands in line", look("s2", "b", false)},
+		{"a seat handed over to a better call of another replica", handOver("s1", "s3", "a", false)},
+		{"a withdrawal from the line", func() {
+			if err := st.WithdrawWaiter("p", "a"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"a look that takes the seat handed over", look("s2", "b", true)},
+		{"a seat handed over to the replica's own call", handOver("s2", "s4", "b", true)},
+		{"a seat released", func() {
+			if err := st.ReleaseSeat("p", "s4"); err != nil {
+				t.Fatal(err)
+			}
+		}},
 	}
 }

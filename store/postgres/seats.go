@@ -59,55 +59,84 @@ const waiterLease = time.Second
 // of other workers (see store.SharedSeats). Taking a seat already held renews it.
 //
 // Counting then inserting is a race between two replicas unless they take turns, so a look
-// holds the pool's advisory lock; it sends its statements in two or three round trips after
-// taking it (batches), so that the lock is held briefly and places in line (one second) do not
-// lapse while another replica waits for it.
+// holds the pool's advisory lock; it sends the lock and its statements in one round trip
+// (acquireSeat), so that the lock is held briefly and places in line (one second) do not lapse
+// while another replica waits for it.
 func (s *Store) AcquireSeat(pool, seat, worker string, limit int, lease time.Duration, w store.SeatWaiter) (bool, error) {
+	return s.acquireSeat(pool, "", seat, worker, limit, lease, w)
+}
+
+// The Store hands seats over.
+var _ store.SeatHandover = (*Store)(nil)
+
+// HandOverSeat releases seat and takes next for worker's call w in one transaction (see
+// store.SeatHandover): one commit where a release and a look took two, with a notice and a
+// wake-up between them.
+func (s *Store) HandOverSeat(pool, seat, next, worker string, limit int, lease time.Duration, w store.SeatWaiter) (bool, error) {
+	got, err := s.acquireSeat(pool, seat, next, worker, limit, lease, w)
+	if err == nil && !got {
+		s.seats.note(pool) // the freed seat is another replica's call's: tell them
+	}
+	return got, err
+}
+
+// acquireSeat is AcquireSeat, releasing seat freed first when it is not empty (HandOverSeat).
+// The look is one batch in one round trip, an implicit transaction: the pool's lock, the
+// lapsed rows cleared, then one statement that counts the live seats, ranks the call against
+// the others in line, and either takes the seat (leaving the line, moving the key's turn on) or
+// stands the call in line. The lock is thus held for no round trip at all.
+func (s *Store) acquireSeat(pool, freed, seat, worker string, limit int, lease time.Duration, w store.SeatWaiter) (bool, error) {
 	got := false
-	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
+	err := s.query(func(ctx context.Context, db querier) error {
 		got = false
 		var look pgx.Batch
 		look.Queue(`SELECT pg_advisory_xact_lock($1, hashtext($2))`, seatLockClass, pool)
+		if freed != "" {
+			look.Queue(`DELETE FROM seats WHERE pool = $1 AND seat = $2`, pool, freed)
+		}
 		look.Queue(clearLapsed("seats", "pool = $1 AND NOT "+seatLive), pool)
 		look.Queue(clearLapsed("seat_waiters", "pool = $1 AND NOT "+waiterLive), pool)
-		var held int
-		var renewal bool // the seat is already held: it keeps its place, whoever waits
-		look.Queue(`SELECT count(*) FILTER (WHERE seat <> $2), coalesce(bool_or(seat = $2), false)
-			FROM seats WHERE pool = $1 AND `+seatLive, pool, seat).QueryRow(func(row pgx.Row) error {
-			return row.Scan(&held, &renewal)
-		})
-		if err := tx.SendBatch(ctx, &look).Close(); err != nil {
-			return err
-		}
-		if held >= limit {
-			_, err := tx.Exec(ctx, `INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, came, until, key)
-				VALUES ($1, $2, $3, $4, `+placeSinceSQL("$5", "$7")+`, `+cameSQL("$5")+`, `+leaseEnd(6)+`, $7)`+placeInLine,
-				pool, worker, lineUrgency(w), limit, w.Waited.Microseconds(), waiterLease.Microseconds(), lineKey(w))
-			return err
-		}
-		if !renewal {
-			if due, err := dueToOthers(ctx, tx, pool, worker, held, limit, w); due || err != nil {
-				return err
-			}
-		}
-		got = true
-		var take pgx.Batch
-		if !renewal { // served: it leaves the line
-			take.Queue(`DELETE FROM seat_waiters WHERE pool = $1 AND worker = $2`, pool, worker)
-		}
-		take.Queue(`INSERT INTO seats (pool, seat, worker, until) VALUES ($1, $2, $3, `+leaseEnd(4)+`)
-			ON CONFLICT (pool, seat) DO UPDATE SET worker = $3, until = EXCLUDED.until`, pool, seat, worker, lease.Microseconds())
-		if k := lineKey(w); !renewal && k != nil { // the fleet's turns (store.SeatTurns): the newcomers' for a key without one, then its key's
-			take.Queue(`INSERT INTO seat_turns (pool, key, turn) SELECT $1, '`+store.SeatNewcomers+`', clock_timestamp()
-				WHERE NOT EXISTS (SELECT 1 FROM seat_turns WHERE pool = $1 AND key = $2)
-				ON CONFLICT (pool, key) DO UPDATE SET turn = EXCLUDED.turn`, pool, *k)
-			take.Queue(`INSERT INTO seat_turns (pool, key, turn) VALUES ($1, $2, clock_timestamp())
-				ON CONFLICT (pool, key) DO UPDATE SET turn = EXCLUDED.turn`, pool, *k)
-		}
-		return tx.SendBatch(ctx, &take).Close()
+		look.Queue(takeSeatSQL, pool, seat, worker, limit, lease.Microseconds(), lineUrgency(w), w.Waited.Microseconds(),
+			waiterLease.Microseconds(), lineKey(w), freed != "").QueryRow(func(row pgx.Row) error { return row.Scan(&got) })
+		return s.pool.SendBatch(ctx, &look).Close()
 	})
 	return got, err
 }
+
+// takeSeatSQL decides a look (acquireSeat) in one statement, under the pool's lock: $1 pool, $2
+// seat, $3 worker, $4 limit, $5 lease and $8 the place's lease (microseconds), $6 the call's
+// urgency in line, $7 how long it waited (microseconds), $9 its key (NULL: none). The seat is
+// taken when fewer than limit other live seats are held and it is held already (a renewal keeps
+// its place, whoever waits), or not as many better calls of other workers stand in line as
+// there are free seats: more urgent, then waiting longer since their turn came (lineTurnSQL),
+// then since they came, as the newcomers sharing a turn go oldest first, counting only workers
+// whose limit is above the seats held (replicas whose `shared N` differ, during a reload rolling
+// through the fleet, hold back no seat they cannot take). Taken, the call leaves the line and
+// its key's turn moves on (the newcomers' first, for a key without one: store.SeatTurns); else
+// it stands in line, its worker's one place moved to it. The statement's parts all see the
+// tables as they were before it: worker's own place is left out of the ranking.
+var takeSeatSQL = `WITH st AS (
+		SELECT count(*) FILTER (WHERE seat <> $2) AS held, coalesce(bool_or(seat = $2), false) AS renewal
+		FROM seats WHERE pool = $1 AND ` + seatLive + `),
+	me AS (SELECT $6::int AS urgency, ` + placeSinceSQL("$7", "$9") + ` AS since, ` + cameSQL("$7") + ` AS came,
+		$3::text AS worker, $9::text AS key),
+	ahead AS (SELECT count(*) AS n FROM seat_waiters a, me, st
+		WHERE a.pool = $1 AND a.worker <> $3 AND a.seat_limit > st.held AND a.` + waiterLive + `
+		AND (a.urgency, ` + lineTurnSQL("a") + `, coalesce(a.came, a.since), a.worker) < (me.urgency, ` + lineTurnSQL("me") + `, me.came, me.worker)),
+	d AS (SELECT st.held < $4 AND (st.renewal OR ahead.n < $4 - st.held) AS served, st.renewal FROM st, ahead),
+	place AS (INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, came, until, key)
+		SELECT $1, $3, me.urgency, $4, me.since, me.came, ` + leaseEnd(8) + `, me.key FROM me, d WHERE NOT d.served` + placeInLine + `),
+	served AS (DELETE FROM seat_waiters WHERE pool = $1 AND worker = $3 AND (SELECT served AND NOT renewal FROM d)),
+	taken AS (INSERT INTO seats (pool, seat, worker, until) SELECT $1, $2, $3, ` + leaseEnd(5) + ` FROM d WHERE d.served
+		ON CONFLICT (pool, seat) DO UPDATE SET worker = $3, until = EXCLUDED.until),
+	newcomers AS (INSERT INTO seat_turns (pool, key, turn) SELECT $1, '` + store.SeatNewcomers + `', clock_timestamp() FROM d
+		WHERE d.served AND NOT d.renewal AND $9::text IS NOT NULL AND $9::text <> '` + store.SeatNewcomers + `'
+		AND NOT EXISTS (SELECT 1 FROM seat_turns WHERE pool = $1 AND key = $9::text)
+		ON CONFLICT (pool, key) DO UPDATE SET turn = EXCLUDED.turn),
+	turn AS (INSERT INTO seat_turns (pool, key, turn) SELECT $1, $9::text, clock_timestamp() FROM d
+		WHERE d.served AND NOT d.renewal AND $9::text IS NOT NULL
+		ON CONFLICT (pool, key) DO UPDATE SET turn = EXCLUDED.turn)
+	SELECT served FROM d, (SELECT set_config('synchronous_commit', CASE WHEN d.served OR $10::bool THEN 'on' ELSE 'off' END, true) FROM d) sync`
 
 // lineKey is w's key as the line keeps it: nil without one (a call of no scope), which waits
 // from when it came, no turn counted (as a schema 15 replica's place, which keeps its own turns).
@@ -190,29 +219,6 @@ const placeInLine = `
 // (store.EffectiveUrgency).
 func lineUrgency(w store.SeatWaiter) int {
 	return store.EffectiveUrgency(store.ClampUrgency(w.Urgency), w.Waited)
-}
-
-// dueToOthers stands worker's call w in pool's line, and reports whether the free seats of pool
-// are due to better calls of other workers (more urgent, then waiting longer since their turn
-// came: lineTurnSQL, then since they came, as the newcomers sharing a turn go oldest first) that
-// stand in line and could take one now (their replica's limit is above the held seats: replicas whose
-// `shared N` differ, during a reload rolling through the fleet, hold back no seat they cannot
-// take); when they are not, worker's call is served and leaves the line (its next look, should
-// it have another call waiting, stands in line again). One statement: the count sees the line
-// as it was before worker's place moved, which is all but worker's own place.
-func dueToOthers(ctx context.Context, tx pgx.Tx, pool, worker string, held, limit int, w store.SeatWaiter) (bool, error) {
-	var ahead int
-	if err := tx.QueryRow(ctx, `WITH me AS (
-			INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, came, until, key)
-			VALUES ($1, $2, $3, $4, `+placeSinceSQL("$5", "$8")+`, `+cameSQL("$5")+`, `+leaseEnd(6)+`, $8)`+placeInLine+`
-			RETURNING urgency, since, came, worker, key)
-		SELECT count(*) FROM seat_waiters a, me
-		WHERE a.pool = $1 AND a.worker <> $2 AND a.seat_limit > $7 AND a.`+waiterLive+`
-		AND (a.urgency, `+lineTurnSQL("a")+`, coalesce(a.came, a.since), a.worker) < (me.urgency, `+lineTurnSQL("me")+`, me.came, me.worker)`,
-		pool, worker, lineUrgency(w), limit, w.Waited.Microseconds(), waiterLease.Microseconds(), held, lineKey(w)).Scan(&ahead); err != nil {
-		return false, err
-	}
-	return ahead >= limit-held, nil
 }
 
 // WithdrawWaiter takes worker's call out of pool's order (see store.SharedSeats).
