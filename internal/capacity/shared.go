@@ -35,7 +35,7 @@ type Shared struct {
 	every  time.Duration
 	newID  func(now time.Time) string
 	log    *zap.Logger
-	kick   chan struct{}      // a seat of this replica came free: look at once
+	kick   chan struct{}      // a seat of this replica came free, or a call came that goes first: look at once
 	freed  <-chan struct{}    // the storage says a seat may have come free on any replica; nil: it cannot
 	turns  store.SeatTurns    // the fleet's turns, read before each look; nil: this replica's only
 	hand   store.SeatHandover // gives a seat back and takes one in one step; nil: it cannot
@@ -129,10 +129,18 @@ func (s *Shared) Take(ctx context.Context, deadline time.Time, urgency int, key 
 	w.after = s.looks
 	s.waiting = append(s.waiting, w)
 	start := !s.polling
+	// A call that goes before every other waiting here is looked for at once rather than at
+	// the next poll: the place this replica stands in the fleet's line is its best call's.
+	best := !start && s.waiting[s.mostUrgentLocked()] == w
 	s.polling = true
 	s.mu.Unlock()
 	if start {
 		go s.poll()
+	} else if best {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
 	}
 	select {
 	case g := <-w.got:

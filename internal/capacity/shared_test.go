@@ -709,3 +709,29 @@ func TestASeatHandedOverGoesToTheFleetsBetterCallOnAnotherReplica(t *testing.T) 
 		return !inLine(t, dsn, "a") && !inLine(t, dsn, "b")
 	})
 }
+
+// A call that goes before every call waiting on its replica is stood in the fleet's line at once,
+// not at the replica's next poll (up to 20 ms later, while the free seat it is due may go to
+// another replica's call): here the clock stands still after a u=7 call stood in line, and the
+// u=0 call that comes takes its place.
+func TestACallThatGoesFirstIsStoodInTheFleetsLineAtOnce(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	dsn := pgtest.Database(t)
+	st := openSeats(t, dsn, clock)
+	heldByOther(t, st)
+	s := newTestShared(st, clock, time.Minute)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wait := func(urgency int) {
+		go func() { _, _ = s.Take(ctx, time.Time{}, urgency, "k") }()
+	}
+	standing := func(urgency int) func() bool {
+		return func() bool {
+			return pgtest.Count(t, dsn, `SELECT count(*) FROM seat_waiters WHERE pool = 'test' AND worker = 'w' AND urgency = $1`, urgency) == 1
+		}
+	}
+	wait(7)
+	pollUntil(t, clock, "the u=7 call in line", standing(7))
+	wait(0)
+	testkit.WaitFor(t, 5*time.Second, "the u=0 call in line, the clock standing still", standing(0))
+}
