@@ -305,24 +305,9 @@ func TestSharedSeatGoesToTheFleetsMostUrgentWaiter(t *testing.T) {
 	heldByOther(t, stA)
 	lookA := &inFlightSeats{SharedSeats: stA}
 	a, b := newReplicaShared(lookA, clock, time.Minute, "a"), newReplicaShared(stB, clock, time.Minute, "b")
-	type got struct {
-		name string
-		s    *Shared
-		h    *Held
-	}
-	seats := make(chan got, 2)
-	wait := func(name string, s *Shared, urgency int) {
-		go func() {
-			h, err := s.Take(context.Background(), time.Time{}, urgency, name)
-			if err != nil {
-				t.Error(err)
-			}
-			seats <- got{name, s, h}
-		}()
-		pollUntil(t, clock, name+" in the fleet's line", func() bool { return s.waiters() == 1 && inLine(t, dsn, s.worker) })
-	}
-	wait("batch", a, 7)
-	wait("urgent", b, 0)
+	calls := newFleetCalls(t, clock, dsn)
+	calls.wait("batch", a, 7)
+	calls.wait("urgent", b, 0)
 	if err := stA.ReleaseSeat("test", "other"); err != nil {
 		t.Fatal(err)
 	}
@@ -333,19 +318,57 @@ func TestSharedSeatGoesToTheFleetsMostUrgentWaiter(t *testing.T) {
 	})
 	// The urgent call's replica may have taken the seat already: told of it (store.SeatNotices),
 	// it need not wait for its next look.
-	var order []string
-	for len(order) < 2 {
-		pollUntil(t, clock, "a waiter served", func() bool { return len(seats) > 0 })
-		g := <-seats
-		order = append(order, g.name)
-		g.s.Give(g.h)
-	}
-	if order[0] != "urgent" {
+	if order := calls.served(2); order[0] != "urgent" {
 		t.Fatalf("served %v: the batch call took the freed seat the urgent call on the other replica is due", order)
 	}
 	testkit.WaitFor(t, 10*time.Second, "both replicas out of the line", func() bool {
 		return !inLine(t, dsn, "a") && !inLine(t, dsn, "b")
 	})
+}
+
+// fleetCalls are calls a test has wait for shared seats on its replicas, on a fake clock.
+type fleetCalls struct {
+	t     *testing.T
+	clock *clockwork.FakeClock
+	dsn   string
+	seats chan fleetGrant
+}
+
+// fleetGrant is the seat a call of fleetCalls got, from replica s.
+type fleetGrant struct {
+	name string
+	s    *Shared
+	h    *Held
+}
+
+func newFleetCalls(t *testing.T, clock *clockwork.FakeClock, dsn string) *fleetCalls {
+	return &fleetCalls{t: t, clock: clock, dsn: dsn, seats: make(chan fleetGrant, 8)}
+}
+
+// wait has a call named name (its key too) wait for a seat of s at urgency, once the calls
+// waiting on s before it are served: it returns once the call stands in the fleet's line.
+func (f *fleetCalls) wait(name string, s *Shared, urgency int) {
+	go func() {
+		h, err := s.Take(context.Background(), time.Time{}, urgency, name)
+		if err != nil {
+			f.t.Error(err)
+		}
+		f.seats <- fleetGrant{name, s, h}
+	}()
+	pollUntil(f.t, f.clock, name+" in the fleet's line", func() bool { return s.waiters() == 1 && inLine(f.t, f.dsn, s.worker) })
+}
+
+// served gives each seat back as it is granted, until n calls were served, and returns their
+// names in the order served.
+func (f *fleetCalls) served(n int) []string {
+	var order []string
+	for len(order) < n {
+		pollUntil(f.t, f.clock, "a waiter served", func() bool { return len(f.seats) > 0 })
+		g := <-f.seats
+		order = append(order, g.name)
+		g.s.Give(g.h)
+	}
+	return order
 }
 
 // A key served on one replica waits its turn on the others: the fleet keeps the keys' turns for
@@ -673,36 +696,14 @@ func TestASeatHandedOverGoesToTheFleetsBetterCallOnAnotherReplica(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	type got struct {
-		name string
-		s    *Shared
-		h    *Held
-	}
-	seats := make(chan got, 2)
-	wait := func(name string, s *Shared, urgency int) {
-		go func() {
-			h, err := s.Take(context.Background(), time.Time{}, urgency, name)
-			if err != nil {
-				t.Error(err)
-			}
-			seats <- got{name, s, h}
-		}()
-		pollUntil(t, clock, name+" in the fleet's line", func() bool { return s.waiters() == 1 && inLine(t, dsn, s.worker) })
-	}
-	wait("batch", a, 7)
-	wait("urgent", b, 0)
+	calls := newFleetCalls(t, clock, dsn)
+	calls.wait("batch", a, 7)
+	calls.wait("urgent", b, 0)
 	a.Give(h)
 	if stA.handovers.Load() != 1 {
 		t.Fatalf("%d handovers; want the seat handed over once", stA.handovers.Load())
 	}
-	var order []string
-	for len(order) < 2 {
-		pollUntil(t, clock, "a waiter served", func() bool { return len(seats) > 0 })
-		g := <-seats
-		order = append(order, g.name)
-		g.s.Give(g.h)
-	}
-	if want := []string{"urgent", "batch"}; !slices.Equal(order, want) {
+	if order, want := calls.served(2), []string{"urgent", "batch"}; !slices.Equal(order, want) {
 		t.Fatalf("served %v; want %v: the seat handed over went past the fleet's better call", order, want)
 	}
 	testkit.WaitFor(t, 10*time.Second, "both replicas out of the line", func() bool {
