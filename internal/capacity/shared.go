@@ -45,6 +45,7 @@ type Shared struct {
 	looks    uint64          // looks begun
 	polling  bool            // the poller runs while anyone waits
 	inLine   bool            // a look or a handover may have stood a call of this replica in the fleet's line
+	handing  int             // handovers under way, each for one of the waiters
 	held     map[string]*Held
 	renewing bool // the renewer runs while any seat is held
 	// granted is when each key last got a seat here, for the keys' turns (at most
@@ -522,8 +523,9 @@ func (s *Shared) Give(h *Held) {
 	until := h.until
 	var best *sharedWaiter
 	var ask store.SeatWaiter
-	if s.hand != nil && len(s.waiting) > 0 {
+	if s.hand != nil && len(s.waiting) > s.handing { // seats given back at once each go to another waiter
 		best, ask = s.askLocked()
+		s.handing++
 	}
 	s.mu.Unlock()
 	if best != nil && s.handOver(h.id, best, ask) {
@@ -542,19 +544,28 @@ func (s *Shared) handOver(id string, best *sharedWaiter, ask store.SeatWaiter) b
 	now := s.clock.Now()
 	next, until := s.newID(now), now.Add(s.lease) // reckoned from before asking, as in poll
 	ok, err := s.hand.HandOverSeat(s.name, id, next, s.worker, int(s.limit.Load()), s.lease, ask)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.handing--
+	switch {
+	case err == nil && ok:
+		s.grantLocked(best, next, until)
+		// Served, the call left the fleet's line, and this replica with it: its next call
+		// waiting stands there at once, as after a look that found a seat, not at the next poll.
+		if len(s.waiting) > 0 {
+			select {
+			case s.kick <- struct{}{}:
+			default:
+			}
+		}
+	case s.polling:
+		s.inLine = true // the place it may have stood: the poller leaves the line once nobody waits
+	default: // nobody waits any more, and the poller has ended: the place stood is nobody's
+		go s.leaveLine()
+	}
 	if err != nil {
 		s.log.Debug("handing a shared seat over; releasing it", zap.Error(err))
 		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case ok:
-		s.grantLocked(best, next, until)
-	case s.polling:
-		s.inLine = true // the poller leaves the line once nobody waits
-	default: // nobody waits any more, and the poller has ended: the place stood is nobody's
-		go s.leaveLine()
 	}
 	return true
 }

@@ -736,3 +736,94 @@ func TestACallThatGoesFirstIsStoodInTheFleetsLineAtOnce(t *testing.T) {
 	wait(0)
 	testkit.WaitFor(t, 5*time.Second, "the u=0 call in line, the clock standing still", standing(0))
 }
+
+// A handover that serves one of a replica's calls takes the replica out of the fleet's line with
+// it; its next call waiting stands there at once, not at the next poll. With `shared 2`, replica
+// a hands its seat to a1 while a2 (u=0) still waits; replica b, whose u=7 call waits, then gives
+// its seat back: a2 takes it, the clock standing still. Before, a stood nowhere until its next
+// poll, and b handed the seat to its own u=7 call.
+func TestAfterAHandoverTheReplicasNextCallStandsInLineAtOnce(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	dsn := pgtest.Database(t)
+	a, b := newReplicaShared(openSeats(t, dsn, clock), clock, time.Minute, "a"), newReplicaShared(openSeats(t, dsn, clock), clock, time.Minute, "b")
+	a.SetLimit(2)
+	b.SetLimit(2)
+	held := map[*Shared]*Held{}
+	for _, s := range []*Shared{a, b} {
+		h, err := s.Take(context.Background(), time.Time{}, 3, "first")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[s] = h
+	}
+	served := make(chan string, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel() // b1 still waits
+	wait := func(name string, s *Shared, urgency, n int) {
+		go func() {
+			if _, err := s.Take(ctx, time.Time{}, urgency, name); err != nil {
+				if ctx.Err() == nil {
+					t.Error(err)
+				}
+				return
+			}
+			served <- name
+		}()
+		pollUntil(t, clock, name+" waiting, in line", func() bool { return s.waiters() == n && inLine(t, dsn, s.worker) })
+	}
+	wait("a1", a, 0, 1)
+	wait("a2", a, 0, 2)
+	wait("b1", b, 7, 1)
+	a.Give(held[a])
+	if first := <-served; first != "a1" {
+		t.Fatalf("a's seat went to %s; want a1", first)
+	}
+	testkit.WaitFor(t, 5*time.Second, "a2 in the fleet's line", func() bool {
+		return pgtest.Count(t, dsn, `SELECT count(*) FROM seat_waiters WHERE pool = 'test' AND worker = 'a' AND key = 'a2'`) == 1
+	})
+	b.Give(held[b])
+	select {
+	case next := <-served:
+		if next != "a2" {
+			t.Fatalf("the seat b gave back went to %s, past a's u=0 call a2", next)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("nobody served within 10s of b's seat given back")
+	}
+}
+
+// Two seats given back at once while one call waits: one is handed over to it, the other
+// released for the rest of the fleet at once, not taken for nobody and released after.
+func TestSeatsGivenBackAtOnceAreHandedOverOneForEachCallWaiting(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	dsn := pgtest.Database(t)
+	st := &countedSeats{Store: openSeats(t, dsn, clock)}
+	s := newTestShared(st, clock, time.Minute)
+	s.SetLimit(2)
+	var held []*Held
+	for range 2 {
+		h, err := s.Take(context.Background(), time.Time{}, 3, "first")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, h)
+	}
+	got := make(chan *Held, 1)
+	go func() {
+		h, err := s.Take(context.Background(), time.Time{}, 3, "waiting")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- h
+	}()
+	pollUntil(t, clock, "a call waiting, in line", func() bool { return s.waiters() == 1 && inLine(t, dsn, "w") })
+	var wg sync.WaitGroup
+	for _, h := range held {
+		wg.Go(func() { s.Give(h) })
+	}
+	wg.Wait()
+	s.Give(<-got)
+	if ho, r := st.handovers.Load(), st.releases.Load(); ho != 1 || r != 2 {
+		t.Fatalf("%d handovers and %d releases; want 1 handover and 2 releases (the other seat, then the call's)", ho, r)
+	}
+}

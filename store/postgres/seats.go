@@ -114,7 +114,10 @@ func (s *Store) acquireSeat(pool, freed, seat, worker string, limit int, lease t
 // through the fleet, hold back no seat they cannot take). Taken, the call leaves the line and
 // its key's turn moves on (the newcomers' first, for a key without one: store.SeatTurns); else
 // it stands in line, its worker's one place moved to it. The statement's parts all see the
-// tables as they were before it: worker's own place is left out of the ranking.
+// tables as they were before it: worker's own place is left out of the ranking. A look that
+// only stands its call in line ($10 false: it frees no seat) commits without waiting for the
+// WAL's flush (the next look stands the place again should a crash lose it); one that takes or
+// frees a seat commits as the server is set to.
 var takeSeatSQL = `WITH st AS (
 		SELECT count(*) FILTER (WHERE seat <> $2) AS held, coalesce(bool_or(seat = $2), false) AS renewal
 		FROM seats WHERE pool = $1 AND ` + seatLive + `),
@@ -136,7 +139,7 @@ var takeSeatSQL = `WITH st AS (
 	turn AS (INSERT INTO seat_turns (pool, key, turn) SELECT $1, $9::text, clock_timestamp() FROM d
 		WHERE d.served AND NOT d.renewal AND $9::text IS NOT NULL
 		ON CONFLICT (pool, key) DO UPDATE SET turn = EXCLUDED.turn)
-	SELECT served FROM d, (SELECT set_config('synchronous_commit', CASE WHEN d.served OR $10::bool THEN 'on' ELSE 'off' END, true) FROM d) sync`
+	SELECT served FROM d, (SELECT set_config('synchronous_commit', CASE WHEN d.served OR $10::bool THEN current_setting('synchronous_commit') ELSE 'off' END, true) FROM d) sync`
 
 // lineKey is w's key as the line keeps it: nil without one (a call of no scope), which waits
 // from when it came, no turn counted (as a schema 15 replica's place, which keeps its own turns).
