@@ -104,19 +104,27 @@ func (p *Seats) WithShared(ctx context.Context, s *Seat, ask Ask, deadline time.
 	}
 	now := p.clock.Now()
 	urgency := ask.Band(now)
-	h, err := shared.Take(ctx, now, urgency, keyOf(ask)) // one look
-	if err == nil {
-		s.shared, s.from = h, shared
-		return s, nil
-	}
-	if !errors.Is(err, ErrNoSeat) {
-		// The storage failed: the seat goes back to whoever waits for it, and queued work is
-		// not told of it, since its next claim would fail the same way at once, and again.
-		s.GiveBackUnwanted()
-		return nil, err
+	// With nobody waiting here, one look holding the local seat: a shared seat free now is
+	// taken with it. With calls waiting, the local seat goes back at once: holding it for a
+	// look would keep it from the call that wins the next shared seat, which then holds the
+	// fleet's seat idle while it waits for a local one (and a call that goes before those
+	// waiting is looked for at once all the same: Take).
+	if shared.waiters() == 0 {
+		h, err := shared.Take(ctx, now, urgency, keyOf(ask)) // one look
+		if err == nil {
+			s.shared, s.from = h, shared
+			return s, nil
+		}
+		if !errors.Is(err, ErrNoSeat) {
+			// The storage failed: the seat goes back to whoever waits for it, and queued work is
+			// not told of it, since its next claim would fail the same way at once, and again.
+			s.GiveBackUnwanted()
+			return nil, err
+		}
 	}
 	s.GiveBack()
-	if h, err = shared.Take(ctx, deadline, urgency, keyOf(ask)); err != nil {
+	h, err := shared.Take(ctx, deadline, urgency, keyOf(ask))
+	if err != nil {
 		return nil, err
 	}
 	var wait time.Duration

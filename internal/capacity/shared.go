@@ -376,6 +376,13 @@ func (s *Shared) poll() {
 	}
 }
 
+// waiters counts the calls waiting for a shared seat of s.
+func (s *Shared) waiters() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.waiting)
+}
+
 // askLocked is the call a look stands in the fleet's line for this replica, its most urgent
 // waiter, and how the line ranks it. It stands as waiting since its turn came: a key whose calls
 // keep getting seats stands as if it had just come, behind another key's call that waits. With

@@ -76,13 +76,6 @@ func pollUntil(t *testing.T, clock *clockwork.FakeClock, what string, cond func(
 	})
 }
 
-// waiters counts the calls waiting for a shared seat of s.
-func (s *Shared) waiters() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.waiting)
-}
-
 func TestSharedSeatTakenIsReleasedAfterAReloadDropsShared(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(time.Now())
 	st := openSeats(t, pgtest.Database(t), clock)
@@ -197,6 +190,16 @@ type sharedWaiters struct {
 	seats  chan namedSeat
 }
 
+// ownTurns is a PostgreSQL store whose replica keeps its own keys' turns for shared seats. The
+// fleet's turns (store.SeatTurns) are read as lengths of time on the database's clock, which a
+// test clock that jumps does not keep: TestSharedSeatKeysTakeTurnsAcrossTheFleet tests them on
+// the real clock.
+type ownTurns struct {
+	store.SharedSeats
+	store.SeatNotices
+	store.SeatHandover
+}
+
 // namedSeat is the seat a waiter got.
 type namedSeat struct {
 	name string
@@ -208,7 +211,7 @@ func newSharedWaiters(t *testing.T, limit int) *sharedWaiters {
 	w := &sharedWaiters{t: t, clock: clockwork.NewFakeClockAt(time.Now()), seats: make(chan namedSeat, 8)}
 	w.st = openSeats(t, pgtest.Database(t), w.clock)
 	heldByOther(t, w.st)
-	w.shared.Store(newTestShared(w.st, w.clock, time.Minute))
+	w.shared.Store(newTestShared(ownTurns{w.st, w.st, w.st}, w.clock, time.Minute))
 	w.p = sharedSeatsOf(Config{Limit: limit}, w.clock, &w.shared)
 	return w
 }
@@ -222,10 +225,23 @@ func (w *sharedWaiters) wait(name string, ask Ask, waiters int) {
 		}
 		w.seats <- namedSeat{name, s}
 	}()
-	// Its first look found no seat: it gave its local seat back and waits in line.
+	// It gave its local seat back and waits in line, and a look for it has begun: any look
+	// still under way stands the best of the waiters, not one chosen before this one came.
 	pollUntil(w.t, w.clock, "the waiter in line without a local seat", func() bool {
-		return w.shared.Load().waiters() == waiters && w.p.Snapshot().InUse == 0
+		return w.shared.Load().waiters() == waiters && w.p.Snapshot().InUse == 0 && w.shared.Load().lookedForAll()
 	})
+}
+
+// lookedForAll says whether a look began after each waiter came.
+func (s *Shared) lookedForAll() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range s.waiting {
+		if w.after >= s.looks {
+			return false
+		}
+	}
+	return true
 }
 
 // servedInOrder frees the other replica's seat and checks that the waiters get it in the
@@ -826,4 +842,44 @@ func TestSeatsGivenBackAtOnceAreHandedOverOneForEachCallWaiting(t *testing.T) {
 	if ho, r := st.handovers.Load(), st.releases.Load(); ho != 1 || r != 2 {
 		t.Fatalf("%d handovers and %d releases; want 1 handover and 2 releases (the other seat, then the call's)", ho, r)
 	}
+}
+
+// gatedSeats holds every look for a shared seat while its gate is shut.
+type gatedSeats struct {
+	ownTurns
+	shut atomic.Bool
+	open chan struct{}
+}
+
+func (g *gatedSeats) AcquireSeat(pool, seat, worker string, limit int, lease time.Duration, w store.SeatWaiter) (bool, error) {
+	if g.shut.Load() {
+		<-g.open
+	}
+	return g.ownTurns.AcquireSeat(pool, seat, worker, limit, lease, w)
+}
+
+// A call that comes while calls of its replica wait for a shared seat, and goes after them,
+// holds no local seat while it waits: it gives the one it took back at once rather than hold it
+// through a look of its own, so the call that wins the next shared seat finds a local seat free
+// instead of holding the fleet's seat idle while it waits for one. Here the second call's look,
+// had it made one, would hang with the local seat held. The clock stands still: no look is due.
+func TestACallThatComesBehindOthersWaitingHoldsNoLocalSeatWhileItWaits(t *testing.T) {
+	w := newSharedWaiters(t, 1)
+	gated := &gatedSeats{ownTurns: ownTurns{w.st, w.st, w.st}, open: make(chan struct{})}
+	w.shared.Store(newTestShared(gated, w.clock, time.Minute))
+	w.wait("first", Ask{Urgency: 7, Scope: "a", Since: w.clock.Now()}, 1)
+	gated.shut.Store(true)
+	go func() {
+		s, err := w.p.Acquire(context.Background(), Ask{Urgency: 7, Scope: "b", Since: w.clock.Now()}, 0)
+		if err != nil {
+			w.t.Error(err)
+		}
+		w.seats <- namedSeat{"second", s}
+	}()
+	testkit.WaitFor(t, 5*time.Second, "the second call waiting without a local seat", func() bool {
+		return w.shared.Load().waiters() == 2 && w.p.Snapshot().InUse == 0
+	})
+	gated.shut.Store(false)
+	close(gated.open)
+	w.servedInOrder("first", "second")
 }
