@@ -94,9 +94,10 @@ func (p *Seats) Acquire(ctx context.Context, ask Ask, wait time.Duration) (*Seat
 }
 
 // WithShared adds a shared seat to local seat s when there are shared seats, waiting no later
-// than deadline (zero: until ctx ends). When none is free at once, the local seat goes back
-// while the call waits for a shared one, so that it holds no seat an urgent call of this
-// replica needs, and is taken again, in ask's place, once the shared seat is (docs/capacity.md).
+// than deadline (zero: until ctx ends). When none is free at once, or other calls of this
+// replica already wait for one, the local seat goes back while the call waits for a shared
+// one, so that it holds no seat an urgent call of this replica needs, and is taken again, in
+// ask's place, once the shared seat is (docs/capacity.md).
 func (p *Seats) WithShared(ctx context.Context, s *Seat, ask Ask, deadline time.Time) (*Seat, error) {
 	shared := p.sharedOf()
 	if shared == nil {

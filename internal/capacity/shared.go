@@ -376,11 +376,18 @@ func (s *Shared) poll() {
 	}
 }
 
-// waiters counts the calls waiting for a shared seat of s.
+// waiters counts the calls waiting for a shared seat of s, not those only looking once (a
+// deadline of when they came: Seats.WithShared).
 func (s *Shared) waiters() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.waiting)
+	n := 0
+	for _, w := range s.waiting {
+		if w.deadline.IsZero() || w.deadline.After(w.came) {
+			n++
+		}
+	}
+	return n
 }
 
 // askLocked is the call a look stands in the fleet's line for this replica, its most urgent

@@ -140,7 +140,7 @@ func TestSharedSeatGoesToTheLocalWaitersInTheOrderTheyCame(t *testing.T) {
 // (a key's turn moves on with each seat it gets). Before, the seats went in the order the calls
 // came, and on three replicas a flooding tenant held an honest one's calls behind its backlog.
 func TestSharedSeatKeysTakeTurns(t *testing.T) {
-	w := newSharedWaiters(t, 4)
+	w := newOwnTurnWaiters(t, 4)
 	w.wait("honest0", Ask{Scope: "honest", Since: w.clock.Now()}, 1)
 	w.servedInOrder("honest0") // a tenant served before (see TestSharedSeatFreshKeysShareOneTurn)
 	heldByOther(t, w.st)
@@ -154,7 +154,7 @@ func TestSharedSeatKeysTakeTurns(t *testing.T) {
 // Keys that got no shared seat lately share one turn: a tenant minting a credential per call,
 // its calls there first, gets one seat in two against a tenant served before, not all of them.
 func TestSharedSeatFreshKeysShareOneTurn(t *testing.T) {
-	w := newSharedWaiters(t, 4)
+	w := newOwnTurnWaiters(t, 4)
 	w.wait("honest0", Ask{Scope: "honest", Since: w.clock.Now()}, 1)
 	w.servedInOrder("honest0")
 	heldByOther(t, w.st)
@@ -190,14 +190,21 @@ type sharedWaiters struct {
 	seats  chan namedSeat
 }
 
-// ownTurns is a PostgreSQL store whose replica keeps its own keys' turns for shared seats. The
-// fleet's turns (store.SeatTurns) are read as lengths of time on the database's clock, which a
-// test clock that jumps does not keep: TestSharedSeatKeysTakeTurnsAcrossTheFleet tests them on
-// the real clock.
+// ownTurns is a PostgreSQL store whose replica keeps its own keys' turns for shared seats, for
+// the tests of keys taking turns on the test clock. The fleet's turns (store.SeatTurns) are read
+// as lengths of time on the database's clock, which a test clock that jumps does not keep:
+// TestSharedSeatKeysTakeTurnsAcrossTheFleet tests them on the real clock.
 type ownTurns struct {
 	store.SharedSeats
 	store.SeatNotices
 	store.SeatHandover
+}
+
+// newOwnTurnWaiters is newSharedWaiters whose replica keeps its own keys' turns (ownTurns).
+func newOwnTurnWaiters(t *testing.T, limit int) *sharedWaiters {
+	w := newSharedWaiters(t, limit)
+	w.shared.Store(newTestShared(ownTurns{w.st, w.st, w.st}, w.clock, time.Minute))
+	return w
 }
 
 // namedSeat is the seat a waiter got.
@@ -211,7 +218,7 @@ func newSharedWaiters(t *testing.T, limit int) *sharedWaiters {
 	w := &sharedWaiters{t: t, clock: clockwork.NewFakeClockAt(time.Now()), seats: make(chan namedSeat, 8)}
 	w.st = openSeats(t, pgtest.Database(t), w.clock)
 	heldByOther(t, w.st)
-	w.shared.Store(newTestShared(ownTurns{w.st, w.st, w.st}, w.clock, time.Minute))
+	w.shared.Store(newTestShared(w.st, w.clock, time.Minute))
 	w.p = sharedSeatsOf(Config{Limit: limit}, w.clock, &w.shared)
 	return w
 }
