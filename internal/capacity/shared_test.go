@@ -665,6 +665,19 @@ func (c *countedSeats) HandOverSeat(pool, seat, next, worker string, limit int, 
 	return c.Store.HandOverSeat(pool, seat, next, worker, limit, lease, w)
 }
 
+// takeLater asks s for a seat for a call of key, with no deadline, and returns where it comes.
+func takeLater(t *testing.T, s *Shared, key string) <-chan *Held {
+	got := make(chan *Held, 1)
+	go func() {
+		h, err := s.Take(context.Background(), time.Time{}, 3, key)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- h
+	}()
+	return got
+}
+
 // A seat given back while a call of the same replica waits goes to that call in one step
 // (store.SeatHandover): no release, notice and look between them while the model server's slot
 // is free. Before, the seat was released, then found by the poller's next look. Once nobody
@@ -678,14 +691,7 @@ func TestASeatGivenBackWhileTheReplicasCallsWaitIsHandedOverInOneStep(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *Held, 1)
-	go func() {
-		h, err := s.Take(context.Background(), time.Time{}, 3, "second")
-		if err != nil {
-			t.Error(err)
-		}
-		got <- h
-	}()
+	got := takeLater(t, s, "second")
 	pollUntil(t, clock, "the second call in the fleet's line", func() bool { return s.waiters() == 1 && inLine(t, dsn, "w") })
 	looks, releases := st.looks.Load(), st.releases.Load()
 	s.Give(h) // the clock stands still: no look is due
@@ -831,14 +837,7 @@ func TestSeatsGivenBackAtOnceAreHandedOverOneForEachCallWaiting(t *testing.T) {
 		}
 		held = append(held, h)
 	}
-	got := make(chan *Held, 1)
-	go func() {
-		h, err := s.Take(context.Background(), time.Time{}, 3, "waiting")
-		if err != nil {
-			t.Error(err)
-		}
-		got <- h
-	}()
+	got := takeLater(t, s, "waiting")
 	pollUntil(t, clock, "a call waiting, in line", func() bool { return s.waiters() == 1 && inLine(t, dsn, "w") })
 	var wg sync.WaitGroup
 	for _, h := range held {
