@@ -336,10 +336,17 @@ func (s *Shared) poll() {
 			}
 			return
 		}
+		if len(s.waiting) <= s.handing {
+			// Each waiter has a seat handed over to it under way: a look now would take a
+			// seat for nobody, and release it after. The handover kicks when it is done.
+			s.mu.Unlock()
+			s.pause(sharedPoll)
+			continue
+		}
 		s.mu.Unlock()
 		s.readFleetTurns()
 		s.mu.Lock()
-		if len(s.waiting) == 0 {
+		if len(s.waiting) <= s.handing {
 			s.mu.Unlock()
 			continue
 		}
@@ -364,15 +371,19 @@ func (s *Shared) poll() {
 		wait := s.nextLookLocked(ok)
 		s.mu.Unlock()
 		if wait > 0 {
-			t := s.clock.NewTimer(wait)
-			select {
-			case <-t.Chan():
-			case <-s.kick:
-				t.Stop()
-			case <-s.freed:
-				t.Stop()
-			}
+			s.pause(wait)
 		}
+	}
+}
+
+// pause waits wait, or less when the poller is kicked or a seat is freed.
+func (s *Shared) pause(wait time.Duration) {
+	t := s.clock.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.Chan():
+	case <-s.kick:
+	case <-s.freed:
 	}
 }
 
@@ -566,6 +577,8 @@ func (s *Shared) handOver(id string, best *sharedWaiter, ask store.SeatWaiter) b
 		s.grantLocked(best, next, until)
 		// Served, the call left the fleet's line, and this replica with it: its next call
 		// waiting stands there at once, as after a look that found a seat, not at the next poll.
+		// (Not served, the call stands in line as after a look, and the poller, which let it
+		// be while the handover was under way, looks again at its next poll or notice.)
 		if len(s.waiting) > 0 {
 			select {
 			case s.kick <- struct{}{}:

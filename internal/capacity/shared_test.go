@@ -239,6 +239,13 @@ func (w *sharedWaiters) wait(name string, ask Ask, waiters int) {
 	})
 }
 
+// lookCount is how many looks s has begun.
+func (s *Shared) lookCount() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.looks
+}
+
 // lookedForAll says whether a look began after each waiter came.
 func (s *Shared) lookedForAll() bool {
 	s.mu.Lock()
@@ -448,6 +455,13 @@ func TestSharedSeatKeysTakeTurnsAcrossTheFleet(t *testing.T) {
 			t.Fatalf("not within 10s: served %v, then nobody", order)
 		}
 		order = append(order, g.name)
+		if g.name == "busy-a" {
+			// A look of b's under way may have read the fleet's turns before busy-a's seat
+			// moved busy's on (a replica picks its call with the turns of its latest look):
+			// busy-a's seat goes back once b's next look has begun, after it.
+			looked := b.lookCount()
+			testkit.WaitFor(t, 10*time.Second, "a look of b's after busy-a's seat", func() bool { return b.lookCount() > looked })
+		}
 		g.s.Give(g.h)
 	}
 	if want := []string{"busy-a", "quiet-b", "busy-b"}; !slices.Equal(order, want) {
