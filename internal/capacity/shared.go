@@ -336,9 +336,10 @@ func (s *Shared) poll() {
 			}
 			return
 		}
-		if len(s.waiting) <= s.handing {
+		if s.unservedLocked() <= 0 {
 			// Each waiter has a seat handed over to it under way: a look now would take a
-			// seat for nobody, and release it after. The handover kicks when it is done.
+			// seat for nobody, and release it after. A handover that serves kicks the poller
+			// when calls still wait; one that does not leaves its call to the next poll.
 			s.mu.Unlock()
 			s.pause(sharedPoll)
 			continue
@@ -346,7 +347,7 @@ func (s *Shared) poll() {
 		s.mu.Unlock()
 		s.readFleetTurns()
 		s.mu.Lock()
-		if len(s.waiting) <= s.handing {
+		if s.unservedLocked() <= 0 {
 			s.mu.Unlock()
 			continue
 		}
@@ -375,6 +376,10 @@ func (s *Shared) poll() {
 		}
 	}
 }
+
+// unservedLocked counts the waiters no handover under way is for (less than none when waiters
+// left while seats were being handed over to them).
+func (s *Shared) unservedLocked() int { return len(s.waiting) - s.handing }
 
 // pause waits wait, or less when the poller is kicked or a seat is freed.
 func (s *Shared) pause(wait time.Duration) {
@@ -548,7 +553,7 @@ func (s *Shared) Give(h *Held) {
 	until := h.until
 	var best *sharedWaiter
 	var ask store.SeatWaiter
-	if s.hand != nil && len(s.waiting) > s.handing { // seats given back at once each go to another waiter
+	if s.hand != nil && s.unservedLocked() > 0 { // seats given back at once each go to another waiter
 		best, ask = s.askLocked()
 		s.handing++
 	}
