@@ -903,3 +903,116 @@ func TestACallThatComesBehindOthersWaitingHoldsNoLocalSeatWhileItWaits(t *testin
 	close(gated.open)
 	w.servedInOrder("first", "second")
 }
+
+// lostHandovers hands seats over in the storage once its gate opens, then loses the answer.
+type lostHandovers struct {
+	*postgres.Store
+	open chan struct{}
+}
+
+func (l *lostHandovers) HandOverSeat(pool, seat, next, worker string, limit int, lease time.Duration, w store.SeatWaiter) (bool, error) {
+	<-l.open
+	if _, err := l.Store.HandOverSeat(pool, seat, next, worker, limit, lease, w); err != nil {
+		return false, err
+	}
+	return false, errors.New("the handover's answer was lost")
+}
+
+// handingOver counts s's handovers under way.
+func (s *Shared) handingOver() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.handing
+}
+
+// asking counts the calls asking s for a seat, waiting or making their one look.
+func (s *Shared) asking() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.waiting)
+}
+
+// isPolling says whether s's poller runs.
+func (s *Shared) isPolling() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.polling
+}
+
+// A handover whose answer was lost leaves no place in the fleet's line: replica a gives its seat
+// back while its u=7 call waits, and the handover stands that call in line (the seat is due to
+// b's u=0 call); meanwhile a's call left and a's poller ended, out of the line. Before, the
+// place the lost handover stood stayed in the line, holding back the fleet's calls behind it
+// for a second, and for good had the replica kept looking.
+func TestAHandoverWhoseAnswerWasLostLeavesNoPlaceInTheLine(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	dsn := pgtest.Database(t)
+	lost := &lostHandovers{Store: openSeats(t, dsn, clock), open: make(chan struct{})}
+	a, b := newReplicaShared(lost, clock, time.Minute, "a"), newReplicaShared(openSeats(t, dsn, clock), clock, time.Minute, "b")
+	h, err := a.Take(context.Background(), time.Time{}, 3, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := newFleetCalls(t, clock, dsn)
+	calls.wait("urgent", b, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	go func() {
+		_, err := a.Take(ctx, time.Time{}, 7, "batch")
+		left <- err
+	}()
+	pollUntil(t, clock, "a's call in the fleet's line", func() bool { return a.waiters() == 1 && inLine(t, dsn, "a") })
+	gave := make(chan struct{})
+	go func() {
+		a.Give(h)
+		close(gave)
+	}()
+	testkit.WaitFor(t, 5*time.Second, "a's handover under way", func() bool { return a.handingOver() == 1 })
+	cancel()
+	if err := testkit.Receive(t, left, "a's call leaving"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a's call left with %v", err)
+	}
+	pollUntil(t, clock, "a's poller ended, out of the line", func() bool { return !a.isPolling() && !inLine(t, dsn, "a") })
+	close(lost.open)
+	<-gave
+	if order := calls.served(1); order[0] != "urgent" {
+		t.Fatalf("served %v", order)
+	}
+	testkit.WaitFor(t, 10*time.Second, "a out of the line again after its lost handover", func() bool { return !inLine(t, dsn, "a") })
+}
+
+// A call only making its one look for a shared seat, nobody waiting for one here, does not
+// count as waiting: a call that comes meanwhile makes its one look too, holding its local seat,
+// rather than give that back and wait behind a call that is not waiting. Here both looks hang at
+// the gate. Before, the second call counted the first as waiting and gave its local seat back.
+func TestACallMakingItsOneLookDoesNotCountAsWaiting(t *testing.T) {
+	w := newSharedWaiters(t, 2)
+	gated := &gatedSeats{ownTurns: ownTurns{w.st, w.st, w.st}, open: make(chan struct{})}
+	w.shared.Store(newTestShared(gated, w.clock, time.Minute))
+	gated.shut.Store(true)
+	for i, name := range []string{"first", "second"} {
+		go func() {
+			s, err := w.p.Acquire(context.Background(), Ask{Scope: name, Since: w.clock.Now()}, 0)
+			if err != nil {
+				w.t.Error(err)
+			}
+			w.seats <- namedSeat{name, s}
+		}()
+		// Its local seat held through its look: it asked for a shared seat holding it.
+		testkit.WaitFor(t, 5*time.Second, name+" asking for a shared seat, holding its local seat", func() bool {
+			return w.shared.Load().asking() == i+1 && w.p.Snapshot().InUse == i+1
+		})
+	}
+	if n := w.shared.Load().waiters(); n != 0 {
+		t.Fatalf("%d calls counted as waiting for a shared seat; want none: both are making their one look", n)
+	}
+	gated.shut.Store(false)
+	close(gated.open)
+	if err := w.st.ReleaseSeat("test", "other"); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		pollUntil(t, w.clock, "a call served", func() bool { return len(w.seats) > 0 })
+		(<-w.seats).s.Release(Sample{})
+	}
+}
