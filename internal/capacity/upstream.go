@@ -55,7 +55,19 @@ func (u *Upstream) Configure(cfg Config, watch *WatchConfig, shared int) {
 	if stopped != nil {
 		stopped.Close()
 	}
-	u.Seats.Configure(cfg)
+	u.Seats.Configure(sharedFloor(cfg, shared))
+}
+
+// sharedFloor is the local config cfg under `shared N` (0: none): an adaptive limit goes no
+// lower than N (nor above its Max). A replica may win any of the N seats, and a call that won
+// one takes a local seat next: below N the local limit held the fleet's seat idle while the call
+// waited for one of its replica's calls to end (docs/capacity.md, "Sizing limit against
+// shared"). The shared seats bound the model server's load; a fixed limit is the operator's.
+func sharedFloor(cfg Config, shared int) Config {
+	if cfg.Auto && shared > 0 {
+		cfg.Min = max(cfg.Min, min(shared, cfg.Max))
+	}
+	return cfg
 }
 
 // Watching reports whether the upstream's model server's metrics are read.
