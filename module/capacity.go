@@ -22,7 +22,8 @@ type CapacityConfig struct {
 	// 429 or 503 or times out.
 	Auto bool `json:"auto,omitempty"`
 
-	// Min and Max bound an adaptive limit. Defaults: 1 and 64.
+	// Min and Max bound an adaptive limit. Defaults: 1 and 64. Under Shared the limit adapts
+	// no lower than Shared (nor above Max): docs/capacity.md, "Sizing limit against shared".
 	Min int `json:"min,omitempty"`
 	Max int `json:"max,omitempty"`
 

@@ -113,10 +113,15 @@ func NewAdaptive(lo, hi int) *Adaptive {
 	return a
 }
 
-// Bound sets the range, moving the limit into it.
+// Bound sets the range, moving the limit into it, and the limit a floor probe under way goes
+// back to when it ends: a reload (or `shared N` raising the minimum) during a probe would else
+// see the probe end on a limit outside the new range.
 func (a *Adaptive) Bound(lo, hi int) {
 	a.min, a.max = float64(lo), float64(hi)
 	a.limit = min(max(a.limit, a.min), a.max)
+	if a.probe.left > 0 {
+		a.probe.saved = min(max(a.probe.saved, a.min), a.max)
+	}
 }
 
 // Current is the limit now.

@@ -48,7 +48,7 @@ type Waiter struct {
 }
 
 // Config is how many seats a pool has: Limit, or with Auto a limit that adapts between Min and
-// Max (docs/capacity.md).
+// Max (docs/capacity.md; under `shared N`, Upstream.Configure raises Min to N: sharedFloor).
 type Config struct {
 	Limit    int
 	Auto     bool

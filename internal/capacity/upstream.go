@@ -95,7 +95,8 @@ func (u *Upstream) SharedSeats() *Shared {
 }
 
 // UseShared makes the upstream take its shared seats from s, limit at a time (nil: none), in
-// place of those its storage would give it.
+// place of those its storage would give it. For tests: the local limit is left as configured
+// (Configure raises an adaptive one's minimum to `shared N`: sharedFloor).
 func (u *Upstream) UseShared(s *Shared, limit int) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
