@@ -45,6 +45,7 @@ type Shared struct {
 	looks    uint64          // looks begun
 	polling  bool            // the poller runs while anyone waits
 	inLine   bool            // a look or a handover may have stood a call of this replica in the fleet's line
+	stood    uint64          // handovers that may have stood a call in line, answered so far
 	handing  int             // handovers under way, each for one of the waiters
 	held     map[string]*Held
 	renewing bool // the renewer runs while any seat is held
@@ -352,7 +353,7 @@ func (s *Shared) poll() {
 			continue
 		}
 		s.looks++
-		look := s.looks
+		look, stood := s.looks, s.stood
 		best, ask := s.askLocked()
 		s.mu.Unlock()
 		// The storage leases the seat on its own clock from when it takes it; this replica
@@ -365,6 +366,12 @@ func (s *Shared) poll() {
 		switch {
 		case ok:
 			s.grantLocked(best, id, until)
+			// A look that takes a seat takes this replica's place out of the line with it. A
+			// handover answered meanwhile may have stood a place after it, so the replica counts
+			// as in line still; one answered later says so itself.
+			if s.stood == stood {
+				s.inLine = false
+			}
 		default:
 			s.inLine = true
 			s.failCoveredLocked(look, err)
@@ -592,6 +599,7 @@ func (s *Shared) handOver(id string, best *sharedWaiter, ask store.SeatWaiter) b
 		}
 	case s.polling:
 		s.inLine = true // the place it may have stood: the poller leaves the line once nobody waits
+		s.stood++
 	default: // nobody waits any more, and the poller has ended: the place stood is nobody's
 		go s.leaveLine()
 	}

@@ -661,7 +661,12 @@ func TestSharedSeatFreedByAnotherReplicaIsTakenAtOnce(t *testing.T) {
 // countedSeats counts what a replica asks of its PostgreSQL store for shared seats.
 type countedSeats struct {
 	*postgres.Store
-	looks, releases, handovers atomic.Int64
+	looks, releases, handovers, withdrawals atomic.Int64
+}
+
+func (c *countedSeats) WithdrawWaiter(pool, worker string) error {
+	c.withdrawals.Add(1)
+	return c.Store.WithdrawWaiter(pool, worker)
 }
 
 func (c *countedSeats) AcquireSeat(pool, seat, worker string, limit int, lease time.Duration, w store.SeatWaiter) (bool, error) {
@@ -905,7 +910,7 @@ func TestACallThatComesBehindOthersWaitingHoldsNoLocalSeatWhileItWaits(t *testin
 }
 
 // lostHandovers hands seats over in the storage once its gate opens, then loses the answer; it
-// counts the withdrawals from the line asked for after the gate opened.
+// counts the withdrawals from the line asked for after the gate opened, once each is done.
 type lostHandovers struct {
 	*postgres.Store
 	open      chan struct{}
@@ -913,12 +918,17 @@ type lostHandovers struct {
 }
 
 func (l *lostHandovers) WithdrawWaiter(pool, worker string) error {
+	opened := false
 	select {
 	case <-l.open:
-		l.withdrawn.Add(1)
+		opened = true
 	default:
 	}
-	return l.Store.WithdrawWaiter(pool, worker)
+	err := l.Store.WithdrawWaiter(pool, worker)
+	if opened {
+		l.withdrawn.Add(1) // once done, so the test reads the line after it
+	}
+	return err
 }
 
 func (l *lostHandovers) HandOverSeat(pool, seat, next, worker string, limit int, lease time.Duration, w store.SeatWaiter) (bool, error) {
@@ -1033,4 +1043,37 @@ func TestACallMakingItsOneLookDoesNotCountAsWaiting(t *testing.T) {
 			g.s.Release(Sample{})
 		}
 	}
+}
+
+// A look that takes a seat takes the replica's place out of the fleet's line with it: once its
+// call is served and nobody else waits, the replica asks the storage for nothing more. Before,
+// the replica counted as in line still, and withdrew a place that was no longer there.
+func TestALookThatTakesASeatLeavesNothingToWithdraw(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	dsn := pgtest.Database(t)
+	st := &countedSeats{Store: openSeats(t, dsn, clock)}
+	heldByOther(t, st.Store)
+	s := newTestShared(st, clock, time.Minute)
+	got := takeLater(t, s, "k")
+	pollUntil(t, clock, "the call in the fleet's line", func() bool { return s.waiters() == 1 && inLine(t, dsn, "w") })
+	if err := st.ReleaseSeat("test", "other"); err != nil {
+		t.Fatal(err)
+	}
+	var h *Held
+	pollUntil(t, clock, "the call served", func() bool {
+		select {
+		case h = <-got:
+			return true
+		default:
+			return false
+		}
+	})
+	pollUntil(t, clock, "the poller ended", func() bool { return !s.isPolling() })
+	if inLine(t, dsn, "w") {
+		t.Fatal("the replica stands in the fleet's line after its one call was served")
+	}
+	if n := st.withdrawals.Load(); n != 0 {
+		t.Fatalf("%d withdrawals from the line after the look that served took the place out; want none", n)
+	}
+	s.Give(h)
 }
