@@ -239,12 +239,15 @@ func (w *sharedWaiters) wait(name string, ask Ask, waiters int) {
 	})
 }
 
-// lookCount is how many looks s has begun.
-func (s *Shared) lookCount() uint64 {
+// locked reads what read reads of s under its lock.
+func locked[T any](s *Shared, read func() T) T {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.looks
+	return read()
 }
+
+// lookCount is how many looks s has begun.
+func (s *Shared) lookCount() uint64 { return locked(s, func() uint64 { return s.looks }) }
 
 // lookedForAll says whether a look began after each waiter came.
 func (s *Shared) lookedForAll() bool {
@@ -732,18 +735,29 @@ func TestASeatGivenBackWhileTheReplicasCallsWaitIsHandedOverInOneStep(t *testing
 	}
 }
 
-// A seat handed over goes to the fleet's better call on another replica when there is one: the
-// replica that gives it back has a u=7 call waiting, another replica a u=0 call; the u=0 call
-// gets the seat, and the u=7 call the next. Once nobody waits, neither replica stands in line.
-func TestASeatHandedOverGoesToTheFleetsBetterCallOnAnotherReplica(t *testing.T) {
-	clock := clockwork.NewFakeClockAt(time.Now())
-	dsn := pgtest.Database(t)
-	stA := &countedSeats{Store: openSeats(t, dsn, clock)}
-	a, b := newReplicaShared(stA, clock, time.Minute, "a"), newReplicaShared(openSeats(t, dsn, clock), clock, time.Minute, "b")
+// twoReplicas makes replicas a, its store wrapped by wrap, and b of pool "test" (`shared 1`)
+// on one database, on a fake clock; a holds the seat, h.
+func twoReplicas(t *testing.T, wrap func(*postgres.Store) store.SharedSeats) (clock *clockwork.FakeClock, dsn string, a, b *Shared, h *Held) {
+	clock = clockwork.NewFakeClockAt(time.Now())
+	dsn = pgtest.Database(t)
+	a = newReplicaShared(wrap(openSeats(t, dsn, clock)), clock, time.Minute, "a")
+	b = newReplicaShared(openSeats(t, dsn, clock), clock, time.Minute, "b")
 	h, err := a.Take(context.Background(), time.Time{}, 3, "first")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return clock, dsn, a, b, h
+}
+
+// A seat handed over goes to the fleet's better call on another replica when there is one: the
+// replica that gives it back has a u=7 call waiting, another replica a u=0 call; the u=0 call
+// gets the seat, and the u=7 call the next. Once nobody waits, neither replica stands in line.
+func TestASeatHandedOverGoesToTheFleetsBetterCallOnAnotherReplica(t *testing.T) {
+	var stA *countedSeats
+	clock, dsn, a, b, h := twoReplicas(t, func(st *postgres.Store) store.SharedSeats {
+		stA = &countedSeats{Store: st}
+		return stA
+	})
 	calls := newFleetCalls(t, clock, dsn)
 	calls.wait("batch", a, 7)
 	calls.wait("urgent", b, 0)
@@ -940,25 +954,13 @@ func (l *lostHandovers) HandOverSeat(pool, seat, next, worker string, limit int,
 }
 
 // handingOver counts s's handovers under way.
-func (s *Shared) handingOver() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.handing
-}
+func (s *Shared) handingOver() int { return locked(s, func() int { return s.handing }) }
 
 // asking counts the calls asking s for a seat, waiting or making their one look.
-func (s *Shared) asking() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.waiting)
-}
+func (s *Shared) asking() int { return locked(s, func() int { return len(s.waiting) }) }
 
 // isPolling says whether s's poller runs.
-func (s *Shared) isPolling() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.polling
-}
+func (s *Shared) isPolling() bool { return locked(s, func() bool { return s.polling }) }
 
 // A handover whose answer was lost leaves no place in the fleet's line: replica a gives its seat
 // back while its u=7 call waits, and the handover stands that call in line (the seat is due to
@@ -966,14 +968,11 @@ func (s *Shared) isPolling() bool {
 // place the lost handover stood stayed in the line, holding back the fleet's calls behind it
 // for a second, and for good had the replica kept looking.
 func TestAHandoverWhoseAnswerWasLostLeavesNoPlaceInTheLine(t *testing.T) {
-	clock := clockwork.NewFakeClockAt(time.Now())
-	dsn := pgtest.Database(t)
-	lost := &lostHandovers{Store: openSeats(t, dsn, clock), open: make(chan struct{})}
-	a, b := newReplicaShared(lost, clock, time.Minute, "a"), newReplicaShared(openSeats(t, dsn, clock), clock, time.Minute, "b")
-	h, err := a.Take(context.Background(), time.Time{}, 3, "first")
-	if err != nil {
-		t.Fatal(err)
-	}
+	var lost *lostHandovers
+	clock, dsn, a, b, h := twoReplicas(t, func(st *postgres.Store) store.SharedSeats {
+		lost = &lostHandovers{Store: st, open: make(chan struct{})}
+		return lost
+	})
 	calls := newFleetCalls(t, clock, dsn)
 	calls.wait("urgent", b, 0)
 	ctx, cancel := context.WithCancel(context.Background())
