@@ -364,7 +364,7 @@ func (s *Shared) poll() {
 		ok, err := s.st.AcquireSeat(s.name, id, s.worker, int(s.limit.Load()), s.lease, ask)
 		s.mu.Lock()
 		switch {
-		case ok:
+		case ok && err == nil: // taken and committed: an answer with an error may have been rolled back
 			s.grantLocked(best, id, until)
 			// A look that takes a seat takes this replica's place out of the line with it. A
 			// handover answered meanwhile may have stood a place after it, so the replica counts

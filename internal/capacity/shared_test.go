@@ -644,14 +644,7 @@ func TestSharedSeatFreedByAnotherReplicaIsTakenAtOnce(t *testing.T) {
 	other, mine := openSeats(t, dsn, clock), openSeats(t, dsn, clock)
 	heldByOther(t, other)
 	s := newTestShared(mine, clock, time.Minute)
-	answer := make(chan error, 1)
-	go func() {
-		seat, err := s.Take(context.Background(), time.Time{}, 3, "k")
-		if err == nil {
-			s.Give(seat)
-		}
-		answer <- err
-	}()
+	answer := takeAndGive(s, "k")
 	testkit.WaitFor(t, 10*time.Second, "the first look, which finds the seat held", func() bool { return inLine(t, dsn, "w") })
 	if err := other.ReleaseSeat("test", "other"); err != nil {
 		t.Fatal(err)
@@ -668,7 +661,7 @@ type countedSeats struct {
 }
 
 func (c *countedSeats) WithdrawWaiter(pool, worker string) error {
-	c.withdrawals.Add(1)
+	defer c.withdrawals.Add(1) // once done, so that a test reads the line after it
 	return c.Store.WithdrawWaiter(pool, worker)
 }
 
@@ -685,6 +678,20 @@ func (c *countedSeats) ReleaseSeat(pool, seat string) error {
 func (c *countedSeats) HandOverSeat(pool, seat, next, worker string, limit int, lease time.Duration, w store.SeatWaiter) (bool, error) {
 	c.handovers.Add(1)
 	return c.Store.HandOverSeat(pool, seat, next, worker, limit, lease, w)
+}
+
+// takeAndGive asks s for a seat for a call of key, with no deadline, gives it back at once, and
+// returns the answer.
+func takeAndGive(s *Shared, key string) <-chan error {
+	answer := make(chan error, 1)
+	go func() {
+		h, err := s.Take(context.Background(), time.Time{}, 3, key)
+		if err == nil {
+			s.Give(h)
+		}
+		answer <- err
+	}()
+	return answer
 }
 
 // takeLater asks s for a seat for a call of key, with no deadline, and returns where it comes.
@@ -733,6 +740,16 @@ func TestASeatGivenBackWhileTheReplicasCallsWaitIsHandedOverInOneStep(t *testing
 	if n := pgtest.Count(t, dsn, `SELECT count(*) FROM seats WHERE pool = 'test'`); n != 0 {
 		t.Fatalf("%d seats held after both calls gave theirs back", n)
 	}
+}
+
+// replicaBehindOther makes replica "w" of pool "test" (`shared 1`), its store wrapped by wrap,
+// on a fake clock, the one seat held by another replica.
+func replicaBehindOther(t *testing.T, wrap func(*postgres.Store) store.SharedSeats) (*clockwork.FakeClock, string, *Shared) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	dsn := pgtest.Database(t)
+	st := openSeats(t, dsn, clock)
+	heldByOther(t, st)
+	return clock, dsn, newTestShared(wrap(st), clock, time.Minute)
 }
 
 // twoReplicas makes replicas a, its store wrapped by wrap, and b of pool "test" (`shared 1`)
@@ -1048,11 +1065,11 @@ func TestACallMakingItsOneLookDoesNotCountAsWaiting(t *testing.T) {
 // call is served and nobody else waits, the replica asks the storage for nothing more. Before,
 // the replica counted as in line still, and withdrew a place that was no longer there.
 func TestALookThatTakesASeatLeavesNothingToWithdraw(t *testing.T) {
-	clock := clockwork.NewFakeClockAt(time.Now())
-	dsn := pgtest.Database(t)
-	st := &countedSeats{Store: openSeats(t, dsn, clock)}
-	heldByOther(t, st.Store)
-	s := newTestShared(st, clock, time.Minute)
+	var st *countedSeats
+	clock, dsn, s := replicaBehindOther(t, func(pg *postgres.Store) store.SharedSeats {
+		st = &countedSeats{Store: pg}
+		return st
+	})
 	got := takeLater(t, s, "k")
 	pollUntil(t, clock, "the call in the fleet's line", func() bool { return s.waiters() == 1 && inLine(t, dsn, "w") })
 	if err := st.ReleaseSeat("test", "other"); err != nil {
@@ -1075,4 +1092,94 @@ func TestALookThatTakesASeatLeavesNothingToWithdraw(t *testing.T) {
 		t.Fatalf("%d withdrawals from the line after the look that served took the place out; want none", n)
 	}
 	s.Give(h)
+}
+
+// gatedLooks holds a look's answer, once its transaction is done, until open is closed; it
+// counts the withdrawals done.
+type gatedLooks struct {
+	countedSeats
+	armed  atomic.Bool
+	looked chan bool
+	open   chan struct{}
+}
+
+func (g *gatedLooks) AcquireSeat(pool, seat, worker string, limit int, lease time.Duration, w store.SeatWaiter) (bool, error) {
+	ok, err := g.countedSeats.AcquireSeat(pool, seat, worker, limit, lease, w)
+	if g.armed.CompareAndSwap(true, false) {
+		g.looked <- ok
+		<-g.open
+	}
+	return ok, err
+}
+
+// A handover answered while a look that took a seat is under way, which committed after the
+// look and stood a place, keeps the replica in line: once nobody waits, it withdraws. With
+// `shared 2`, a's call x takes the free seat by a look whose answer is held; b's u=0 call then
+// stands in line, and a gives its other seat back: the handover for x is not served (b's call
+// is ahead) and stands a's place, after the look's commit.
+func TestAHandoverAnsweredDuringALookThatTookASeatKeepsThePlace(t *testing.T) {
+	var g *gatedLooks
+	clock, dsn, a, b, h := twoReplicas(t, func(st *postgres.Store) store.SharedSeats {
+		g = &gatedLooks{countedSeats: countedSeats{Store: st}, looked: make(chan bool, 1), open: make(chan struct{})}
+		return g
+	})
+	a.SetLimit(2)
+	b.SetLimit(2)
+	g.armed.Store(true)
+	got := takeLater(t, a, "x")
+	if ok := testkit.Receive(t, g.looked, "a's look, held after its commit"); !ok {
+		t.Fatal("a's look took no seat")
+	}
+	calls := newFleetCalls(t, clock, dsn)
+	calls.wait("urgent", b, 0)
+	a.Give(h)
+	if !inLine(t, dsn, "a") {
+		t.Fatal("the handover stood no place for a")
+	}
+	close(g.open)
+	hx := testkit.Receive(t, got, "x served by the look")
+	pollUntil(t, clock, "a's poller ended", func() bool { return !a.isPolling() })
+	testkit.WaitFor(t, 5*time.Second, "a withdrawing the place the handover stood", func() bool { return g.withdrawals.Load() == 1 })
+	if inLine(t, dsn, "a") {
+		t.Fatal("a stands in line with nobody waiting")
+	}
+	a.Give(hx)
+	calls.served(1)
+}
+
+// servedButFailed answers one look "taken" with an error, having written nothing: a commit that
+// failed after the statement's row was read.
+type servedButFailed struct {
+	countedSeats
+	armed atomic.Bool
+}
+
+func (f *servedButFailed) AcquireSeat(pool, seat, worker string, limit int, lease time.Duration, w store.SeatWaiter) (bool, error) {
+	if f.armed.CompareAndSwap(true, false) {
+		return true, errors.New("the commit failed after the row was read")
+	}
+	return f.countedSeats.AcquireSeat(pool, seat, worker, limit, lease, w)
+}
+
+// A look answered "taken" with an error took nothing: its call gets the storage's error, not a
+// seat nobody holds, and the replica still counts as in line, so it withdraws the place an
+// earlier look stood. Before, the call was given the seat, and the place stayed.
+func TestALookAnsweredTakenWithAnErrorTookNothing(t *testing.T) {
+	var st *servedButFailed
+	clock, dsn, s := replicaBehindOther(t, func(pg *postgres.Store) store.SharedSeats {
+		st = &servedButFailed{countedSeats: countedSeats{Store: pg}}
+		return st
+	})
+	answer := takeAndGive(s, "k")
+	pollUntil(t, clock, "the call in the fleet's line", func() bool { return s.waiters() == 1 && inLine(t, dsn, "w") })
+	st.armed.Store(true)
+	pollUntil(t, clock, "the call answered", func() bool { return len(answer) > 0 })
+	if err := <-answer; err == nil || errors.Is(err, ErrNoSeat) {
+		t.Fatalf("the call's answer: %v; want the storage's error", err)
+	}
+	pollUntil(t, clock, "the poller ended", func() bool { return !s.isPolling() })
+	testkit.WaitFor(t, 5*time.Second, "the replica withdrawing its place", func() bool { return st.withdrawals.Load() == 1 })
+	if inLine(t, dsn, "w") {
+		t.Fatal("the replica stands in line with nobody waiting")
+	}
 }
