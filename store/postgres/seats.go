@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -90,6 +91,7 @@ func (s *Store) acquireSeat(pool, freed, seat, worker string, limit int, lease t
 	err := s.query(func(ctx context.Context, db querier) error {
 		got = false
 		var look pgx.Batch
+		look.Queue(`SELECT set_config('lock_timeout', $1, true)`, lookLockTimeout(s.opts.Timeout))
 		look.Queue(`SELECT pg_advisory_xact_lock($1, hashtext($2))`, seatLockClass, pool)
 		if freed != "" {
 			look.Queue(`DELETE FROM seats WHERE pool = $1 AND seat = $2`, pool, freed)
@@ -101,6 +103,15 @@ func (s *Store) acquireSeat(pool, freed, seat, worker string, limit int, lease t
 		return s.pool.SendBatch(ctx, &look).Close()
 	})
 	return got, err
+}
+
+// lookLockTimeout is how long a look waits for the pool's lock, and for any row it writes
+// (PostgreSQL's lock_timeout, in milliseconds, for the look's transaction only): half the call's
+// timeout. The replica stops waiting for an answer at the call's timeout, while PostgreSQL would
+// run the look on once it got the lock and commit it, a place stood or a seat taken that the
+// replica counts as not done; a look aborted by the server first has done nothing.
+func lookLockTimeout(call time.Duration) string {
+	return strconv.FormatInt(max(call/2, time.Millisecond).Milliseconds(), 10)
 }
 
 // takeSeatSQL decides a look (acquireSeat) in one statement, under the pool's lock: $1 pool, $2

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mulligan-gw/mulligan/internal/testkit"
 	"github.com/mulligan-gw/mulligan/store"
+	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
 	"github.com/mulligan-gw/mulligan/store/storetest"
 )
 
@@ -142,5 +143,42 @@ func TestSeatTurnsAreTheFleetsAndForgottenByTheSweep(t *testing.T) {
 	}
 	if ago, _ := b.SeatTurnsAgo("model", []string{"key:acme", store.SeatNewcomers}); len(ago) != 1 {
 		t.Fatalf("after the sweep: %v; want the newcomers' turn only", ago)
+	}
+}
+
+// A look given up on does nothing after: another session holds the pool's lock past the look's
+// call timeout (1s), and PostgreSQL aborts the look at its lock_timeout (half the call's) before
+// the replica stops waiting. Before, the replica was answered an error at its timeout, and the
+// look, waiting on for the lock, was canceled only by the cancel request pgx sends when the
+// call's context ends: when the lock came free first, the look took the seat and committed (3
+// runs in 10), a seat, or a place in the line, that the replica counted as not taken.
+func TestALookGivenUpOnDoesNothingAfter(t *testing.T) {
+	dsn := pgtest.Database(t)
+	st, other := openTest(t, dsn, Options{Timeout: time.Second}), openTest(t, dsn, Options{})
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, seatLockClass, "model"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := st.AcquireSeat("model", "given-up", "A", 1, time.Minute, store.SeatWaiter{}); err == nil {
+		t.Fatalf("a look answered %v while the pool's lock was held past its timeout", ok)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Any look still waiting for the lock gets it before this one, which waits behind it.
+	if _, err := other.AcquireSeat("model", "after", "B", 2, time.Minute, store.SeatWaiter{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := pgtest.Count(t, dsn, `SELECT count(*) FROM seats WHERE pool = 'model' AND seat = 'given-up'`); n != 0 {
+		t.Fatal("the look given up on took its seat once the lock was free")
 	}
 }
