@@ -1,12 +1,16 @@
 package module
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -150,9 +154,12 @@ http://127.0.0.1:%d {
 `, g.admin, g.dir, g.globals, g.port, g.site, g.dir, mulliganBody, strings.TrimPrefix(g.upstream.URL, "http://")))
 }
 
-// reload loads a new config through Caddy's admin API, as an operator would.
+// reload loads a new config through Caddy's admin API, as an operator would, and returns once
+// the old config's server accepts no more connections.
 func (g *gateway) reload(mulliganBody string) {
 	g.t.Helper()
+	old := g.idleConn()
+	defer old.Close()
 	resp, err := http.Post("http://"+g.admin+"/load", "application/json", bytes.NewReader(g.config(mulliganBody)))
 	if err != nil {
 		g.t.Fatal(err)
@@ -162,10 +169,40 @@ func (g *gateway) reload(mulliganBody string) {
 		b, _ := io.ReadAll(resp.Body)
 		g.t.Fatalf("reload: %d %s", resp.StatusCode, b)
 	}
+	// Caddy answers the load once the old servers' shutdowns have begun, not once they stopped
+	// accepting: a connection dialed at once could still be accepted, and served, by the old
+	// config (seen in CI: an operation accepted without the reload's max_per_scope). A server
+	// shutting down closes its listeners, then its idle connections: once the old server closed
+	// the idle one it served, every new connection is the new config's.
+	_ = old.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := old.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
+		g.t.Fatal("the old config's server still holds its idle connection 10s after the reload")
+	}
 	// A kept-alive connection still leads to the old config's server, which is closing it: the
 	// next request dials the new one.
 	g.client.CloseIdleConnections()
 	g.reloaded.Store(time.Now().UnixNano())
+}
+
+// idleConn is a connection to the gateway's server, left idle after one request: the server that
+// accepted it closes it when it shuts down.
+func (g *gateway) idleConn() net.Conn {
+	g.t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(g.base, "http://"))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", g.base+pathLive, nil)
+	if err := req.Write(conn); err != nil {
+		g.t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return conn
 }
 
 // handoverWindow is how long after a reload a request may still meet the old config's closing
