@@ -362,9 +362,10 @@ func (s *Shared) poll() {
 		id, until := s.newID(now), now.Add(s.lease)
 		// A seat taken whose answer was lost (err) is held by no call: it lapses unrenewed.
 		ok, err := s.st.AcquireSeat(s.name, id, s.worker, int(s.limit.Load()), s.lease, ask)
+		taken := ok && err == nil // an answer "taken" with an error may have been rolled back
 		s.mu.Lock()
 		switch {
-		case ok && err == nil: // taken and committed: an answer with an error may have been rolled back
+		case taken:
 			s.grantLocked(best, id, until)
 			// A look that takes a seat takes this replica's place out of the line with it. A
 			// handover answered meanwhile may have stood a place after it, so the replica counts
@@ -376,7 +377,7 @@ func (s *Shared) poll() {
 			s.inLine = true
 			s.failCoveredLocked(look, err)
 		}
-		wait := s.nextLookLocked(ok)
+		wait := s.nextLookLocked(taken)
 		s.mu.Unlock()
 		if wait > 0 {
 			s.pause(wait)
