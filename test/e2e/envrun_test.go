@@ -51,7 +51,7 @@ func newSidecarProcess(t *testing.T, env ...string) *sidecarProcess {
 		"MULLIGAN_DATA_DIR="+filepath.Join(p.dataDir, "badger"),
 	)
 	s.env = append(s.env, env...)
-	t.Cleanup(p.kill)
+	t.Cleanup(p.cleanup)
 	return s
 }
 

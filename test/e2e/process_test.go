@@ -72,7 +72,7 @@ func newGatewayProcess(t *testing.T, upstream, mulliganBody string, globals ...s
 	if err := os.WriteFile(filepath.Join(dataDir, "Caddyfile"), []byte(cf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.kill)
+	t.Cleanup(p.cleanup)
 	return p
 }
 
@@ -102,6 +102,21 @@ func (p *gatewayProcess) terminate(within time.Duration) (int, time.Duration) {
 		p.t.Fatalf("%v; its log:\n%s", err, p.logText())
 	}
 	return code, took
+}
+
+// cleanup ends the process at the test's end and, when the test failed, logs the tail of the
+// gateway's log: the data directory (and the log with it) is removed right after.
+func (p *gatewayProcess) cleanup() {
+	p.kill()
+	if !p.t.Failed() {
+		return
+	}
+	text := p.logText()
+	const tail = 16 << 10
+	if len(text) > tail {
+		text = "…" + text[len(text)-tail:]
+	}
+	p.t.Logf("the log of the gateway on %s:\n%s", p.base, text)
 }
 
 // kill ends the process with SIGKILL: no cleanup, no flush, like a crash or an OOM kill.

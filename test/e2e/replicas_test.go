@@ -74,7 +74,7 @@ http://127.0.0.1:%d {
 	}
 	p.env = append(os.Environ(), "XDG_DATA_HOME="+dataDir+"/xdg-data", "XDG_CONFIG_HOME="+dataDir+"/xdg-config",
 		"MULLIGAN_POSTGRES_URL="+dsn, "MULLIGAN_POSTGRES_DIRECT="+direct)
-	t.Cleanup(p.kill)
+	t.Cleanup(p.cleanup)
 	return &replica{gatewayProcess: p, admin: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
 }
 
