@@ -33,6 +33,13 @@ func (s *Store) poke() {
 	}
 }
 
+// noticeCommit, in the FROM of a statement that only sends notices, has its transaction commit
+// without waiting for the WAL's flush: a notice is a hint (its listeners look on their own
+// anyway), and PostgreSQL gives a notifying transaction an id and a commit record, so it
+// otherwise waited on the disk before the replicas heard of a seat or work freed. Listeners
+// receive it once it commits, flushed or not.
+const noticeCommit = `(SELECT set_config('synchronous_commit', 'off', true)) relaxed`
+
 // notifier sends the coalesced notifications until Close.
 func (s *Store) notifier() {
 	defer s.bg.Done()
@@ -43,7 +50,7 @@ func (s *Store) notifier() {
 		case <-s.notifyCh:
 		}
 		ctx, cancel := context.WithTimeout(s.base, s.opts.Timeout)
-		if _, err := s.pool.Exec(ctx, `SELECT pg_notify('`+wakeChannel+`', '')`); err != nil && s.base.Err() == nil {
+		if _, err := s.pool.Exec(ctx, `SELECT pg_notify('`+wakeChannel+`', '') FROM `+noticeCommit); err != nil && s.base.Err() == nil {
 			s.logf("postgres: notifying the replicas: %v", err) // they poll meanwhile
 		}
 		cancel()

@@ -111,7 +111,7 @@ func (s *Store) seatNotifier() {
 		clear(n.pending)
 		n.mu.Unlock()
 		ctx, cancel := context.WithTimeout(s.base, s.opts.Timeout)
-		if _, err := s.pool.Exec(ctx, `SELECT pg_notify('`+seatsChannel+`', p) FROM unnest($1::text[]) p`, pools); err != nil && s.base.Err() == nil {
+		if _, err := s.pool.Exec(ctx, `SELECT pg_notify('`+seatsChannel+`', p) FROM `+noticeCommit+`, unnest($1::text[]) p`, pools); err != nil && s.base.Err() == nil {
 			s.logf("postgres: telling the replicas of freed seats: %v", err) // they look on their own meanwhile
 		}
 		cancel()

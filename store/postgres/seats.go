@@ -99,11 +99,23 @@ func (s *Store) acquireSeat(pool, freed, seat, worker string, limit int, lease t
 		look.Queue(clearLapsed("seats", "pool = $1 AND NOT "+seatLive), pool)
 		look.Queue(clearLapsed("seat_waiters", "pool = $1 AND NOT "+waiterLive), pool)
 		look.Queue(takeSeatSQL, pool, seat, worker, limit, lease.Microseconds(), lineUrgency(w), w.Waited.Microseconds(),
-			waiterLease.Microseconds(), lineKey(w), freed != "").QueryRow(func(row pgx.Row) error { return row.Scan(&got) })
+			waiterLease.Microseconds(), lineKey(w), freed != "", handoverReorder.Microseconds()).QueryRow(func(row pgx.Row) error { return row.Scan(&got) })
 		return s.pool.SendBatch(ctx, &look).Close()
 	})
 	return got, err
 }
+
+// handoverReorder is how much sooner than a handover's own call another replica's call of the
+// same key and urgency may have come and still not go before it: within it, the seat stays on
+// its replica. A seat that goes to another replica stands idle for a commit, a notice and that
+// replica's look (about twice a handover's time, BenchmarkASharedSeatPassed), while the model
+// server's slot behind it does nothing; between two calls of one key, which came within a poll
+// of each other, the order matters less than that. Calls of other keys, or of another urgency,
+// keep the line's order; a call of the same key that came sooner than that goes first, so no
+// call waits behind its key's calls that came more than this after it, on any replica. It is a
+// poll of a replica's waiters (internal/capacity's sharedPoll); docs/capacity.md, "Many
+// replicas", has the benchmark.
+const handoverReorder = 20 * time.Millisecond
 
 // lookLockTimeout is how long a look waits for the pool's lock, and for any row it writes
 // (PostgreSQL's lock_timeout, in milliseconds, for the look's transaction only): half the call's
@@ -120,7 +132,9 @@ func lookLockTimeout(call time.Duration) string {
 // taken when fewer than limit other live seats are held and it is held already (a renewal keeps
 // its place, whoever waits), or not as many better calls of other workers stand in line as
 // there are free seats: more urgent, then waiting longer since their turn came (lineTurnSQL),
-// then since they came, as the newcomers sharing a turn go oldest first, counting only workers
+// then since they came, as the newcomers sharing a turn go oldest first (in a handover, $10 true,
+// a call of the same key and urgency only when it came more than $11 microseconds sooner:
+// handoverReorder), counting only workers
 // whose limit is above the seats held (replicas whose `shared N` differ, during a reload rolling
 // through the fleet, hold back no seat they cannot take). Taken, the call leaves the line and
 // its key's turn moves on (the newcomers' first, for a key without one: store.SeatTurns); else
@@ -136,7 +150,9 @@ var takeSeatSQL = `WITH st AS (
 		$3::text AS worker, $9::text AS key),
 	ahead AS (SELECT count(*) AS n FROM seat_waiters a, me, st
 		WHERE a.pool = $1 AND a.worker <> $3 AND a.seat_limit > st.held AND a.` + waiterLive + `
-		AND (a.urgency, ` + lineTurnSQL("a") + `, coalesce(a.came, a.since), a.worker) < (me.urgency, ` + lineTurnSQL("me") + `, me.came, me.worker)),
+		AND (a.urgency, ` + lineTurnSQL("a") + `, coalesce(a.came, a.since), a.worker) < (me.urgency, ` + lineTurnSQL("me") + `, me.came, me.worker)
+		AND NOT ($10::bool AND a.key = me.key AND a.urgency = me.urgency
+			AND coalesce(a.came, a.since) > me.came - $11 * interval '1 microsecond')),
 	d AS (SELECT st.held < $4 AND (st.renewal OR ahead.n < $4 - st.held) AS served, st.renewal FROM st, ahead),
 	place AS (INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, came, until, key)
 		SELECT $1, $3, me.urgency, $4, me.since, me.came, ` + leaseEnd(8) + `, me.key FROM me, d WHERE NOT d.served` + placeInLine + `),

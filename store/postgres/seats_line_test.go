@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -180,5 +181,61 @@ func TestALookGivenUpOnDoesNothingAfter(t *testing.T) {
 	}
 	if n := pgtest.Count(t, dsn, `SELECT count(*) FROM seats WHERE pool = 'model' AND seat = 'given-up'`); n != 0 {
 		t.Fatal("the look given up on took its seat once the lock was free")
+	}
+}
+
+// A handover keeps its seat for its own call when another replica's call in line is of the same
+// key and urgency and came within handoverReorder sooner: the seat does not stand idle going to
+// the other replica and back. A call of that key that came longer before, or one more urgent,
+// goes first as the line ranks it.
+func TestAHandoverKeepsTheSeatAheadOfTheSameKeysCallThatCameJustSooner(t *testing.T) {
+	reps := replicas(t, 2, storetest.NewClock())
+	a, b := reps[0], reps[1]
+	// ageOfB is how long ago B's place in line came, on the database's clock.
+	ageOfB := func() time.Duration {
+		var us int64
+		if err := b.pool.QueryRow(context.Background(), `SELECT floor(extract(epoch FROM clock_timestamp() - came) * 1000000)::bigint
+			FROM seat_waiters WHERE pool = 'model' AND worker = 'B'`).Scan(&us); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(us) * time.Microsecond
+	}
+	for i, c := range []struct {
+		name    string
+		b       store.SeatWaiter
+		later   time.Duration // how much later than B's call A's came
+		aServed bool
+	}{
+		{"the same key, 5ms sooner", store.SeatWaiter{Urgency: 3, Waited: time.Second, Key: "k"}, 5 * time.Millisecond, true},
+		{"the same key, 200ms sooner", store.SeatWaiter{Urgency: 3, Waited: time.Second, Key: "k"}, 200 * time.Millisecond, false},
+		{"the same key, more urgent, 5ms sooner", store.SeatWaiter{Urgency: 2, Waited: time.Second, Key: "k"}, 5 * time.Millisecond, false},
+	} {
+		held := "h" + strconv.Itoa(i)
+		if ok, err := a.AcquireSeat("model", held, "A", 1, time.Minute, store.SeatWaiter{Urgency: 3, Key: "k"}); !ok || err != nil {
+			t.Fatalf("%s: A took no free seat: %v %v", c.name, ok, err)
+		}
+		if ok, err := b.AcquireSeat("model", "b"+strconv.Itoa(i), "B", 1, time.Minute, c.b); ok || err != nil {
+			t.Fatalf("%s: B took a held seat: %v %v", c.name, ok, err)
+		}
+		// A's call came `later` after B's; the statement runs a moment after the age is read, so
+		// A's call counts as coming that moment later still (well within handoverReorder).
+		mine := store.SeatWaiter{Urgency: 3, Waited: ageOfB() - c.later, Key: "k"}
+		next := "a" + strconv.Itoa(i)
+		served, err := a.HandOverSeat("model", held, next, "A", 1, time.Minute, mine)
+		if err != nil || served != c.aServed {
+			t.Fatalf("%s: A's handover served its own call: %v (%v), want %v", c.name, served, err, c.aServed)
+		}
+		// Clear the pool for the next case: whoever holds the seat gives it back, and both
+		// replicas leave the line.
+		for _, seat := range []string{next, "b" + strconv.Itoa(i)} {
+			if err := a.ReleaseSeat("model", seat); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, w := range []string{"A", "B"} {
+			if err := a.WithdrawWaiter("model", w); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
