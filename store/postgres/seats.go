@@ -91,7 +91,8 @@ func (s *Store) acquireSeat(pool, freed, seat, worker string, limit int, lease t
 	err := s.query(func(ctx context.Context, db querier) error {
 		got = false
 		var look pgx.Batch
-		look.Queue(`SELECT set_config('lock_timeout', $1, true)`, lookLockTimeout(s.opts.Timeout))
+		look.Queue(`SELECT set_config('lock_timeout', $1, true), set_config('`+lookAt+`', clock_timestamp()::text, true)`,
+			lookLockTimeout(s.opts.Timeout))
 		look.Queue(`SELECT pg_advisory_xact_lock($1, hashtext($2))`, seatLockClass, pool)
 		if freed != "" {
 			look.Queue(`DELETE FROM seats WHERE pool = $1 AND seat = $2`, pool, freed)
@@ -152,7 +153,7 @@ var takeSeatSQL = `WITH st AS (
 		WHERE a.pool = $1 AND a.worker <> $3 AND a.seat_limit > st.held AND a.` + waiterLive + `
 		AND (a.urgency, ` + lineTurnSQL("a") + `, coalesce(a.came, a.since), a.worker) < (me.urgency, ` + lineTurnSQL("me") + `, me.came, me.worker)
 		AND NOT ($10::bool AND a.key = me.key AND a.urgency = me.urgency
-			AND coalesce(a.came, a.since) > me.came - $11 * interval '1 microsecond')),
+			AND coalesce(a.came, a.since) > me.came - $11 * interval '1 microsecond') IS TRUE),
 	d AS (SELECT st.held < $4 AND (st.renewal OR ahead.n < $4 - st.held) AS served, st.renewal FROM st, ahead),
 	place AS (INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, came, until, key)
 		SELECT $1, $3, me.urgency, $4, me.since, me.came, ` + leaseEnd(8) + `, me.key FROM me, d WHERE NOT d.served` + placeInLine + `),
@@ -185,9 +186,16 @@ func keyTurnSQL(k string) string {
 		(SELECT t.turn FROM seat_turns t WHERE t.pool = $1 AND t.key = '` + store.SeatNewcomers + `')) END`
 }
 
-// cameSQL is when a call that has waited waited (microseconds) came, on the database's clock.
+// lookAt is the setting, local to a look's transaction, that holds when the look began, on the
+// database's clock, before it waited for the pool's lock: a call's wait is told as of then
+// (cameSQL), so the time a look spends waiting for the lock does not make its call look younger
+// than a call whose look did not wait.
+const lookAt = "mulligan.look_at"
+
+// cameSQL is when a call that has waited waited (microseconds) came, on the database's clock:
+// reckoned from when its look began (lookAt).
 func cameSQL(waited string) string {
-	return `clock_timestamp() - ` + waited + ` * interval '1 microsecond'`
+	return `current_setting('` + lookAt + `')::timestamptz - ` + waited + ` * interval '1 microsecond'`
 }
 
 // placeSinceSQL is a place's since as it is stood in line: when its call came, or its key's turn
