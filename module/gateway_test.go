@@ -158,9 +158,16 @@ http://127.0.0.1:%d {
 // the old config's server accepts no more connections.
 func (g *gateway) reload(mulliganBody string) {
 	g.t.Helper()
+	g.load(g.config(mulliganBody))
+}
+
+// load replaces the running config with cfg (JSON) through the admin endpoint, and returns once
+// every new connection is served by it (see below).
+func (g *gateway) load(cfg []byte) {
+	g.t.Helper()
 	old := g.idleConn()
 	defer old.Close()
-	resp, err := http.Post("http://"+g.admin+"/load", "application/json", bytes.NewReader(g.config(mulliganBody)))
+	resp, err := http.Post("http://"+g.admin+"/load", "application/json", bytes.NewReader(cfg))
 	if err != nil {
 		g.t.Fatal(err)
 	}

@@ -37,9 +37,7 @@ func TestPanickingHandlerFailsTheOperationNotTheProcess(t *testing.T) {
 	g := startGateway(t, modelserver.Config{}, "")
 	// Reload with a route whose next handler panics (a buggy plugin).
 	cf := strings.Replace(string(g.config("")), `{"handler":"reverse_proxy"`, `{"handler":"mulligan_test_panic"},{"handler":"reverse_proxy"`, 1)
-	if err := caddy.Load([]byte(cf), true); err != nil {
-		t.Fatal(err)
-	}
+	g.load([]byte(cf)) // once the old config serves nothing more
 	_, op := g.submit(t, "panics")
 	final := g.await(t, op.OperationID)
 	if final.Status != "failed" || final.Error == nil || final.Error.Code != string(apierr.CodeUpstreamError) || final.Attempts != 1 {
