@@ -25,7 +25,7 @@ import (
 // look; on one replica a handover. cross/op is the share of grants that went to the other
 // replica.
 //
-//	go test -run '^$' -bench SharedSeatPassed ./internal/capacity (with MULLIGAN_TEST_POSTGRES)
+//	MULLIGAN_TEST_POSTGRES="$(scripts/dev-postgres.sh start)" go test -run '^$' -bench SharedSeatPassed ./internal/capacity
 func BenchmarkASharedSeatPassed(b *testing.B) {
 	for _, replicas := range []int{1, 2} {
 		b.Run(fmt.Sprintf("replicas=%d", replicas), func(b *testing.B) {
