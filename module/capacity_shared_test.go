@@ -95,8 +95,10 @@ func TestCapacitySharedSeatStorageFailureRequeuesTheOperationWithoutAnAttempt(t 
 	down := closedSharedSeats(t)
 	shareThrough(pool, down)
 	_, op := g.submit(t, "")
-	// Retries 3 allow four attempts: a sixth look for a seat shows the failures spent none.
-	testkit.WaitFor(t, 5*time.Second, "down.takes.Load() >= 6", func() bool { return down.takes.Load() >= 6 })
+	// Retries 3 allow four attempts: a sixth look for a seat shows the failures spent none. The
+	// runner claims it again at its next poll (pollEvery, a second) after each failure, so six take about 5 s
+	// (4.8 s alone); CI's load once made it 5 s and more, the bound this wait had.
+	testkit.WaitFor(t, 30*time.Second, "down.takes.Load() >= 6", func() bool { return down.takes.Load() >= 6 })
 	shareThrough(pool, nil)
 	done := g.await(t, op.OperationID)
 	// Each requeue is a claim (counted in attempts), but only one call reached the upstream.
