@@ -96,8 +96,8 @@ func TestCapacitySharedSeatStorageFailureRequeuesTheOperationWithoutAnAttempt(t 
 	shareThrough(pool, down)
 	_, op := g.submit(t, "")
 	// Retries 3 allow four attempts: a sixth look for a seat shows the failures spent none. The
-	// runner claims it again at its next poll (pollEvery, a second) after each failure, so six take about 5 s
-	// (4.8 s alone); CI's load once made it 5 s and more, the bound this wait had.
+	// runner claims it again at its next poll (pollEvery, a second) after each failure, so six
+	// take about 5 s (4.8 s alone); CI's load once made it more than the 5 s this wait had.
 	testkit.WaitFor(t, 30*time.Second, "down.takes.Load() >= 6", func() bool { return down.takes.Load() >= 6 })
 	shareThrough(pool, nil)
 	done := g.await(t, op.OperationID)

@@ -6,24 +6,20 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"go.uber.org/zap"
 
-	"github.com/mulligan-gw/mulligan/store/postgres"
 	"github.com/mulligan-gw/mulligan/store/postgres/pgtest"
 )
 
 // BenchmarkASharedSeatPassed times one `shared 1` seat passed from call to call by four callers
 // of two keys that hold it no time at all, on one replica and spread over two (each key on
-// both): an op is one
-// grant, so ns/op (and the gaps' p50 and p90) is how long the seat, and the model server's slot behind it, stands idle
-// between two calls. Across replicas a pass costs a release, a notice and the other replica's
-// look; on one replica a handover. cross/op is the share of grants that went to the other
-// replica.
+// both): an op is one grant, so ns/op (and the gaps' p50 and p90) is how long the seat, and the
+// model server's slot behind it, stands idle between two calls. Across replicas a pass costs a
+// release, a notice and the other replica's look; on one replica a handover. cross/op is the
+// share of grants that went to the other replica.
 //
 //	MULLIGAN_TEST_POSTGRES="$(scripts/dev-postgres.sh start)" go test -run '^$' -bench SharedSeatPassed ./internal/capacity
 func BenchmarkASharedSeatPassed(b *testing.B) {
@@ -33,23 +29,13 @@ func BenchmarkASharedSeatPassed(b *testing.B) {
 			clock := clockwork.NewRealClock()
 			shared := make([]*Shared, replicas)
 			for r := range replicas {
-				st, err := postgres.Open(context.Background(), postgres.Options{DSN: dsn})
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { _ = st.Close() })
-				worker := "r" + strconv.Itoa(r)
-				var n atomic.Int64
-				shared[r] = NewShared(st, SharedOptions{Name: "bench", Worker: worker, Limit: 1, Lease: 10 * time.Second,
-					Margin: time.Second, Renew: 3 * time.Second, Clock: clock, Log: zap.NewNop(),
-					NewID: func(time.Time) string { return worker + "_" + strconv.FormatInt(n.Add(1), 10) }})
+				shared[r] = newReplicaShared(openSeats(b, dsn, clock), clock, 10*time.Second, "r"+strconv.Itoa(r))
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			var grants, cross atomic.Int64
-			var last atomic.Int64
 			var mu sync.Mutex
-			var at []time.Time
+			var at []time.Time  // when each grant came
+			cross, last := 0, 0 // grants that went to the other replica; the replica of the last
 			var wg sync.WaitGroup
 			b.ResetTimer()
 			for g := range 4 {
@@ -64,21 +50,20 @@ func BenchmarkASharedSeatPassed(b *testing.B) {
 						}
 						mu.Lock()
 						at = append(at, time.Now())
-						mu.Unlock()
-						if last.Swap(int64(r)) != int64(r) {
-							cross.Add(1)
+						if r != last {
+							cross, last = cross+1, r
 						}
-						if grants.Add(1) >= int64(b.N) {
+						if len(at) >= b.N {
 							cancel()
 						}
+						mu.Unlock()
 						shared[r].Give(h)
 					}
 				}()
 			}
 			wg.Wait()
 			b.StopTimer()
-			b.ReportMetric(float64(cross.Load())/float64(grants.Load()), "cross/op")
-
+			b.ReportMetric(float64(cross)/float64(len(at)), "cross/op")
 			if len(at) > 10 {
 				gaps := make([]time.Duration, 0, len(at)-1)
 				for i := 1; i < len(at); i++ {

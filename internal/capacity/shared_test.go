@@ -25,7 +25,7 @@ import (
 // in storage only as real time passes (short real leases where a test needs one to lapse).
 
 // openSeats opens a PostgreSQL store on dsn reading leases on clock.
-func openSeats(t *testing.T, dsn string, clock clockwork.Clock) *postgres.Store {
+func openSeats(t testing.TB, dsn string, clock clockwork.Clock) *postgres.Store {
 	t.Helper()
 	st, err := postgres.Open(context.Background(), postgres.Options{DSN: dsn, Now: clock.Now})
 	if err != nil {
@@ -46,7 +46,7 @@ func newReplicaShared(st store.SharedSeats, clock clockwork.Clock, lease time.Du
 	var n atomic.Int64
 	return NewShared(st, SharedOptions{Name: "test", Worker: worker, Limit: 1, Lease: lease,
 		Margin: min(lease/10, 2*time.Second), Renew: max(min(time.Second, lease/3), 50*time.Millisecond),
-		Clock: clock, Log: zap.NewNop(), NewID: func(time.Time) string { return worker + "_seat_" + string(rune('a'+n.Add(1))) }})
+		Clock: clock, Log: zap.NewNop(), NewID: func(time.Time) string { return worker + "_seat_" + strconv.FormatInt(n.Add(1), 10) }})
 }
 
 // sharedSeatsOf returns seats of cfg on clock that take shared seats from *shared, which the

@@ -82,8 +82,8 @@ func (s *Store) HandOverSeat(pool, seat, next, worker string, limit int, lease t
 }
 
 // acquireSeat is AcquireSeat, releasing seat freed first when it is not empty (HandOverSeat).
-// The look is one batch in one round trip, an implicit transaction: the pool's lock, the
-// lapsed rows cleared, then one statement that counts the live seats, ranks the call against
+// The look is one batch in one round trip, an implicit transaction: its lock timeout and its
+// start (lookAt), the pool's lock, the lapsed rows cleared, then one statement that counts the live seats, ranks the call against
 // the others in line, and either takes the seat (leaving the line, moving the key's turn on) or
 // stands the call in line. The lock is thus held for no round trip at all.
 func (s *Store) acquireSeat(pool, freed, seat, worker string, limit int, lease time.Duration, w store.SeatWaiter) (bool, error) {
@@ -109,13 +109,12 @@ func (s *Store) acquireSeat(pool, freed, seat, worker string, limit int, lease t
 // handoverReorder is how much sooner than a handover's own call another replica's call of the
 // same key and urgency may have come and still not go before it: within it, the seat stays on
 // its replica. A seat that goes to another replica stands idle for a commit, a notice and that
-// replica's look (about twice a handover's time, BenchmarkASharedSeatPassed), while the model
-// server's slot behind it does nothing; between two calls of one key, which came within a poll
-// of each other, the order matters less than that. Calls of other keys, or of another urgency,
-// keep the line's order; a call of the same key that came sooner than that goes first, so no
-// call waits behind its key's calls that came more than this after it, on any replica. It is a
-// poll of a replica's waiters (internal/capacity's sharedPoll); docs/capacity.md, "Many
-// replicas", has the benchmark.
+// replica's look (about twice a handover's time, BenchmarkASharedSeatPassed) while the model
+// server's slot behind it does nothing. The bound is in arrival time: a call can be passed by
+// any number of its key's calls that came within this after it, none that came later. Calls of
+// other keys, of another urgency and of no key keep the line's order, so what a key gets
+// against the others does not change. It is a poll of a replica's waiters (internal/capacity's
+// sharedPoll); docs/capacity.md, "Many replicas", has the benchmark.
 const handoverReorder = 20 * time.Millisecond
 
 // lookLockTimeout is how long a look waits for the pool's lock, and for any row it writes
