@@ -167,7 +167,7 @@ func (g *gateway) load(cfg []byte) {
 	g.t.Helper()
 	old := g.idleConn()
 	defer old.Close()
-	resp, err := http.Post("http://"+g.admin+"/load", "application/json", bytes.NewReader(cfg))
+	resp, err := g.adminPost("/load", cfg)
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -189,6 +189,25 @@ func (g *gateway) load(cfg []byte) {
 	// next request dials the new one.
 	g.client.CloseIdleConnections()
 	g.reloaded.Store(time.Now().UnixNano())
+}
+
+// adminClient calls Caddy's admin endpoint on a fresh connection each time: every config load
+// replaces the admin server, and the old one closes the connections it holds.
+var adminClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+// adminPost posts a JSON body to the admin endpoint's path. A connection the admin server being
+// replaced by the last load accepted is cut before its request is read (seen in CI: a second
+// reload's POST got EOF, and here connection resets): the post is sent again on a new one. Only
+// for what may be sent twice: the same config loads once.
+func (g *gateway) adminPost(path string, body []byte) (*http.Response, error) {
+	for try := 0; ; try++ {
+		resp, err := adminClient.Post("http://"+g.admin+path, "application/json", bytes.NewReader(body))
+		if err == nil || try == 10 {
+			return resp, err
+		}
+		g.t.Logf("admin %s, sending again: %v", path, err)
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // idleConn is a connection to the gateway's server, left idle after one request: the server that

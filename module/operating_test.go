@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -175,7 +174,7 @@ func TestAdminListsEveryScopeAndEvictsKeys(t *testing.T) {
 	}
 	g.post(chatPath, "evict-me", chat("x"), "Authorization", "Bearer alice")
 	req := `{"scope":"Bearer alice","method":"POST","path":"/v1/chat/completions","key":"evict-me"}`
-	resp, err := http.Post("http://"+g.admin+"/mulligan/keys/evict", "application/json", strings.NewReader(req))
+	resp, err := adminClient.Post("http://"+g.admin+"/mulligan/keys/evict", "application/json", strings.NewReader(req))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -279,7 +279,7 @@ func TestFlakyReceiverWithAnOutageGetsEveryEventOnce(t *testing.T) {
 func (g *gateway) adminCall(method, path string) string {
 	g.t.Helper()
 	req, _ := http.NewRequest(method, "http://"+g.admin+path, nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := adminClient.Do(req)
 	if err != nil {
 		g.t.Fatal(err)
 	}
