@@ -5,12 +5,20 @@ import (
 	"time"
 )
 
-// WaitFor waits, bounded by within, until cond holds, asking every few milliseconds; the test
-// fails naming what it waited for when it does not. It is for outcomes that come from another
-// goroutine or process with no event to wait on (a row a replica writes, a port a child binds);
-// what can be awaited on a channel is awaited there.
+// MinWait is the least WaitFor and Receive wait before the test fails. Their bound guards
+// against a hang; it never times what they wait for (a test that bounds how soon something
+// happens says so with its own assertion). The suite runs its packages side by side under -race,
+// where what takes a second alone can take several: bounds of 5 s set beside what they waited
+// for failed in CI on clean clones more than once.
+const MinWait = 30 * time.Second
+
+// WaitFor waits, bounded by within or MinWait when that is longer, until cond holds, asking
+// every few milliseconds; the test fails naming what it waited for when it does not. It is for
+// outcomes that come from another goroutine or process with no event to wait on (a row a replica
+// writes, a port a child binds); what can be awaited on a channel is awaited there.
 func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
+	within = max(within, MinWait)
 	expired := time.NewTimer(within)
 	defer expired.Stop()
 	every := 2 * time.Millisecond
@@ -24,15 +32,15 @@ func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) 
 	}
 }
 
-// Receive waits, bounded by 10 s, for what ch brings; the test fails naming what it waited for
-// when nothing comes.
+// Receive waits, bounded by MinWait, for what ch brings; the test fails naming what it waited
+// for when nothing comes.
 func Receive[T any](t testing.TB, ch <-chan T, what string) T {
 	t.Helper()
 	select {
 	case v := <-ch:
 		return v
-	case <-time.After(10 * time.Second):
-		t.Fatalf("not within 10s: %s", what)
+	case <-time.After(MinWait):
+		t.Fatalf("not within %v: %s", MinWait, what)
 		panic("unreachable")
 	}
 }
