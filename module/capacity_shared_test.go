@@ -2,6 +2,7 @@ package module
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -142,4 +143,34 @@ func TestCapacitySharedSeatThatCannotBeRenewedCutsItsCall(t *testing.T) {
 	}
 	expectError(t, r, http.StatusServiceUnavailable, apierr.CodeStorage, true)
 	testkit.WaitFor(t, 5*time.Second, "the model server sees the call abandoned", func() bool { return g.model.Stats().Abandoned == 1 })
+}
+
+// A reload that opens the storage anew (durability changed: a second handle works beside the
+// first until the old config lets go) keeps the shared seats working: the pool's seats, which
+// outlive the reload, move to the open handle as the old one closes. They stayed on the closed
+// handle, and every call after the reload got 503 STORAGE_UNAVAILABLE until a restart. A call
+// holding a seat across the reload keeps it renewed and ends as it would have.
+func TestCapacitySharedSeatsSurviveAReloadThatReopensTheStorage(t *testing.T) {
+	dsn := pgtest.Database(t)
+	body := "storage postgres " + dsn + "\ncapacity {\n limit 2\n shared 2\n}"
+	g := startGatewayWith(t, gatewaySetup{model: modelserver.Config{}, globals: quietGlobals, mulligan: body})
+	if r := g.post(chatPath, "", chat("before")); r.StatusCode != http.StatusOK {
+		t.Fatalf("before the reload: %d %s", r.StatusCode, r.body)
+	}
+	across := make(chan result, 1)
+	go func() { across <- g.post(chatPath, "", chat("across"), "X-Mock-Latency", "2s") }()
+	testkit.WaitFor(t, 15*time.Second, "the call across the reload at the model server", func() bool { return g.model.Stats().InFlight == 1 })
+	g.reload("durability relaxed\n" + body)
+	testkit.WaitFor(t, 15*time.Second, "the old handle closed", func() bool {
+		_, open := caddyRegistry.storagesAt("postgres " + dsn)
+		return len(open) == 1
+	})
+	for i := range 3 {
+		if r := g.post(chatPath, "", chat(fmt.Sprint("after ", i))); r.StatusCode != http.StatusOK {
+			t.Fatalf("call %d after the reload: %d %s", i, r.StatusCode, r.body)
+		}
+	}
+	if r := testkit.Receive(t, across, "the call across the reload"); r.StatusCode != http.StatusOK {
+		t.Fatalf("the call holding a seat across the reload: %d %s", r.StatusCode, r.body)
+	}
 }

@@ -2,6 +2,7 @@ package module
 
 import (
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,6 +38,10 @@ type seatPool struct {
 	label string // how metrics and stats name it: the storage as operators see it, and the prefix
 
 	passPriority atomic.Value // string: the block's pass_priority
+
+	sharedMu sync.Mutex
+	shared   *capacity.Shared // the pool's shared seats, once found (findSharedSeats)
+	sharedOn *storage         // the handle they are taken through
 }
 
 func newSeatPool(reg *registry, key, where, label, sharedName string, cfg CapacityConfig) *seatPool {
@@ -85,17 +90,40 @@ var serverMetricsClient = &http.Client{}
 
 // findSharedSeats returns the shared seats named name of the pool's storage, once it has
 // started and if it shares seats: leased as the storage leases operations (internal/runner),
-// named as the gateway names its ids.
+// named as the gateway names its ids. They outlive the handle they are found through: as it
+// closes, they move to another (moveSharedSeats).
 func (p *seatPool) findSharedSeats(name string, limit int) *capacity.Shared {
+	p.sharedMu.Lock()
+	defer p.sharedMu.Unlock()
 	_, open := p.reg.storagesAt(p.where)
-	if len(open) == 0 {
-		return nil
-	}
-	s := open[0]
-	if ss, ok := s.be.(store.SharedSeats); ok {
-		return newSharedSeats(ss, name, s.run.Worker(), limit, s.run.Settings().Takeover, s.run.Log())
+	for _, s := range open {
+		if ss, ok := s.be.(store.SharedSeats); ok {
+			p.shared, p.sharedOn = newSharedSeats(ss, name, s.run.Worker(), limit, s.run.Settings().Takeover, s.run.Log()), s
+			return p.shared
+		}
 	}
 	return nil
+}
+
+// moveSharedSeats moves the pool's shared seats off gone, a handle about to close, to another
+// open handle on the same storage: a reload that changed how the storage is opened (durability,
+// the direct DSN) opens a second handle and closes the first once the old config lets go, while
+// the seats, like the pool, outlive the reload. Left on the closed handle, every look and renewal
+// failed, and every call the block covers was answered 503 until a restart.
+func (p *seatPool) moveSharedSeats(gone *storage) {
+	p.sharedMu.Lock()
+	defer p.sharedMu.Unlock()
+	if p.sharedOn != gone {
+		return
+	}
+	_, open := p.reg.storagesAt(p.where)
+	for _, s := range open {
+		if ss, ok := s.be.(store.SharedSeats); ok && s != gone {
+			p.shared.Rebind(ss)
+			p.sharedOn = s
+			return
+		}
+	}
 }
 
 // newSharedSeats is a pool's shared seats in st, leased as the storage leases operations

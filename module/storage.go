@@ -132,6 +132,9 @@ func (l batchLines) Cut(op *store.Operation) { countFinal(op) }
 // to the backend and asks the runner to start or stop lines), then the runner, then the
 // courier, which gets what is left of the runner's grace period to deliver what is due.
 func (s *storage) Destruct() error {
+	for _, p := range s.reg.seatPoolsAt(s.set.where()) {
+		p.moveSharedSeats(s)
+	}
 	s.batches.Stop()
 	if deadline, done := s.run.Shutdown(s.sharedInProcess()); done {
 		s.courier.Flush(deadline)

@@ -25,7 +25,7 @@ import (
 // lease. A call whose seat can no longer be renewed before it lapses is cut
 // (Watch), since another replica may take its place.
 type Shared struct {
-	st     store.SharedSeats
+	on     atomic.Pointer[seatStore] // where the seats are taken: Rebind moves them
 	clock  clockwork.Clock
 	name   string
 	worker string
@@ -35,10 +35,7 @@ type Shared struct {
 	every  time.Duration
 	newID  func(now time.Time) string
 	log    *zap.Logger
-	kick   chan struct{}      // a seat of this replica came free, or a call came that goes first: look at once
-	freed  <-chan struct{}    // the storage says a seat may have come free on any replica; nil: it cannot
-	turns  store.SeatTurns    // the fleet's turns, read before each look; nil: this replica's only
-	hand   store.SeatHandover // gives a seat back and takes one in one step; nil: it cannot
+	kick   chan struct{} // a seat of this replica came free, or a call came that goes first: look at once
 
 	mu       sync.Mutex
 	waiting  []*sharedWaiter // in the order they came
@@ -52,6 +49,24 @@ type Shared struct {
 	// granted is when each key last got a seat here, for the keys' turns (at most
 	// maxGrantedKeys, the oldest forgotten first).
 	granted map[string]time.Time
+}
+
+// seatStore is the storage handle a Shared takes its seats from, with what it does besides.
+type seatStore struct {
+	st    store.SharedSeats
+	freed <-chan struct{}    // the storage says a seat may have come free on any replica; nil: it cannot
+	turns store.SeatTurns    // the fleet's turns, read before each look; nil: this replica's only
+	hand  store.SeatHandover // gives a seat back and takes one in one step; nil: it cannot
+}
+
+func newSeatStore(st store.SharedSeats, pool string) *seatStore {
+	on := &seatStore{st: st}
+	if n, ok := st.(store.SeatNotices); ok {
+		on.freed = n.SeatsFreed(pool)
+	}
+	on.turns, _ = st.(store.SeatTurns)
+	on.hand, _ = st.(store.SeatHandover)
+	return on
 }
 
 // maxGrantedKeys bounds the keys whose last seat Shared remembers, as the pool bounds the keys
@@ -107,15 +122,23 @@ const sharedPoll = 20 * time.Millisecond
 
 // NewShared returns the shared seats of one pool, taken from st.
 func NewShared(st store.SharedSeats, o SharedOptions) *Shared {
-	s := &Shared{st: st, clock: o.Clock, name: o.Name, worker: o.Worker, lease: o.Lease, margin: o.Margin,
+	s := &Shared{clock: o.Clock, name: o.Name, worker: o.Worker, lease: o.Lease, margin: o.Margin,
 		every: o.Renew, newID: o.NewID, log: o.Log, kick: make(chan struct{}, 1), held: map[string]*Held{}}
+	s.on.Store(newSeatStore(st, o.Name))
 	s.limit.Store(int64(o.Limit))
-	if n, ok := st.(store.SeatNotices); ok {
-		s.freed = n.SeatsFreed(o.Name)
-	}
-	s.turns, _ = st.(store.SeatTurns)
-	s.hand, _ = st.(store.SeatHandover)
 	return s
+}
+
+// Rebind takes the seats from st from now on: another handle on the same database, as a reload
+// that opens the storage anew gives while the old handle closes. The seats held, the place in
+// the fleet's line and the turns are the database's, so they carry over under the same worker:
+// the seats are renewed, and the calls waiting look, through st.
+func (s *Shared) Rebind(st store.SharedSeats) {
+	s.on.Store(newSeatStore(st, s.name))
+	select { // a pause waiting on the old handle's notices looks again through the new one
+	case s.kick <- struct{}{}:
+	default:
+	}
 }
 
 // SetLimit applies a reloaded `shared N`.
@@ -233,7 +256,8 @@ const maxTurnKeys = 256
 // in line by the fleet's turns itself. A failure leaves this replica's own turns: the look that
 // follows says whether the storage answers.
 func (s *Shared) readFleetTurns() {
-	if s.turns == nil {
+	turns := s.on.Load().turns
+	if turns == nil {
 		return
 	}
 	s.mu.Lock()
@@ -250,7 +274,7 @@ func (s *Shared) readFleetTurns() {
 		return
 	}
 	now := s.clock.Now()
-	ago, err := s.turns.SeatTurnsAgo(s.name, keys)
+	ago, err := turns.SeatTurnsAgo(s.name, keys)
 	if err != nil {
 		s.log.Debug("reading the fleet's turns for shared seats", zap.Error(err))
 		return
@@ -313,7 +337,7 @@ func (s *Shared) Snapshot() SharedSnapshot {
 		out.Waiting[min(max(w.urgency, 0), 7)]++
 	}
 	s.mu.Unlock()
-	if n, err := s.st.SeatsHeld(s.name); err == nil {
+	if n, err := s.on.Load().st.SeatsHeld(s.name); err == nil {
 		out.Fleet = &n
 	}
 	return out
@@ -361,7 +385,7 @@ func (s *Shared) poll() {
 		now := s.clock.Now()
 		id, until := s.newID(now), now.Add(s.lease)
 		// A seat taken whose answer was lost (err) is held by no call: it lapses unrenewed.
-		ok, err := s.st.AcquireSeat(s.name, id, s.worker, int(s.limit.Load()), s.lease, ask)
+		ok, err := s.on.Load().st.AcquireSeat(s.name, id, s.worker, int(s.limit.Load()), s.lease, ask)
 		taken := ok && err == nil // an answer "taken" with an error may have been rolled back
 		s.mu.Lock()
 		switch {
@@ -396,7 +420,7 @@ func (s *Shared) pause(wait time.Duration) {
 	select {
 	case <-t.Chan():
 	case <-s.kick:
-	case <-s.freed:
+	case <-s.on.Load().freed:
 	}
 }
 
@@ -422,7 +446,7 @@ func (s *Shared) waiters() int {
 func (s *Shared) askLocked() (*sharedWaiter, store.SeatWaiter) {
 	best := s.waiting[s.mostUrgentLocked()]
 	from := s.turnLocked(best)
-	if s.turns != nil {
+	if s.on.Load().turns != nil {
 		from = best.came
 	}
 	return best, store.SeatWaiter{Urgency: best.urgency, Waited: s.clock.Since(from), Key: best.key}
@@ -447,7 +471,7 @@ func (s *Shared) grantLocked(best *sharedWaiter, id string, until time.Time) {
 // failure is only logged: its place lapses after a second unrefreshed. Should a new poller have
 // stood in line meanwhile, its next look (within sharedPoll) stands it there again.
 func (s *Shared) leaveLine() {
-	if err := s.st.WithdrawWaiter(s.name, s.worker); err != nil {
+	if err := s.on.Load().st.WithdrawWaiter(s.name, s.worker); err != nil {
 		s.log.Warn("leaving the fleet's line for a shared seat", zap.Error(err))
 	}
 }
@@ -561,12 +585,13 @@ func (s *Shared) Give(h *Held) {
 	until := h.until
 	var best *sharedWaiter
 	var ask store.SeatWaiter
-	if s.hand != nil && s.unservedLocked() > 0 { // seats given back at once each go to another waiter
+	hand := s.on.Load().hand
+	if hand != nil && s.unservedLocked() > 0 { // seats given back at once each go to another waiter
 		best, ask = s.askLocked()
 		s.handing++
 	}
 	s.mu.Unlock()
-	if best != nil && s.handOver(h.id, best, ask) {
+	if best != nil && s.handOver(hand, h.id, best, ask) {
 		return
 	}
 	s.release(h.id, until)
@@ -578,10 +603,10 @@ func (s *Shared) Give(h *Held) {
 // or wake-up between them, while the model server's slot is free. The seat goes to best when it
 // is due, else to the fleet's better call, whose replica is told. False when the storage failed:
 // the seat is then released as without a handover.
-func (s *Shared) handOver(id string, best *sharedWaiter, ask store.SeatWaiter) bool {
+func (s *Shared) handOver(hand store.SeatHandover, id string, best *sharedWaiter, ask store.SeatWaiter) bool {
 	now := s.clock.Now()
 	next, until := s.newID(now), now.Add(s.lease) // reckoned from before asking, as in poll
-	ok, err := s.hand.HandOverSeat(s.name, id, next, s.worker, int(s.limit.Load()), s.lease, ask)
+	ok, err := hand.HandOverSeat(s.name, id, next, s.worker, int(s.limit.Load()), s.lease, ask)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.handing--
@@ -635,7 +660,7 @@ func (s *Shared) release(id string, until time.Time) {
 }
 
 func (s *Shared) releaseOnce(id string) bool {
-	if err := s.st.ReleaseSeat(s.name, id); err != nil {
+	if err := s.on.Load().st.ReleaseSeat(s.name, id); err != nil {
 		s.log.Warn("releasing a shared seat; retrying until its lease ends", zap.String("seat", id), zap.Error(err))
 		return false
 	}
@@ -664,7 +689,7 @@ func (s *Shared) renew() {
 		}
 		s.mu.Unlock()
 		until := s.clock.Now().Add(s.lease) // reckoned from before asking, as in poll
-		renewed, err := s.st.RenewSeats(s.name, s.worker, ids, s.lease)
+		renewed, err := s.on.Load().st.RenewSeats(s.name, s.worker, ids, s.lease)
 		if err != nil {
 			s.log.Warn("renewing shared seats", zap.Int("seats", len(ids)), zap.Error(err))
 			continue

@@ -1183,3 +1183,48 @@ func TestALookAnsweredTakenWithAnErrorTookNothing(t *testing.T) {
 		t.Fatal("the replica stands in line with nobody waiting")
 	}
 }
+
+// Shared seats moved to another handle on the same database (a reload that opens the storage
+// anew closes the old one) keep what they hold: the seat held is renewed through the new handle
+// past its lease, its call is not cut, its release frees it, and the next call takes one.
+func TestSharedSeatsReboundToAnotherHandleKeepTheirSeats(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	dsn := pgtest.Database(t)
+	old, next := openSeats(t, dsn, clock), openSeats(t, dsn, clock)
+	s := newTestShared(old, clock, 10*time.Second)
+	h, err := s.Take(context.Background(), time.Time{}, 3, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := s.Watch(context.Background(), h)
+	defer stop()
+	s.Rebind(next)
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Three leases of renewals, each through the open handle (every second, 8 s before the cut).
+	end := clock.Now().Add(30 * time.Second)
+	testkit.WaitFor(t, time.Minute, "three leases passed", func() bool {
+		if ctx.Err() != nil || !clock.Now().Before(end) {
+			return true
+		}
+		clock.Advance(500 * time.Millisecond)
+		return false
+	})
+	if ctx.Err() != nil {
+		t.Fatalf("the call holding a seat was cut after the rebind: %v", context.Cause(ctx))
+	}
+	if until := locked(s, func() time.Time { return h.until }); !until.After(clock.Now()) {
+		t.Fatalf("the seat's lease ends %v, before now: not renewed", until)
+	}
+	s.Give(h)
+	testkit.WaitFor(t, 10*time.Second, "the seat released", func() bool {
+		n, err := next.SeatsHeld("test")
+		return err == nil && n == 0
+	})
+	h2, err := s.Take(context.Background(), time.Time{}, 3, "k")
+	if err != nil {
+		t.Fatalf("a seat after the rebind: %v", err)
+	}
+	s.Give(h2)
+}
