@@ -21,7 +21,8 @@ import (
 // tokens; else the whole latency. Each kind keeps its own floor. Only 2xx answers are samples:
 // a 4xx, a 500 or a cut call says nothing about the queue. A sample below its floor (a cached
 // or tiny answer, too fast to have waited) waited nothing: it never lowers the floor, and never
-// shrinks the limit.
+// shrinks the limit; a floor is measured leaving out the samples far faster than the others
+// (floorOf).
 //
 // The floor is measured as Envoy measures its minRTT: every probeEvery samples the limit drops
 // to its minimum for a few calls, so the model server's own queue drains and the calls that
@@ -150,7 +151,7 @@ func (a *Adaptive) Update(s Sample) int {
 		if f.boot = append(f.boot, v); len(f.boot) < probeSamples {
 			return a.Current()
 		}
-		f.value, f.boot = median(f.boot), nil
+		f.value, f.boot = floorOf(f.boot), nil
 	}
 	took := max(s.Latency.Seconds(), 1e-6)
 	if a.took == 0 {
@@ -163,6 +164,9 @@ func (a *Adaptive) Update(s Sample) int {
 	next := a.limit - queued + max(1, math.Sqrt(a.limit)/2)
 	if float64(s.InFlight) < a.limit/2 && next > a.limit {
 		return a.Current() // too little traffic to learn that more seats would help
+	}
+	if v < f.value && next < a.limit {
+		return a.Current() // it waited nothing: a step down is for the calls that waited
 	}
 	a.limit = min(max(a.limit*(1-adaptSmoothing)+next*adaptSmoothing, a.min), a.max)
 	return a.Current()
@@ -187,12 +191,31 @@ func (a *Adaptive) probing(kind signalKind, v float64, inFlight int) bool {
 	if a.probe.left == 0 {
 		for k, got := range a.probe.got {
 			if len(got) > 0 {
-				a.floors[k].value = median(got)
+				a.floors[k].value = floorOf(got)
 			}
 		}
 		a.limit, a.wait, a.took = a.probe.saved, 0, 0
 	}
 	return true
+}
+
+// tooFast is how much faster than the slowest of a floor's samples a sample is too fast to
+// be a call like the others (a cached answer, a model list, a health check): the floor is the
+// median of the rest. Lengths of the calls a floor compares vary less than that: a whole
+// latency of the flood's mixed calls, 1 to 15 times the shortest; a time per token, less than
+// twice.
+const tooFast = 20
+
+// floorOf is the floor measured by xs (not empty), samples of one kind with the model server's
+// queue drained: their median, leaving out those tooFast times faster than the slowest. Half
+// of the answers instant put the median among them, and every call after read as waiting its
+// whole latency: the limit stayed at its minimum (a quarter of a 4-slot server's capacity).
+// xs is reordered.
+func floorOf(xs []float64) float64 {
+	slices.Sort(xs)
+	slowest := xs[len(xs)-1]
+	i, _ := slices.BinarySearch(xs, slowest/tooFast)
+	return median(xs[i:])
 }
 
 // median of xs (not empty); xs is reordered.

@@ -108,6 +108,35 @@ func TestAdaptiveLimitIgnoresAnswersThatSayNothingAboutTheQueue(t *testing.T) {
 	if a.floors[kindLatency].value != floor || a.Current() < before {
 		t.Fatalf("instant 2xx answers moved the floor %v -> %v or shrank the limit %d -> %d", floor, a.floors[kindLatency].value, before, a.Current())
 	}
+	// Nor while a queue shows: a step down is for the calls that waited (each instant answer
+	// was one more step down before).
+	for range 5 {
+		a.Update(ok(300*time.Millisecond, a.Current()))
+	}
+	before = a.Current()
+	for range 50 {
+		a.Update(ok(time.Millisecond, a.Current()))
+	}
+	if a.Current() < before {
+		t.Fatalf("instant 2xx answers after a queue showed shrank the limit %d -> %d", before, a.Current())
+	}
+}
+
+// A floor is not measured among answers far faster than the calls (cached answers, a model
+// list through the gateway): with four of the first seven answers instant, the floor is the
+// calls', and the calls that follow do not read as waiting their whole latency.
+func TestAdaptiveFloorLeavesOutAnswersFarFasterThanTheCalls(t *testing.T) {
+	a := NewAdaptive(1, 64)
+	for i := range probeSamples {
+		l := 100 * time.Millisecond
+		if i%2 == 0 {
+			l = time.Millisecond
+		}
+		a.Update(ok(l, 1))
+	}
+	if got := a.floors[kindLatency].value; got != 0.1 {
+		t.Fatalf("the floor of 3 calls of 100 ms and 4 instant answers is %vs; want 0.1s", got)
+	}
 }
 
 // simulation is a model server with slots and its own first-come queue behind a Pool with
@@ -313,6 +342,36 @@ func TestAdaptiveLimitKeepsSlotsBusyForMixedLengthsAndFastErrors(t *testing.T) {
 		}
 		return generation(false)(rng)
 	}
+	// Answers that say nothing about the queue, as often as the calls that do: a cached answer
+	// (or a model list, or a health check through the gateway) in a millisecond without usage,
+	// from the first call on, so that the first floor is measured among them.
+	instant := simJob{service: time.Millisecond, status: 200, slot: true}
+	halfInstant := func(rng *rand.Rand) simJob {
+		if rng.IntN(2) == 0 {
+			return instant
+		}
+		return generation(false)(rng)
+	}
+	halfInstantStreams := func(rng *rand.Rand) simJob {
+		if rng.IntN(2) == 0 {
+			return instant
+		}
+		return generation(true)(rng)
+	}
+	halfInstantUniform := func(rng *rand.Rand) simJob { // a server that reports no usage
+		if rng.IntN(2) == 0 {
+			return instant
+		}
+		return simJob{service: 100 * time.Millisecond, status: 200, slot: true}
+	}
+	// One-token answers (a classification, a yes or no) are mostly their prefill: 40 ms for one
+	// token is four times a generation's time per token, with no queue at all.
+	oneToken := func(rng *rand.Rand) simJob {
+		if rng.IntN(3) == 0 {
+			return simJob{service: 40 * time.Millisecond, tokens: 1, status: 200, slot: true}
+		}
+		return generation(false)(rng)
+	}
 	for _, c := range []struct {
 		name  string
 		job   func(*rand.Rand) simJob
@@ -323,6 +382,10 @@ func TestAdaptiveLimitKeepsSlotsBusyForMixedLengthsAndFastErrors(t *testing.T) {
 		{"answers with usage, instant 400s every 20ms", generation(false), 20 * time.Millisecond},
 		{"event streams, instant 400s every 20ms", generation(true), 20 * time.Millisecond},
 		{"answers with usage, 1 in 100 instant", tiny, 0},
+		{"answers with usage, half instant answers without usage from the start", halfInstant, 0},
+		{"answers with usage, a third one-token answers", oneToken, 0},
+		{"event streams, half instant answers without usage from the start", halfInstantStreams, 0},
+		{"100 ms answers without usage, half instant from the start", halfInstantUniform, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := newSimulation(4, c.job)
