@@ -45,6 +45,7 @@ type ServerWatch struct {
 
 	mu    sync.Mutex
 	fresh bool // a read succeeded within the last StaleReads
+	said  bool // the log has said whether they steer
 }
 
 // StartServerWatch reads cfg's metrics for p until Close.
@@ -112,12 +113,13 @@ func (w *ServerWatch) read() error {
 	return nil
 }
 
-// setFresh notes whether the metrics steer the limit, saying so in the log when it changes
-// (the metric is mulligan_capacity_server_metrics_fresh).
+// setFresh notes whether the metrics steer the limit, saying so in the log the first time and
+// when it changes (the metric is mulligan_capacity_server_metrics_fresh): an endpoint wrong or
+// unreachable from the start is logged too, not only one that stops answering.
 func (w *ServerWatch) setFresh(fresh bool, err error) {
 	w.mu.Lock()
-	changed := w.fresh != fresh
-	w.fresh = fresh
+	changed := w.fresh != fresh || !w.said
+	w.fresh, w.said = fresh, true
 	w.mu.Unlock()
 	switch {
 	case changed && fresh:

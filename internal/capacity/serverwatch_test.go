@@ -11,6 +11,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // The model server's metrics steer the limit from the first read that answers, and stop
@@ -59,5 +61,34 @@ func TestServerWatchSteersUntilStaleReadsHaveFailed(t *testing.T) {
 	}
 	if p.Snapshot().Server == nil {
 		t.Fatal("the server's metrics do not steer again after a read that answered")
+	}
+}
+
+// Metrics that never answered (a wrong URL or port from the start) say so in the log once
+// StaleReads reads have failed, as metrics that stop answering do: the log said nothing, and
+// only the gauge showed the limit following latency.
+func TestServerWatchUnreachableFromTheStartIsLogged(t *testing.T) {
+	dead := httptest.NewServer(http.NotFoundHandler())
+	defer dead.Close()
+	core, logs := observer.New(zapcore.InfoLevel)
+	clock := clockwork.NewFakeClockAt(t0)
+	p := NewPool(clock, Config{Auto: true, Min: 1, Max: 8})
+	reads := make(chan error, 1)
+	w := StartServerWatch(p, WatchConfig{Label: "test", URL: dead.URL + "/metrics", Names: ServerMetricNames["vllm"], Every: time.Second},
+		WatchOptions{Clock: clock, Log: zap.New(core), Client: dead.Client(), Read: func(err error) { reads <- err }})
+	defer w.Close()
+	for i := 1; i <= StaleReads; i++ {
+		if i > 1 {
+			if err := clock.BlockUntilContext(context.Background(), 1); err != nil { // its ticker
+				t.Fatal(err)
+			}
+			clock.Advance(time.Second)
+		}
+		if err := <-reads; err == nil {
+			t.Fatalf("read %d of an endpoint answering 404: no error", i)
+		}
+		if n, want := logs.FilterLevelExact(zapcore.WarnLevel).Len(), map[bool]int{true: 1, false: 0}[i == StaleReads]; n != want {
+			t.Fatalf("after %d failed reads, %d warnings logged; want %d", i, n, want)
+		}
 	}
 }
