@@ -31,7 +31,8 @@ type keyTurn struct {
 // knownKey is a key served lately: when (a count of grants), where its last turn ended, and
 // the slot time its calls held lately.
 type knownKey struct {
-	served uint64
+	served uint64 // the pool's count of seats served when it was served last
+	grants int    // seats it was served, up to 2: keys served once are forgotten first
 	finish time.Duration // the virtual start its next turn would have
 	hold   time.Duration // a moving average; 0: not measured yet
 }
@@ -87,16 +88,22 @@ func (a Ask) Band(now time.Time) int {
 // tenant's backlog as one key, however many identities it mints.
 const newcomers = "\x00newcomers"
 
-// knownKeys bounds how many keys served lately the pool remembers: past it, it forgets the half
-// served longest ago (they come back as newcomers).
+// knownKeys bounds how many keys served lately the pool remembers: past it, it forgets the keys
+// served once, all but the latest quarter, or when they are too few, the half of all served
+// longest ago (they come back as newcomers; knowLocked).
 const knownKeys = 4096
 
 // laneOf is the lane a's key waits in: its own when it is waiting already or was served lately,
-// else the newcomers'.
+// else the newcomers'. A key with calls waiting among the newcomers waits there until they are
+// served, though it got a seat meanwhile: a burst of a new key would else take the newcomers'
+// turns and its own lane's.
 func (p *Pool) laneOf(a Ask) string {
 	k := keyOf(a)
 	if _, waiting := p.keys.of[k]; waiting {
 		return k
+	}
+	if _, waiting := p.newKeys.of[k]; waiting {
+		return newcomers
 	}
 	if _, ok := p.known[k]; ok {
 		return k
@@ -349,7 +356,12 @@ func (ts *turns) startOf(k string) time.Duration {
 	return ts.vtime
 }
 
-// knowLocked notes key as served now, forgetting the half served longest ago past knownKeys.
+// knowLocked notes key as served now. Past knownKeys keys it forgets those served once, but for
+// the latest quarter: fresh identities served once each (a minted credential per call, instant
+// answers to churn them fast) push out one another, not a tenant that came back. Only when that
+// forgets too few (most keys came back) does it forget the half served longest ago, whatever
+// their count: so each forgetting frees a quarter of the keys at least, and costs a pass over
+// them no more often than every quarter of knownKeys seats.
 func (p *Pool) knowLocked(key string) *knownKey {
 	p.served++
 	kk := p.known[key]
@@ -357,14 +369,22 @@ func (p *Pool) knowLocked(key string) *knownKey {
 		kk = &knownKey{}
 		p.known[key] = kk
 	}
-	kk.served = p.served
+	kk.served, kk.grants = p.served, min(kk.grants+1, 2)
 	if len(p.known) <= knownKeys {
 		return kk
 	}
-	cut := p.served - knownKeys/2
+	before, recent := len(p.known), p.served-knownKeys/4
 	for k, at := range p.known {
-		if at.served <= cut {
+		if at.grants < 2 && at.served <= recent {
 			delete(p.known, k)
+		}
+	}
+	if before-len(p.known) < knownKeys/4 {
+		cut := p.served - knownKeys/2
+		for k, at := range p.known {
+			if at.served <= cut {
+				delete(p.known, k)
+			}
 		}
 	}
 	return kk

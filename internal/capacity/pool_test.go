@@ -588,3 +588,85 @@ func TestPoolFreshIdentitiesWithLongCallsPayWhatTheirLaneHeld(t *testing.T) {
 		t.Fatalf("fresh identities with 60 s calls held %.1f of 8 seats on average after their first calls ended; want about half", mean)
 	}
 }
+
+// A tenant served more than once keeps its own turn however many fresh identities are served
+// once after it: the pool forgets the keys served once before those that came back. It forgot
+// the half served longest ago, so 5,000 one-call identities pushed the tenant out, and its next
+// call waited as a newcomer behind the 50 fresh identities waiting then.
+func TestPoolATenantServedAgainOutlastsAFloodOfFreshIdentities(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	p := NewPool(clock, Config{Limit: 1})
+	serve := func(scope string) {
+		t.Helper()
+		w := p.Enqueue(Ask{Scope: scope, Since: clock.Now()})
+		if !granted(w) {
+			t.Fatalf("%s waits in an empty pool", scope)
+		}
+		clock.Advance(time.Millisecond)
+		p.Release(w, clock.Now().Add(-time.Millisecond), Sample{Status: 400})
+	}
+	serve("honest")
+	serve("honest")
+	for i := range 5000 {
+		serve("minted-" + itoa(i))
+	}
+	holder := p.Enqueue(Ask{Scope: "holder", Since: clock.Now()})
+	if !granted(holder) {
+		t.Fatal("the holder waits in an empty pool")
+	}
+	var ws []*Waiter
+	for i := range 50 {
+		ws = append(ws, p.Enqueue(Ask{Scope: "fresh-" + itoa(i), Since: clock.Now()}))
+	}
+	honest := p.Enqueue(Ask{Scope: "honest", Since: clock.Now()})
+	ahead := 0
+	p.Release(holder, clock.Now(), Sample{Status: 200})
+	for !granted(honest) && ahead < len(ws) {
+		ahead++
+		p.Release(nil, clock.Now(), Sample{Status: 200})
+	}
+	if ahead > 1 {
+		t.Fatalf("the tenant served twice waited behind %d fresh identities; want at most the newcomers' one turn", ahead)
+	}
+}
+
+// A key not known yet whose calls came in a burst waits in one lane, the newcomers', until the
+// burst is served, not in the newcomers' and then its own: against a known tenant's backlog it
+// took 27 of 40 seats that way, twice its share.
+func TestPoolANewKeysBurstTakesOneLanesTurns(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	p := NewPool(clock, Config{Limit: 1})
+	first := p.Enqueue(Ask{Scope: "known", Since: clock.Now()})
+	clock.Advance(time.Second)
+	p.Release(first, clock.Now().Add(-time.Second), Sample{Status: 200})
+	holder := p.Enqueue(Ask{Scope: "holder", Since: clock.Now()})
+	var ws []*Waiter
+	for i := range 30 {
+		ws = append(ws, p.Enqueue(Ask{Scope: "known", Since: clock.Now().Add(time.Duration(i))}))
+	}
+	for i := range 10 {
+		ws = append(ws, p.Enqueue(Ask{Scope: "new", Since: clock.Now().Add(time.Duration(100 + i))}))
+	}
+	seen := map[int]bool{}
+	var last *Waiter = holder
+	known, fresh := 0, 0
+	for range 40 {
+		clock.Advance(time.Second)
+		p.Release(last, clock.Now().Add(-time.Second), Sample{Status: 200})
+		j := grantedOf(t, ws, seen)
+		last = ws[j]
+		if ws[j].Ask.Scope == "known" {
+			known++
+			continue
+		}
+		if fresh++; fresh == 1 { // the new key's next calls, once it has been served
+			for k := range 20 {
+				ws = append(ws, p.Enqueue(Ask{Scope: "new", Since: clock.Now().Add(time.Duration(k))}))
+			}
+		}
+	}
+	if fresh > known+4 {
+		t.Fatalf("the new key took %d seats to the known tenant's %d (equal calls): more than one lane's share", fresh, known)
+	}
+	t.Logf("known %d, new %d of 40", known, fresh)
+}
