@@ -31,8 +31,8 @@ type keyTurn struct {
 // knownKey is a key served lately: when (a count of grants), where its last turn ended, and
 // the slot time its calls held lately.
 type knownKey struct {
-	served uint64 // the pool's count of seats served when it was served last
-	grants int    // seats it was served, up to 2: keys served once are forgotten first
+	served uint64        // the pool's count of seats served when it was served last
+	grants int           // seats it was served, up to 2: keys served once are forgotten first
 	finish time.Duration // the virtual start its next turn would have
 	hold   time.Duration // a moving average; 0: not measured yet
 }
