@@ -23,7 +23,7 @@ var capacityMetrics = struct {
 	}),
 	refusals: prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "mulligan", Name: "capacity_refusals_total",
-		Help: "Sync calls that found no upstream seat within their wait: answered 503 UPSTREAM_SATURATED, or queued when they could become operations.",
+		Help: "Sync calls that found no upstream seat within their wait and were answered 503 UPSTREAM_SATURATED (a call that became an operation instead is not counted).",
 	}),
 	queueTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "mulligan", Name: "capacity_queue_timeouts_total",
@@ -42,12 +42,12 @@ type seatCollector struct{}
 var (
 	descSeatLimit   = prometheus.NewDesc("mulligan_capacity_limit", "Upstream seats of this replica (the adaptive limit's current value with limit auto).", []string{"pool"}, nil)
 	descSeatsInUse  = prometheus.NewDesc("mulligan_capacity_seats_in_use", "Calls holding an upstream seat now.", []string{"pool"}, nil)
-	descSeatWaiting = prometheus.NewDesc("mulligan_capacity_waiting", "Calls and claimed operations waiting for a seat in this replica, by urgency (u=0 most urgent).", []string{"pool", "urgency"}, nil)
+	descSeatWaiting = prometheus.NewDesc("mulligan_capacity_waiting", "Calls and claimed operations waiting for a seat in this replica, by the urgency they wait at (u=0 most urgent; an untrusted u=0..2 counts as 3, and low urgency ages).", []string{"pool", "urgency"}, nil)
 	descQueuedUrg   = prometheus.NewDesc("mulligan_capacity_queued", "Operations waiting in the durable queue, by urgency, storage-wide.", []string{"storage", "urgency"}, nil)
 	descServerFresh = prometheus.NewDesc("mulligan_capacity_server_metrics_fresh", "1 while the model server's own metrics steer the adaptive limit (capacity server_metrics), 0 while they are stale or unreachable and latency steers it.", []string{"pool"}, nil)
 	descSharedLimit = prometheus.NewDesc("mulligan_capacity_shared_limit", "Seats shared by every replica on the storage (capacity shared N).", []string{"pool"}, nil)
 	descSharedHeld  = prometheus.NewDesc("mulligan_capacity_shared_held", "Shared seats held: by this replica (holder=\"replica\"), or by every replica as the storage counts them (holder=\"fleet\", the same on each replica: do not sum it).", []string{"pool", "holder"}, nil)
-	descSharedWait  = prometheus.NewDesc("mulligan_capacity_shared_waiting", "Calls of this replica waiting for a shared seat, holding no local seat, by urgency; sum across replicas for the fleet.", []string{"pool", "urgency"}, nil)
+	descSharedWait  = prometheus.NewDesc("mulligan_capacity_shared_waiting", "Calls of this replica waiting for a shared seat, by urgency (a call that waits holds no local seat; one that only looks once, as a sync call about to become an operation, holds its own); sum across replicas for the fleet.", []string{"pool", "urgency"}, nil)
 	descServerWait  = prometheus.NewDesc("mulligan_capacity_server_waiting", "Requests waiting in the model server's own queue, as its metrics said last (while fresh).", []string{"pool"}, nil)
 )
 

@@ -309,8 +309,9 @@ func (p *Pool) Snapshot() Snapshot {
 		st := p.server
 		s.Server = &st
 	}
+	now := p.clock.Now()
 	for _, w := range p.waiting {
-		s.Waiting[store.ClampUrgency(w.Ask.Urgency)]++
+		s.Waiting[w.Ask.Band(now)]++ // the urgency it waits at: a forged u=0 shows as the default
 	}
 	return s
 }

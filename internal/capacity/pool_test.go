@@ -670,3 +670,17 @@ func TestPoolANewKeysBurstTakesOneLanesTurns(t *testing.T) {
 	}
 	t.Logf("known %d, new %d of 40", known, fresh)
 }
+
+// The pool's waiting counts (mulligan_capacity_waiting, /mulligan/stats) are by the urgency a
+// call waits at: a caller's forged u=0 shows as the default it competes at, a trusted class's as
+// its own. They were by the urgency asked, so a forged flood showed as an urgent backlog.
+func TestPoolWaitingIsCountedAtTheUrgencyItWaitsAt(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	p := NewPool(clock, Config{Limit: 1})
+	p.Enqueue(Ask{Scope: "holder", Since: t0})
+	p.Enqueue(Ask{Scope: "forger", Urgency: 0, Since: t0})
+	p.Enqueue(Ask{Scope: "ops", Urgency: 1, Trusted: true, Since: t0})
+	if w := p.Snapshot().Waiting; w[0] != 0 || w[1] != 1 || w[store.DefaultUrgency] != 1 {
+		t.Fatalf("waiting by urgency %v; want the trusted u=1 at 1 and the forged u=0 at %d", w, store.DefaultUrgency)
+	}
+}
