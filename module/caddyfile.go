@@ -73,6 +73,18 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //			shared         <n>
 //			wait           <duration>
 //			max_queue_wait <duration>
+//			server_metrics <url> [vllm|sglang|tgi|llamacpp] {
+//				interval     <duration>
+//				max_waiting  <n>
+//				max_kv_cache <0..1>
+//			}
+//			fair_key       <placeholder>
+//			class <name> {
+//				header  <field> [<value>]
+//				urgency <0..7>
+//				weight  <n>
+//			}
+//			pass_priority  vllm|sglang
 //		}
 //		webhooks {
 //			endpoint <name> <url or pattern> {
