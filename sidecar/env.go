@@ -51,6 +51,8 @@ var sidecarVars = []sidecarVar{
 	{"MULLIGAN_CAPACITY_WAIT", "30s", "longest a sync call waits for a seat, then 202 or 503 UPSTREAM_SATURATED (capacity.wait)"},
 	{"MULLIGAN_CAPACITY_MAX_QUEUE_WAIT", "", "queued work older than this fails QUEUE_TIMEOUT without reaching the upstream; unset: no bound (capacity.max_queue_wait)"},
 	{"MULLIGAN_CAPACITY_PASS_PRIORITY", "", "vllm or sglang: set the JSON body's priority field sent upstream to the trusted urgency in that server's scale; unset: off (capacity.pass_priority)"},
+	{"MULLIGAN_CAPACITY_SERVER_METRICS", "", "the model server's Prometheus endpoint, an http(s) URL, then optionally vllm, sglang, tgi or llamacpp (default vllm): its own queue steers limit auto; unset: latency does (capacity.server_metrics)"},
+	{"MULLIGAN_CAPACITY_FAIR_KEY", "", "who shares the seats fairly, e.g. {http.request.header.X-Tenant} set by the auth layer; unset: the scope (capacity.fair_key)"},
 	{"MULLIGAN_BATCHES", "", "the Files and Batches API under this prefix, e.g. /v1; unset: off (batches)"},
 	{"MULLIGAN_BATCHES_MAX_FILE_SIZE", "200MiB", "largest file uploaded for a batch (batches.max_file_size)"},
 	{"MULLIGAN_BATCHES_MAX_REQUESTS", "50000", "most lines in a batch's input file (batches.max_requests)"},

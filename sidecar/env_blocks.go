@@ -18,12 +18,16 @@ type capacityBlock struct {
 	Wait         string
 	MaxQueueWait string
 	PassPriority string
+	// ServerMetrics is the model server's metrics URL and its kind ("" when unset).
+	ServerMetrics, ServerKind string
+	FairKey                   string
 }
 
 // capacity reads the MULLIGAN_CAPACITY_* variables; nil when none is set. shared is refused
 // unless postgres is: on Badger there is one replica, and the module refuses it at load.
 func (r *envReader) capacity(postgres bool) *capacityBlock {
-	names := []string{"MULLIGAN_CAPACITY_LIMIT", "MULLIGAN_CAPACITY_SHARED", "MULLIGAN_CAPACITY_WAIT", "MULLIGAN_CAPACITY_MAX_QUEUE_WAIT", "MULLIGAN_CAPACITY_PASS_PRIORITY"}
+	names := []string{"MULLIGAN_CAPACITY_LIMIT", "MULLIGAN_CAPACITY_SHARED", "MULLIGAN_CAPACITY_WAIT", "MULLIGAN_CAPACITY_MAX_QUEUE_WAIT",
+		"MULLIGAN_CAPACITY_PASS_PRIORITY", "MULLIGAN_CAPACITY_SERVER_METRICS", "MULLIGAN_CAPACITY_FAIR_KEY"}
 	if !r.anySet(names...) {
 		return nil
 	}
@@ -43,7 +47,43 @@ func (r *envReader) capacity(postgres bool) *capacityBlock {
 			r.fail(names[4], "must be vllm or sglang, got %q", c.PassPriority)
 		}
 	}
+	if r.set(names[5]) {
+		c.ServerMetrics, c.ServerKind = r.serverMetrics(names[5])
+		if c.ServerMetrics != "" && c.Limit != "" && !strings.HasPrefix(c.Limit, "auto") {
+			r.fail(names[5], "steers limit auto; MULLIGAN_CAPACITY_LIMIT is a fixed %s", c.Limit)
+		}
+	}
+	if r.set(names[6]) {
+		c.FairKey = caddyfileToken(r.text(names[6]))
+	}
 	return c
+}
+
+// serverMetrics is MULLIGAN_CAPACITY_SERVER_METRICS: an http(s) URL, then optionally the kind
+// of server whose metric names to read.
+func (r *envReader) serverMetrics(name string) (url, kind string) {
+	f := strings.Fields(r.get(name))
+	switch {
+	case len(f) == 0 || len(f) > 2:
+		r.fail(name, "must be the metrics URL, then optionally vllm, sglang, tgi or llamacpp, got %q", r.get(name))
+		return "", ""
+	case !strings.HasPrefix(f[0], "http://") && !strings.HasPrefix(f[0], "https://"):
+		r.fail(name, "must start with an http:// or https:// URL, got %q", f[0])
+		return "", ""
+	case strings.ContainsAny(f[0], "{}\\\"`"):
+		r.fail(name, "must be one URL, without braces, quotes or backslashes (percent-encode them)")
+		return "", ""
+	}
+	kind = "vllm"
+	if len(f) == 2 {
+		kind = f[1]
+	}
+	switch kind {
+	case "vllm", "sglang", "tgi", "llamacpp":
+		return f[0], kind
+	}
+	r.fail(name, "names vllm, sglang, tgi or llamacpp after the URL, got %q", kind)
+	return "", ""
 }
 
 // limit is "N" or "auto <min> <max>", "" when unset (the module's auto 1 64).
@@ -86,6 +126,12 @@ func (c *capacityBlock) caddyfile(line func(depth int, words ...string)) {
 	}
 	if c.PassPriority != "" {
 		line(3, "pass_priority", c.PassPriority)
+	}
+	if c.ServerMetrics != "" {
+		line(3, "server_metrics", c.ServerMetrics, c.ServerKind)
+	}
+	if c.FairKey != "" {
+		line(3, "fair_key", c.FairKey)
 	}
 	line(2, "}")
 }

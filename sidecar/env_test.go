@@ -129,6 +129,10 @@ func TestEachVariableReachesTheCaddyfile(t *testing.T) {
 		{"MULLIGAN_CAPACITY_MAX_QUEUE_WAIT", "1h", []string{"max_queue_wait 1h"}, `"max_queue_wait":3600000000000`},
 		{"MULLIGAN_CAPACITY_PASS_PRIORITY", "vllm", []string{"capacity {", "pass_priority vllm"}, `"pass_priority":"vllm"`},
 		{"MULLIGAN_CAPACITY_PASS_PRIORITY", "sglang", []string{"pass_priority sglang"}, `"pass_priority":"sglang"`},
+		{"MULLIGAN_CAPACITY_SERVER_METRICS", "http://127.0.0.1:8000/metrics", []string{"capacity {", "server_metrics http://127.0.0.1:8000/metrics vllm"}, `"url":"http://127.0.0.1:8000/metrics"`},
+		{"MULLIGAN_CAPACITY_SERVER_METRICS", " http://sglang:30000/metrics  sglang ", []string{"server_metrics http://sglang:30000/metrics sglang"}, `"server":"sglang"`},
+		{"MULLIGAN_CAPACITY_FAIR_KEY", "{http.request.header.X-Tenant}", []string{"capacity {", "fair_key {http.request.header.X-Tenant}"}, `"fair_key":"{http.request.header.X-Tenant}"`},
+		{"MULLIGAN_CAPACITY_FAIR_KEY", "{http.request.header.X-Org} {http.request.header.X-Team}", []string{`fair_key "{http.request.header.X-Org} {http.request.header.X-Team}"`}, `"fair_key":"{http.request.header.X-Org} {http.request.header.X-Team}"`},
 		{"MULLIGAN_BATCHES", "/v1", []string{"batches /v1 {", "max_file_size 200MiB", "max_requests 50000"}, `"batches":{"max_file_size":209715200,"max_requests":50000,"prefix":"/v1"}`},
 		{"MULLIGAN_RESPONSES", "/v1", []string{"responses /v1 {", "retention 24h"}, `"responses":{"prefix":"/v1","retention":86400000000000}`},
 	} {
@@ -219,6 +223,10 @@ func TestBadValuesAreRefusedByName(t *testing.T) {
 		{"MULLIGAN_CAPACITY_WAIT", "soon"},
 		{"MULLIGAN_CAPACITY_MAX_QUEUE_WAIT", "-1m"},
 		{"MULLIGAN_CAPACITY_PASS_PRIORITY", "tgi"},
+		{"MULLIGAN_CAPACITY_SERVER_METRICS", "127.0.0.1:8000/metrics"},
+		{"MULLIGAN_CAPACITY_SERVER_METRICS", "http://127.0.0.1:8000/metrics triton"},
+		{"MULLIGAN_CAPACITY_SERVER_METRICS", "http://127.0.0.1:8000/{metrics}"},
+		{"MULLIGAN_CAPACITY_FAIR_KEY", `{http.request.header.X-Tenant}"`},
 		{"MULLIGAN_BATCHES", "v1"},
 		{"MULLIGAN_BATCHES", "/v1/*"},
 		{"MULLIGAN_BATCHES_MAX_FILE_SIZE", "1GB"}, // without MULLIGAN_BATCHES
@@ -465,5 +473,15 @@ func TestStartLogNamesTheStorageInUse(t *testing.T) {
 	}
 	if got := mustLoad(t, "MULLIGAN_UPSTREAM", "127.0.0.1:8000").storageName(); got != "/var/lib/mulligan" {
 		t.Fatalf("Badger storage logged as %q", got)
+	}
+}
+
+// The model server's metrics steer limit auto: beside a fixed MULLIGAN_CAPACITY_LIMIT they are
+// refused at start, naming the variable, as the module refuses the Caddyfile.
+func TestEnvServerMetricsBesideAFixedLimitIsRefused(t *testing.T) {
+	_, err := loadSidecarConfig(environ("MULLIGAN_UPSTREAM", "127.0.0.1:8000", "MULLIGAN_CAPACITY_LIMIT", "4",
+		"MULLIGAN_CAPACITY_SERVER_METRICS", "http://127.0.0.1:8000/metrics"))
+	if err == nil || !strings.HasPrefix(err.Error(), "MULLIGAN_CAPACITY_SERVER_METRICS ") {
+		t.Fatalf("want an error about MULLIGAN_CAPACITY_SERVER_METRICS, got %v", err)
 	}
 }
