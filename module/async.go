@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mulligan-gw/mulligan/internal/apierr"
+	"github.com/mulligan-gw/mulligan/internal/capacity"
 	"github.com/mulligan-gw/mulligan/internal/capture"
 	"github.com/mulligan-gw/mulligan/internal/opview"
 	"github.com/mulligan-gw/mulligan/internal/runner"
@@ -253,9 +254,20 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 	// The slot is free again when the call's context ends: when it is answered here, or when
 	// the runner settles the converted operation (it cancels the context then), or at the deadline.
 	context.AfterFunc(ctx, func() { stop(); c.calls.release() })
+	// The call owns the seat reserved for it (Handler.reserveSeat) from here: the handler drops
+	// a seat nobody took when it returns, which, once the call is converted, may be before the
+	// attempt took it. The seat moves to a ticket of the call's own, dropped if the attempt
+	// ends without taking it.
+	ctx, own := capacity.WithTicket(ctx, capacity.TicketOf(ctx).Take())
 	first := make(chan attemptResult, 1)
 	stream := newOpStream()
-	go func() { first <- c.attemptNext(ctx, kr, next, stream) }()
+	go func() {
+		defer own.Drop()
+		if testHookAttemptStarting != nil {
+			testHookAttemptStarting()
+		}
+		first <- c.attemptNext(ctx, kr, next, stream)
+	}()
 
 	t := c.clock.NewTimer(window)
 	defer t.Stop()
@@ -366,6 +378,10 @@ func ownVars(ctx context.Context) context.Context {
 
 // attemptNext sends the request to the rest of the route, recording the answer in memory.
 // An event-stream answer is also published on stream as it arrives.
+// testHookAttemptStarting, when set by a test, runs as a call's first attempt starts, before
+// it takes its seat.
+var testHookAttemptStarting func()
+
 func (c *converter) attemptNext(ctx context.Context, kr *keyedRequest, next caddyhttp.Handler, stream *opStream) attemptResult {
 	up := kr.r.WithContext(ctx) // ctx carries the call's deadline
 	setBody(up, kr.body)

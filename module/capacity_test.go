@@ -401,3 +401,42 @@ func TestCapacityOperationWaitingForASeatStaysQueued(t *testing.T) {
 		t.Fatalf("the upstream saw at most %d calls at once; want 2", most)
 	}
 }
+
+// A call converted while its first attempt has not yet taken the seat reserved for it keeps
+// that seat: the handler, returning once the call is converted, dropped the reserved seat, so
+// another caller's call took it, and the attempt waited for a seat again behind it (and could
+// be answered 503 UPSTREAM_SATURATED as its outcome). The attempt is held at its start until
+// the call is converted, as a loaded machine may hold it.
+func TestCapacityConvertedCallKeepsTheSeatReservedForIt(t *testing.T) {
+	g, arrived := startSlotted(t, 1, 0, "async {\n mode after 300ms\n}\ncapacity {\n limit 1\n wait 1s\n}")
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	testHookAttemptStarting = func() {
+		once.Do(func() {
+			close(started)
+			<-release
+		})
+	}
+	t.Cleanup(func() { testHookAttemptStarting = nil })
+	first := make(chan result, 1)
+	go func() { first <- g.post(chatPath, "reserved", chat("reserved"), "X-Mock-Latency", "100ms") }()
+	testkit.Receive(t, started, "the first call's attempt starting, its seat reserved")
+	other := make(chan result, 1)
+	go func() { other <- g.post(chatPath, "other", chat("other"), "X-Mock-Latency", "2s") }()
+	testkit.WaitFor(t, 15*time.Second, "the other call waiting for the seat", func() bool {
+		return sumWaiting(gatewayPool(t, g).Snapshot()) == 1
+	})
+	r := testkit.Receive(t, first, "the first call converted")
+	if r.StatusCode != http.StatusAccepted {
+		t.Fatalf("the first call: %d %s, want 202 once its window passed", r.StatusCode, r.body)
+	}
+	close(release)
+	op := g.await(t, decodeOp(t, r).OperationID)
+	if op.Status != "succeeded" {
+		t.Fatalf("the converted call ended %s %+v", op.Status, op.Error)
+	}
+	if got := arrived.order(); len(got) == 0 || got[0] != "reserved" {
+		t.Fatalf("the model server saw %v: the converted call's reserved seat went to another call first", got)
+	}
+	testkit.Receive(t, other, "the other call")
+}
