@@ -3,6 +3,7 @@ package capacity
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -167,21 +168,42 @@ func (s *Shared) Take(ctx context.Context, deadline time.Time, urgency int, key 
 		default:
 		}
 	}
+	var late <-chan time.Time
+	if !deadline.IsZero() {
+		// A look that takes longer than the storage should (a database that hangs rather than
+		// fails, each look up to its query timeout) does not hold a call past its wait: the
+		// shared seats fail closed, as when the storage fails. Real time: it is the storage's
+		// slowness, whatever the gateway's clock.
+		t := time.NewTimer(max(s.clock.Until(deadline), 0) + slowLook)
+		defer t.Stop()
+		late = t.C
+	}
+	err := error(nil)
 	select {
 	case g := <-w.got:
 		return g.seat, g.err
 	case <-ctx.Done():
+		err = context.Cause(ctx)
+	case <-late:
+		err = errSlowLook
 	}
 	s.mu.Lock()
 	left := s.dropWaiterLocked(w)
 	s.mu.Unlock()
-	if !left { // granted in the same instant: nobody will use it
+	if !left { // answered in the same instant: a seat is nobody's now
 		if g := <-w.got; g.seat != nil {
 			s.Give(g.seat)
 		}
 	}
-	return nil, context.Cause(ctx)
+	return nil, err
 }
+
+// slowLook is how long past its wait a call waits for a look at the shared seats to answer.
+const slowLook = 2 * time.Second
+
+// errSlowLook fails a call whose wait for a shared seat ended while the storage had not
+// answered a look begun for it.
+var errSlowLook = fmt.Errorf("%w: the storage did not answer a look for a shared seat within %v of the call's wait", store.ErrUnavailable, slowLook)
 
 // dropWaiterLocked takes w out of the waiters; false when it was no longer there (answered).
 func (s *Shared) dropWaiterLocked(w *sharedWaiter) bool {

@@ -1228,3 +1228,37 @@ func TestSharedSeatsReboundToAnotherHandleKeepTheirSeats(t *testing.T) {
 	}
 	s.Give(h2)
 }
+
+// hangingSeats is a real store whose looks for a seat hang until the test ends, as a database
+// that stops answering without failing.
+type hangingSeats struct {
+	store.SharedSeats
+	stuck chan struct{}
+}
+
+func (h *hangingSeats) AcquireSeat(pool, seat, worker string, limit int, lease time.Duration, w store.SeatWaiter) (bool, error) {
+	<-h.stuck
+	return false, store.ErrUnavailable
+}
+
+// A call whose wait for a shared seat ends while the storage has not answered the look begun
+// for it fails as the storage failing does, slowLook after its wait, not when the look gives
+// up (each look may take the query timeout, and a call may wait for two).
+func TestSharedSeatLookThatHangsFailsTheCallAfterItsWait(t *testing.T) {
+	clock := clockwork.NewRealClock()
+	hang := &hangingSeats{SharedSeats: openSeats(t, pgtest.Database(t), clock), stuck: make(chan struct{})}
+	t.Cleanup(func() { close(hang.stuck) })
+	s := newTestShared(hang, clock, time.Minute)
+	begun := time.Now()
+	taken := make(chan error, 1)
+	go func() {
+		_, err := s.Take(context.Background(), begun.Add(100*time.Millisecond), 3, "k")
+		taken <- err
+	}()
+	err := testkit.Receive(t, taken, "the call's answer while its look hangs")
+	took := time.Since(begun)
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("a call whose look hangs got %v; want the storage unavailable", err)
+	}
+	t.Logf("failed after %v (wait 100ms, slowLook %v)", took.Round(time.Millisecond), slowLook)
+}
