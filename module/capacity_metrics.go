@@ -40,19 +40,20 @@ var capacityMetrics = struct {
 type seatCollector struct{}
 
 var (
-	descSeatLimit   = prometheus.NewDesc("mulligan_capacity_limit", "Upstream seats of this replica (the adaptive limit's current value with limit auto).", []string{"pool"}, nil)
-	descSeatsInUse  = prometheus.NewDesc("mulligan_capacity_seats_in_use", "Calls holding an upstream seat now.", []string{"pool"}, nil)
-	descSeatWaiting = prometheus.NewDesc("mulligan_capacity_waiting", "Calls and claimed operations waiting for a seat in this replica, by the urgency they wait at (u=0 most urgent; an untrusted u=0..2 counts as 3, and low urgency ages).", []string{"pool", "urgency"}, nil)
-	descQueuedUrg   = prometheus.NewDesc("mulligan_capacity_queued", "Operations waiting in the durable queue, by urgency, storage-wide.", []string{"storage", "urgency"}, nil)
-	descServerFresh = prometheus.NewDesc("mulligan_capacity_server_metrics_fresh", "1 while the model server's own metrics steer the adaptive limit (capacity server_metrics), 0 while they are stale or unreachable and latency steers it.", []string{"pool"}, nil)
-	descSharedLimit = prometheus.NewDesc("mulligan_capacity_shared_limit", "Seats shared by every replica on the storage (capacity shared N).", []string{"pool"}, nil)
-	descSharedHeld  = prometheus.NewDesc("mulligan_capacity_shared_held", "Shared seats held: by this replica (holder=\"replica\"), or by every replica as the storage counts them (holder=\"fleet\", the same on each replica: do not sum it).", []string{"pool", "holder"}, nil)
-	descSharedWait  = prometheus.NewDesc("mulligan_capacity_shared_waiting", "Calls of this replica waiting for a shared seat, by urgency (a call that waits holds no local seat; one that only looks once, as a sync call about to become an operation, holds its own); sum across replicas for the fleet.", []string{"pool", "urgency"}, nil)
-	descServerWait  = prometheus.NewDesc("mulligan_capacity_server_waiting", "Requests waiting in the model server's own queue, as its metrics said last (while fresh).", []string{"pool"}, nil)
+	descSeatLimit       = prometheus.NewDesc("mulligan_capacity_limit", "Upstream seats of this replica (the adaptive limit's current value with limit auto).", []string{"pool"}, nil)
+	descSeatsInUse      = prometheus.NewDesc("mulligan_capacity_seats_in_use", "Calls holding an upstream seat now.", []string{"pool"}, nil)
+	descSeatWaiting     = prometheus.NewDesc("mulligan_capacity_waiting", "Calls and claimed operations waiting for a seat in this replica, by the urgency they wait at (u=0 most urgent; an untrusted u=0..2 counts as 3, and low urgency ages).", []string{"pool", "urgency"}, nil)
+	descQueuedUrg       = prometheus.NewDesc("mulligan_capacity_queued", "Operations waiting in the durable queue, by urgency, storage-wide.", []string{"storage", "urgency"}, nil)
+	descServerFresh     = prometheus.NewDesc("mulligan_capacity_server_metrics_fresh", "1 while the model server's own metrics steer the adaptive limit (capacity server_metrics), 0 while they are stale or unreachable and latency steers it.", []string{"pool"}, nil)
+	descSharedLimit     = prometheus.NewDesc("mulligan_capacity_shared_limit", "Seats shared by every replica on the storage (capacity shared N).", []string{"pool"}, nil)
+	descSharedHeld      = prometheus.NewDesc("mulligan_capacity_shared_held", "Shared seats held: by this replica (holder=\"replica\"), or by every replica as the storage counts them (holder=\"fleet\", the same on each replica: do not sum it).", []string{"pool", "holder"}, nil)
+	descSharedFleetWait = prometheus.NewDesc("mulligan_capacity_shared_fleet_waiting", "Calls of every replica waiting for a shared seat, by urgency, as their places in the fleet's line last said (the same on each replica: do not sum it).", []string{"pool", "urgency"}, nil)
+	descSharedWait      = prometheus.NewDesc("mulligan_capacity_shared_waiting", "Calls of this replica waiting for a shared seat, by urgency (a call that waits holds no local seat; one that only looks once, as a sync call about to become an operation, holds its own); sum across replicas for the fleet.", []string{"pool", "urgency"}, nil)
+	descServerWait      = prometheus.NewDesc("mulligan_capacity_server_waiting", "Requests waiting in the model server's own queue, as its metrics said last (while fresh).", []string{"pool"}, nil)
 )
 
 func (seatCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descSeatLimit, descSeatsInUse, descSeatWaiting, descQueuedUrg, descServerFresh, descServerWait, descSharedLimit, descSharedHeld, descSharedWait} {
+	for _, d := range []*prometheus.Desc{descSeatLimit, descSeatsInUse, descSeatWaiting, descQueuedUrg, descServerFresh, descServerWait, descSharedLimit, descSharedHeld, descSharedWait, descSharedFleetWait} {
 		ch <- d
 	}
 }
@@ -73,6 +74,11 @@ func (seatCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			for u, n := range ss.Waiting {
 				ch <- prometheus.MustNewConstMetric(descSharedWait, prometheus.GaugeValue, float64(n), p.label, strconv.Itoa(u))
+			}
+			if ss.FleetWaiting != nil {
+				for u, n := range ss.FleetWaiting {
+					ch <- prometheus.MustNewConstMetric(descSharedFleetWait, prometheus.GaugeValue, float64(n), p.label, strconv.Itoa(u))
+				}
 			}
 		}
 		if p.Watching() {

@@ -82,6 +82,16 @@ type SeatWaiter struct {
 	Urgency int
 	Waited  time.Duration
 	Key     string
+	// Waiting counts the worker's calls waiting for a seat of the pool by urgency, this one
+	// included, as the line keeps them for SeatLine; all zero: not counted.
+	Waiting [8]int
+}
+
+// SeatLine is what a SharedSeats may do besides: count the calls every worker has waiting for
+// a seat of a pool, by urgency, as their places in line last said (a place of a worker that
+// does not count counts as one call at its urgency).
+type SeatLine interface {
+	SeatWaitersByUrgency(pool string) ([8]int, error)
 }
 
 // SeatTurns is what a SharedSeats may do besides: keep the keys' turns for shared seats for the

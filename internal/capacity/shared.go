@@ -58,6 +58,7 @@ type seatStore struct {
 	freed <-chan struct{}    // the storage says a seat may have come free on any replica; nil: it cannot
 	turns store.SeatTurns    // the fleet's turns, read before each look; nil: this replica's only
 	hand  store.SeatHandover // gives a seat back and takes one in one step; nil: it cannot
+	line  store.SeatLine     // counts the fleet's waiters; nil: it cannot
 }
 
 func newSeatStore(st store.SharedSeats, pool string) *seatStore {
@@ -67,6 +68,7 @@ func newSeatStore(st store.SharedSeats, pool string) *seatStore {
 	}
 	on.turns, _ = st.(store.SeatTurns)
 	on.hand, _ = st.(store.SeatHandover)
+	on.line, _ = st.(store.SeatLine)
 	return on
 }
 
@@ -349,6 +351,9 @@ type SharedSnapshot struct {
 	Held    int    `json:"held_by_replica"`
 	Fleet   *int   `json:"held_by_fleet,omitempty"` // nil when the storage did not answer
 	Waiting [8]int `json:"waiting_by_urgency"`
+	// FleetWaiting counts every replica's calls waiting, as their places in the fleet's line
+	// last said; nil when the storage did not answer or cannot count them.
+	FleetWaiting *[8]int `json:"fleet_waiting_by_urgency,omitempty"`
 }
 
 // Snapshot reads the shared seats: this replica's, and the fleet's from the storage.
@@ -359,8 +364,14 @@ func (s *Shared) Snapshot() SharedSnapshot {
 		out.Waiting[min(max(w.urgency, 0), 7)]++
 	}
 	s.mu.Unlock()
-	if n, err := s.on.Load().st.SeatsHeld(s.name); err == nil {
+	on := s.on.Load()
+	if n, err := on.st.SeatsHeld(s.name); err == nil {
 		out.Fleet = &n
+	}
+	if on.line != nil {
+		if n, err := on.line.SeatWaitersByUrgency(s.name); err == nil {
+			out.FleetWaiting = &n
+		}
 	}
 	return out
 }
@@ -471,7 +482,11 @@ func (s *Shared) askLocked() (*sharedWaiter, store.SeatWaiter) {
 	if s.on.Load().turns != nil {
 		from = best.came
 	}
-	return best, store.SeatWaiter{Urgency: best.urgency, Waited: s.clock.Since(from), Key: best.key}
+	ask := store.SeatWaiter{Urgency: best.urgency, Waited: s.clock.Since(from), Key: best.key}
+	for _, w := range s.waiting {
+		ask.Waiting[min(max(w.urgency, 0), 7)]++
+	}
+	return best, ask
 }
 
 // grantLocked gives seat id, held until `until`, to best, the call whose turn taking it moved

@@ -1262,3 +1262,30 @@ func TestSharedSeatLookThatHangsFailsTheCallAfterItsWait(t *testing.T) {
 	}
 	t.Logf("failed after %v (wait 100ms, slowLook %v)", took.Round(time.Millisecond), slowLook)
 }
+
+// Each replica shows the fleet's calls waiting for a shared seat, by urgency, as the places in
+// the fleet's line counted them, its own included: mulligan_capacity_shared_fleet_waiting and
+// /mulligan/stats (capacity.shared.fleet_waiting_by_urgency).
+func TestSharedSeatsShowTheFleetsWaiters(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	dsn := pgtest.Database(t)
+	stA, stB := openSeats(t, dsn, clock), openSeats(t, dsn, clock)
+	heldByOther(t, stA)
+	a, b := newReplicaShared(stA, clock, time.Minute, "a"), newReplicaShared(stB, clock, time.Minute, "b")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, c := range []struct {
+		s       *Shared
+		urgency int
+	}{{a, 3}, {a, 3}, {a, 7}, {b, 5}} {
+		go func() { _, _ = c.s.Take(ctx, time.Time{}, c.urgency, "k") }()
+	}
+	want := [8]int{3: 2, 5: 1, 7: 1}
+	pollUntil(t, clock, "the fleet's waiters counted on both replicas", func() bool {
+		fa, fb := a.Snapshot().FleetWaiting, b.Snapshot().FleetWaiting
+		return fa != nil && fb != nil && *fa == want && *fb == want
+	})
+	if w := a.Snapshot().Waiting; w != [8]int{3: 2, 7: 1} {
+		t.Fatalf("replica a's own waiters %v", w)
+	}
+}

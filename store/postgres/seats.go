@@ -100,7 +100,7 @@ func (s *Store) acquireSeat(pool, freed, seat, worker string, limit int, lease t
 		look.Queue(clearLapsed("seats", "pool = $1 AND NOT "+seatLive), pool)
 		look.Queue(clearLapsed("seat_waiters", "pool = $1 AND NOT "+waiterLive), pool)
 		look.Queue(takeSeatSQL, pool, seat, worker, limit, lease.Microseconds(), lineUrgency(w), w.Waited.Microseconds(),
-			waiterLease.Microseconds(), lineKey(w), freed != "", handoverReorder.Microseconds()).QueryRow(func(row pgx.Row) error { return row.Scan(&got) })
+			waiterLease.Microseconds(), lineKey(w), freed != "", handoverReorder.Microseconds(), lineWaiting(w)).QueryRow(func(row pgx.Row) error { return row.Scan(&got) })
 		return s.pool.SendBatch(ctx, &look).Close()
 	})
 	return got, err
@@ -154,8 +154,8 @@ var takeSeatSQL = `WITH st AS (
 		AND NOT ($10::bool AND a.key = me.key AND a.urgency = me.urgency
 			AND coalesce(a.came, a.since) > me.came - $11 * interval '1 microsecond') IS TRUE),
 	d AS (SELECT st.held < $4 AND (st.renewal OR ahead.n < $4 - st.held) AS served, st.renewal FROM st, ahead),
-	place AS (INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, came, until, key)
-		SELECT $1, $3, me.urgency, $4, me.since, me.came, ` + leaseEnd(8) + `, me.key FROM me, d WHERE NOT d.served` + placeInLine + `),
+	place AS (INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, came, until, key, waiting)
+		SELECT $1, $3, me.urgency, $4, me.since, me.came, ` + leaseEnd(8) + `, me.key, $12::int[] FROM me, d WHERE NOT d.served` + placeInLine + `),
 	served AS (DELETE FROM seat_waiters WHERE pool = $1 AND worker = $3 AND (SELECT served AND NOT renewal FROM d)),
 	taken AS (INSERT INTO seats (pool, seat, worker, until) SELECT $1, $2, $3, ` + leaseEnd(5) + ` FROM d WHERE d.served
 		ON CONFLICT (pool, seat) DO UPDATE SET worker = $3, until = EXCLUDED.until),
@@ -167,6 +167,47 @@ var takeSeatSQL = `WITH st AS (
 		WHERE d.served AND NOT d.renewal AND $9::text IS NOT NULL
 		ON CONFLICT (pool, key) DO UPDATE SET turn = EXCLUDED.turn)
 	SELECT served FROM d, (SELECT set_config('synchronous_commit', CASE WHEN d.served OR $10::bool THEN current_setting('synchronous_commit') ELSE 'off' END, true) FROM d) sync`
+
+// lineWaiting is w's worker's counts of calls waiting as its place keeps them: nil when not
+// counted.
+func lineWaiting(w store.SeatWaiter) []int32 {
+	if w.Waiting == ([8]int{}) {
+		return nil
+	}
+	out := make([]int32, len(w.Waiting))
+	for i, n := range w.Waiting {
+		out[i] = int32(n)
+	}
+	return out
+}
+
+// SeatWaitersByUrgency counts the calls every replica has waiting for a seat of pool, by
+// urgency, from the live places in its line: each keeps its replica's counts as of its latest
+// look, and one that keeps none (a binary of schema 16) counts as one call at its urgency.
+func (s *Store) SeatWaitersByUrgency(pool string) ([8]int, error) {
+	var out [8]int
+	err := s.query(func(ctx context.Context, db querier) error {
+		out = [8]int{}
+		rows, err := db.Query(ctx, `SELECT c.u, sum(c.n)::bigint FROM seat_waiters w CROSS JOIN LATERAL (
+				SELECT i - 1 AS u, w.waiting[i] AS n FROM generate_subscripts(w.waiting, 1) i
+				UNION ALL SELECT w.urgency, 1 WHERE w.waiting IS NULL) c
+			WHERE w.pool = $1 AND w.`+waiterLive+` AND c.u BETWEEN 0 AND 7 GROUP BY c.u`, pool)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var u int32
+			var n int64
+			if err := rows.Scan(&u, &n); err != nil {
+				return err
+			}
+			out[u] = int(n)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
 
 // lineKey is w's key as the line keeps it: nil without one (a call of no scope), which waits
 // from when it came, no turn counted (as a schema 15 replica's place, which keeps its own turns).
@@ -250,7 +291,8 @@ var _ store.SeatTurns = (*Store)(nil)
 // which each of its looks moves to its latest call waiting.
 const placeInLine = `
 	ON CONFLICT (pool, worker) DO UPDATE SET urgency = EXCLUDED.urgency, seat_limit = EXCLUDED.seat_limit,
-		since = EXCLUDED.since, came = EXCLUDED.came, until = EXCLUDED.until, key = EXCLUDED.key`
+		since = EXCLUDED.since, came = EXCLUDED.came, until = EXCLUDED.until, key = EXCLUDED.key,
+		waiting = EXCLUDED.waiting`
 
 // lineUrgency is w's urgency in the fleet's line: aged by its wait as the queue ages it
 // (store.EffectiveUrgency).

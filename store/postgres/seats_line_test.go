@@ -322,3 +322,38 @@ func TestALookTellsItsCallsWaitFromBeforeTheLock(t *testing.T) {
 		t.Fatalf("B's call came %v after its look began, the time it waited for the lock: it ranks younger than it is", d)
 	}
 }
+
+// The fleet's waiters are counted from the places in its line: each keeps its replica's counts
+// by urgency as of its latest look, a place that keeps none (a schema 16 binary's) counts as one
+// call at its urgency, and a replica that took its seat, or whose place lapsed, counts none.
+func TestLineCountsTheFleetsWaitersByUrgency(t *testing.T) {
+	reps := replicas(t, 2, storetest.NewClock())
+	a, b := reps[0], reps[1]
+	if ok, err := a.AcquireSeat("model", "h", "holder", 1, time.Minute, store.SeatWaiter{}); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	counted := store.SeatWaiter{Urgency: 3}
+	counted.Waiting[3], counted.Waiting[7] = 2, 1
+	if ok, err := a.AcquireSeat("model", "a", "A", 1, time.Minute, counted); ok || err != nil {
+		t.Fatal("A", ok, err)
+	}
+	if ok, err := b.AcquireSeat("model", "b", "B", 1, time.Minute, store.SeatWaiter{Urgency: 5}); ok || err != nil {
+		t.Fatal("B", ok, err)
+	}
+	got, err := a.SeatWaitersByUrgency("model")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := [8]int{3: 2, 5: 1, 7: 1}; got != want {
+		t.Fatalf("the fleet's waiters by urgency: %v; want %v", got, want)
+	}
+	if err := a.ReleaseSeat("model", "h"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := a.AcquireSeat("model", "a", "A", 1, time.Minute, counted); !ok || err != nil {
+		t.Fatal("A after the release", ok, err)
+	}
+	if got, err := b.SeatWaitersByUrgency("model"); err != nil || got != [8]int{5: 1} {
+		t.Fatalf("after A took the seat: %v %v; want B's one call at 5", got, err)
+	}
+}
