@@ -20,9 +20,9 @@ import (
 // of what follows); else the latency over the answer's usage.completion_tokens, times those
 // tokens; else the whole latency. Each kind keeps its own floor. Only 2xx answers are samples:
 // a 4xx, a 500 or a cut call says nothing about the queue. A sample below its floor (a cached
-// or tiny answer, too fast to have waited) waited nothing: it never lowers the floor, and never
-// shrinks the limit; a floor is measured leaving out the samples far faster than the others
-// (floorOf).
+// or tiny answer, too fast to have waited) waited nothing: it never lowers the floor, and one
+// far below it (tooFast) is no sample at all; a floor is measured leaving out the samples far
+// faster than the others (floorOf).
 //
 // The floor is measured as Envoy measures its minRTT: every probeEvery samples the limit drops
 // to its minimum for a few calls, so the model server's own queue drains and the calls that
@@ -142,10 +142,17 @@ func (a *Adaptive) Update(s Sample) int {
 	if !ok {
 		return a.Current()
 	}
+	f := &a.floors[kind]
+	if a.probe.left == 0 && v < f.value/tooFast {
+		// Far faster than its floor (a cached answer, a model list): a call unlike those the
+		// floor measures, which tells nothing of the queue, nor counts towards the next probe.
+		// Counted as a wait of nothing, each was one more step of the limit, down after a queue
+		// showed: fifty took it from 34 to 3.
+		return a.Current()
+	}
 	if a.probing(kind, v, s.InFlight) {
 		return a.Current()
 	}
-	f := &a.floors[kind]
 	if f.value == 0 {
 		// Not measured yet: the first calls of a kind set its floor, as a probe would.
 		if f.boot = append(f.boot, v); len(f.boot) < probeSamples {
@@ -165,9 +172,7 @@ func (a *Adaptive) Update(s Sample) int {
 	if float64(s.InFlight) < a.limit/2 && next > a.limit {
 		return a.Current() // too little traffic to learn that more seats would help
 	}
-	if v < f.value && next < a.limit {
-		return a.Current() // it waited nothing: a step down is for the calls that waited
-	}
+
 	a.limit = min(max(a.limit*(1-adaptSmoothing)+next*adaptSmoothing, a.min), a.max)
 	return a.Current()
 }
@@ -199,22 +204,24 @@ func (a *Adaptive) probing(kind signalKind, v float64, inFlight int) bool {
 	return true
 }
 
-// tooFast is how much faster than the slowest of a floor's samples a sample is too fast to
-// be a call like the others (a cached answer, a model list, a health check): the floor is the
-// median of the rest. Lengths of the calls a floor compares vary less than that: a whole
+// tooFast is how much faster than the calls a floor measures a sample is too fast to be one of
+// them (a cached answer, a model list, a health check): it is left out of the floor, and it is
+// no sample of the queue. Lengths of the calls a floor compares vary less than that: a whole
 // latency of the flood's mixed calls, 1 to 15 times the shortest; a time per token, less than
 // twice.
 const tooFast = 20
 
 // floorOf is the floor measured by xs (not empty), samples of one kind with the model server's
-// queue drained: their median, leaving out those tooFast times faster than the slowest. Half
-// of the answers instant put the median among them, and every call after read as waiting its
-// whole latency: the limit stayed at its minimum (a quarter of a 4-slot server's capacity).
-// xs is reordered.
+// queue drained: their median, leaving out those tooFast times faster than their upper
+// quartile. Half of the answers instant put the median among them, and every call after read
+// as waiting its whole latency: the limit stayed at its minimum (a quarter of a 4-slot server's
+// capacity). Measured against the slowest sample instead, one slow call (a first generation of
+// 5 s before calls of 100 ms) became the floor, and the limit grew to its maximum. xs is
+// reordered.
 func floorOf(xs []float64) float64 {
 	slices.Sort(xs)
-	slowest := xs[len(xs)-1]
-	i, _ := slices.BinarySearch(xs, slowest/tooFast)
+	upper := xs[len(xs)*3/4]
+	i, _ := slices.BinarySearch(xs, upper/tooFast)
 	return median(xs[i:])
 }
 

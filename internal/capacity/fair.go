@@ -94,16 +94,13 @@ const newcomers = "\x00newcomers"
 const knownKeys = 4096
 
 // laneOf is the lane a's key waits in: its own when it is waiting already or was served lately,
-// else the newcomers'. A key with calls waiting among the newcomers waits there until they are
-// served, though it got a seat meanwhile: a burst of a new key would else take the newcomers'
-// turns and its own lane's.
+// else the newcomers'. A new key's calls that waited before it was served stay among the
+// newcomers: until they are served, such a burst takes the newcomers' turns and its own lane's
+// (docs/capacity.md, "Not there yet").
 func (p *Pool) laneOf(a Ask) string {
 	k := keyOf(a)
 	if _, waiting := p.keys.of[k]; waiting {
 		return k
-	}
-	if _, waiting := p.newKeys.of[k]; waiting {
-		return newcomers
 	}
 	if _, ok := p.known[k]; ok {
 		return k
