@@ -137,6 +137,16 @@ func TestAdaptiveFloorLeavesOutAnswersFarFasterThanTheCalls(t *testing.T) {
 	if got := a.floors[kindLatency].value; got != 0.1 {
 		t.Fatalf("the floor of 3 calls of 100 ms and 4 instant answers is %vs; want 0.1s", got)
 	}
+	// Nor is one slow call the floor of the others (measured against the slowest sample, the
+	// floor was 5 s, and the limit grew to its maximum).
+	b := NewAdaptive(1, 64)
+	b.Update(ok(5*time.Second, 1))
+	for range probeSamples - 1 {
+		b.Update(ok(100*time.Millisecond, 1))
+	}
+	if got := b.floors[kindLatency].value; got != 0.1 {
+		t.Fatalf("the floor of a 5 s call and 6 calls of 100 ms is %vs; want 0.1s", got)
+	}
 }
 
 // simulation is a model server with slots and its own first-come queue behind a Pool with
