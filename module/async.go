@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -263,8 +264,8 @@ func (c *converter) runThenConvert(w http.ResponseWriter, kr *keyedRequest, next
 	stream := newOpStream()
 	go func() {
 		defer own.Drop()
-		if testHookAttemptStarting != nil {
-			testHookAttemptStarting()
+		if hook := testHookAttemptStarting.Load(); hook != nil {
+			(*hook)()
 		}
 		first <- c.attemptNext(ctx, kr, next, stream)
 	}()
@@ -379,8 +380,8 @@ func ownVars(ctx context.Context) context.Context {
 // attemptNext sends the request to the rest of the route, recording the answer in memory.
 // An event-stream answer is also published on stream as it arrives.
 // testHookAttemptStarting, when set by a test, runs as a call's first attempt starts, before
-// it takes its seat.
-var testHookAttemptStarting func()
+// it takes its seat. Atomic: calls of gateways an earlier test left read it.
+var testHookAttemptStarting atomic.Pointer[func()]
 
 func (c *converter) attemptNext(ctx context.Context, kr *keyedRequest, next caddyhttp.Handler, stream *opStream) attemptResult {
 	up := kr.r.WithContext(ctx) // ctx carries the call's deadline

@@ -411,13 +411,14 @@ func TestCapacityConvertedCallKeepsTheSeatReservedForIt(t *testing.T) {
 	g, arrived := startSlotted(t, 1, 0, "async {\n mode after 300ms\n}\ncapacity {\n limit 1\n wait 1s\n}")
 	started, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	testHookAttemptStarting = func() {
+	hook := func() {
 		once.Do(func() {
 			close(started)
 			<-release
 		})
 	}
-	t.Cleanup(func() { testHookAttemptStarting = nil })
+	testHookAttemptStarting.Store(&hook)
+	t.Cleanup(func() { testHookAttemptStarting.Store(nil) })
 	first := make(chan result, 1)
 	go func() { first <- g.post(chatPath, "reserved", chat("reserved"), "X-Mock-Latency", "100ms") }()
 	testkit.Receive(t, started, "the first call's attempt starting, its seat reserved")

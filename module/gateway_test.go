@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -202,7 +203,7 @@ var adminClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Trans
 func (g *gateway) adminPost(path string, body []byte) (*http.Response, error) {
 	for try := 0; ; try++ {
 		resp, err := adminClient.Post("http://"+g.admin+path, "application/json", bytes.NewReader(body))
-		if err == nil || try == 10 {
+		if err == nil || try == 10 || !(errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
 			return resp, err
 		}
 		g.t.Logf("admin %s, sending again: %v", path, err)

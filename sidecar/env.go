@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -260,7 +261,8 @@ func sidecarHelp() string {
 // spaces or would otherwise read as a brace, a comment or a heredoc. Values are checked first
 // (checkText) to hold no quote, backslash or control character, so quoting needs no escapes.
 func caddyfileToken(s string) string {
-	if strings.ContainsAny(s, " \t") || s == "{" || s == "}" || strings.HasPrefix(s, "#") || strings.HasPrefix(s, "<<") {
+	// Caddy's lexer ends a token at any Unicode space, not only a space or a tab.
+	if strings.IndexFunc(s, unicode.IsSpace) >= 0 || s == "{" || s == "}" || strings.HasPrefix(s, "#") || strings.HasPrefix(s, "<<") {
 		return `"` + s + `"`
 	}
 	return s

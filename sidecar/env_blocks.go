@@ -1,10 +1,13 @@
 package main
 
 import (
+	"net/url"
 	"strconv"
 	"strings"
 
 	"github.com/dustin/go-humanize"
+
+	"github.com/mulligan-gw/mulligan/internal/capacity"
 )
 
 // The capacity and batches blocks from MULLIGAN_CAPACITY_* and MULLIGAN_BATCHES* (docs/capacity.md,
@@ -54,23 +57,29 @@ func (r *envReader) capacity(postgres bool) *capacityBlock {
 		}
 	}
 	if r.set(names[6]) {
-		c.FairKey = caddyfileToken(r.text(names[6]))
+		key := r.text(names[6])
+		if err := capacity.ValidateFairKey(key); err != nil && r.ok(names[6]) {
+			r.fail(names[6], "must be a placeholder such as {http.request.header.X-Tenant}, or text with placeholders whose braces pair, got %q", key)
+		}
+		c.FairKey = caddyfileToken(key)
 	}
 	return c
 }
 
 // serverMetrics is MULLIGAN_CAPACITY_SERVER_METRICS: an http(s) URL, then optionally the kind
 // of server whose metric names to read.
-func (r *envReader) serverMetrics(name string) (url, kind string) {
+func (r *envReader) serverMetrics(name string) (endpoint, kind string) {
 	f := strings.Fields(r.get(name))
-	switch {
-	case len(f) == 0 || len(f) > 2:
+	if len(f) == 0 || len(f) > 2 {
 		r.fail(name, "must be the metrics URL, then optionally vllm, sglang, tgi or llamacpp, got %q", r.get(name))
 		return "", ""
-	case !strings.HasPrefix(f[0], "http://") && !strings.HasPrefix(f[0], "https://"):
-		r.fail(name, "must start with an http:// or https:// URL, got %q", f[0])
+	}
+	u, err := url.Parse(f[0])
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		r.fail(name, "must start with an http:// or https:// URL with a host, got %q", f[0])
 		return "", ""
-	case strings.ContainsAny(f[0], "{}\\\"`"):
+	case strings.ContainsAny(f[0], "{}\\\"`") || checkText(f[0]) != nil:
 		r.fail(name, "must be one URL, without braces, quotes or backslashes (percent-encode them)")
 		return "", ""
 	}

@@ -131,6 +131,8 @@ func TestEachVariableReachesTheCaddyfile(t *testing.T) {
 		{"MULLIGAN_CAPACITY_PASS_PRIORITY", "sglang", []string{"pass_priority sglang"}, `"pass_priority":"sglang"`},
 		{"MULLIGAN_CAPACITY_SERVER_METRICS", "http://127.0.0.1:8000/metrics", []string{"capacity {", "server_metrics http://127.0.0.1:8000/metrics vllm"}, `"url":"http://127.0.0.1:8000/metrics"`},
 		{"MULLIGAN_CAPACITY_SERVER_METRICS", " http://sglang:30000/metrics  sglang ", []string{"server_metrics http://sglang:30000/metrics sglang"}, `"server":"sglang"`},
+		{"MULLIGAN_CAPACITY_SERVER_METRICS", "HTTP://vllm:8000/metrics", []string{"server_metrics HTTP://vllm:8000/metrics vllm"}, `"url":"HTTP://vllm:8000/metrics"`},
+		{"MULLIGAN_CAPACITY_FAIR_KEY", "{http.request.header.X-Org}\u00a0{http.request.header.X-Team}", []string{"fair_key \"{http.request.header.X-Org}\u00a0{http.request.header.X-Team}\""}, "\"fair_key\":\"{http.request.header.X-Org}\u00a0{http.request.header.X-Team}\""}, // a space Caddy splits on, though not a space or a tab
 		{"MULLIGAN_CAPACITY_FAIR_KEY", "{http.request.header.X-Tenant}", []string{"capacity {", "fair_key {http.request.header.X-Tenant}"}, `"fair_key":"{http.request.header.X-Tenant}"`},
 		{"MULLIGAN_CAPACITY_FAIR_KEY", "{http.request.header.X-Org} {http.request.header.X-Team}", []string{`fair_key "{http.request.header.X-Org} {http.request.header.X-Team}"`}, `"fair_key":"{http.request.header.X-Org} {http.request.header.X-Team}"`},
 		{"MULLIGAN_BATCHES", "/v1", []string{"batches /v1 {", "max_file_size 200MiB", "max_requests 50000"}, `"batches":{"max_file_size":209715200,"max_requests":50000,"prefix":"/v1"}`},
@@ -227,6 +229,10 @@ func TestBadValuesAreRefusedByName(t *testing.T) {
 		{"MULLIGAN_CAPACITY_SERVER_METRICS", "http://127.0.0.1:8000/metrics triton"},
 		{"MULLIGAN_CAPACITY_SERVER_METRICS", "http://127.0.0.1:8000/{metrics}"},
 		{"MULLIGAN_CAPACITY_FAIR_KEY", `{http.request.header.X-Tenant}"`},
+		{"MULLIGAN_CAPACITY_FAIR_KEY", "tenant"},                 // no placeholder: the module refuses it
+		{"MULLIGAN_CAPACITY_FAIR_KEY", "{http.request.header.X"}, // braces that do not pair
+		{"MULLIGAN_CAPACITY_SERVER_METRICS", "http://"},          // no host
+		{"MULLIGAN_CAPACITY_SERVER_METRICS", "http:///metrics"},  // likewise
 		{"MULLIGAN_BATCHES", "v1"},
 		{"MULLIGAN_BATCHES", "/v1/*"},
 		{"MULLIGAN_BATCHES_MAX_FILE_SIZE", "1GB"}, // without MULLIGAN_BATCHES

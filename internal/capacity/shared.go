@@ -37,6 +37,7 @@ type Shared struct {
 	newID  func(now time.Time) string
 	log    *zap.Logger
 	kick   chan struct{} // a seat of this replica came free, or a call came that goes first: look at once
+	slow   time.Duration // SharedOptions.SlowLook
 
 	mu       sync.Mutex
 	waiting  []*sharedWaiter // in the order they came
@@ -90,6 +91,9 @@ type SharedOptions struct {
 	Clock         clockwork.Clock
 	Log           *zap.Logger
 	NewID         func(now time.Time) string // names a seat taken at now
+	// SlowLook is how long past its wait a call waits for a look at the seats to answer, in
+	// real time (0: slowLook).
+	SlowLook time.Duration
 }
 
 // sharedWaiter is a call waiting for a shared seat.
@@ -129,6 +133,9 @@ func NewShared(st store.SharedSeats, o SharedOptions) *Shared {
 		every: o.Renew, newID: o.NewID, log: o.Log, kick: make(chan struct{}, 1), held: map[string]*Held{}}
 	s.on.Store(newSeatStore(st, o.Name))
 	s.limit.Store(int64(o.Limit))
+	if s.slow = o.SlowLook; s.slow <= 0 {
+		s.slow = slowLook
+	}
 	return s
 }
 
@@ -176,7 +183,7 @@ func (s *Shared) Take(ctx context.Context, deadline time.Time, urgency int, key 
 		// fails, each look up to its query timeout) does not hold a call past its wait: the
 		// shared seats fail closed, as when the storage fails. Real time: it is the storage's
 		// slowness, whatever the gateway's clock.
-		t := time.NewTimer(max(s.clock.Until(deadline), 0) + slowLook)
+		t := time.NewTimer(max(s.clock.Until(deadline), 0) + s.slow)
 		defer t.Stop()
 		late = t.C
 	}
@@ -205,7 +212,7 @@ const slowLook = 2 * time.Second
 
 // errSlowLook fails a call whose wait for a shared seat ended while the storage had not
 // answered a look begun for it.
-var errSlowLook = fmt.Errorf("%w: the storage did not answer a look for a shared seat within %v of the call's wait", store.ErrUnavailable, slowLook)
+var errSlowLook = fmt.Errorf("%w: the storage did not answer a look for a shared seat in time after the call's wait", store.ErrUnavailable)
 
 // dropWaiterLocked takes w out of the waiters; false when it was no longer there (answered).
 func (s *Shared) dropWaiterLocked(w *sharedWaiter) bool {

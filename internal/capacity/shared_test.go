@@ -44,9 +44,12 @@ func newTestShared(st store.SharedSeats, clock clockwork.Clock, lease time.Durat
 // newReplicaShared is newTestShared for the replica named worker.
 func newReplicaShared(st store.SharedSeats, clock clockwork.Clock, lease time.Duration, worker string) *Shared {
 	var n atomic.Int64
+	// SlowLook is real time beside a fake clock's deadlines: long, so that a test's slow steps
+	// under -race never read as a storage that hangs.
 	return NewShared(st, SharedOptions{Name: "test", Worker: worker, Limit: 1, Lease: lease,
 		Margin: min(lease/10, 2*time.Second), Renew: max(min(time.Second, lease/3), 50*time.Millisecond),
-		Clock: clock, Log: zap.NewNop(), NewID: func(time.Time) string { return worker + "_seat_" + strconv.FormatInt(n.Add(1), 10) }})
+		Clock: clock, Log: zap.NewNop(), NewID: func(time.Time) string { return worker + "_seat_" + strconv.FormatInt(n.Add(1), 10) },
+		SlowLook: time.Minute})
 }
 
 // sharedSeatsOf returns seats of cfg on clock that take shared seats from *shared, which the
@@ -1249,6 +1252,7 @@ func TestSharedSeatLookThatHangsFailsTheCallAfterItsWait(t *testing.T) {
 	hang := &hangingSeats{SharedSeats: openSeats(t, pgtest.Database(t), clock), stuck: make(chan struct{})}
 	t.Cleanup(func() { close(hang.stuck) })
 	s := newTestShared(hang, clock, time.Minute)
+	s.slow = slowLook // as the gateway's
 	begun := time.Now()
 	taken := make(chan error, 1)
 	go func() {
@@ -1260,7 +1264,7 @@ func TestSharedSeatLookThatHangsFailsTheCallAfterItsWait(t *testing.T) {
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("a call whose look hangs got %v; want the storage unavailable", err)
 	}
-	t.Logf("failed after %v (wait 100ms, slowLook %v)", took.Round(time.Millisecond), slowLook)
+	t.Logf("failed after %v (wait 100ms, slowLook %v)", took.Round(time.Millisecond), s.slow)
 }
 
 // Each replica shows the fleet's calls waiting for a shared seat, by urgency, as the places in
