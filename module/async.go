@@ -377,12 +377,12 @@ func ownVars(ctx context.Context) context.Context {
 	return context.WithValue(ctx, caddyhttp.VarsCtxKey, maps.Clone(vars))
 }
 
-// attemptNext sends the request to the rest of the route, recording the answer in memory.
-// An event-stream answer is also published on stream as it arrives.
 // testHookAttemptStarting, when set by a test, runs as a call's first attempt starts, before
 // it takes its seat. Atomic: calls of gateways an earlier test left read it.
 var testHookAttemptStarting atomic.Pointer[func()]
 
+// attemptNext sends the request to the rest of the route, recording the answer in memory.
+// An event-stream answer is also published on stream as it arrives.
 func (c *converter) attemptNext(ctx context.Context, kr *keyedRequest, next caddyhttp.Handler, stream *opStream) attemptResult {
 	up := kr.r.WithContext(ctx) // ctx carries the call's deadline
 	setBody(up, kr.body)

@@ -79,7 +79,7 @@ func (r *envReader) serverMetrics(name string) (endpoint, kind string) {
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
 		r.fail(name, "must start with an http:// or https:// URL with a host, got %q", f[0])
 		return "", ""
-	case strings.ContainsAny(f[0], "{}\\\"`") || checkText(f[0]) != nil:
+	case strings.ContainsAny(f[0], "{}") || checkText(f[0]) != nil: // checkText: quotes, backslashes
 		r.fail(name, "must be one URL, without braces, quotes or backslashes (percent-encode them)")
 		return "", ""
 	}

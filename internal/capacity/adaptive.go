@@ -172,7 +172,6 @@ func (a *Adaptive) Update(s Sample) int {
 	if float64(s.InFlight) < a.limit/2 && next > a.limit {
 		return a.Current() // too little traffic to learn that more seats would help
 	}
-
 	a.limit = min(max(a.limit*(1-adaptSmoothing)+next*adaptSmoothing, a.min), a.max)
 	return a.Current()
 }

@@ -366,10 +366,7 @@ type SharedSnapshot struct {
 // Snapshot reads the shared seats: this replica's, and the fleet's from the storage.
 func (s *Shared) Snapshot() SharedSnapshot {
 	s.mu.Lock()
-	out := SharedSnapshot{Limit: int(s.limit.Load()), Held: len(s.held)}
-	for _, w := range s.waiting {
-		out.Waiting[min(max(w.urgency, 0), 7)]++
-	}
+	out := SharedSnapshot{Limit: int(s.limit.Load()), Held: len(s.held), Waiting: s.waitingLocked()}
 	s.mu.Unlock()
 	on := s.on.Load()
 	if n, err := on.st.SeatsHeld(s.name); err == nil {
@@ -489,11 +486,16 @@ func (s *Shared) askLocked() (*sharedWaiter, store.SeatWaiter) {
 	if s.on.Load().turns != nil {
 		from = best.came
 	}
-	ask := store.SeatWaiter{Urgency: best.urgency, Waited: s.clock.Since(from), Key: best.key}
+	return best, store.SeatWaiter{Urgency: best.urgency, Waited: s.clock.Since(from), Key: best.key, Waiting: s.waitingLocked()}
+}
+
+// waitingLocked counts the calls waiting here by urgency.
+func (s *Shared) waitingLocked() [8]int {
+	var n [8]int
 	for _, w := range s.waiting {
-		ask.Waiting[min(max(w.urgency, 0), 7)]++
+		n[min(max(w.urgency, 0), 7)]++
 	}
-	return best, ask
+	return n
 }
 
 // grantLocked gives seat id, held until `until`, to best, the call whose turn taking it moved
