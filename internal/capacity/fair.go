@@ -154,6 +154,37 @@ func (p *Pool) leaveLocked(w *Waiter, granted bool) {
 	p.keys.leave(w.lane)
 	if w.lane == newcomers {
 		p.newKeys.leave(k)
+		if granted {
+			p.moveBurstLocked(k)
+		}
+	}
+}
+
+// moveBurstLocked moves key k's calls still waiting among the newcomers to k's own lane, k
+// having just been served there: a new key's burst then holds one lane, not the newcomers'
+// turns and its own lane's (its later calls wait in its lane, as a key served lately). The lane
+// starts just behind the newcomers' next turn, where the burst's next call stood within their
+// lane, behind the other new keys waiting there: each of them still goes before the burst's
+// second call, as before it moved.
+func (p *Pool) moveBurstLocked(k string) {
+	var moved []*Waiter
+	for _, x := range p.waiting {
+		if x.lane == newcomers && keyOf(x.Ask) == k {
+			moved = append(moved, x)
+		}
+	}
+	if len(moved) == 0 {
+		return
+	}
+	floor := p.keys.startOf(newcomers) + 1
+	if kk := p.known[k]; kk != nil {
+		floor = max(floor, kk.finish)
+	}
+	for _, x := range moved {
+		p.keys.leave(newcomers)
+		p.newKeys.leave(k)
+		x.lane = k
+		p.keys.join(k, laneWeight(x), floor)
 	}
 }
 

@@ -3,6 +3,7 @@ package capacity
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -247,25 +248,42 @@ func TestPoolNewKeysPerCallDoNotStarveABacklog(t *testing.T) {
 	}
 }
 
-// A key of weight 3 gets three seats to a weight-1 key's one while both have a backlog.
+// A key of weight 3 gets three seats to a weight-1 key's one while both have a backlog. Both
+// were served before: a key's first call is a newcomer's, which takes the newcomers' one turn
+// whatever its weight.
 func TestPoolWeightsShareSeatsBetweenKeys(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(t0)
-	var asks []Ask
-	for i := range 8 {
-		asks = append(asks, Ask{Urgency: 3, Scope: "light", Since: t0.Add(time.Duration(2 * i))},
-			Ask{Urgency: 3, Scope: "heavy", Key: "tenant-heavy", Weight: 3, Since: t0.Add(time.Duration(2*i + 1))})
+	p := NewPool(clock, Config{Limit: 1})
+	for _, a := range []Ask{{Urgency: 3, Scope: "light"}, {Urgency: 3, Scope: "heavy", Key: "tenant-heavy", Weight: 3}} {
+		a.Since = clock.Now()
+		w := p.Enqueue(a)
+		if !granted(w) {
+			t.Fatal("a call waits in an empty pool")
+		}
+		clock.Advance(time.Second)
+		p.Release(w, clock.Now().Add(-time.Second), Sample{Status: 200})
 	}
-	p, ws := fill(t, clock, asks)
+	if !granted(p.Enqueue(Ask{Scope: "holder", Since: clock.Now()})) {
+		t.Fatal("the holder waits in an empty pool")
+	}
+	ws := make([]*Waiter, 0, 16)
+	for i := range 8 {
+		ws = append(ws, p.Enqueue(Ask{Urgency: 3, Scope: "light", Since: clock.Now().Add(time.Duration(2 * i))}),
+			p.Enqueue(Ask{Urgency: 3, Scope: "heavy", Key: "tenant-heavy", Weight: 3, Since: clock.Now().Add(time.Duration(2*i + 1))}))
+	}
 	seen := map[int]bool{}
 	heavy := 0
+	var order []int
 	for range 8 {
 		p.Release(nil, clock.Now(), Sample{Status: 200})
-		if grantedOf(t, ws, seen)%2 == 1 {
+		i := grantedOf(t, ws, seen)
+		order = append(order, i%2)
+		if i%2 == 1 {
 			heavy++
 		}
 	}
 	if heavy != 6 {
-		t.Fatalf("the weight-3 key got %d of 8 seats; want 6", heavy)
+		t.Fatalf("the weight-3 key got %d of 8 seats (%v, 1: its); want 6", heavy, order)
 	}
 }
 
@@ -698,5 +716,61 @@ func TestPoolANewTenantThatAlwaysWaitsGetsALaneOfItsOwn(t *testing.T) {
 	t.Logf("of 600 seats: known %d, new %d, fresh identities %d", got["known"], got["new"], got["fresh"])
 	if got["new"] < 150 {
 		t.Fatalf("the new tenant that always waits got %d of 600 seats; want about a third", got["new"])
+	}
+}
+
+// A new key's burst holds one lane once the key is served: its calls sent before that move
+// from the newcomers' lane to its own, where its later calls wait, so against a known tenant
+// that keeps as many waiting it gets half the seats. They stayed among the newcomers, taking
+// the newcomers' turns while its later calls took its own lane's: 25 of 41 seats. The burst's
+// next call goes behind another new key that waits among the newcomers, as it did within their
+// lane.
+func TestPoolANewKeysBurstHoldsOneLane(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	p := NewPool(clock, Config{Limit: 1})
+	first := p.Enqueue(Ask{Scope: "known", Since: clock.Now()})
+	clock.Advance(time.Second)
+	p.Release(first, clock.Now().Add(-time.Second), Sample{Status: 200})
+	holder := p.Enqueue(Ask{Scope: "holder", Since: clock.Now()})
+	waiting := map[*Waiter]string{}
+	for range 20 {
+		waiting[p.Enqueue(Ask{Scope: "known", Since: clock.Now()})] = "known"
+	}
+	for range 20 {
+		waiting[p.Enqueue(Ask{Scope: "burst", Since: clock.Now()})] = "burst"
+	}
+	other := p.Enqueue(Ask{Scope: "other", Since: clock.Now()})
+	waiting[other] = "other"
+	var order []string
+	last := holder
+	for range 41 {
+		clock.Advance(time.Second)
+		p.Release(last, clock.Now().Add(-time.Second), Sample{Status: 200})
+		last = nil
+		for w, scope := range waiting {
+			if granted(w) {
+				last = w
+				delete(waiting, w)
+				order = append(order, scope)
+				if scope != "other" { // each keeps its backlog: a call sent as one gets its seat
+					waiting[p.Enqueue(Ask{Scope: scope, Since: clock.Now()})] = scope
+				}
+				break
+			}
+		}
+		if last == nil {
+			t.Fatal("a release granted nobody")
+		}
+	}
+	got := map[string]int{}
+	for _, s := range order {
+		got[s]++
+	}
+	t.Logf("order of the first 41 seats: %v", order)
+	if got["burst"] > 21 {
+		t.Fatalf("the new key's burst got %d of 41 seats against a known tenant's backlog and one other new key; want about half", got["burst"])
+	}
+	if i, j := slices.Index(order, "other"), slices.Index(order, "burst"); i < 0 || i > slices.Index(order[j+1:], "burst")+j+1 {
+		t.Fatalf("the other new key's call was served after the burst's second call (%v); want before it", order)
 	}
 }
