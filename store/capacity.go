@@ -113,7 +113,10 @@ type SeatTurns interface {
 // ("key:...") nor a scope (a hex digest).
 const SeatNewcomers = "*newcomers"
 
-// Turns (docs/backends.md, "The capacity order") are taken by lanes (Lane: an operation's
+// The turns of schema 17 and before, which the durable queue ordered by until turns in slot
+// time (LaneStart) replaced them, and which PostgreSQL keeps writing (queue_lanes.turn, credit)
+// for a replica of that schema running beside this one during an upgrade (docs/backends.md,
+// "Schema"). They are taken by lanes (Lane: an operation's
 // fairness key, or its scope without one) and are times in microseconds since the epoch: a claim
 // gives its lane TurnAt its time. A lane with a turn counts from the later of it and its oldest
 // work's arrival (KnownTurn: going idle banks no turns); a lane without one (new, or forgotten
@@ -324,4 +327,126 @@ func EstimatePosition(own string, scopes []ScopeQueue) int {
 		}
 	}
 	return pos
+}
+
+// Turns in slot time (docs/backends.md, "The capacity order"). Lanes take turns in virtual
+// time, as the seat pool's keys do (start-time fair queuing over slot time): a lane's turn is
+// the virtual start of its next claim, and a claim moves it on by the slot time the lane's
+// operations held lately (ClaimCharge) over its weight, corrected to the time the operation ran
+// once its run ends (SettledTurn). So a tenant of short operations gets as many claims as their
+// slot time earns against a tenant of long ones, not one for each of theirs. The virtual time
+// is the start of the latest claim: a lane that starts to wait (new, or back after it had no
+// work) starts there, or where its own last turn ended when later (LaneStart), so going idle
+// banks no turns and a new lane goes behind the lanes with work, not ahead of them. Lanes
+// without a turn take their turns in their band's newcomers' turn, which a newcomer's claim
+// moves on as a lane of weight 1, just before the lane it claimed (NewcomersAfter).
+//
+// Every value is in microseconds of slot time.
+
+// DefaultHold is the slot time a claim is charged while nothing was measured, and MinCharge the
+// least a claim costs (an operation that ends at once, or never reached the upstream, still
+// takes a turn).
+const (
+	DefaultHold = int64(time.Second / time.Microsecond)
+	MinCharge   = int64(time.Millisecond / time.Microsecond)
+)
+
+// LaneStart is the virtual start of a lane's next claim: its turn when it has one (known), else
+// its band's newcomers' turn, and never before the virtual time vtime.
+func LaneStart(turn int64, known bool, newcomers, vtime int64) int64 {
+	if !known {
+		turn = newcomers
+	}
+	return max(turn, vtime)
+}
+
+// ClaimCharge is the slot time a claim is charged before its run is measured: its lane's
+// operations' moving average (hold), the queue's (average) for a lane never measured, or
+// DefaultHold; never less than MinCharge.
+func ClaimCharge(hold, average int64) int64 {
+	switch {
+	case hold > 0:
+	case average > 0:
+		hold = average
+	default:
+		hold = DefaultHold
+	}
+	return max(hold, MinCharge)
+}
+
+// laneWeight is a stored weight as turns count it: 1 to MaxWeight.
+func laneWeight(w float64) float64 { return min(max(w, 1), MaxWeight) }
+
+// ChargedTurn is a lane's turn after a claim that started at start and was charged charge, the
+// lane's weight w: start moved on by charge over w, at least a microsecond.
+func ChargedTurn(start, charge int64, w float64) int64 {
+	return start + max(int64(float64(charge)/laneWeight(w)), 1)
+}
+
+// NewcomersAfter is a band's newcomers' turn after a newcomer's claim that started at start and
+// was charged charge: moved on as a lane of weight 1, to just before the turn of a weight-1
+// lane so claimed, so that the newcomers still waiting go before it.
+func NewcomersAfter(newcomers, start, charge int64) int64 {
+	return max(newcomers, start+charge-1)
+}
+
+// SettledTurn is a turn corrected by delta, what a run cost beyond what its claim charged over
+// the weight (negative: a refund): a refund brings it back no earlier than the virtual time, and
+// never later than it was.
+func SettledTurn(turn, delta, vtime int64) int64 { return max(turn+delta, min(turn, vtime)) }
+
+// MovedHold is a moving average of slot time moved a fifth of the way to took, took counting
+// as no more than ten times the average (one very long run does not make every claim after it
+// pay as much); took itself when there is no average yet.
+func MovedHold(hold, took int64) int64 {
+	if hold <= 0 {
+		return took
+	}
+	return hold + (min(took, 10*hold)-hold)/5
+}
+
+// Run is what an operation's run tells the turns when it leaves running (RunOf): its lane and
+// weight, the slot time it ran (from its start to the change), and what its claim charged.
+type Run struct {
+	Lane         string
+	Weight       float64
+	Took         int64
+	Charged      int64
+	NewcomerBand int
+}
+
+// RunOf is the run op (still running, before change c at at) ends with c; false when c does not
+// end one (op not running, or staying so). A takeover's change (c.LeaseExpired: its worker or
+// process is gone) tells nothing: the run's time until then is how long the lease outlived it
+// (a restart after an hour down would charge an hour), so it corrects no turn and teaches no
+// average.
+func RunOf(op *Operation, c Change, at time.Time) (Run, bool) {
+	if op.Status != StatusRunning || c.To == StatusRunning {
+		return Run{}, false
+	}
+	if c.LeaseExpired {
+		return Run{Lane: op.Lane(), Weight: op.Weight}, true
+	}
+	var took int64
+	if !op.StartedAt.IsZero() {
+		took = max(at.Sub(op.StartedAt).Microseconds(), 0)
+	}
+	return Run{Lane: op.Lane(), Weight: op.Weight, Took: took, Charged: op.Charged, NewcomerBand: op.NewcomerBand}, true
+}
+
+// Delta is what r's run cost its lane's turn beyond what its claim charged, over the lane's
+// weight (a refund when negative; zero when its claim charged nothing); and NewcomersDelta the
+// same for its band's newcomers' turn, which counts weight 1.
+func (r Run) Delta() int64 {
+	if r.Charged <= 0 {
+		return 0
+	}
+	return int64(float64(max(r.Took, MinCharge)-r.Charged) / laneWeight(r.Weight))
+}
+
+func (r Run) NewcomersDelta() int64 {
+	if r.Charged <= 0 || r.NewcomerBand <= 0 {
+		return 0
+	}
+	return max(r.Took, MinCharge) - r.Charged
 }

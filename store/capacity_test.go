@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/json"
 	"testing"
+	"time"
 )
 
 func TestOperationStoredWithoutUrgencyReadsAsTheDefault(t *testing.T) {
@@ -15,5 +16,46 @@ func TestOperationStoredWithoutUrgencyReadsAsTheDefault(t *testing.T) {
 	}
 	if old.Urgency != DefaultUrgency || old.ID != "op_1" || set.Urgency != 0 {
 		t.Fatalf("without urgency %d (want %d), with urgency 0: %d", old.Urgency, DefaultUrgency, set.Urgency)
+	}
+}
+
+// A run's end corrects its lane's turn by what it cost beyond its claim's charge, over the
+// lane's weight: a longer run moves the turn on, a shorter one refunds it, no earlier than the
+// virtual time; a requeue ends a run as a finish does, timed from its start.
+func TestARunsEndCorrectsItsTurn(t *testing.T) {
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	op := &Operation{Scope: "s", Status: StatusRunning, StartedAt: at, Weight: 2, Charged: DefaultHold, NewcomerBand: 4}
+	if _, ok := RunOf(op, Change{To: StatusRunning}, at); ok {
+		t.Fatal("a change that stays running ended a run")
+	}
+	r, ok := RunOf(op, Change{To: StatusQueued}, at.Add(3*time.Second))
+	if !ok || r.Took != 3_000_000 || r.Lane != "s" {
+		t.Fatalf("requeued after 3 s: %+v %v", r, ok)
+	}
+	if d := r.Delta(); d != 1_000_000 {
+		t.Fatalf("3 s charged 1 s at weight 2: delta %d, want 1 s", d)
+	}
+	if d := r.NewcomersDelta(); d != 2_000_000 {
+		t.Fatalf("the newcomers' delta %d, want 2 s (weight 1)", d)
+	}
+	r.Took = 0 // never reached the upstream: refunded down to the least a claim costs
+	if d := r.Delta(); d != (MinCharge-DefaultHold)/2 {
+		t.Fatalf("refund %d", d)
+	}
+	if got := SettledTurn(5_000_000, -4_000_000, 3_000_000); got != 3_000_000 {
+		t.Fatalf("a refund took the turn to %d, below the virtual time", got)
+	}
+	if got := SettledTurn(2_000_000, -1_000_000, 3_000_000); got != 2_000_000 {
+		t.Fatalf("a refund of a turn behind the virtual time moved it to %d", got)
+	}
+	if r, _ := RunOf(op, Change{To: StatusQueued, Holder: "w", LeaseExpired: true}, at.Add(time.Hour)); r.Delta() != 0 || r.Took != 0 {
+		t.Fatalf("a takeover an hour on charged the run %+v", r)
+	}
+	r.Charged = 0
+	if r.Delta() != 0 || r.NewcomersDelta() != 0 {
+		t.Fatal("a run its claim charged nothing for corrected a turn")
+	}
+	if got := MovedHold(100, 10_000); got != 100+(1000-100)/5 {
+		t.Fatalf("one long run moved the average to %d; it counts as ten times the average at most", got)
 	}
 }

@@ -53,6 +53,8 @@ const (
 	opFairKey
 	opWeight
 	opLift
+	opCharged
+	opNewcomerBand
 )
 
 // EncodeOperation is the stored form of op (DecodeOperation reads it). ScopeLimit is not
@@ -119,6 +121,8 @@ func EncodeOperation(op *Operation) []byte {
 	b = appendString(b, opFairKey, op.FairKey)
 	b = appendInt(b, opWeight, int64(math.Float64bits(op.Weight))) // the bits: exact
 	b = appendInt(b, opLift, int64(op.Lift))
+	b = appendInt(b, opCharged, op.Charged)
+	b = appendInt(b, opNewcomerBand, int64(op.NewcomerBand))
 	if len(op.Echo) > 0 {
 		b = protowire.AppendTag(b, opEcho, protowire.BytesType)
 		b = protowire.AppendBytes(b, op.Echo)
@@ -238,6 +242,10 @@ func (op *Operation) setField(f field) {
 		op.Echo = f.bytes()
 	case opLift:
 		op.Lift = int(f.int())
+	case opCharged:
+		op.Charged = f.int()
+	case opNewcomerBand:
+		op.NewcomerBand = int(f.int())
 	}
 }
 

@@ -103,6 +103,8 @@ func (s *Store) change(id string, c store.Change, claimBy string, lease time.Dur
 	}
 	var out *store.Operation
 	var prev store.Status
+	var run store.Run
+	var ran bool
 	committed := false
 	apply := func(txn *badger.Txn) error {
 		op, err := getOperation(txn, id)
@@ -120,6 +122,7 @@ func (s *Store) change(id string, c store.Change, claimBy string, lease time.Dur
 			return domainError{fmt.Errorf("%w: %s -> %s", store.ErrIllegalTransition, op.Status, c.To)}
 		}
 		prev = op.Status
+		run, ran = store.RunOf(op, c, at)
 		store.Apply(op, c, at)
 		if err := s.countLine(txn, op, c.Result, at); err != nil {
 			return err
@@ -140,7 +143,13 @@ func (s *Store) change(id string, c store.Change, claimBy string, lease time.Dur
 	}
 	// A claim waits for its fsync only when a crash must fail the operation (store.ClaimMustBeDurable).
 	err := s.write(func(txn *badger.Txn) (bool, error) { return true, apply(txn) },
-		func() { committed = true; s.sh.queue.moved(out, prev) },
+		func() {
+			committed = true
+			s.sh.queue.moved(out, prev)
+			if ran {
+				s.sh.queue.ran(run)
+			}
+		},
 		func() bool { return claimBy == "" || store.ClaimMustBeDurable(out) })
 	if !committed {
 		return nil, err

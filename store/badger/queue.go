@@ -107,19 +107,26 @@ func (q *queueState) moved(op *store.Operation, prev store.Status) {
 	}
 }
 
+// ran settles the turns of a run that ended (queueOrder.ran). The caller holds no lock.
+func (q *queueState) ran(r store.Run) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.order.ran(r)
+}
+
 // pop takes the first id in the capacity order at now, rebuilding the order from the store when
 // it is due or dry. ok is false when nothing queued may be claimed.
-func (q *queueState) pop(now time.Time, scan func() ([]string, error), load func([]string) ([]waiting, error)) (string, bool, error) {
+func (q *queueState) pop(now time.Time, scan func() ([]string, error), load func([]string) ([]waiting, error)) (claim, bool, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	since := time.Since(q.rebuiltAt)
 	if since >= rebuildEvery || (len(q.order.members) == 0 && since >= dryRebuildEvery) {
 		if err := q.rebuild(scan, load); err != nil {
-			return "", false, err
+			return claim{}, false, err
 		}
 	}
-	id, ok := q.order.next(q.queued, now)
-	return id, ok, nil
+	c, ok := q.order.next(q.queued, now)
+	return c, ok, nil
 }
 
 // rebuild replaces the order with the store's q/ index. It runs under q.mu, so an operation
@@ -223,11 +230,12 @@ func (s *Store) ClaimNext(worker string, lease time.Duration) (*store.Operation,
 	q := s.sh.queue
 	q.live(worker, s.now().Add(lease))
 	for {
-		id, ok, err := q.pop(s.now(), func() ([]string, error) { return s.OperationsIn(store.StatusQueued) }, s.loadWaiting)
+		c, ok, err := q.pop(s.now(), func() ([]string, error) { return s.OperationsIn(store.StatusQueued) }, s.loadWaiting)
 		if err != nil || !ok {
 			return nil, err
 		}
-		op, err := s.change(id, store.Change{To: store.StatusRunning}, worker, lease)
+		id := c.id
+		op, err := s.change(id, c.change(), worker, lease)
 		switch {
 		case errors.Is(err, store.ErrIllegalTransition) || errors.Is(err, store.ErrNotFound):
 			continue // canceled or gone while it waited

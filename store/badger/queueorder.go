@@ -58,9 +58,11 @@ type queueOrder struct {
 	groups  map[string][]group  // lane -> its groups; ids no longer queued are dropped when reached
 	members map[string]struct{} // the ids in groups
 	turns   map[string]laneTurn // lane -> its turn; absent: not served since it had work
-	turn    int64
+	// vtime is the virtual time, the start of the latest claim, and average the slot time the
+	// queue's runs took lately (store.LaneStart, store.MovedHold).
+	vtime, average int64
 	// newcomers are the newcomers' turns by band: the lanes absent from turns share them
-	// (store.NewcomerTurn).
+	// (store.LaneStart, store.NewcomersAfter).
 	newcomers [store.LeastUrgent + 1]int64
 	// idle are the lanes with a turn left without work, the longest ago first, each at most once
 	// counting (idleAt is where its latest departure is in idle; older entries of it are passed
@@ -118,11 +120,10 @@ func (o *queueOrder) left(lane string, working map[string]int) {
 	}
 }
 
-// laneTurn is a lane's turn (store.ClaimTurn): the turn of the claim that last moved it on, and
-// the claims taken since.
+// laneTurn is a lane's turn in slot time (store.LaneStart): the virtual start of its next claim,
+// and the slot time its runs took lately (0: none measured).
 type laneTurn struct {
-	turn   int64
-	credit float64
+	turn, hold int64
 }
 
 func newQueueOrder() *queueOrder {
@@ -130,15 +131,11 @@ func newQueueOrder() *queueOrder {
 		idleAt: map[string]uint64{}}
 }
 
-// turnOf is lane's turn at now, its work w at the head: the turn of a lane not served since it
-// had work is when that work came, or the newcomers' turn in w's band when later
-// (store.NewcomerTurn).
+// turnOf is lane's turn at now, its work w at the head: the virtual start of its next claim
+// (store.LaneStart), its band's newcomers' when it has none.
 func (o *queueOrder) turnOf(lane string, w waiting, now time.Time) laneTurn {
 	t, served := o.turns[lane]
-	if !served {
-		return laneTurn{turn: store.NewcomerTurn(w.since, o.newcomers[w.band(now)])}
-	}
-	t.turn = store.KnownTurn(t.turn, w.since)
+	t.turn = store.LaneStart(t.turn, served, o.newcomers[w.band(now)], o.vtime)
 	return t
 }
 
@@ -196,12 +193,24 @@ func (o *queueOrder) head(ids *[]string, queued map[string]waiting, now time.Tim
 	return -1
 }
 
+// claim is an operation taken out of the order, and what its claim charged (store.Change).
+type claim struct {
+	id           string
+	charged      int64
+	newcomerBand int
+}
+
+// change is the claim's change of its operation to running.
+func (c claim) change() store.Change {
+	return store.Change{To: store.StatusRunning, Charged: c.charged, NewcomerBand: c.newcomerBand}
+}
+
 // next takes the first operation in the order out of it and gives its lane its turn; ok is false
 // when no queued operation may be claimed.
-func (o *queueOrder) next(queued map[string]waiting, now time.Time) (id string, ok bool) {
+func (o *queueOrder) next(queued map[string]waiting, now time.Time) (claim, bool) {
 	c, ok := o.best(queued, now)
 	if !ok {
-		return "", false
+		return claim{}, false
 	}
 	return o.takeAt(c, queued, now), true
 }
@@ -217,23 +226,22 @@ func (o *queueOrder) peek(queued map[string]waiting, now time.Time) (id string, 
 
 // take takes w out of the order, as next would when w is first, and gives its lane its turn;
 // false when w is not in the order.
-func (o *queueOrder) take(w waiting, queued map[string]waiting, now time.Time) bool {
+func (o *queueOrder) take(w waiting, queued map[string]waiting, now time.Time) (claim, bool) {
 	c, _ := o.laneChoice(w.lane, queued, now) // first: it drops the groups left empty
 	gs := o.groups[w.lane]
 	gi := slices.IndexFunc(gs, func(g group) bool { return g.urgency == w.urgency && g.own == w.ownGroup() })
 	if gi < 0 {
-		return false
+		return claim{}, false
 	}
 	i, found := slices.BinarySearch(gs[gi].ids, w.id)
 	if !found {
-		return false
+		return claim{}, false
 	}
 	if c.pick.id != w.id { // not the lane's first: its turn counts from its oldest work at w's band
 		c = choice{lane: w.lane, pick: w, oldest: o.oldestAt(w.lane, w, queued, now)}
 	}
 	c.g, c.i = gi, i
-	o.takeAt(c, queued, now)
-	return true
+	return o.takeAt(c, queued, now), true
 }
 
 // choice is a lane's next claim: the operation picked (the group and index of its id) and the
@@ -316,24 +324,44 @@ func (o *queueOrder) best(queued map[string]waiting, now time.Time) (best choice
 	return best, ok
 }
 
-// takeAt takes c's pick out of the order and gives its lane its turn of a claim at now
-// (store.ClaimTurn), counted from its oldest work at the pick's band.
-func (o *queueOrder) takeAt(c choice, queued map[string]waiting, now time.Time) string {
+// takeAt takes c's pick out of the order and gives its lane its turn: moved on from its start by
+// the slot time its runs took lately over its weight (store.ClaimCharge, store.ChargedTurn), and
+// its band's newcomers' turn with it when the lane had none (store.NewcomersAfter). The virtual
+// time moves to the claim's start.
+func (o *queueOrder) takeAt(c choice, queued map[string]waiting, now time.Time) claim {
 	g := &o.groups[c.lane][c.g]
 	id := g.ids[c.i]
 	g.ids = slices.Delete(g.ids, c.i, c.i+1)
 	delete(o.members, id)
 	t := o.turnOf(c.lane, c.oldest, now)
-	turn, credit, advanced := store.ClaimTurn(t.turn, t.credit, c.pick.weight, now, o.turn)
+	out := claim{id: id, charged: store.ClaimCharge(t.hold, o.average)}
 	if _, served := o.turns[c.lane]; !served {
 		band := c.pick.band(now)
-		o.newcomers[band] = store.NewcomersServed(o.newcomers[band], now, turn)
+		o.newcomers[band] = store.NewcomersAfter(o.newcomers[band], t.turn, out.charged)
+		out.newcomerBand = band + 1
 	}
-	if advanced {
-		o.turn = turn
+	o.vtime = max(o.vtime, t.turn)
+	o.turns[c.lane] = laneTurn{turn: store.ChargedTurn(t.turn, out.charged, c.pick.weight), hold: t.hold}
+	return out
+}
+
+// ran settles run r's turns: its lane's (when the lane still has one) and its band's newcomers'
+// corrected to the time it ran (store.SettledTurn), and the lane's and the queue's averages
+// taught it.
+func (o *queueOrder) ran(r store.Run) {
+	if t, ok := o.turns[r.Lane]; ok {
+		t.turn = store.SettledTurn(t.turn, r.Delta(), o.vtime)
+		if r.Took > 0 {
+			t.hold = store.MovedHold(t.hold, r.Took)
+		}
+		o.turns[r.Lane] = t
 	}
-	o.turns[c.lane] = laneTurn{turn: turn, credit: credit}
-	return id
+	if b := r.NewcomerBand - 1; b >= 0 && b < len(o.newcomers) {
+		o.newcomers[b] = store.SettledTurn(o.newcomers[b], r.NewcomersDelta(), o.vtime)
+	}
+	if r.Took > 0 {
+		o.average = store.MovedHold(o.average, r.Took)
+	}
 }
 
 // StaleQueued returns up to limit queued operations whose QueueDeadline is before now (see store.Queue).
@@ -490,12 +518,17 @@ func (s *Store) ClaimQueued(id, worker string, lease time.Duration) (*store.Oper
 	q.live(worker, s.now().Add(lease))
 	q.mu.Lock()
 	w, ok := q.queued[id]
-	ok = ok && !w.stale(s.now()) && q.order.take(w, q.queued, s.now())
+	var c claim
+	if ok && !w.stale(s.now()) {
+		c, ok = q.order.take(w, q.queued, s.now())
+	} else {
+		ok = false
+	}
 	q.mu.Unlock()
 	if !ok {
 		return nil, nil
 	}
-	op, err := s.change(id, store.Change{To: store.StatusRunning}, worker, lease)
+	op, err := s.change(id, c.change(), worker, lease)
 	switch {
 	case errors.Is(err, store.ErrIllegalTransition) || errors.Is(err, store.ErrNotFound):
 		return nil, nil // canceled or gone meanwhile

@@ -58,10 +58,26 @@ banded AS (SELECT h.*, (` + effectiveHeadSQL + `)::int AS e, (` + ownHeadSQL + `
 lanes AS (SELECT DISTINCT ON (lane) lane, e, id AS oldest, submitted_at FROM banded ORDER BY lane, e, id),
 picks AS (SELECT DISTINCT ON (lane) lane, id FROM banded ORDER BY lane, e, own, id)
 SELECT p.id, o.lane, CASE WHEN t.turn IS NULL THEN greatest(` + arrivalTurnSQL + `, nc.turn)
-	ELSE greatest(t.turn, ` + arrivalTurnSQL + `) END AS turn, o.e
+	ELSE greatest(t.turn, ` + arrivalTurnSQL + `) END AS turn, o.e, ` + slotStartSQL + ` AS start, ` + chargeSQL + ` AS charge,
+	t.vturn IS NULL AS fresh
 FROM lanes o JOIN picks p ON p.lane = o.lane
 	LEFT JOIN queue_lanes t ON t.lane = o.lane LEFT JOIN queue_lanes nc ON nc.lane = ` + newcomersLaneSQL("o.e") + `
-ORDER BY o.e, 3, o.oldest LIMIT 1`
+	LEFT JOIN queue_lanes v ON v.lane = '` + vtimeLane + `'
+ORDER BY o.e, 5, o.oldest LIMIT 1`
+
+// vtimeLane is the row of queue_lanes that keeps the virtual time (vturn) and the queue's
+// average run (hold), among the newcomers' rows so that every sweep keeps it.
+const vtimeLane = newcomersLane + "vtime"
+
+// slotStartSQL is store.LaneStart of a lane's row t (none: NULL columns), its band's newcomers'
+// row nc and the virtual time's row v: a lane without vturn has no turn in slot time.
+const slotStartSQL = `CASE WHEN t.vturn IS NULL THEN greatest(coalesce(nc.vturn, 0), coalesce(v.vturn, 0))
+	ELSE greatest(t.vturn, coalesce(v.vturn, 0)) END`
+
+// chargeSQL is store.ClaimCharge of a lane's row t and the virtual time's row v: the lane's hold
+// when it has a turn in slot time and a run measured, else the queue's average.
+var chargeSQL = `greatest(CASE WHEN t.vturn IS NOT NULL AND t.hold > 0 THEN t.hold WHEN v.hold > 0 THEN v.hold
+	ELSE ` + strconv.FormatInt(store.DefaultHold, 10) + ` END, ` + strconv.FormatInt(store.MinCharge, 10) + `)::bigint`
 
 // laneArrivalSQL is the arrival turn (arrivalTurnSQL) a claim by id (ClaimQueued) of a row x of
 // operations counts its lane's turn from, at $1 with the aging step $2, as Badger's
@@ -88,16 +104,24 @@ const newcomersLane = "*newcomers:"
 // newcomersLaneSQL is the newcomers' row of the band of expression e (an integer 0..7).
 func newcomersLaneSQL(e string) string { return `('` + newcomersLane + `' || ` + e + `)` }
 
-// newcomersSQL are the CTEs that move the newcomers' turn on (store.NewcomersServed) for a claim
-// at $now (microseconds) when the lane of a row of src (columns lane and e, its band) had no turn
-// before the statement, to just before the claim or the turn handed out (CTE turn, column t). The
-// band's row is updated unless another claim holds it (SKIP LOCKED: that claim moves it on to
-// about the same time), so the newcomers' claims on every replica never wait for one another.
+// newcomersSQL are the CTEs that move the newcomers' turns on for a claim at $now (microseconds)
+// of a row of src (columns lane, e: its band, start, charge and fresh: whether the lane had no
+// turn in slot time). The turn of schema 17 and before (store.NewcomersServed) moves when the
+// lane had no row before the statement, to just before the claim or the turn handed out (CTE
+// turn, column t); the turn in slot time (store.NewcomersAfter) when the lane had no vturn. The
+// virtual time moves to the claim's start. A row is updated unless another claim holds it (SKIP
+// LOCKED: that claim moves it on to about the same), so the claims on every replica never wait
+// for one another there.
 func newcomersSQL(src string, now int) string {
-	return `nc_new AS (SELECT s.e FROM ` + src + ` s WHERE NOT EXISTS (SELECT 1 FROM queue_lanes t WHERE t.lane = s.lane)),
-nc_moved AS (UPDATE queue_lanes q SET turn = greatest(q.turn, $` + strconv.Itoa(now) + `::bigint - 1, (SELECT max(t) FROM turn) - 1)
-	WHERE q.lane IN (SELECT l.lane FROM queue_lanes l WHERE l.lane IN (SELECT ` + newcomersLaneSQL("n.e") + ` FROM nc_new n)
-	FOR UPDATE SKIP LOCKED))`
+	return `nc_new AS (SELECT s.e, s.start, s.charge, NOT EXISTS (SELECT 1 FROM queue_lanes t WHERE t.lane = s.lane) AS absent
+	FROM ` + src + ` s WHERE s.fresh),
+nc_moved AS (UPDATE queue_lanes q SET turn = CASE WHEN n.absent THEN greatest(q.turn, $` + strconv.Itoa(now) + `::bigint - 1, (SELECT max(t) FROM turn) - 1)
+		ELSE q.turn END,
+	vturn = greatest(coalesce(q.vturn, 0), n.start + n.charge - 1)
+	FROM nc_new n WHERE q.lane = ` + newcomersLaneSQL("n.e") + ` AND q.lane IN (SELECT l.lane FROM queue_lanes l
+		WHERE l.lane IN (SELECT ` + newcomersLaneSQL("m.e") + ` FROM nc_new m) FOR UPDATE SKIP LOCKED)),
+v_moved AS (UPDATE queue_lanes q SET vturn = greatest(coalesce(q.vturn, 0), s.start) FROM ` + src + ` s
+	WHERE q.lane IN (SELECT l.lane FROM queue_lanes l WHERE l.lane = '` + vtimeLane + `' FOR UPDATE SKIP LOCKED))`
 }
 
 // ensureNewcomers makes the newcomers' rows that are missing: at open, and at each sweep, since
@@ -105,7 +129,8 @@ nc_moved AS (UPDATE queue_lanes q SET turn = greatest(q.turn, $` + strconv.Itoa(
 // from its snapshot are inserted: inserting one that exists would wait for any claim moving it.
 func ensureNewcomers(ctx context.Context, db querier) error {
 	_, err := db.Exec(ctx, `INSERT INTO queue_lanes (lane, turn) SELECT l, 0 FROM (SELECT `+newcomersLaneSQL("u")+` AS l
-		FROM generate_series(`+strconv.Itoa(store.MostUrgent)+`, `+strconv.Itoa(store.LeastUrgent)+`) u) n
+		FROM generate_series(`+strconv.Itoa(store.MostUrgent)+`, `+strconv.Itoa(store.LeastUrgent)+`) u
+		UNION ALL SELECT '`+vtimeLane+`') n
 		WHERE NOT EXISTS (SELECT 1 FROM queue_lanes q WHERE q.lane = n.l) ON CONFLICT (lane) DO NOTHING`)
 	return err
 }
@@ -123,16 +148,23 @@ const arrivalTurnSQL = `(floor(extract(epoch FROM o.submitted_at) * 1000000)::bi
 // insert drew (excluded.turn); drawing again put its turn a microsecond after Badger's. A lane's
 // row is counted on from its locked latest version (ON CONFLICT DO UPDATE), so claims of one
 // lane on two replicas at once each count. It returns the lane's turn after the claim (t), and
-// clears the sweep's note that the lane was idle.
+// clears the sweep's note that the lane was idle. It also gives the lane its turn in slot time
+// (store.ChargedTurn): src's start moved on by its charge over the weight, or from the locked
+// latest vturn when a claim on another replica moved it on since src's snapshot.
 func laneTurnSQL(src string, now int) string {
 	next := `setval('queue_turn_seq', greatest(nextval('queue_turn_seq'), $` + strconv.Itoa(now) + `::bigint))`
-	return `INSERT INTO queue_lanes AS q (lane, turn, credit, weight)
-	SELECT s.lane, CASE WHEN 1 < s.w THEN s.arrival ELSE ` + next + ` END, CASE WHEN 1 < s.w THEN 1 ELSE 1 - s.w END, s.w
-	FROM (SELECT lane, arrival, least(greatest(coalesce(weight, 1), 1), ` + strconv.Itoa(store.MaxWeight) + `)::real AS w FROM ` + src + `) s
+	return `INSERT INTO queue_lanes AS q (lane, turn, credit, weight, vturn)
+	SELECT s.lane, CASE WHEN 1 < s.w THEN s.arrival ELSE ` + next + ` END, CASE WHEN 1 < s.w THEN 1 ELSE 1 - s.w END, s.w,
+		s.start + greatest(floor(s.charge / s.w::float8)::bigint, 1)
+	FROM (SELECT lane, arrival, start, charge, least(greatest(coalesce(weight, 1), 1), ` + strconv.Itoa(store.MaxWeight) + `)::real AS w
+		FROM ` + src + `) s
 	ON CONFLICT (lane) DO UPDATE SET
 		turn = CASE WHEN q.credit + 1 < excluded.weight THEN greatest(q.turn, excluded.turn)
 			WHEN 1 < excluded.weight THEN ` + next + ` ELSE excluded.turn END,
 		credit = CASE WHEN q.credit + 1 < excluded.weight THEN q.credit + 1 ELSE q.credit + 1 - excluded.weight END,
+		vturn = CASE WHEN q.vturn IS NULL THEN excluded.vturn
+			ELSE greatest(excluded.vturn, q.vturn + (SELECT greatest(floor(x.charge / least(greatest(coalesce(x.weight, 1), 1), ` + strconv.Itoa(store.MaxWeight) + `)::real::float8)::bigint, 1)
+				FROM ` + src + ` x LIMIT 1)) END,
 		weight = excluded.weight, idle_since = NULL
 	RETURNING q.turn AS t`
 }
@@ -142,12 +174,42 @@ func laneTurnSQL(src string, now int) string {
 // moves on: newcomersSQL). The lane and weight are the row's: an operation accepted by a schema
 // 10 replica has no lane column, and waits in its scope's lane.
 var takeTurnSQL = `WITH one AS (SELECT ` + laneSQL + ` AS lane, CASE WHEN t.turn IS NULL THEN greatest($2::bigint, nc.turn)
-		ELSE greatest(t.turn, $2::bigint) END AS arrival, o.weight, $4::int AS e
+		ELSE greatest(t.turn, $2::bigint) END AS arrival, o.weight, $4::int AS e,
+		` + slotStartSQL + ` AS start, ` + chargeSQL + ` AS charge, t.vturn IS NULL AS fresh
 	FROM operations o LEFT JOIN queue_lanes t ON t.lane = ` + laneSQL + `
-		LEFT JOIN queue_lanes nc ON nc.lane = ` + newcomersLaneSQL("$4::int") + ` WHERE o.id = $1),
+		LEFT JOIN queue_lanes nc ON nc.lane = ` + newcomersLaneSQL("$4::int") + `
+		LEFT JOIN queue_lanes v ON v.lane = '` + vtimeLane + `' WHERE o.id = $1),
 turn AS (` + laneTurnSQL("one", 3) + `),
 ` + newcomersSQL("one", 3) + `
-SELECT count(*) FROM turn`
+SELECT charge, CASE WHEN fresh THEN e + 1 ELSE 0 END FROM one`
+
+// settleRunSQL settles the turns of a run that ended (store.Run, as Badger's queueOrder.ran):
+// its lane's turn in slot time, when it has one, and its band's newcomers' ($5: 1 + the band, 0
+// for none) corrected by what it cost beyond its claim's charge ($2, $4; store.SettledTurn), and
+// the lane's and the queue's averages taught the time it ran ($3 microseconds; none when 0). The
+// newcomers' and the queue's rows are passed over when a claim holds them (SKIP LOCKED): a run's
+// end never waits for a claim there, and the two could otherwise each wait for the other.
+var settleRunSQL = `WITH v AS (SELECT coalesce((SELECT vturn FROM queue_lanes WHERE lane = '` + vtimeLane + `'), 0) AS t),
+lane AS (UPDATE queue_lanes q SET vturn = greatest(q.vturn + $2::bigint, least(q.vturn, (SELECT t FROM v))),
+		hold = CASE WHEN $3::bigint > 0 THEN ` + movedHoldSQL("q.hold") + ` ELSE q.hold END
+	WHERE q.lane = $1 AND q.vturn IS NOT NULL),
+nc AS (UPDATE queue_lanes q SET vturn = greatest(coalesce(q.vturn, 0) + $4::bigint, least(coalesce(q.vturn, 0), (SELECT t FROM v)))
+	WHERE q.lane IN (SELECT l.lane FROM queue_lanes l WHERE $5::int > 0 AND l.lane = ` + newcomersLaneSQL("($5::int - 1)") + `
+		FOR UPDATE SKIP LOCKED)),
+average AS (UPDATE queue_lanes q SET hold = ` + movedHoldSQL("q.hold") + `
+	WHERE $3::bigint > 0 AND q.lane IN (SELECT l.lane FROM queue_lanes l WHERE l.lane = '` + vtimeLane + `' FOR UPDATE SKIP LOCKED))
+SELECT 1`
+
+// movedHoldSQL is store.MovedHold of the average h and the run's time $3.
+func movedHoldSQL(h string) string {
+	return `CASE WHEN coalesce(` + h + `, 0) <= 0 THEN $3::bigint ELSE ` + h + ` + (least($3::bigint, 10 * ` + h + `) - ` + h + `) / 5 END`
+}
+
+// settleRun settles run r's turns (settleRunSQL) through w.
+func settleRun(ctx context.Context, w execer, r store.Run) error {
+	_, err := w.Exec(ctx, settleRunSQL, store.LaneText(r.Lane), r.Delta(), r.Took, r.NewcomersDelta(), r.NewcomerBand)
+	return err
+}
 
 // claimTries bounds how many rows one claim passes over because other claimers hold them: more
 // than the workers claiming at once on every replica, or a claim would answer "none" with work
@@ -168,35 +230,48 @@ var agingStep = store.AgingStep.Seconds()
 // claim that completed its weight, so one left at an older claim would go ahead of a lane that
 // came since.
 var claimSQL = `WITH next AS (` + nextInOrderSQL + `),
-claimed AS (SELECT o.doc, o.holder, o.lease_until, n.lane, n.turn AS arrival, o.weight, n.e FROM operations o JOIN next n ON o.id = n.id
-	WHERE o.status = 'queued' FOR UPDATE OF o SKIP LOCKED),
+claimed AS (SELECT o.doc, o.holder, o.lease_until, n.lane, n.turn AS arrival, o.weight, n.e, n.start, n.charge, n.fresh
+	FROM operations o JOIN next n ON o.id = n.id WHERE o.status = 'queued' FOR UPDATE OF o SKIP LOCKED),
 turn AS (` + laneTurnSQL("claimed", 4) + `),
 ` + newcomersSQL("claimed", 4) + `
-SELECT n.id, c.doc, c.holder, c.lease_until FROM next n LEFT JOIN claimed c ON true`
+SELECT n.id, c.doc, c.holder, c.lease_until, n.charge, CASE WHEN n.fresh THEN n.e + 1 ELSE 0 END FROM next n LEFT JOIN claimed c ON true`
 
 // claimInOrder locks the first queued operation in the capacity order that no other claimer
 // holds and gives its lane its turn (claimSQL); nil when there is none.
-func claimInOrder(ctx context.Context, tx pgx.Tx, now time.Time) (*store.Operation, error) {
+func claimInOrder(ctx context.Context, tx pgx.Tx, now time.Time) (*store.Operation, claimCharge, error) {
 	skipped := []string{}
 	for range claimTries {
 		var id string
 		var doc []byte
 		var holder *string
 		var lease *time.Time
-		err := tx.QueryRow(ctx, claimSQL, now, agingStep, skipped, now.UnixMicro()).Scan(&id, &doc, &holder, &lease)
+		var c claimCharge
+		err := tx.QueryRow(ctx, claimSQL, now, agingStep, skipped, now.UnixMicro()).Scan(&id, &doc, &holder, &lease, &c.charged, &c.band)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, nil
+			return nil, claimCharge{}, nil
 		}
 		if err != nil {
-			return nil, err
+			return nil, claimCharge{}, err
 		}
 		if doc == nil { // claimed or held by another claimer since the statement's snapshot
 			skipped = append(skipped, id)
 			continue
 		}
-		return decodeOp(doc, holder, lease)
+		op, err := decodeOp(doc, holder, lease)
+		return op, c, err
 	}
-	return nil, nil // every candidate was being taken: the caller's next claim looks again
+	return nil, claimCharge{}, nil // every candidate was being taken: the caller's next claim looks again
+}
+
+// claimCharge is what a claim charged (store.Change.Charged, store.Change.NewcomerBand).
+type claimCharge struct {
+	charged int64
+	band    int
+}
+
+// change is the claim's change of its operation to running.
+func (c claimCharge) change() store.Change {
+	return store.Change{To: store.StatusRunning, Charged: c.charged, NewcomerBand: c.band}
 }
 
 // NextQueued returns the operation ClaimNext would claim now, left queued (see store.Queue).
@@ -233,10 +308,11 @@ func (s *Store) ClaimQueued(id, worker string, lease time.Duration) (*store.Oper
 			return err
 		}
 		band := store.EffectiveUrgency(op.Urgency, now.Sub(op.SubmittedAt))
-		if _, err := tx.Exec(ctx, takeTurnSQL, id, arrival, now.UnixMicro(), band); err != nil {
+		var c claimCharge
+		if err := tx.QueryRow(ctx, takeTurnSQL, id, arrival, now.UnixMicro(), band).Scan(&c.charged, &c.band); err != nil {
 			return err
 		}
-		out, err = s.startClaimed(ctx, tx, op, worker, lease, now)
+		out, err = s.startClaimed(ctx, tx, op, c, worker, lease, now)
 		return err
 	})
 	return out, err
@@ -285,15 +361,15 @@ func (s *Store) QueuedByUrgency() ([8]int, error) {
 // positionSQL counts, per lane with claimable work at $1, the queued operations before and at
 // the effective urgency $3 of operation $4 of lane $5, whose own urgency is $6 (see
 // store.ScopeQueue).
-var positionSQL = `SELECT q.lane, CASE WHEN t.turn IS NULL THEN greatest(min(q.arrival), nc.turn)
-		ELSE greatest(t.turn, min(q.arrival)) END,
+var positionSQL = `SELECT q.lane, ` + slotStartSQL + `,
 		count(*) FILTER (WHERE q.e < $3), count(*) FILTER (WHERE q.e = $3),
 		coalesce(min(q.id) FILTER (WHERE q.e = $3), ''),
-		count(*) FILTER (WHERE q.e = $3 AND q.lane = $5 AND (q.own, q.id) < ($6, $4)), t.turn IS NULL
-	FROM (SELECT ` + laneSQL + ` AS lane, o.id, ` + effectiveSQL + ` AS e, ` + ownSQL + ` AS own, ` + arrivalTurnSQL + ` AS arrival
+		count(*) FILTER (WHERE q.e = $3 AND q.lane = $5 AND (q.own, q.id) < ($6, $4)), t.vturn IS NULL
+	FROM (SELECT ` + laneSQL + ` AS lane, o.id, ` + effectiveSQL + ` AS e, ` + ownSQL + ` AS own
 		FROM operations o WHERE ` + claimable + `) q
 	LEFT JOIN queue_lanes t ON t.lane = q.lane LEFT JOIN queue_lanes nc ON nc.lane = ` + newcomersLaneSQL("$3::int") + `
-	GROUP BY q.lane, t.turn, nc.turn`
+	LEFT JOIN queue_lanes v ON v.lane = '` + vtimeLane + `'
+	GROUP BY q.lane, t.vturn, nc.vturn, v.vturn`
 
 // QueuePosition estimates how many queued operations will be claimed before id (see
 // store.Queue): one pass over the queued operations, counted per scope.

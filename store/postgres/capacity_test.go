@@ -276,8 +276,8 @@ func TestSweepForgetsIdleTurnsAndLapsedSeats(t *testing.T) {
 	if n := count(t, st, `SELECT count(*) FROM queue_lanes WHERE lane = 'busy'`); n != 1 {
 		t.Fatalf("the busy scope's turn was forgotten")
 	}
-	if n := count(t, st, `SELECT count(*) FROM queue_lanes WHERE lane LIKE '`+newcomersLane+`%'`); n != 8 {
-		t.Fatalf("the newcomers' turn was forgotten")
+	if n := count(t, st, `SELECT count(*) FROM queue_lanes WHERE lane LIKE '`+newcomersLane+`%'`); n != 9 {
+		t.Fatalf("the newcomers' turns or the virtual time were forgotten")
 	}
 	// The busy scope's operation ran longer than store.KeepIdleLanesFor: its turn is that old
 	// when it ends, and is kept as long again from then. Counted from the turn, it was forgotten
@@ -332,7 +332,8 @@ func TestNewcomersClaimsDoNotWaitForOneAnother(t *testing.T) {
 			var doc []byte
 			var holder *string
 			var lease *time.Time
-			if err := tx.QueryRow(ctx, claimSQL, now, agingStep, []string{}, now.UnixMicro()).Scan(&id, &doc, &holder, &lease); err != nil || doc == nil {
+			var c claimCharge
+			if err := tx.QueryRow(ctx, claimSQL, now, agingStep, []string{}, now.UnixMicro()).Scan(&id, &doc, &holder, &lease, &c.charged, &c.band); err != nil || doc == nil {
 				t.Fatal(id, err)
 			}
 			other := map[string]string{"op_a1": "op_a2", "op_a2": "op_a1"}[id]

@@ -303,7 +303,13 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, w execer, op *store.Operat
 	if at.IsZero() {
 		at = now
 	}
+	run, ran := store.RunOf(op, c, at)
 	store.Apply(op, c, at)
+	if ran {
+		if err := settleRun(ctx, w, run); err != nil {
+			return nil, err
+		}
+	}
 	if c.To.Final() {
 		if err := finalize(ctx, w, op, c.Result); err != nil {
 			return nil, err

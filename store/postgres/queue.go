@@ -18,22 +18,23 @@ func (s *Store) ClaimNext(worker string, lease time.Duration) (*store.Operation,
 	var out *store.Operation
 	err := s.do(func(ctx context.Context, tx pgx.Tx) error {
 		now := s.now()
-		op, err := claimInOrder(ctx, tx, now)
+		op, c, err := claimInOrder(ctx, tx, now)
 		if err != nil || op == nil {
 			return err
 		}
-		out, err = s.startClaimed(ctx, tx, op, worker, lease, now)
+		out, err = s.startClaimed(ctx, tx, op, c, worker, lease, now)
 		return err
 	})
 	return out, err
 }
 
-// startClaimed writes op, claimed in tx, as running under worker's lease. Every claim waits for
+// startClaimed writes op, claimed in tx, as running under worker's lease, with what its claim
+// charged (c). Every claim waits for
 // the WAL's flush, unlike Badger's under on_crash requeue (store.ClaimMustBeDurable):
 // PostgreSQL can crash, or fail over, while the replica that claimed runs on, and a claim lost
 // so would let another replica run the operation at the same time as the first.
-func (s *Store) startClaimed(ctx context.Context, tx pgx.Tx, op *store.Operation, worker string, lease time.Duration, now time.Time) (*store.Operation, error) {
-	store.Apply(op, store.Change{To: store.StatusRunning}, now)
+func (s *Store) startClaimed(ctx context.Context, tx pgx.Tx, op *store.Operation, c claimCharge, worker string, lease time.Duration, now time.Time) (*store.Operation, error) {
+	store.Apply(op, c.change(), now)
 	op.Holder, op.LeaseUntil = worker, now.Add(lease)
 	p := &pipeline{} // its row and its event in one round trip
 	if err := s.write(ctx, p, op, nil); err != nil {

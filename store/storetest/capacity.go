@@ -21,7 +21,7 @@ var capacityTests = []test{
 	{"PositionsEstimateTheClaimOrder", testQueuePositions},
 	{"PositionsCountTheNewcomersAsOneTurn", testQueuePositionsWithNewcomers},
 	{"PositionOfALaneWithATurnIsFromItsOldestWork", testPositionOfAKnownLaneIsStable},
-	{"ALanesTurnIsItsClaimsTime", testKnownLaneTurnIsTheClaimsTime},
+	{"ANewLaneStartsAtTheVirtualTime", testKnownLaneTurnIsTheClaimsTime},
 	{"ConcurrentClaimersTakeEachOperationOnceAcrossScopesAndUrgencies", testOrderedClaimsAreExclusive},
 	{"LookingThenClaimingByIDKeepsTheClaimOrder", testPeekThenClaim},
 	{"NewScopesTakeTheirTurnBehindABacklogNotAheadOfIt", testNewScopesWaitTheirTurn},
@@ -33,9 +33,75 @@ var capacityTests = []test{
 	{"AFairnessKeyThatIsNotTextIsKeptAndTakesItsTurns", testFairKeyNotText},
 	{"ACallersOwnPriorityOrdersItsOwnLanesWork", testOwnUrgencyOrdersItsLane},
 	{"ACallersOwnPriorityMovesItNotAheadOfOtherLanes", testOwnUrgencyNotAcrossLanes},
-	{"ALaneThatPicksNewerWorkKeepsItsPlace", testOwnUrgencyKeepsTheLanesPlace},
+	{"ALaneThatPicksNewerWorkKeepsItsOldestWorksPlace", testOwnUrgencyKeepsTheLanesPlace},
 	{"ClaimingByIDWorkBehindAnAgedHeadOfItsGroup", testClaimByIDBehindAnAgedHead},
-	{"ClaimingByIDCountsAWeightedLanesTurnFromOlderWorkOnly", testClaimByIDTurnFromOlderWork},
+	{"ClaimingByIDNewerWorkGivesTheLaneItsTurn", testClaimByIDTurnFromOlderWork},
+	{"LanesShareSlotTimeNotClaims", testLanesShareSlotTime},
+	{"FreshScopesWithLongRunsPayTheirSlotTime", testNewcomersPaySlotTime},
+}
+
+// runNext claims the next operation, runs it for its lane's time in took (the clock moves on by
+// it) and ends it succeeded; it returns the operation's scope, "" when nothing was claimed.
+func (e *env) runNext(t *testing.T, b store.Backend, took map[string]time.Duration, byScope func(string) string) string {
+	t.Helper()
+	op := must(b.ClaimNext("w1", time.Minute))(t)
+	if op == nil {
+		return ""
+	}
+	lane := byScope(op.Scope)
+	e.clock.Advance(took[lane])
+	if _, err := b.Transition(op.ID, store.Change{To: store.StatusSucceeded, Holder: "w1"}); err != nil {
+		t.Fatal(err)
+	}
+	return lane
+}
+
+// Two tenants with backlogs, one whose operations run 400 ms and one whose run 100 ms, one at a
+// time: the turns charge the slot time each run took, so the short tenant gets about four claims
+// to the long one's and the two about the same slot time. Counting claims, they took one each in
+// turn, and the long tenant four times the slot time.
+func testLanesShareSlotTime(t *testing.T, e *env) {
+	b := e.open()
+	e.acceptAt(t, b, "long", 0, 40, store.DefaultUrgency, time.Time{})
+	e.acceptAt(t, b, "short", 100, 100, store.DefaultUrgency, time.Time{})
+	took := map[string]time.Duration{"long": 400 * time.Millisecond, "short": 100 * time.Millisecond}
+	slot := map[string]time.Duration{}
+	claims := map[string]int{}
+	for range 50 {
+		lane := e.runNext(t, b, took, func(s string) string { return s })
+		slot[lane] += took[lane]
+		claims[lane]++
+	}
+	if r := slot["long"].Seconds() / slot["short"].Seconds(); r < 0.7 || r > 1.4 {
+		t.Fatalf("slot time long %v, short %v (claims %v); want about the same", slot["long"], slot["short"], claims)
+	}
+	drain(t, b, 200)
+}
+
+// A tenant's backlog of 100 ms operations against a fresh scope per operation whose runs take
+// 1 s, one arriving for every claim: the fresh scopes share the newcomers' turn, which each run
+// moves on by the time it took, so the tenant keeps about half the slot time, not one claim in
+// two (a tenth of it).
+func testNewcomersPaySlotTime(t *testing.T, e *env) {
+	b := e.open()
+	e.acceptAt(t, b, "honest", 0, 100, store.DefaultUrgency, time.Time{})
+	took := map[string]time.Duration{"honest": 100 * time.Millisecond, "minted": time.Second}
+	lane := func(s string) string {
+		if s == "honest" {
+			return s
+		}
+		return "minted"
+	}
+	slot := map[string]time.Duration{}
+	for i := range 60 {
+		e.acceptAt(t, b, fmt.Sprint("minted-", i), 1000+i, 1, store.DefaultUrgency, time.Time{})
+		l := e.runNext(t, b, took, lane)
+		slot[l] += took[l]
+	}
+	if share := slot["honest"].Seconds() / (slot["honest"] + slot["minted"]).Seconds(); share < 0.35 {
+		t.Fatalf("the tenant's backlog got %.0f %% of the slot time (%v against %v); want about half", 100*share, slot["honest"], slot["minted"])
+	}
+	drain(t, b, 200)
 }
 
 // A lane's two u=7 operations, the older aged a level further: a claim by id of the newer, whose
@@ -52,9 +118,9 @@ func testClaimByIDBehindAnAgedHead(t *testing.T, e *env) {
 	}
 }
 
-// A weighted lane's first claim, by id, counts its turn from its work older than the claimed and
-// at its band, else from the claimed itself, never from newer work (PostgreSQL counted from a
-// newer group head, which put lane b's op 3 before the lane's op 0, where Badger did not).
+// A weighted lane's first claim, by id, of work behind its older work gives the lane its turn
+// as any claim does: lane b, never served, goes next, on every backend (PostgreSQL once
+// counted the lane's turn from a newer group head where Badger did not).
 func testClaimByIDTurnFromOlderWork(t *testing.T, e *env) {
 	b := e.open()
 	put := func(i int, scope, key string, w float64, u int) {
@@ -74,8 +140,11 @@ func testClaimByIDTurnFromOlderWork(t *testing.T, e *env) {
 	if op := must(b.ClaimQueued(opID(1), "w1", time.Minute))(t); op == nil {
 		t.Fatalf("claiming %s by id found nothing", opID(1))
 	}
+	if op := must(b.ClaimNext("w1", time.Minute))(t); op == nil || op.ID != opID(3) {
+		t.Fatalf("claimed %+v next; want %s: lane h was served by the claim of %s", op, opID(3), opID(1))
+	}
 	if op := must(b.ClaimNext("w1", time.Minute))(t); op == nil || op.ID != opID(0) {
-		t.Fatalf("claimed %+v next; want %s: lane h's turn counts from %s", op, opID(0), opID(1))
+		t.Fatalf("claimed %+v next; want %s", op, opID(0))
 	}
 }
 
@@ -130,7 +199,8 @@ func testOwnUrgencyOrdersItsLane(t *testing.T, e *env) {
 }
 
 // A caller's own Priority is no word across lanes: newcomers asking u=0 (lift 3) beside one at
-// the default go oldest first with it, and the backlog keeps every other claim.
+// the default go oldest first with it, and the backlog keeps every other claim (the newcomers
+// first: their turn stands just before the backlog's next, store.NewcomersAfter).
 func testOwnUrgencyNotAcrossLanes(t *testing.T, e *env) {
 	b := e.open()
 	e.acceptAt(t, b, "backlog", 0, 5, store.DefaultUrgency, time.Time{})
@@ -139,27 +209,20 @@ func testOwnUrgencyNotAcrossLanes(t *testing.T, e *env) {
 	e.acceptAt(t, b, "n1", 10, 1, store.DefaultUrgency, time.Time{})
 	e.acceptLift(t, b, "n2", 11, 1, 3)
 	e.acceptLift(t, b, "n3", 12, 1, 3)
-	expectDrain(t, b, opIDs([]int{1, 10, 2, 11, 3, 12, 4}, 0, 0))
+	expectDrain(t, b, opIDs([]int{10, 1, 11, 2, 12, 3, 4}, 0, 0))
 }
 
-// Lane a, served before and left idle, comes back with work behind lane b's backlog, then asks
-// u=0 for newer work: a's place is counted from its oldest work, so it goes before b and claims
-// the newer work first. Counted from the work it picks, a would wait behind b's next claim.
+// Two new lanes whose turns tie go oldest first, a lane's place counted from its oldest work:
+// lane a's older operation puts a before lane b, and a then claims its newer work, asked u=0,
+// first. Counted from the work it picks, a would wait behind b.
 func testOwnUrgencyKeepsTheLanesPlace(t *testing.T, e *env) {
 	b := e.open()
-	step := func() { e.clock.Advance(time.Millisecond) }
 	e.acceptAt(t, b, "a", 0, 1, store.DefaultUrgency, time.Time{})
-	expectNext(t, b, 0)
-	step()
-	e.acceptAt(t, b, "b", 1, 3, store.DefaultUrgency, time.Time{})
-	expectNext(t, b, 1)
-	step()
-	e.acceptAt(t, b, "a", 4, 1, store.DefaultUrgency, time.Time{})
-	step()
-	expectNext(t, b, 2)
-	step()
-	e.acceptLift(t, b, "a", 5, 1, 3)
-	expectDrain(t, b, opIDs([]int{5, 3, 4}, 0, 0))
+	e.clock.Advance(time.Millisecond)
+	e.acceptAt(t, b, "b", 1, 1, store.DefaultUrgency, time.Time{})
+	e.clock.Advance(time.Millisecond)
+	e.acceptLift(t, b, "a", 2, 1, 3)
+	expectDrain(t, b, opIDs([]int{2, 1, 0}, 0, 0))
 }
 
 // expectNext claims the next operation and fails unless it is the i-th.
@@ -591,9 +654,9 @@ func testQueuePositionsWithNewcomers(t *testing.T, e *env) {
 	}
 }
 
-// A lane's claim gives it the claim's time as its turn, on every backend: a new scope's operation
-// that came a microsecond after the claim ties with the lane's next, and the older id goes first.
-// PostgreSQL drew its turn twice, a microsecond later, and the new scope went first there.
+// A lane seen for the first time starts at the virtual time, the start of the latest claim
+// (store.LaneStart): a new scope's operation goes before the third claim of a lane claimed twice,
+// not after all its work, nor before its second.
 func testKnownLaneTurnIsTheClaimsTime(t *testing.T, e *env) {
 	b := e.open()
 	e.acceptAt(t, b, "a", 0, 3, store.DefaultUrgency, time.Time{})
@@ -606,9 +669,7 @@ func testKnownLaneTurnIsTheClaimsTime(t *testing.T, e *env) {
 	}
 	e.clock.Advance(time.Microsecond)
 	e.acceptAt(t, b, "n", 3, 1, store.DefaultUrgency, time.Time{})
-	if op := must(b.ClaimNext("w1", time.Minute))(t); op == nil || op.ID != opID(2) {
-		t.Fatalf("claimed %+v, want %s: the lane's turn is its claim's time, and its id is older", op, opID(2))
-	}
+	expectDrain(t, b, opIDs([]int{3, 2}, 0, 0))
 }
 
 // The position of another lane's operation is the same however often it is asked: a lane with a
