@@ -193,3 +193,42 @@ func capacityBlockError(block string) error {
 	}
 	return err
 }
+
+// Two tenants' operations wait in the durable queue, one's calls taking 200 ms at the model
+// server and the other's 50 ms: they share the seat by the slot time their calls take, so the
+// short tenant's operations reach the model server about three to four times as often while
+// both have work (15 of 20 calls). With turns counting claims they went one for one (10 of 20),
+// and the long tenant held the seat four times as long.
+func TestCapacityDurableQueueSharesSlotTimeNotClaims(t *testing.T) {
+	g, a := startSlotted(t, 1, 50*time.Millisecond, "capacity {\n limit 1\n}")
+	_, first := g.submit(t, "holder", "Authorization", "Bearer holder", "X-Mock-Latency", "500ms")
+	testkit.WaitFor(t, 5*time.Second, "the first call at the model server", func() bool { return g.model.Stats().InFlight == 1 })
+	ids := map[string][]string{}
+	for i := range 12 {
+		_, op := g.submit(t, "long-"+itoa(i), "Authorization", "Bearer long", "X-Mock-Latency", "200ms")
+		ids["long"] = append(ids["long"], op.OperationID)
+	}
+	for i := range 30 {
+		_, op := g.submit(t, "short-"+itoa(i), "Authorization", "Bearer short")
+		ids["short"] = append(ids["short"], op.OperationID)
+	}
+	g.await(t, first.OperationID, "Authorization", "Bearer holder")
+	for tenant, ops := range ids {
+		for _, id := range ops {
+			g.await(t, id, "Authorization", "Bearer "+tenant)
+		}
+	}
+	order := a.order()
+	// The first 20 calls after the holder's, while both tenants still have work: the short
+	// tenant's first costs it a second (nothing measured yet), and later ones their time.
+	short := 0
+	for _, key := range order[1:21] {
+		if strings.HasPrefix(key, "short-") {
+			short++
+		}
+	}
+	t.Logf("the short tenant took %d of the 20 calls after the holder's: %v", short, order[1:21])
+	if short < 13 {
+		t.Errorf("the short tenant's calls took %d of the 20 calls after the holder's (%v); want about four in five", short, order[1:21])
+	}
+}

@@ -72,6 +72,7 @@ func testLanesShareSlotTime(t *testing.T, e *env) {
 		slot[lane] += took[lane]
 		claims[lane]++
 	}
+	t.Logf("slot time long %v, short %v; claims %v", slot["long"], slot["short"], claims)
 	if r := slot["long"].Seconds() / slot["short"].Seconds(); r < 0.7 || r > 1.4 {
 		t.Fatalf("slot time long %v, short %v (claims %v); want about the same", slot["long"], slot["short"], claims)
 	}
@@ -98,6 +99,7 @@ func testNewcomersPaySlotTime(t *testing.T, e *env) {
 		l := e.runNext(t, b, took, lane)
 		slot[l] += took[l]
 	}
+	t.Logf("slot time: the tenant %v, the fresh scopes %v", slot["honest"], slot["minted"])
 	if share := slot["honest"].Seconds() / (slot["honest"] + slot["minted"]).Seconds(); share < 0.35 {
 		t.Fatalf("the tenant's backlog got %.0f %% of the slot time (%v against %v); want about half", 100*share, slot["honest"], slot["minted"])
 	}
