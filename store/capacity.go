@@ -332,14 +332,17 @@ func EstimatePosition(own string, scopes []ScopeQueue) int {
 // Turns in slot time (docs/backends.md, "The capacity order"). Lanes take turns in virtual
 // time, as the seat pool's keys do (start-time fair queuing over slot time): a lane's turn is
 // the virtual start of its next claim, and a claim moves it on by the slot time the lane's
-// operations held lately (ClaimCharge) over its weight, corrected to the time the operation ran
-// once its run ends (SettledTurn). So a tenant of short operations gets as many claims as their
-// slot time earns against a tenant of long ones, not one for each of theirs. The virtual time
-// is the start of the latest claim: a lane that starts to wait (new, or back after it had no
-// work) starts there, or where its own last turn ended when later (LaneStart), so going idle
-// banks no turns and a new lane goes behind the lanes with work, not ahead of them. Lanes
-// without a turn take their turns in their band's newcomers' turn, which a newcomer's claim
-// moves on as a lane of weight 1, just before the lane it claimed (NewcomersAfter).
+// operations are expected to hold (ClaimCharge) over its weight; while an operation runs past
+// what its claim charged, the excess counts in its lane's turn as it goes (Overrun), and the end
+// of its run charges the lane the time it ran (SettledTurn). So a tenant of short operations
+// gets as many claims as their slot time earns against a tenant of long ones, not one for each
+// of theirs, and a lane whose runs turn long cannot take every slot before the first ends. Each
+// band (effective urgency) keeps its own virtual time, the start of its latest claim: a lane
+// that starts to wait there (new, or back after it had no work) starts at it, or where its own
+// last turn ended when later (LaneStart), so going idle banks no turns and a new lane goes
+// behind the lanes with work, not ahead of them. Lanes without a turn take their turns in
+// their band's newcomers' turn, which a newcomer's claim moves on as a lane of weight 1, just
+// before the lane it claimed (NewcomersAfter), and which its run pays for as a lane's does.
 //
 // Every value is in microseconds of slot time.
 
@@ -352,7 +355,7 @@ const (
 )
 
 // LaneStart is the virtual start of a lane's next claim: its turn when it has one (known), else
-// its band's newcomers' turn, and never before the virtual time vtime.
+// its band's newcomers' turn, and never before the band's virtual time vtime.
 func LaneStart(turn int64, known bool, newcomers, vtime int64) int64 {
 	if !known {
 		turn = newcomers
@@ -362,7 +365,11 @@ func LaneStart(turn int64, known bool, newcomers, vtime int64) int64 {
 
 // ClaimCharge is the slot time a claim is charged before its run is measured: its lane's
 // operations' moving average (hold), the queue's (average) for a lane never measured, or
-// DefaultHold; never less than MinCharge.
+// DefaultHold; never less than MinCharge. A lane whose runs were short lately and then sends
+// long ones pays its short average at the claim, and the rest as its runs go on (Overrun):
+// charging the queue's average as well, as the seat pool does, made a lane of short runs pay
+// for the long ones' until each of its runs ended, which under a runner that claims the next
+// operation as the last one's seat frees, before its end is written, cost it a claim in five.
 func ClaimCharge(hold, average int64) int64 {
 	switch {
 	case hold > 0:
@@ -374,25 +381,38 @@ func ClaimCharge(hold, average int64) int64 {
 	return max(hold, MinCharge)
 }
 
-// laneWeight is a stored weight as turns count it: 1 to MaxWeight.
-func laneWeight(w float64) float64 { return min(max(w, 1), MaxWeight) }
+// Weight is a stored weight as turns count it: 1 to MaxWeight, as a float32, which PostgreSQL
+// keeps (so both backends divide by the same number).
+func Weight(w float64) float64 { return float64(float32(min(max(w, 1), MaxWeight))) }
 
-// ChargedTurn is a lane's turn after a claim that started at start and was charged charge, the
-// lane's weight w: start moved on by charge over w, at least a microsecond.
-func ChargedTurn(start, charge int64, w float64) int64 {
-	return start + max(int64(float64(charge)/laneWeight(w)), 1)
+// ChargedTurn is a lane's turn after a claim charged charge, base the lane's start without the
+// runs still counted (Overrun) and w its weight: base moved on by charge over w, at least a
+// microsecond.
+func ChargedTurn(base, charge int64, w float64) int64 {
+	return base + max(int64(float64(charge)/Weight(w)), 1)
 }
 
-// NewcomersAfter is a band's newcomers' turn after a newcomer's claim that started at start and
-// was charged charge: moved on as a lane of weight 1, to just before the turn of a weight-1
-// lane so claimed, so that the newcomers still waiting go before it.
-func NewcomersAfter(newcomers, start, charge int64) int64 {
-	return max(newcomers, start+charge-1)
+// NewcomersAfter is a band's newcomers' turn after a newcomer's claim charged charge, base the
+// newcomers' start without the runs still counted: moved on as a lane of weight 1, to just
+// before the turn of a weight-1 lane so claimed, so that the newcomers still waiting go before
+// it.
+func NewcomersAfter(newcomers, base, charge int64) int64 {
+	return max(newcomers, base+charge-1)
+}
+
+// Overrun is how long an operation that started at started, its claim charged charged, has run
+// past that charge at now: what its lane's turn counts of it while it runs (over the lane's
+// weight), before its end charges the whole run.
+func Overrun(started time.Time, charged int64, now time.Time) int64 {
+	if charged <= 0 || started.IsZero() {
+		return 0
+	}
+	return max(now.Sub(started).Microseconds()-charged, 0)
 }
 
 // SettledTurn is a turn corrected by delta, what a run cost beyond what its claim charged over
-// the weight (negative: a refund): a refund brings it back no earlier than the virtual time, and
-// never later than it was.
+// the weight (negative: a refund): a refund brings it back no earlier than the band's virtual
+// time, and never later than it was.
 func SettledTurn(turn, delta, vtime int64) int64 { return max(turn+delta, min(turn, vtime)) }
 
 // MovedHold is a moving average of slot time moved a fifth of the way to took, took counting
@@ -405,48 +425,52 @@ func MovedHold(hold, took int64) int64 {
 	return hold + (min(took, 10*hold)-hold)/5
 }
 
-// Run is what an operation's run tells the turns when it leaves running (RunOf): its lane and
-// weight, the slot time it ran (from its start to the change), and what its claim charged.
+// Run is what an operation's run tells the turns when it ends (RunOf): its lane and weight, the
+// slot time it ran (from its start to the change), what its claim charged, the band it was
+// claimed in (-1: none) and whether the claim charged that band's newcomers' turn.
 type Run struct {
-	Lane         string
-	Weight       float64
-	Took         int64
-	Charged      int64
-	NewcomerBand int
+	Lane     string
+	Weight   float64
+	Took     int64
+	Charged  int64
+	Band     int
+	Newcomer bool
 }
 
-// RunOf is the run op (still running, before change c at at) ends with c; false when c does not
-// end one (op not running, or staying so). A takeover's change (c.LeaseExpired: its worker or
-// process is gone) tells nothing: the run's time until then is how long the lease outlived it
-// (a restart after an hour down would charge an hour), so it corrects no turn and teaches no
-// average.
+// RunOf is the run op (still running, before change c at at) ends with c; false when c ends none
+// (op not running, or staying so) or a takeover's change (c.LeaseExpired: its worker or process
+// is gone), whose run's time until then is how long the lease outlived it (a restart after an
+// hour down would charge an hour): that corrects no turn and teaches no average, and its excess
+// stops counting as the operation leaves running.
 func RunOf(op *Operation, c Change, at time.Time) (Run, bool) {
-	if op.Status != StatusRunning || c.To == StatusRunning {
+	if op.Status != StatusRunning || c.To == StatusRunning || c.LeaseExpired {
 		return Run{}, false
-	}
-	if c.LeaseExpired {
-		return Run{Lane: op.Lane(), Weight: op.Weight}, true
 	}
 	var took int64
 	if !op.StartedAt.IsZero() {
 		took = max(at.Sub(op.StartedAt).Microseconds(), 0)
 	}
-	return Run{Lane: op.Lane(), Weight: op.Weight, Took: took, Charged: op.Charged, NewcomerBand: op.NewcomerBand}, true
+	return Run{Lane: op.Lane(), Weight: op.Weight, Took: took, Charged: op.Charged, Band: op.ChargedBand - 1,
+		Newcomer: op.ChargedNewcomer}, true
 }
 
 // Delta is what r's run cost its lane's turn beyond what its claim charged, over the lane's
-// weight (a refund when negative; zero when its claim charged nothing); and NewcomersDelta the
-// same for its band's newcomers' turn, which counts weight 1.
+// weight (a refund when negative; zero when its claim charged nothing).
 func (r Run) Delta() int64 {
 	if r.Charged <= 0 {
 		return 0
 	}
-	return int64(float64(max(r.Took, MinCharge)-r.Charged) / laneWeight(r.Weight))
+	return int64(float64(max(r.Took, MinCharge)-r.Charged) / Weight(r.Weight))
 }
 
+// NewcomersDelta is the same for its band's newcomers' turn, which counts weight 1: zero when
+// its claim did not charge them.
 func (r Run) NewcomersDelta() int64 {
-	if r.Charged <= 0 || r.NewcomerBand <= 0 {
+	if r.Charged <= 0 || !r.Newcomer {
 		return 0
 	}
 	return max(r.Took, MinCharge) - r.Charged
 }
+
+// InBand reports whether r was claimed in a band (0..LeastUrgent).
+func (r Run) InBand() bool { return r.Band >= MostUrgent && r.Band <= LeastUrgent }

@@ -21,15 +21,19 @@ func TestOperationStoredWithoutUrgencyReadsAsTheDefault(t *testing.T) {
 
 // A run's end corrects its lane's turn by what it cost beyond its claim's charge, over the
 // lane's weight: a longer run moves the turn on, a shorter one refunds it, no earlier than the
-// virtual time; a requeue ends a run as a finish does, timed from its start.
+// virtual time; a requeue by its worker ends a run as a finish does, timed from its start; a
+// takeover ends none.
 func TestARunsEndCorrectsItsTurn(t *testing.T) {
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	op := &Operation{Scope: "s", Status: StatusRunning, StartedAt: at, Weight: 2, Charged: DefaultHold, NewcomerBand: 4}
+	op := &Operation{Scope: "s", Status: StatusRunning, StartedAt: at, Weight: 2, Charged: DefaultHold, ChargedBand: 4, ChargedNewcomer: true}
 	if _, ok := RunOf(op, Change{To: StatusRunning}, at); ok {
 		t.Fatal("a change that stays running ended a run")
 	}
+	if _, ok := RunOf(op, Change{To: StatusQueued, Holder: "w", LeaseExpired: true}, at.Add(time.Hour)); ok {
+		t.Fatal("a takeover an hour on ended a run")
+	}
 	r, ok := RunOf(op, Change{To: StatusQueued}, at.Add(3*time.Second))
-	if !ok || r.Took != 3_000_000 || r.Lane != "s" {
+	if !ok || r.Took != 3_000_000 || r.Lane != "s" || r.Band != 3 || !r.InBand() {
 		t.Fatalf("requeued after 3 s: %+v %v", r, ok)
 	}
 	if d := r.Delta(); d != 1_000_000 {
@@ -37,6 +41,9 @@ func TestARunsEndCorrectsItsTurn(t *testing.T) {
 	}
 	if d := r.NewcomersDelta(); d != 2_000_000 {
 		t.Fatalf("the newcomers' delta %d, want 2 s (weight 1)", d)
+	}
+	if o := Overrun(at, DefaultHold, at.Add(3*time.Second)); o != 2_000_000 {
+		t.Fatalf("3 s into a run charged 1 s: overrun %d", o)
 	}
 	r.Took = 0 // never reached the upstream: refunded down to the least a claim costs
 	if d := r.Delta(); d != (MinCharge-DefaultHold)/2 {
@@ -48,14 +55,17 @@ func TestARunsEndCorrectsItsTurn(t *testing.T) {
 	if got := SettledTurn(2_000_000, -1_000_000, 3_000_000); got != 2_000_000 {
 		t.Fatalf("a refund of a turn behind the virtual time moved it to %d", got)
 	}
-	if r, _ := RunOf(op, Change{To: StatusQueued, Holder: "w", LeaseExpired: true}, at.Add(time.Hour)); r.Delta() != 0 || r.Took != 0 {
-		t.Fatalf("a takeover an hour on charged the run %+v", r)
-	}
 	r.Charged = 0
 	if r.Delta() != 0 || r.NewcomersDelta() != 0 {
 		t.Fatal("a run its claim charged nothing for corrected a turn")
 	}
 	if got := MovedHold(100, 10_000); got != 100+(1000-100)/5 {
 		t.Fatalf("one long run moved the average to %d; it counts as ten times the average at most", got)
+	}
+	if got := ClaimCharge(2000, 5000); got != 2000 {
+		t.Fatalf("a lane of short runs was charged %d, not its own average", got)
+	}
+	if got := ClaimCharge(0, 0); got != DefaultHold {
+		t.Fatalf("a claim with nothing measured was charged %d", got)
 	}
 }

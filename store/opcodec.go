@@ -54,7 +54,8 @@ const (
 	opWeight
 	opLift
 	opCharged
-	opNewcomerBand
+	opChargedBand
+	opChargedNewcomer
 )
 
 // EncodeOperation is the stored form of op (DecodeOperation reads it). ScopeLimit is not
@@ -122,7 +123,8 @@ func EncodeOperation(op *Operation) []byte {
 	b = appendInt(b, opWeight, int64(math.Float64bits(op.Weight))) // the bits: exact
 	b = appendInt(b, opLift, int64(op.Lift))
 	b = appendInt(b, opCharged, op.Charged)
-	b = appendInt(b, opNewcomerBand, int64(op.NewcomerBand))
+	b = appendInt(b, opChargedBand, int64(op.ChargedBand))
+	b = appendBool(b, opChargedNewcomer, op.ChargedNewcomer)
 	if len(op.Echo) > 0 {
 		b = protowire.AppendTag(b, opEcho, protowire.BytesType)
 		b = protowire.AppendBytes(b, op.Echo)
@@ -244,8 +246,10 @@ func (op *Operation) setField(f field) {
 		op.Lift = int(f.int())
 	case opCharged:
 		op.Charged = f.int()
-	case opNewcomerBand:
-		op.NewcomerBand = int(f.int())
+	case opChargedBand:
+		op.ChargedBand = int(f.int())
+	case opChargedNewcomer:
+		op.ChargedNewcomer = f.int() != 0
 	}
 }
 

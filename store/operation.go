@@ -60,12 +60,14 @@ type Operation struct {
 	FairKey string  `json:"fair_key,omitempty"`
 	Weight  float64 `json:"weight,omitempty"`
 	// Charged is the slot time, in microseconds, the claim that started the operation charged
-	// its lane's turn in the durable queue before its run was measured (SlotTurns), and
-	// NewcomerBand 1 + the band whose newcomers' turn that claim charged too (0: none); the
-	// end of its run corrects both by the time it ran. Zero: not charged (claimed by an older
+	// its lane's turn in the durable queue before its run was measured (LaneStart), ChargedBand
+	// 1 + the band it was claimed in, and ChargedNewcomer whether the claim charged that band's
+	// newcomers' turn too; while it runs past its charge the turns count the excess, and the end
+	// of its run corrects them by the time it ran. Zero: not charged (claimed by an older
 	// release, or never from the queue).
-	Charged      int64 `json:"charged,omitempty"`
-	NewcomerBand int   `json:"newcomer_band,omitempty"`
+	Charged         int64 `json:"charged,omitempty"`
+	ChargedBand     int   `json:"charged_band,omitempty"`
+	ChargedNewcomer bool  `json:"charged_newcomer,omitempty"`
 	// QueueDeadline is when a still-queued operation stops being worth running: it fails
 	// QUEUE_TIMEOUT without reaching the upstream. Zero: no deadline.
 	QueueDeadline time.Time `json:"queue_deadline,omitzero"`
@@ -183,10 +185,11 @@ type Change struct {
 	// (ErrNotHolder otherwise): a takeover never races a renewal. On Badger a lease also runs out
 	// when its worker is not live in this process (after a restart: at once).
 	LeaseExpired bool
-	// Charged and NewcomerBand, on a claim (To running), are what the claim charged
-	// (Operation.Charged, Operation.NewcomerBand): set by the backend that claims.
-	Charged      int64
-	NewcomerBand int
+	// Charged, ChargedBand and ChargedNewcomer, on a claim (To running), are what the claim
+	// charged (Operation.Charged): set by the backend that claims.
+	Charged         int64
+	ChargedBand     int
+	ChargedNewcomer bool
 	// From, when set, applies the change only while the operation is still in status From
 	// (ErrIllegalTransition otherwise), checked in the change's own transaction: a batch's cut
 	// of a line it read as queued never cancels one a runner claimed in between.
@@ -215,7 +218,7 @@ func Apply(op *Operation, c Change, at time.Time) {
 	switch c.To {
 	case StatusRunning:
 		op.StartedAt, op.Attempts = at, op.Attempts+1
-		op.Charged, op.NewcomerBand = c.Charged, c.NewcomerBand
+		op.Charged, op.ChargedBand, op.ChargedNewcomer = c.Charged, c.ChargedBand, c.ChargedNewcomer
 	case StatusQueued:
 		// A requeued operation (takeover, graceful stop, storage trouble) may already have
 		// reached the upstream: its queue deadline bounded the first wait only, so it is

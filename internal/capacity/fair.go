@@ -163,9 +163,8 @@ func (p *Pool) leaveLocked(w *Waiter, granted bool) {
 // moveBurstLocked moves key k's calls still waiting among the newcomers to k's own lane, k
 // having just been served there: a new key's burst then holds one lane, not the newcomers'
 // turns and its own lane's (its later calls wait in its lane, as a key served lately). The lane
-// starts just behind the newcomers' next turn, where the burst's next call stood within their
-// lane, behind the other new keys waiting there: each of them still goes before the burst's
-// second call, as before it moved.
+// starts just behind the newcomers' next turn: the new key waiting there longest goes before the
+// burst's second call; the newcomers' lane and the burst's then take turns, as any two lanes.
 func (p *Pool) moveBurstLocked(k string) {
 	var moved []*Waiter
 	for _, x := range p.waiting {

@@ -723,8 +723,7 @@ func TestPoolANewTenantThatAlwaysWaitsGetsALaneOfItsOwn(t *testing.T) {
 // from the newcomers' lane to its own, where its later calls wait, so against a known tenant
 // that keeps as many waiting it gets half the seats. They stayed among the newcomers, taking
 // the newcomers' turns while its later calls took its own lane's: 25 of 41 seats. The burst's
-// next call goes behind another new key that waits among the newcomers, as it did within their
-// lane.
+// next call goes behind the new key that waits longest among the newcomers.
 func TestPoolANewKeysBurstHoldsOneLane(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(t0)
 	p := NewPool(clock, Config{Limit: 1})

@@ -97,6 +97,7 @@ func (q *queueState) moved(op *store.Operation, prev store.Status) {
 	}
 	delete(q.queued, op.ID)
 	delete(q.running, op.ID)
+	delete(q.order.runs, op.ID)
 	switch op.Status {
 	case store.StatusQueued:
 		w := waitingOf(op)
@@ -104,6 +105,9 @@ func (q *queueState) moved(op *store.Operation, prev store.Status) {
 		q.order.add(w)
 	case store.StatusRunning:
 		q.running[op.ID] = &runLease{scope: op.Scope, holder: op.Holder, until: op.LeaseUntil}
+		if prev == store.StatusQueued { // a claim's, not one found running at open
+			q.order.started(op)
+		}
 	}
 }
 
@@ -238,12 +242,14 @@ func (s *Store) ClaimNext(worker string, lease time.Duration) (*store.Operation,
 		op, err := s.change(id, c.change(), worker, lease)
 		switch {
 		case errors.Is(err, store.ErrIllegalTransition) || errors.Is(err, store.ErrNotFound):
+			q.ran(c.unclaimed())
 			continue // canceled or gone while it waited
 		case op != nil:
 			// Committed, though perhaps not fsynced: the store holds it for worker, so worker
 			// runs it. Were the claim lost with the machine, a restart expires it all the same.
 			return op, nil
 		case err != nil:
+			q.ran(c.unclaimed())
 			q.unpop(id)
 			return nil, err
 		}

@@ -58,9 +58,13 @@ type queueOrder struct {
 	groups  map[string][]group  // lane -> its groups; ids no longer queued are dropped when reached
 	members map[string]struct{} // the ids in groups
 	turns   map[string]laneTurn // lane -> its turn; absent: not served since it had work
-	// vtime is the virtual time, the start of the latest claim, and average the slot time the
-	// queue's runs took lately (store.LaneStart, store.MovedHold).
-	vtime, average int64
+	// vtime is each band's virtual time, the start of its latest claim, and average the slot
+	// time the queue's runs took lately (store.LaneStart, store.MovedHold).
+	vtime   [store.LeastUrgent + 1]int64
+	average int64
+	// runs are the claimed operations running, by id, whose time past their charge counts in
+	// their turns as they run (store.Overrun).
+	runs map[string]runCharge
 	// newcomers are the newcomers' turns by band: the lanes absent from turns share them
 	// (store.LaneStart, store.NewcomersAfter).
 	newcomers [store.LeastUrgent + 1]int64
@@ -126,17 +130,64 @@ type laneTurn struct {
 	turn, hold int64
 }
 
-func newQueueOrder() *queueOrder {
-	return &queueOrder{groups: map[string][]group{}, members: map[string]struct{}{}, turns: map[string]laneTurn{},
-		idleAt: map[string]uint64{}}
+// runCharge is what a running operation's claim charged (store.Operation.Charged).
+type runCharge struct {
+	lane     string
+	weight   float64
+	started  time.Time
+	charged  int64
+	band     int // -1: none
+	newcomer bool
 }
 
-// turnOf is lane's turn at now, its work w at the head: the virtual start of its next claim
-// (store.LaneStart), its band's newcomers' when it has none.
-func (o *queueOrder) turnOf(lane string, w waiting, now time.Time) laneTurn {
+// overruns are what the runs count in the turns at a moment beyond their claims' charges: per
+// lane, over its weight, and per band's newcomers (store.Overrun).
+type overruns struct {
+	lanes     map[string]int64
+	newcomers [store.LeastUrgent + 1]int64
+}
+
+// overrunsAt counts the runs' overruns at now.
+func (o *queueOrder) overrunsAt(now time.Time) overruns {
+	out := overruns{lanes: map[string]int64{}}
+	for _, r := range o.runs {
+		us := store.Overrun(r.started, r.charged, now)
+		if us == 0 {
+			continue
+		}
+		out.lanes[r.lane] += int64(float64(us) / store.Weight(r.weight))
+		if r.newcomer && r.band >= 0 && r.band < len(out.newcomers) {
+			out.newcomers[r.band] += us
+		}
+	}
+	return out
+}
+
+// started notes a claimed operation's run (op just moved to running by a claim that charged it).
+func (o *queueOrder) started(op *store.Operation) {
+	if op.Charged > 0 {
+		o.runs[op.ID] = runCharge{lane: op.Lane(), weight: op.Weight, started: op.StartedAt, charged: op.Charged,
+			band: op.ChargedBand - 1, newcomer: op.ChargedNewcomer}
+	}
+}
+
+func newQueueOrder() *queueOrder {
+	return &queueOrder{groups: map[string][]group{}, members: map[string]struct{}{}, turns: map[string]laneTurn{},
+		idleAt: map[string]uint64{}, runs: map[string]runCharge{}}
+}
+
+// turnOf is lane's turn at now, its work w at the head, its runs' overruns ov: start, the
+// virtual start of its next claim (store.LaneStart, its band's newcomers' when it has none), and
+// base, the same without the overruns, which a claim moves on from.
+func (o *queueOrder) turnOf(lane string, w waiting, now time.Time, ov overruns) (t laneTurn, start, base int64) {
 	t, served := o.turns[lane]
-	t.turn = store.LaneStart(t.turn, served, o.newcomers[w.band(now)], o.vtime)
-	return t
+	band := w.band(now)
+	over := ov.lanes[lane]
+	if !served {
+		over = ov.newcomers[band]
+	}
+	return t, store.LaneStart(t.turn+over, served, o.newcomers[band]+over, o.vtime[band]),
+		store.LaneStart(t.turn, served, o.newcomers[band], o.vtime[band])
 }
 
 // band is the effective urgency w competes at, at now.
@@ -195,14 +246,23 @@ func (o *queueOrder) head(ids *[]string, queued map[string]waiting, now time.Tim
 
 // claim is an operation taken out of the order, and what its claim charged (store.Change).
 type claim struct {
-	id           string
-	charged      int64
-	newcomerBand int
+	id       string
+	lane     string
+	weight   float64
+	charged  int64
+	band     int
+	newcomer bool
 }
 
 // change is the claim's change of its operation to running.
 func (c claim) change() store.Change {
-	return store.Change{To: store.StatusRunning, Charged: c.charged, NewcomerBand: c.newcomerBand}
+	return store.Change{To: store.StatusRunning, Charged: c.charged, ChargedBand: c.band + 1, ChargedNewcomer: c.newcomer}
+}
+
+// unclaimed is the run of a claim that was never written (its operation canceled meanwhile, or
+// its write failed): its end gives back what it charged but the least a claim costs.
+func (c claim) unclaimed() store.Run {
+	return store.Run{Lane: c.lane, Weight: c.weight, Charged: c.charged, Band: c.band, Newcomer: c.newcomer}
 }
 
 // next takes the first operation in the order out of it and gives its lane its turn; ok is false
@@ -311,12 +371,14 @@ func (o *queueOrder) oldestAt(lane string, w waiting, queued map[string]waiting,
 // best finds the first operation in the order: the choice of the lane whose place comes first.
 func (o *queueOrder) best(queued map[string]waiting, now time.Time) (best choice, ok bool) {
 	var at place
+	ov := o.overrunsAt(now)
 	for lane := range o.groups {
 		c, found := o.laneChoice(lane, queued, now)
 		if !found {
 			continue
 		}
-		p := place{c.pick.band(now), o.turnOf(lane, c.oldest, now).turn, c.oldest.id}
+		_, start, _ := o.turnOf(lane, c.oldest, now, ov)
+		p := place{c.pick.band(now), start, c.oldest.id}
 		if !ok || p.before(at) {
 			best, at, ok = c, p, true
 		}
@@ -325,39 +387,47 @@ func (o *queueOrder) best(queued map[string]waiting, now time.Time) (best choice
 }
 
 // takeAt takes c's pick out of the order and gives its lane its turn: moved on from its start by
-// the slot time its runs took lately over its weight (store.ClaimCharge, store.ChargedTurn), and
-// its band's newcomers' turn with it when the lane had none (store.NewcomersAfter). The virtual
-// time moves to the claim's start.
+// the slot time its runs are expected to hold over its weight (store.ClaimCharge,
+// store.ChargedTurn), and its band's newcomers' turn with it when the lane had none
+// (store.NewcomersAfter). The band's virtual time moves to the claim's start.
 func (o *queueOrder) takeAt(c choice, queued map[string]waiting, now time.Time) claim {
 	g := &o.groups[c.lane][c.g]
 	id := g.ids[c.i]
 	g.ids = slices.Delete(g.ids, c.i, c.i+1)
 	delete(o.members, id)
-	t := o.turnOf(c.lane, c.oldest, now)
-	out := claim{id: id, charged: store.ClaimCharge(t.hold, o.average)}
-	if _, served := o.turns[c.lane]; !served {
-		band := c.pick.band(now)
-		o.newcomers[band] = store.NewcomersAfter(o.newcomers[band], t.turn, out.charged)
-		out.newcomerBand = band + 1
+	t, start, base := o.turnOf(c.lane, c.oldest, now, o.overrunsAt(now))
+	_, served := o.turns[c.lane]
+	band := c.pick.band(now)
+	hold := t.hold
+	if !served {
+		hold = 0
 	}
-	o.vtime = max(o.vtime, t.turn)
-	o.turns[c.lane] = laneTurn{turn: store.ChargedTurn(t.turn, out.charged, c.pick.weight), hold: t.hold}
+	out := claim{id: id, lane: c.lane, weight: c.pick.weight, charged: store.ClaimCharge(hold, o.average), band: band, newcomer: !served}
+	if !served {
+		o.newcomers[band] = store.NewcomersAfter(o.newcomers[band], base, out.charged)
+	}
+	o.vtime[band] = max(o.vtime[band], start)
+	o.turns[c.lane] = laneTurn{turn: store.ChargedTurn(base, out.charged, c.pick.weight), hold: t.hold}
 	return out
 }
 
 // ran settles run r's turns: its lane's (when the lane still has one) and its band's newcomers'
-// corrected to the time it ran (store.SettledTurn), and the lane's and the queue's averages
-// taught it.
+// (when its claim charged them) corrected to the time it ran (store.SettledTurn), and the
+// lane's and the queue's averages taught it.
 func (o *queueOrder) ran(r store.Run) {
+	var vtime int64
+	if r.InBand() {
+		vtime = o.vtime[r.Band]
+	}
 	if t, ok := o.turns[r.Lane]; ok {
-		t.turn = store.SettledTurn(t.turn, r.Delta(), o.vtime)
+		t.turn = store.SettledTurn(t.turn, r.Delta(), vtime)
 		if r.Took > 0 {
 			t.hold = store.MovedHold(t.hold, r.Took)
 		}
 		o.turns[r.Lane] = t
 	}
-	if b := r.NewcomerBand - 1; b >= 0 && b < len(o.newcomers) {
-		o.newcomers[b] = store.SettledTurn(o.newcomers[b], r.NewcomersDelta(), o.vtime)
+	if r.Newcomer && r.InBand() {
+		o.newcomers[r.Band] = store.SettledTurn(o.newcomers[r.Band], r.NewcomersDelta(), vtime)
 	}
 	if r.Took > 0 {
 		o.average = store.MovedHold(o.average, r.Took)
@@ -416,10 +486,12 @@ func (s *Store) QueuePosition(id string) (int, error) {
 		sq := lanes[w.lane]
 		if sq == nil {
 			_, served := q.order.turns[w.lane]
-			sq = &store.ScopeQueue{Scope: w.lane, Turn: q.order.turnOf(w.lane, w, now).turn, Newcomer: !served}
+			_, _, turn := q.order.turnOf(w.lane, w, now, overruns{})
+			sq = &store.ScopeQueue{Scope: w.lane, Turn: turn, Newcomer: !served}
 			lanes[w.lane] = sq
 		} else {
-			sq.Turn = min(sq.Turn, q.order.turnOf(w.lane, w, now).turn) // its oldest work's, whichever comes first here
+			_, _, turn := q.order.turnOf(w.lane, w, now, overruns{})
+			sq.Turn = min(sq.Turn, turn) // its oldest work's, whichever comes first here
 		}
 		countWaiting(sq, w, me, level, now)
 	}
@@ -531,10 +603,12 @@ func (s *Store) ClaimQueued(id, worker string, lease time.Duration) (*store.Oper
 	op, err := s.change(id, c.change(), worker, lease)
 	switch {
 	case errors.Is(err, store.ErrIllegalTransition) || errors.Is(err, store.ErrNotFound):
+		q.ran(c.unclaimed())
 		return nil, nil // canceled or gone meanwhile
 	case op != nil:
 		return op, nil // committed, though perhaps not fsynced: as ClaimNext
 	case err != nil:
+		q.ran(c.unclaimed())
 		q.unpop(id)
 	}
 	return nil, err

@@ -49,35 +49,97 @@ func headsSQL(cond string) string {
 
 // nextInOrderSQL finds the first operation in the capacity order at $1, leaving out the ids $3
 // (rows another claimer holds): it walks the groups' heads (headsSQL), finds each lane's band
-// (e) and its oldest work there, which give the lane's turn (store.KnownTurn, or
-// store.NewcomerTurn with its band's newcomers' row when the lane has none) and place, and of
-// the first lane's work at its band picks the lowest own urgency (store.OwnUrgency), then the
-// oldest. Its row: the id picked, the lane, the lane's turn and its band.
+// (e) and its oldest work there, which give the lane's place: its turn in slot time with its
+// runs' overruns (slotStartSQL), its oldest work breaking a tie; and of the first lane's work at
+// its band picks the lowest own urgency (store.OwnUrgency), then the oldest. Its row: the id
+// picked, the lane, the lane's turn of schema 17 (store.KnownTurn, or store.NewcomerTurn with its
+// band's newcomers' row when the lane has none), its band, its start and base (slotStartSQL),
+// the claim's charge (chargeSQL), whether the lane is a newcomer, and its band's virtual time.
 var nextInOrderSQL = `WITH RECURSIVE ` + headsSQL(` AND o.id <> ALL($3)`) + `,
 banded AS (SELECT h.*, (` + effectiveHeadSQL + `)::int AS e, (` + ownHeadSQL + `)::int AS own FROM heads h),
 lanes AS (SELECT DISTINCT ON (lane) lane, e, id AS oldest, submitted_at FROM banded ORDER BY lane, e, id),
-picks AS (SELECT DISTINCT ON (lane) lane, id FROM banded ORDER BY lane, e, own, id)
+picks AS (SELECT DISTINCT ON (lane) lane, id FROM banded ORDER BY lane, e, own, id),
+` + runsSQL("$1") + `
 SELECT p.id, o.lane, CASE WHEN t.turn IS NULL THEN greatest(` + arrivalTurnSQL + `, nc.turn)
-	ELSE greatest(t.turn, ` + arrivalTurnSQL + `) END AS turn, o.e, ` + slotStartSQL + ` AS start, ` + chargeSQL + ` AS charge,
-	t.vturn IS NULL AS fresh
-FROM lanes o JOIN picks p ON p.lane = o.lane
-	LEFT JOIN queue_lanes t ON t.lane = o.lane LEFT JOIN queue_lanes nc ON nc.lane = ` + newcomersLaneSQL("o.e") + `
-	LEFT JOIN queue_lanes v ON v.lane = '` + vtimeLane + `'
+	ELSE greatest(t.turn, ` + arrivalTurnSQL + `) END AS turn, o.e,
+	` + slotStartSQL(laneOverSQL("o.lane"), newcomersOverSQL("o.e")) + ` AS start, ` + slotStartSQL("0", "0") + ` AS base,
+	` + chargeSQL + ` AS charge, t.vturn IS NULL AS fresh, ` + vtimeSQL + ` AS vt, coalesce(nd.vturn, 0) AS dn
+FROM lanes o JOIN picks p ON p.lane = o.lane ` + turnJoinsSQL("o.lane", "o.e") + `
 ORDER BY o.e, 5, o.oldest LIMIT 1`
 
-// vtimeLane is the row of queue_lanes that keeps the virtual time (vturn) and the queue's
-// average run (hold), among the newcomers' rows so that every sweep keeps it.
-const vtimeLane = newcomersLane + "vtime"
+// The rows of queue_lanes that keep, besides the newcomers' turns of schema 17 and before
+// (newcomersLane || band, whose vturn is the newcomers' turn in slot time as claims move it): the
+// corrections the newcomers' runs made to it (debtLane || band: their vturn, which only the ends
+// of runs write, so that an end never waits for a claim holding the newcomers' row, nor skips
+// it), each band's virtual time (vtimeLane || band), and the queue's average run (averageLane:
+// its hold). All are among the newcomers' rows, which every sweep keeps.
+const (
+	debtLane    = newcomersLane + "debt:"
+	vtimeLane   = newcomersLane + "vtime:"
+	averageLane = newcomersLane + "average"
+)
 
-// slotStartSQL is store.LaneStart of a lane's row t (none: NULL columns), its band's newcomers'
-// row nc and the virtual time's row v: a lane without vturn has no turn in slot time.
-const slotStartSQL = `CASE WHEN t.vturn IS NULL THEN greatest(coalesce(nc.vturn, 0), coalesce(v.vturn, 0))
-	ELSE greatest(t.vturn, coalesce(v.vturn, 0)) END`
+// turnJoinsSQL joins a lane's row (t) and its band's rows (nc, nd, v) and the average's (a) to a
+// query, for the lane and band expressions given.
+func turnJoinsSQL(lane, band string) string {
+	return `LEFT JOIN queue_lanes t ON t.lane = ` + lane + `
+	LEFT JOIN queue_lanes nc ON nc.lane = ` + newcomersLaneSQL(band) + `
+	LEFT JOIN queue_lanes nd ON nd.lane = ('` + debtLane + `' || ` + band + `)
+	LEFT JOIN queue_lanes v ON v.lane = ('` + vtimeLane + `' || ` + band + `)
+	LEFT JOIN queue_lanes a ON a.lane = '` + averageLane + `'`
+}
 
-// chargeSQL is store.ClaimCharge of a lane's row t and the virtual time's row v: the lane's hold
-// when it has a turn in slot time and a run measured, else the queue's average.
-var chargeSQL = `greatest(CASE WHEN t.vturn IS NOT NULL AND t.hold > 0 THEN t.hold WHEN v.hold > 0 THEN v.hold
+// vtimeSQL is the band's virtual time (turnJoinsSQL's v), and newcomersTurnSQL its newcomers'
+// turn in slot time: the claims' part and the runs' corrections.
+const (
+	vtimeSQL         = `coalesce(v.vturn, 0)`
+	newcomersTurnSQL = `(coalesce(nc.vturn, 0) + coalesce(nd.vturn, 0))`
+)
+
+// slotStartSQL is store.LaneStart of a lane's row t (none: NULL columns) and its band's rows
+// (turnJoinsSQL), its runs' overruns over (its band's newcomers' ncOver for a lane without a turn
+// in slot time) added: a lane without vturn has none.
+func slotStartSQL(over, ncOver string) string {
+	return `CASE WHEN t.vturn IS NULL THEN greatest(` + newcomersTurnSQL + ` + ` + ncOver + `, ` + vtimeSQL + `)
+	ELSE greatest(t.vturn + ` + over + `, ` + vtimeSQL + `) END`
+}
+
+// chargeSQL is store.ClaimCharge of a lane's row t and the average's row a: the lane's hold when
+// it has a turn in slot time and a run measured, else the queue's average.
+var chargeSQL = `greatest(CASE WHEN t.vturn IS NOT NULL AND t.hold > 0 THEN t.hold WHEN a.hold > 0 THEN a.hold
 	ELSE ` + strconv.FormatInt(store.DefaultHold, 10) + ` END, ` + strconv.FormatInt(store.MinCharge, 10) + `)::bigint`
+
+// weightSQL is store.Weight of a weight column w.
+func weightSQL(w string) string {
+	return `least(greatest(coalesce(` + w + `, 1), 1), ` + strconv.Itoa(store.MaxWeight) + `)::real::float8`
+}
+
+// runsSQL is the CTE of the claimed operations running at now, with what counts of them in their
+// turns beyond their claims' charges (store.Overrun: us), from the run's columns their claim
+// wrote (runColumnsSQL). A release before schema 18 writes none, and its runs count nothing; a
+// run's columns left by an earlier claim of this release count only while the same worker holds
+// the operation.
+func runsSQL(now string) string {
+	return `runs AS (SELECT ` + laneSQL + ` AS lane, ` + weightSQL("o.weight") + ` AS w, o.run_band AS band, o.run_newcomer AS newcomer,
+		greatest(floor(extract(epoch FROM ` + now + `::timestamptz - o.run_started_at) * 1000000) - o.run_charged, 0) AS us
+	FROM operations o WHERE o.status = 'running' AND o.run_charged > 0 AND o.holder = o.run_holder)`
+}
+
+// runColumnsSQL writes what a claim of operation $1 charged into its row, for runsSQL: the
+// holder, when it started, the charge, the band it was claimed in, whether it charged the band's
+// newcomers.
+const runColumnsSQL = `UPDATE operations SET run_holder = $2, run_started_at = $3, run_charged = $4, run_band = $5,
+	run_newcomer = $6 WHERE id = $1`
+
+// laneOverSQL is the runs' overruns of the lane expression given, each over its weight, and
+// newcomersOverSQL those of the newcomers claimed in the band given.
+func laneOverSQL(lane string) string {
+	return `coalesce((SELECT sum(floor(r.us / r.w))::bigint FROM runs r WHERE r.lane = ` + lane + `), 0)`
+}
+
+func newcomersOverSQL(band string) string {
+	return `coalesce((SELECT sum(r.us)::bigint FROM runs r WHERE r.newcomer AND r.band = ` + band + `), 0)`
+}
 
 // laneArrivalSQL is the arrival turn (arrivalTurnSQL) a claim by id (ClaimQueued) of a row x of
 // operations counts its lane's turn from, at $1 with the aging step $2, as Badger's
@@ -105,32 +167,41 @@ const newcomersLane = "*newcomers:"
 func newcomersLaneSQL(e string) string { return `('` + newcomersLane + `' || ` + e + `)` }
 
 // newcomersSQL are the CTEs that move the newcomers' turns on for a claim at $now (microseconds)
-// of a row of src (columns lane, e: its band, start, charge and fresh: whether the lane had no
-// turn in slot time). The turn of schema 17 and before (store.NewcomersServed) moves when the
-// lane had no row before the statement, to just before the claim or the turn handed out (CTE
-// turn, column t); the turn in slot time (store.NewcomersAfter) when the lane had no vturn. The
+// of a row of src (columns lane, e: its band, start, base, charge, dn: the band's newcomers'
+// corrections, and fresh: whether the lane had no turn in slot time). The turn of schema 17 and
+// before (store.NewcomersServed) moves when the lane had no row before the statement, to just
+// before the claim or the turn handed out (CTE turn, column t); the turn in slot time
+// (store.NewcomersAfter, less the corrections kept apart) when the lane had no vturn. The band's
 // virtual time moves to the claim's start. A row is updated unless another claim holds it (SKIP
 // LOCKED: that claim moves it on to about the same), so the claims on every replica never wait
-// for one another there.
+// for one another there; nc_moved returns the band when it moved the newcomers' turn.
 func newcomersSQL(src string, now int) string {
-	return `nc_new AS (SELECT s.e, s.start, s.charge, NOT EXISTS (SELECT 1 FROM queue_lanes t WHERE t.lane = s.lane) AS absent
+	return `nc_new AS (SELECT s.e, s.base, s.charge, s.dn, NOT EXISTS (SELECT 1 FROM queue_lanes t WHERE t.lane = s.lane) AS absent
 	FROM ` + src + ` s WHERE s.fresh),
 nc_moved AS (UPDATE queue_lanes q SET turn = CASE WHEN n.absent THEN greatest(q.turn, $` + strconv.Itoa(now) + `::bigint - 1, (SELECT max(t) FROM turn) - 1)
 		ELSE q.turn END,
-	vturn = greatest(coalesce(q.vturn, 0), n.start + n.charge - 1)
+	vturn = greatest(coalesce(q.vturn, 0), n.base + n.charge - 1 - n.dn)
 	FROM nc_new n WHERE q.lane = ` + newcomersLaneSQL("n.e") + ` AND q.lane IN (SELECT l.lane FROM queue_lanes l
-		WHERE l.lane IN (SELECT ` + newcomersLaneSQL("m.e") + ` FROM nc_new m) FOR UPDATE SKIP LOCKED)),
+		WHERE l.lane IN (SELECT ` + newcomersLaneSQL("m.e") + ` FROM nc_new m) FOR UPDATE SKIP LOCKED) RETURNING n.e),
 v_moved AS (UPDATE queue_lanes q SET vturn = greatest(coalesce(q.vturn, 0), s.start) FROM ` + src + ` s
-	WHERE q.lane IN (SELECT l.lane FROM queue_lanes l WHERE l.lane = '` + vtimeLane + `' FOR UPDATE SKIP LOCKED))`
+	WHERE q.lane = ('` + vtimeLane + `' || s.e) AND q.lane IN (SELECT l.lane FROM queue_lanes l
+		WHERE l.lane IN (SELECT '` + vtimeLane + `' || m.e FROM ` + src + ` m) FOR UPDATE SKIP LOCKED))`
 }
 
 // ensureNewcomers makes the newcomers' rows that are missing: at open, and at each sweep, since
 // an older release's sweep takes them for lanes without work and deletes them. Only those missing
 // from its snapshot are inserted: inserting one that exists would wait for any claim moving it.
 func ensureNewcomers(ctx context.Context, db querier) error {
-	_, err := db.Exec(ctx, `INSERT INTO queue_lanes (lane, turn) SELECT l, 0 FROM (SELECT `+newcomersLaneSQL("u")+` AS l
+	// A band's virtual time made again (an early schema 12 build's sweep deleted the rows of
+	// lanes without work) starts at the latest of the others kept, not at zero, where every lane
+	// with a turn would be far ahead of it, and the newcomers first.
+	_, err := db.Exec(ctx, `INSERT INTO queue_lanes (lane, turn, vturn) SELECT l, 0, CASE WHEN l LIKE '`+vtimeLane+`%'
+			THEN (SELECT max(vturn) FROM queue_lanes WHERE lane LIKE '`+vtimeLane+`%') END
+		FROM (SELECT `+newcomersLaneSQL("u")+` AS l
 		FROM generate_series(`+strconv.Itoa(store.MostUrgent)+`, `+strconv.Itoa(store.LeastUrgent)+`) u
-		UNION ALL SELECT '`+vtimeLane+`') n
+		UNION ALL SELECT '`+debtLane+`' || u FROM generate_series(`+strconv.Itoa(store.MostUrgent)+`, `+strconv.Itoa(store.LeastUrgent)+`) u
+		UNION ALL SELECT '`+vtimeLane+`' || u FROM generate_series(`+strconv.Itoa(store.MostUrgent)+`, `+strconv.Itoa(store.LeastUrgent)+`) u
+		UNION ALL SELECT '`+averageLane+`') n
 		WHERE NOT EXISTS (SELECT 1 FROM queue_lanes q WHERE q.lane = n.l) ON CONFLICT (lane) DO NOTHING`)
 	return err
 }
@@ -149,65 +220,85 @@ const arrivalTurnSQL = `(floor(extract(epoch FROM o.submitted_at) * 1000000)::bi
 // row is counted on from its locked latest version (ON CONFLICT DO UPDATE), so claims of one
 // lane on two replicas at once each count. It returns the lane's turn after the claim (t), and
 // clears the sweep's note that the lane was idle. It also gives the lane its turn in slot time
-// (store.ChargedTurn): src's start moved on by its charge over the weight, or from the locked
-// latest vturn when a claim on another replica moved it on since src's snapshot.
+// (store.ChargedTurn): src's base moved on by its charge over the weight (inc), counted from the
+// locked latest vturn (and the band's virtual time vt) when the lane has one, so that a claim or
+// a run's end on another replica since src's snapshot counts.
 func laneTurnSQL(src string, now int) string {
 	next := `setval('queue_turn_seq', greatest(nextval('queue_turn_seq'), $` + strconv.Itoa(now) + `::bigint))`
 	return `INSERT INTO queue_lanes AS q (lane, turn, credit, weight, vturn)
 	SELECT s.lane, CASE WHEN 1 < s.w THEN s.arrival ELSE ` + next + ` END, CASE WHEN 1 < s.w THEN 1 ELSE 1 - s.w END, s.w,
-		s.start + greatest(floor(s.charge / s.w::float8)::bigint, 1)
-	FROM (SELECT lane, arrival, start, charge, least(greatest(coalesce(weight, 1), 1), ` + strconv.Itoa(store.MaxWeight) + `)::real AS w
+		s.base + s.inc
+	FROM (SELECT lane, arrival, base, inc, least(greatest(coalesce(weight, 1), 1), ` + strconv.Itoa(store.MaxWeight) + `)::real AS w
 		FROM ` + src + `) s
 	ON CONFLICT (lane) DO UPDATE SET
 		turn = CASE WHEN q.credit + 1 < excluded.weight THEN greatest(q.turn, excluded.turn)
 			WHEN 1 < excluded.weight THEN ` + next + ` ELSE excluded.turn END,
 		credit = CASE WHEN q.credit + 1 < excluded.weight THEN q.credit + 1 ELSE q.credit + 1 - excluded.weight END,
 		vturn = CASE WHEN q.vturn IS NULL THEN excluded.vturn
-			ELSE greatest(excluded.vturn, q.vturn + (SELECT greatest(floor(x.charge / least(greatest(coalesce(x.weight, 1), 1), ` + strconv.Itoa(store.MaxWeight) + `)::real::float8)::bigint, 1)
-				FROM ` + src + ` x LIMIT 1)) END,
+			ELSE (SELECT greatest(q.vturn, x.vt) + x.inc FROM ` + src + ` x LIMIT 1) END,
 		weight = excluded.weight, idle_since = NULL
 	RETURNING q.turn AS t`
 }
 
-// takeTurnSQL gives the lane of operation $1 the turn of a claim at $3, $2 its arrival turn
-// (laneArrivalSQL) should it have none (laneTurnSQL; the newcomers' turn of its band $4 when later, which the claim then
-// moves on: newcomersSQL). The lane and weight are the row's: an operation accepted by a schema
-// 10 replica has no lane column, and waits in its scope's lane.
-var takeTurnSQL = `WITH one AS (SELECT ` + laneSQL + ` AS lane, CASE WHEN t.turn IS NULL THEN greatest($2::bigint, nc.turn)
+// takeTurnSQL gives the lane of operation $1 the turn of a claim at $3 (microseconds; $5 the
+// same time), $2 its arrival turn (laneArrivalSQL) should it have none (laneTurnSQL; the
+// newcomers' turn of its band $4 when later, which the claim then moves on: newcomersSQL), and
+// its turn in slot time as a claim by ClaimNext would (slotStartSQL, chargeSQL). The lane and
+// weight are the row's: an operation accepted by a schema 10 replica has no lane column, and
+// waits in its scope's lane. Its row: the charge, and whether it moved the newcomers' turn.
+var takeTurnSQL = `WITH ` + runsSQL("$5") + `,
+one AS (SELECT ` + laneSQL + ` AS lane, CASE WHEN t.turn IS NULL THEN greatest($2::bigint, nc.turn)
 		ELSE greatest(t.turn, $2::bigint) END AS arrival, o.weight, $4::int AS e,
-		` + slotStartSQL + ` AS start, ` + chargeSQL + ` AS charge, t.vturn IS NULL AS fresh
-	FROM operations o LEFT JOIN queue_lanes t ON t.lane = ` + laneSQL + `
-		LEFT JOIN queue_lanes nc ON nc.lane = ` + newcomersLaneSQL("$4::int") + `
-		LEFT JOIN queue_lanes v ON v.lane = '` + vtimeLane + `' WHERE o.id = $1),
-turn AS (` + laneTurnSQL("one", 3) + `),
-` + newcomersSQL("one", 3) + `
-SELECT charge, CASE WHEN fresh THEN e + 1 ELSE 0 END FROM one`
+		` + slotStartSQL(laneOverSQL(laneSQL), newcomersOverSQL("$4::int")) + ` AS start, ` + slotStartSQL("0", "0") + ` AS base,
+		` + chargeSQL + ` AS charge, t.vturn IS NULL AS fresh, ` + vtimeSQL + ` AS vt, coalesce(nd.vturn, 0) AS dn
+	FROM operations o ` + turnJoinsSQL(laneSQL, "$4::int") + ` WHERE o.id = $1),
+claimed AS (SELECT *, greatest(floor(charge / ` + weightSQL("weight") + `)::bigint, 1) AS inc FROM one),
+turn AS (` + laneTurnSQL("claimed", 3) + `),
+` + newcomersSQL("claimed", 3) + `
+SELECT charge, EXISTS (SELECT 1 FROM nc_moved) FROM claimed`
 
-// settleRunSQL settles the turns of a run that ended (store.Run, as Badger's queueOrder.ran):
-// its lane's turn in slot time, when it has one, and its band's newcomers' ($5: 1 + the band, 0
-// for none) corrected by what it cost beyond its claim's charge ($2, $4; store.SettledTurn), and
-// the lane's and the queue's averages taught the time it ran ($3 microseconds; none when 0). The
-// newcomers' and the queue's rows are passed over when a claim holds them (SKIP LOCKED): a run's
-// end never waits for a claim there, and the two could otherwise each wait for the other.
-var settleRunSQL = `WITH v AS (SELECT coalesce((SELECT vturn FROM queue_lanes WHERE lane = '` + vtimeLane + `'), 0) AS t),
-lane AS (UPDATE queue_lanes q SET vturn = greatest(q.vturn + $2::bigint, least(q.vturn, (SELECT t FROM v))),
-		hold = CASE WHEN $3::bigint > 0 THEN ` + movedHoldSQL("q.hold") + ` ELSE q.hold END
-	WHERE q.lane = $1 AND q.vturn IS NOT NULL),
-nc AS (UPDATE queue_lanes q SET vturn = greatest(coalesce(q.vturn, 0) + $4::bigint, least(coalesce(q.vturn, 0), (SELECT t FROM v)))
-	WHERE q.lane IN (SELECT l.lane FROM queue_lanes l WHERE $5::int > 0 AND l.lane = ` + newcomersLaneSQL("($5::int - 1)") + `
-		FOR UPDATE SKIP LOCKED)),
-average AS (UPDATE queue_lanes q SET hold = ` + movedHoldSQL("q.hold") + `
-	WHERE $3::bigint > 0 AND q.lane IN (SELECT l.lane FROM queue_lanes l WHERE l.lane = '` + vtimeLane + `' FOR UPDATE SKIP LOCKED))
-SELECT 1`
+// settleRunSQL and settleNewcomersSQL settle the turns of a run that ended (store.Run, as
+// Badger's queueOrder.ran), in this order, so that the ends of runs lock rows in one order: the
+// lane's turn in slot time ($1), when it has one, corrected by what the run cost beyond its
+// claim's charge ($2; store.SettledTurn, no earlier than its band's virtual time, $5 the band's
+// row) and its average taught the time it ran ($3 microseconds; none when 0); then its band's
+// newcomers' corrections ($2 the band's row, $3 the correction, $4 the band's virtual time's
+// row), when its claim charged the newcomers, and the queue's average ($5, $6 the time it ran),
+// passed over when another run's end holds it (SKIP LOCKED). A claim never locks a row of
+// corrections nor the average, so an end never waits for a claim but on its own lane's row.
+var (
+	settleRunSQL = `UPDATE queue_lanes q SET vturn = greatest(q.vturn + $2::bigint,
+			least(q.vturn, coalesce((SELECT v.vturn FROM queue_lanes v WHERE v.lane = $4), 0))),
+		hold = CASE WHEN $3::bigint > 0 THEN ` + movedHoldSQL("q.hold", "$3") + ` ELSE q.hold END
+	WHERE q.lane = $1 AND q.vturn IS NOT NULL`
+	settleNewcomersSQL = `WITH debt AS (UPDATE queue_lanes q SET vturn = coalesce(q.vturn, 0) + greatest($3::bigint,
+			least(0, coalesce((SELECT v.vturn FROM queue_lanes v WHERE v.lane = $4), 0)
+				- coalesce((SELECT n.vturn FROM queue_lanes n WHERE n.lane = $1), 0) - coalesce(q.vturn, 0)))
+		WHERE q.lane = $2 AND $3::bigint <> 0),
+	average AS (UPDATE queue_lanes q SET hold = ` + movedHoldSQL("q.hold", "$6") + `
+		WHERE $6::bigint > 0 AND q.lane IN (SELECT l.lane FROM queue_lanes l WHERE l.lane = $5 FOR UPDATE SKIP LOCKED))
+	SELECT 1`
+)
 
-// movedHoldSQL is store.MovedHold of the average h and the run's time $3.
-func movedHoldSQL(h string) string {
-	return `CASE WHEN coalesce(` + h + `, 0) <= 0 THEN $3::bigint ELSE ` + h + ` + (least($3::bigint, 10 * ` + h + `) - ` + h + `) / 5 END`
+// movedHoldSQL is store.MovedHold of the average h and the run's time took.
+func movedHoldSQL(h, took string) string {
+	return `CASE WHEN coalesce(` + h + `, 0) <= 0 THEN ` + took + `::bigint ELSE ` + h + ` + (least(` + took + `::bigint, 10 * ` + h + `) - ` + h + `) / 5 END`
 }
 
-// settleRun settles run r's turns (settleRunSQL) through w.
+// settleRun settles run r's turns (settleRunSQL, settleNewcomersSQL) through w, in that order.
 func settleRun(ctx context.Context, w execer, r store.Run) error {
-	_, err := w.Exec(ctx, settleRunSQL, store.LaneText(r.Lane), r.Delta(), r.Took, r.NewcomersDelta(), r.NewcomerBand)
+	band := ""
+	if r.InBand() {
+		band = strconv.Itoa(r.Band)
+	}
+	if _, err := w.Exec(ctx, settleRunSQL, store.LaneText(r.Lane), r.Delta(), r.Took, vtimeLane+band); err != nil {
+		return err
+	}
+	var nd int64
+	if r.Newcomer && r.InBand() {
+		nd = r.NewcomersDelta()
+	}
+	_, err := w.Exec(ctx, settleNewcomersSQL, newcomersLane+band, debtLane+band, nd, vtimeLane+band, averageLane, r.Took)
 	return err
 }
 
@@ -230,11 +321,12 @@ var agingStep = store.AgingStep.Seconds()
 // claim that completed its weight, so one left at an older claim would go ahead of a lane that
 // came since.
 var claimSQL = `WITH next AS (` + nextInOrderSQL + `),
-claimed AS (SELECT o.doc, o.holder, o.lease_until, n.lane, n.turn AS arrival, o.weight, n.e, n.start, n.charge, n.fresh
+claimed AS (SELECT o.doc, o.holder, o.lease_until, n.lane, n.turn AS arrival, o.weight, n.e, n.start, n.base, n.charge, n.fresh,
+		n.vt, n.dn, greatest(floor(n.charge / ` + weightSQL("o.weight") + `)::bigint, 1) AS inc
 	FROM operations o JOIN next n ON o.id = n.id WHERE o.status = 'queued' FOR UPDATE OF o SKIP LOCKED),
 turn AS (` + laneTurnSQL("claimed", 4) + `),
 ` + newcomersSQL("claimed", 4) + `
-SELECT n.id, c.doc, c.holder, c.lease_until, n.charge, CASE WHEN n.fresh THEN n.e + 1 ELSE 0 END FROM next n LEFT JOIN claimed c ON true`
+SELECT n.id, c.doc, c.holder, c.lease_until, n.charge, n.e, EXISTS (SELECT 1 FROM nc_moved) FROM next n LEFT JOIN claimed c ON true`
 
 // claimInOrder locks the first queued operation in the capacity order that no other claimer
 // holds and gives its lane its turn (claimSQL); nil when there is none.
@@ -246,7 +338,7 @@ func claimInOrder(ctx context.Context, tx pgx.Tx, now time.Time) (*store.Operati
 		var holder *string
 		var lease *time.Time
 		var c claimCharge
-		err := tx.QueryRow(ctx, claimSQL, now, agingStep, skipped, now.UnixMicro()).Scan(&id, &doc, &holder, &lease, &c.charged, &c.band)
+		err := tx.QueryRow(ctx, claimSQL, now, agingStep, skipped, now.UnixMicro()).Scan(&id, &doc, &holder, &lease, &c.charged, &c.band, &c.newcomer)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, claimCharge{}, nil
 		}
@@ -263,15 +355,18 @@ func claimInOrder(ctx context.Context, tx pgx.Tx, now time.Time) (*store.Operati
 	return nil, claimCharge{}, nil // every candidate was being taken: the caller's next claim looks again
 }
 
-// claimCharge is what a claim charged (store.Change.Charged, store.Change.NewcomerBand).
+// claimCharge is what a claim charged (store.Change.Charged): the charge, the band it was
+// claimed in, and whether it moved its band's newcomers' turn (a newcomer's claim that found
+// the row held by another claim did not, and its run's end corrects no newcomers' turn).
 type claimCharge struct {
-	charged int64
-	band    int
+	charged  int64
+	band     int
+	newcomer bool
 }
 
 // change is the claim's change of its operation to running.
 func (c claimCharge) change() store.Change {
-	return store.Change{To: store.StatusRunning, Charged: c.charged, NewcomerBand: c.band}
+	return store.Change{To: store.StatusRunning, Charged: c.charged, ChargedBand: c.band + 1, ChargedNewcomer: c.newcomer}
 }
 
 // NextQueued returns the operation ClaimNext would claim now, left queued (see store.Queue).
@@ -308,8 +403,8 @@ func (s *Store) ClaimQueued(id, worker string, lease time.Duration) (*store.Oper
 			return err
 		}
 		band := store.EffectiveUrgency(op.Urgency, now.Sub(op.SubmittedAt))
-		var c claimCharge
-		if err := tx.QueryRow(ctx, takeTurnSQL, id, arrival, now.UnixMicro(), band).Scan(&c.charged, &c.band); err != nil {
+		c := claimCharge{band: band}
+		if err := tx.QueryRow(ctx, takeTurnSQL, id, arrival, now.UnixMicro(), band, now).Scan(&c.charged, &c.newcomer); err != nil {
 			return err
 		}
 		out, err = s.startClaimed(ctx, tx, op, c, worker, lease, now)
@@ -361,15 +456,14 @@ func (s *Store) QueuedByUrgency() ([8]int, error) {
 // positionSQL counts, per lane with claimable work at $1, the queued operations before and at
 // the effective urgency $3 of operation $4 of lane $5, whose own urgency is $6 (see
 // store.ScopeQueue).
-var positionSQL = `SELECT q.lane, ` + slotStartSQL + `,
+var positionSQL = `SELECT q.lane, ` + slotStartSQL("0", "0") + `,
 		count(*) FILTER (WHERE q.e < $3), count(*) FILTER (WHERE q.e = $3),
 		coalesce(min(q.id) FILTER (WHERE q.e = $3), ''),
 		count(*) FILTER (WHERE q.e = $3 AND q.lane = $5 AND (q.own, q.id) < ($6, $4)), t.vturn IS NULL
 	FROM (SELECT ` + laneSQL + ` AS lane, o.id, ` + effectiveSQL + ` AS e, ` + ownSQL + ` AS own
 		FROM operations o WHERE ` + claimable + `) q
-	LEFT JOIN queue_lanes t ON t.lane = q.lane LEFT JOIN queue_lanes nc ON nc.lane = ` + newcomersLaneSQL("$3::int") + `
-	LEFT JOIN queue_lanes v ON v.lane = '` + vtimeLane + `'
-	GROUP BY q.lane, t.vturn, nc.vturn, v.vturn`
+	` + turnJoinsSQL("q.lane", "$3::int") + `
+	GROUP BY q.lane, t.vturn, nc.vturn, nd.vturn, v.vturn`
 
 // QueuePosition estimates how many queued operations will be claimed before id (see
 // store.Queue): one pass over the queued operations, counted per scope.

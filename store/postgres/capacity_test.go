@@ -276,7 +276,7 @@ func TestSweepForgetsIdleTurnsAndLapsedSeats(t *testing.T) {
 	if n := count(t, st, `SELECT count(*) FROM queue_lanes WHERE lane = 'busy'`); n != 1 {
 		t.Fatalf("the busy scope's turn was forgotten")
 	}
-	if n := count(t, st, `SELECT count(*) FROM queue_lanes WHERE lane LIKE '`+newcomersLane+`%'`); n != 9 {
+	if n := count(t, st, `SELECT count(*) FROM queue_lanes WHERE lane LIKE '`+newcomersLane+`%'`); n != 25 {
 		t.Fatalf("the newcomers' turns or the virtual time were forgotten")
 	}
 	// The busy scope's operation ran longer than store.KeepIdleLanesFor: its turn is that old
@@ -333,7 +333,7 @@ func TestNewcomersClaimsDoNotWaitForOneAnother(t *testing.T) {
 			var holder *string
 			var lease *time.Time
 			var c claimCharge
-			if err := tx.QueryRow(ctx, claimSQL, now, agingStep, []string{}, now.UnixMicro()).Scan(&id, &doc, &holder, &lease, &c.charged, &c.band); err != nil || doc == nil {
+			if err := tx.QueryRow(ctx, claimSQL, now, agingStep, []string{}, now.UnixMicro()).Scan(&id, &doc, &holder, &lease, &c.charged, &c.band, &c.newcomer); err != nil || doc == nil {
 				t.Fatal(id, err)
 			}
 			other := map[string]string{"op_a1": "op_a2", "op_a2": "op_a1"}[id]

@@ -65,11 +65,14 @@ func TestClaimOrderIsTheSameOnBothBackends(t *testing.T) {
 				})
 			case k < 5:
 				lane := fmt.Sprintf("s%d-%d", seed, r.IntN(3))
+				if r.IntN(3) == 0 { // a fresh lane: a newcomer, whose runs correct its band's newcomers' turn
+					lane = fmt.Sprintf("f%d-%d", seed, n)
+				}
 				op := store.Operation{ID: fmt.Sprintf("op_%08d", n), Scope: lane, Status: store.StatusQueued, Version: 1,
 					Method: "POST", Path: "/v1/x", SubmittedAt: clock.Now(), Retention: time.Hour,
 					Urgency: 2 + r.IntN(6), Lift: r.IntN(4)}
 				if r.IntN(3) == 0 {
-					op.FairKey, op.Weight = "key:"+lane, 2
+					op.FairKey, op.Weight = "key:"+lane, []float64{2, 1.5, 1.2}[r.IntN(3)] // 1.2 is no float32
 				}
 				n++
 				accepted = append(accepted, op.ID)

@@ -36,9 +36,14 @@ func (s *Store) ClaimNext(worker string, lease time.Duration) (*store.Operation,
 func (s *Store) startClaimed(ctx context.Context, tx pgx.Tx, op *store.Operation, c claimCharge, worker string, lease time.Duration, now time.Time) (*store.Operation, error) {
 	store.Apply(op, c.change(), now)
 	op.Holder, op.LeaseUntil = worker, now.Add(lease)
-	p := &pipeline{} // its row and its event in one round trip
+	p := &pipeline{} // its row, its event and its run's charge in one round trip
 	if err := s.write(ctx, p, op, nil); err != nil {
 		return nil, err
+	}
+	if c.charged > 0 {
+		if _, err := p.Exec(ctx, runColumnsSQL, op.ID, op.Holder, op.StartedAt, c.charged, c.band, c.newcomer); err != nil {
+			return nil, err
+		}
 	}
 	if err := p.send(ctx, tx); err != nil {
 		return nil, err

@@ -38,6 +38,91 @@ var capacityTests = []test{
 	{"ClaimingByIDNewerWorkGivesTheLaneItsTurn", testClaimByIDTurnFromOlderWork},
 	{"LanesShareSlotTimeNotClaims", testLanesShareSlotTime},
 	{"FreshScopesWithLongRunsPayTheirSlotTime", testNewcomersPaySlotTime},
+	{"RunsCountInTheirTurnsAsTheyRun", testRunsCountAsTheyRun},
+	{"UrgentClaimsLeaveTheDefaultBandsTurnsAlone", testUrgentClaimsLeaveTheDefaultBand},
+}
+
+// A backlog and a newer lane's one operation wait at the default urgency while a trusted urgent
+// lane is claimed twice for each of theirs: each band keeps its own virtual time, so the newer
+// lane is claimed within the band's first three claims. With one virtual time for every band,
+// the urgent claims moved it past the default band's turns, which then all started there and
+// went oldest first: the whole backlog before the newer lane.
+func testUrgentClaimsLeaveTheDefaultBand(t *testing.T, e *env) {
+	b := e.open()
+	e.acceptAt(t, b, "backlog", 0, 30, store.DefaultUrgency, time.Time{})
+	e.clock.Advance(time.Millisecond)
+	e.acceptAt(t, b, "newer", 100, 1, store.DefaultUrgency, time.Time{})
+	for i := range 10 {
+		e.acceptAt(t, b, "urgent", 200+2*i, 2, store.MostUrgent, time.Time{})
+		for range 2 {
+			if op := must(b.ClaimNext("w1", time.Minute))(t); op == nil || op.Scope != "urgent" {
+				t.Fatalf("claimed %+v, want the urgent lane's", op)
+			}
+		}
+		if op := must(b.ClaimNext("w1", time.Minute))(t); op != nil && op.Scope == "newer" {
+			if i > 2 {
+				t.Fatalf("the newer lane was claimed at the default band's claim %d; want within 3", i+1)
+			}
+			return
+		}
+	}
+	t.Fatal("the newer lane was not claimed in 10 of the default band's claims")
+}
+
+// Two tenants whose operations ran 100 ms each, four slots: tenant a's turn to hour-long runs
+// counts as they run past what their claims charged, so tenant b, whose runs still take 100 ms,
+// gets the slots its runs free; a keeps the slots it holds, no more. Counted only at their ends,
+// a's runs took the slots b's freed, one in two, until a held all four.
+func testRunsCountAsTheyRun(t *testing.T, e *env) {
+	b := e.open()
+	e.acceptAt(t, b, "a", 0, 5, store.DefaultUrgency, time.Time{})
+	e.acceptAt(t, b, "b", 100, 5, store.DefaultUrgency, time.Time{})
+	took := map[string]time.Duration{"a": 100 * time.Millisecond, "b": 100 * time.Millisecond}
+	for range 10 {
+		e.runNext(t, b, took, func(s string) string { return s })
+	}
+	e.acceptAt(t, b, "a", 10, 30, store.DefaultUrgency, time.Time{})
+	e.acceptAt(t, b, "b", 200, 30, store.DefaultUrgency, time.Time{})
+	var running []*store.Operation
+	fill := func() {
+		for len(running) < 4 {
+			op := must(b.ClaimNext("w1", time.Hour))(t)
+			if op == nil {
+				t.Fatal("nothing to claim")
+			}
+			running = append(running, op)
+		}
+	}
+	held := func() int {
+		n := 0
+		for _, op := range running {
+			if op.Scope == "a" {
+				n++
+			}
+		}
+		return n
+	}
+	fill()
+	first := held()
+	for range 20 {
+		e.clock.Advance(100 * time.Millisecond)
+		var still []*store.Operation
+		for _, op := range running {
+			if op.Scope == "a" {
+				still = append(still, op) // an hour
+				continue
+			}
+			if _, err := b.Transition(op.ID, store.Change{To: store.StatusSucceeded, Holder: "w1"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		running = still
+		fill()
+	}
+	t.Logf("the tenant whose runs turned long held %d of 4 slots, then %d", first, held())
+	if n := held(); n > first+1 {
+		t.Fatalf("the tenant whose runs turned long holds %d of 4 slots, from %d; want no more than one more", n, first)
+	}
 }
 
 // runNext claims the next operation, runs it for its lane's time in took (the clock moves on by

@@ -1,16 +1,24 @@
 -- Turns in slot time in the durable queue (docs/backends.md, "The capacity order"): a lane's
 -- turn is the virtual start of its next claim (vturn, microseconds of slot time), which a claim
--- moves on by the slot time the lane's runs took lately (hold) over its weight, and the end of
--- the run corrects to the time it ran (store.LaneStart, store.SettledTurn). The virtual time,
--- the start of the latest claim, and the queue's average run are kept in the row
--- '*newcomers:vtime' (vturn, hold), beside the newcomers' rows of each band (whose vturn is
--- their turn in slot time), so a sweep of schema 11 and later keeps it. The claim records what it
--- charged in the operation's document (store.Operation.Charged).
+-- moves on by the slot time the lane's runs are expected to hold (hold: their moving average,
+-- or the queue's) over its weight; a running operation's time past that counts as it runs, and
+-- the end of its run charges the time it ran (store.LaneStart, store.SettledTurn). Each band's
+-- virtual time, the newcomers' corrections and the queue's average are kept in rows named
+-- '*newcomers:vtime:<band>', '*newcomers:debt:<band>' and '*newcomers:average', which a start
+-- and every sweep make when missing (ensureNewcomers) and no sweep deletes. What a claim charged
+-- is kept in the operation's document (store.Operation.Charged) and, while it runs, in its row.
 --
--- Additive: a binary of schema 17 never reads the new columns and keeps writing turn and credit,
--- which this one writes too, so each orders the lanes by its own turns and runs beside the other
--- (readable_by stays). A lane only a schema 17 replica claimed has no vturn, and waits with the
--- newcomers here until this release claims it.
+-- Additive: a binary of schema 17 never reads the new columns and rows and keeps writing turn
+-- and credit, which this one writes too, so each orders the lanes by its own turns and runs
+-- beside the other (readable_by stays). A lane only a schema 17 replica claimed has no vturn,
+-- and waits with the newcomers here until this release claims it.
 ALTER TABLE queue_lanes ADD COLUMN vturn bigint; -- NULL: no turn in slot time
 ALTER TABLE queue_lanes ADD COLUMN hold bigint;  -- NULL: no run measured
-INSERT INTO queue_lanes (lane, turn, vturn) VALUES ('*newcomers:vtime', 0, 0) ON CONFLICT (lane) DO NOTHING;
+
+-- A claimed operation's run, as its claim wrote it (runsSQL): counted while the same worker holds
+-- it. A schema 17 binary never writes them; its claims count nothing while they run.
+ALTER TABLE operations ADD COLUMN run_holder text;
+ALTER TABLE operations ADD COLUMN run_started_at timestamptz;
+ALTER TABLE operations ADD COLUMN run_charged bigint;
+ALTER TABLE operations ADD COLUMN run_band int;
+ALTER TABLE operations ADD COLUMN run_newcomer bool;
