@@ -354,14 +354,35 @@ const (
 	MinCharge   = int64(time.Millisecond / time.Microsecond)
 )
 
-// LaneStart is the virtual start of a lane's next claim: its turn when it has one (known), else
-// its band's newcomers' turn, and never before the band's virtual time vtime.
-func LaneStart(turn int64, known bool, newcomers, vtime int64) int64 {
-	if !known {
-		turn = newcomers
+// LaneStart is the virtual start of a lane's next claim in a band: its turn there (TurnIn), or
+// its band's newcomers' turn (NewcomersTurn) when it has none, and never before the band's
+// virtual time vtime.
+func LaneStart(turn, vtime int64) int64 { return max(turn, vtime) }
+
+// TurnIn is a lane's turn in a band whose virtual time is vtime: its turn there when it has one
+// (has), else vtime, as a lane back from idle there. A lane keeps a turn per band, as each band
+// keeps its own virtual time: one turn moved on in whichever band the lane was claimed in,
+// read as it stood in another band, made a tenant served for hours at the default urgency wait
+// in a band of trusted urgent work until every lane there had caught up with it; and starting a
+// lane afresh in each band it moved to gave a tenant that mixes bands a turn on each move.
+func TurnIn(turn int64, has bool, vtime int64) int64 {
+	if has {
+		return turn
 	}
-	return max(turn, vtime)
+	return vtime
 }
+
+// NewcomersTurn is a band's newcomers' turn, newcomers, with what their runs count beyond
+// their charges (over), at most NewcomersLead(average) ahead of the band's virtual time vtime:
+// newcomers that ran long when nobody else had work leave the next new tenant that much to wait
+// behind the known lanes, not their whole lead.
+func NewcomersTurn(newcomers, over, vtime, average int64) int64 {
+	return min(newcomers+over, vtime+NewcomersLead(average))
+}
+
+// NewcomersLead is how far the newcomers' turn may lead its band's virtual time: ten claims of
+// a lane never measured.
+func NewcomersLead(average int64) int64 { return 10 * ClaimCharge(0, average) }
 
 // ClaimCharge is the slot time a claim is charged before its run is measured: its lane's
 // operations' moving average (hold), the queue's (average) for a lane never measured, or
@@ -404,7 +425,7 @@ func NewcomersAfter(newcomers, base, charge int64) int64 {
 // past that charge at now: what its lane's turn counts of it while it runs (over the lane's
 // weight), before its end charges the whole run.
 func Overrun(started time.Time, charged int64, now time.Time) int64 {
-	if charged <= 0 || started.IsZero() {
+	if started.IsZero() {
 		return 0
 	}
 	return max(now.Sub(started).Microseconds()-charged, 0)
@@ -429,12 +450,13 @@ func MovedHold(hold, took int64) int64 {
 // slot time it ran (from its start to the change), what its claim charged, the band it was
 // claimed in (-1: none) and whether the claim charged that band's newcomers' turn.
 type Run struct {
-	Lane     string
-	Weight   float64
-	Took     int64
-	Charged  int64
-	Band     int
-	Newcomer bool
+	Lane             string
+	Weight           float64
+	Took             int64
+	Charged          int64
+	Band             int
+	Newcomer         bool
+	NewcomersCharged int64
 }
 
 // RunOf is the run op (still running, before change c at at) ends with c; false when c ends none
@@ -451,7 +473,7 @@ func RunOf(op *Operation, c Change, at time.Time) (Run, bool) {
 		took = max(at.Sub(op.StartedAt).Microseconds(), 0)
 	}
 	return Run{Lane: op.Lane(), Weight: op.Weight, Took: took, Charged: op.Charged, Band: op.ChargedBand - 1,
-		Newcomer: op.ChargedNewcomer}, true
+		Newcomer: op.ChargedNewcomer, NewcomersCharged: op.NewcomersCharged}, true
 }
 
 // Delta is what r's run cost its lane's turn beyond what its claim charged, over the lane's
@@ -463,13 +485,14 @@ func (r Run) Delta() int64 {
 	return int64(float64(max(r.Took, MinCharge)-r.Charged) / Weight(r.Weight))
 }
 
-// NewcomersDelta is the same for its band's newcomers' turn, which counts weight 1: zero when
-// its claim did not charge them.
+// NewcomersDelta is the same for its band's newcomers' turn, which counts weight 1, against
+// what the claim charged them (the whole run when the claim found their row held): zero when
+// its claim was no newcomer's.
 func (r Run) NewcomersDelta() int64 {
 	if r.Charged <= 0 || !r.Newcomer {
 		return 0
 	}
-	return max(r.Took, MinCharge) - r.Charged
+	return max(r.Took, MinCharge) - r.NewcomersCharged
 }
 
 // InBand reports whether r was claimed in a band (0..LeastUrgent).

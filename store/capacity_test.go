@@ -25,7 +25,8 @@ func TestOperationStoredWithoutUrgencyReadsAsTheDefault(t *testing.T) {
 // takeover ends none.
 func TestARunsEndCorrectsItsTurn(t *testing.T) {
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	op := &Operation{Scope: "s", Status: StatusRunning, StartedAt: at, Weight: 2, Charged: DefaultHold, ChargedBand: 4, ChargedNewcomer: true}
+	op := &Operation{Scope: "s", Status: StatusRunning, StartedAt: at, Weight: 2, Charged: DefaultHold, ChargedBand: 4,
+		ChargedNewcomer: true, NewcomersCharged: DefaultHold}
 	if _, ok := RunOf(op, Change{To: StatusRunning}, at); ok {
 		t.Fatal("a change that stays running ended a run")
 	}
@@ -67,5 +68,14 @@ func TestARunsEndCorrectsItsTurn(t *testing.T) {
 	}
 	if got := ClaimCharge(0, 0); got != DefaultHold {
 		t.Fatalf("a claim with nothing measured was charged %d", got)
+	}
+	if got := TurnIn(9_000, false, 100); got != 100 {
+		t.Fatalf("a lane charged in another band stands at %d in one at 100", got)
+	}
+	if got := TurnIn(9_000, true, 100); got != 9_000 {
+		t.Fatalf("a lane's turn in its own band read %d", got)
+	}
+	if got := NewcomersTurn(1_000_000_000, 0, 0, 1000); got != 10*1000 {
+		t.Fatalf("the newcomers' turn far ahead read %d; want capped at ten claims", got)
 	}
 }

@@ -56,6 +56,7 @@ const (
 	opCharged
 	opChargedBand
 	opChargedNewcomer
+	opNewcomersCharged
 )
 
 // EncodeOperation is the stored form of op (DecodeOperation reads it). ScopeLimit is not
@@ -125,6 +126,7 @@ func EncodeOperation(op *Operation) []byte {
 	b = appendInt(b, opCharged, op.Charged)
 	b = appendInt(b, opChargedBand, int64(op.ChargedBand))
 	b = appendBool(b, opChargedNewcomer, op.ChargedNewcomer)
+	b = appendInt(b, opNewcomersCharged, op.NewcomersCharged)
 	if len(op.Echo) > 0 {
 		b = protowire.AppendTag(b, opEcho, protowire.BytesType)
 		b = protowire.AppendBytes(b, op.Echo)
@@ -250,6 +252,8 @@ func (op *Operation) setField(f field) {
 		op.ChargedBand = int(f.int())
 	case opChargedNewcomer:
 		op.ChargedNewcomer = f.int() != 0
+	case opNewcomersCharged:
+		op.NewcomersCharged = f.int()
 	}
 }
 

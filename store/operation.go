@@ -65,9 +65,12 @@ type Operation struct {
 	// newcomers' turn too; while it runs past its charge the turns count the excess, and the end
 	// of its run corrects them by the time it ran. Zero: not charged (claimed by an older
 	// release, or never from the queue).
-	Charged         int64 `json:"charged,omitempty"`
-	ChargedBand     int   `json:"charged_band,omitempty"`
-	ChargedNewcomer bool  `json:"charged_newcomer,omitempty"`
+	// NewcomersCharged is what the claim charged the newcomers' turn: Charged, or 0 when
+	// another claim held the newcomers' row (PostgreSQL), whose run then counts there whole.
+	Charged          int64 `json:"charged,omitempty"`
+	ChargedBand      int   `json:"charged_band,omitempty"`
+	ChargedNewcomer  bool  `json:"charged_newcomer,omitempty"`
+	NewcomersCharged int64 `json:"newcomers_charged,omitempty"`
 	// QueueDeadline is when a still-queued operation stops being worth running: it fails
 	// QUEUE_TIMEOUT without reaching the upstream. Zero: no deadline.
 	QueueDeadline time.Time `json:"queue_deadline,omitzero"`
@@ -187,9 +190,10 @@ type Change struct {
 	LeaseExpired bool
 	// Charged, ChargedBand and ChargedNewcomer, on a claim (To running), are what the claim
 	// charged (Operation.Charged): set by the backend that claims.
-	Charged         int64
-	ChargedBand     int
-	ChargedNewcomer bool
+	Charged          int64
+	ChargedBand      int
+	ChargedNewcomer  bool
+	NewcomersCharged int64
 	// From, when set, applies the change only while the operation is still in status From
 	// (ErrIllegalTransition otherwise), checked in the change's own transaction: a batch's cut
 	// of a line it read as queued never cancels one a runner claimed in between.
@@ -218,7 +222,7 @@ func Apply(op *Operation, c Change, at time.Time) {
 	switch c.To {
 	case StatusRunning:
 		op.StartedAt, op.Attempts = at, op.Attempts+1
-		op.Charged, op.ChargedBand, op.ChargedNewcomer = c.Charged, c.ChargedBand, c.ChargedNewcomer
+		op.Charged, op.ChargedBand, op.ChargedNewcomer, op.NewcomersCharged = c.Charged, c.ChargedBand, c.ChargedNewcomer, c.NewcomersCharged
 	case StatusQueued:
 		// A requeued operation (takeover, graceful stop, storage trouble) may already have
 		// reached the upstream: its queue deadline bounded the first wait only, so it is

@@ -145,10 +145,7 @@ func (s *Store) change(id string, c store.Change, claimBy string, lease time.Dur
 	err := s.write(func(txn *badger.Txn) (bool, error) { return true, apply(txn) },
 		func() {
 			committed = true
-			s.sh.queue.moved(out, prev)
-			if ran {
-				s.sh.queue.ran(run)
-			}
+			s.sh.queue.movedAfterRun(out, prev, run, ran)
 		},
 		func() bool { return claimBy == "" || store.ClaimMustBeDurable(out) })
 	if !committed {

@@ -73,11 +73,28 @@ func (q *queueState) load(db *badger.DB) error {
 	})
 }
 
+// movedAfterRun is moved, settling run r's turns first when the change ended one (ended), in
+// one step: a claim in between would see the lane with neither its run's overrun nor its
+// settlement. The caller holds no lock.
+func (q *queueState) movedAfterRun(op *store.Operation, prev store.Status, r store.Run, ended bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if ended {
+		q.order.ran(r)
+	}
+	q.movedLocked(op, prev)
+}
+
 // moved records that a commit left op in its status, coming from prev ("" for a new operation).
 // The caller holds no lock.
 func (q *queueState) moved(op *store.Operation, prev store.Status) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.movedLocked(op, prev)
+}
+
+// movedLocked is moved under q.mu.
+func (q *queueState) movedLocked(op *store.Operation, prev store.Status) {
 	wasActive := prev == store.StatusQueued || prev == store.StatusRunning
 	isActive := op.Status == store.StatusQueued || op.Status == store.StatusRunning
 	switch {

@@ -191,7 +191,7 @@ func TestQueueOrderKeepsTheTurnsOfTheLanesIdleLatest(t *testing.T) {
 	working := map[string]int{}
 	lane := func(i int) string { return fmt.Sprint("lane-", i) }
 	for i := range store.KeepIdleLanes + 100 {
-		o.turns[lane(i)] = laneTurn{turn: int64(i)}
+		o.turns[lane(i)] = laneTurn{hold: int64(i)}
 		if i == 200 {
 			working[lane(1)] = 1 // lane 1 has work again
 			o.left(lane(2), working)
@@ -215,10 +215,10 @@ func TestQueueOrderCountsALaneLeftManyTimesOnce(t *testing.T) {
 	o := newQueueOrder()
 	idle := map[string]int{}
 	for i := range store.KeepIdleLanes - 1 {
-		o.turns[fmt.Sprint("lane-", i)] = laneTurn{turn: int64(i)}
+		o.turns[fmt.Sprint("lane-", i)] = laneTurn{hold: int64(i)}
 		o.left(fmt.Sprint("lane-", i), idle)
 	}
-	o.turns["chatty"] = laneTurn{turn: 1}
+	o.turns["chatty"] = laneTurn{hold: 1}
 	for range 3 * store.KeepIdleLanes {
 		o.left("chatty", idle)
 		o.left("never-served", idle)

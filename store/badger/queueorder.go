@@ -124,11 +124,17 @@ func (o *queueOrder) left(lane string, working map[string]int) {
 	}
 }
 
-// laneTurn is a lane's turn in slot time (store.LaneStart): the virtual start of its next claim,
-// and the slot time its runs took lately (0: none measured).
+// laneTurn is a lane's turns in slot time (store.LaneStart): the virtual start of its next claim
+// in each band it was claimed in (turns, set; store.TurnIn), and the slot time its runs took
+// lately (0: none measured).
 type laneTurn struct {
-	turn, hold int64
+	turns [store.LeastUrgent + 1]int64
+	set   uint8 // bit b: turns[b] is set
+	hold  int64
 }
+
+// in is the lane's turn in band b, and whether it has one there.
+func (t laneTurn) in(b int) (int64, bool) { return t.turns[b], t.set&(1<<b) != 0 }
 
 // runCharge is what a running operation's claim charged (store.Operation.Charged).
 type runCharge struct {
@@ -138,6 +144,7 @@ type runCharge struct {
 	charged  int64
 	band     int // -1: none
 	newcomer bool
+	ncCharg  int64 // what its claim charged the newcomers (store.Operation.NewcomersCharged)
 }
 
 // overruns are what the runs count in the turns at a moment beyond their claims' charges: per
@@ -151,13 +158,11 @@ type overruns struct {
 func (o *queueOrder) overrunsAt(now time.Time) overruns {
 	out := overruns{lanes: map[string]int64{}}
 	for _, r := range o.runs {
-		us := store.Overrun(r.started, r.charged, now)
-		if us == 0 {
-			continue
+		if us := store.Overrun(r.started, r.charged, now); us > 0 {
+			out.lanes[r.lane] += int64(float64(us) / store.Weight(r.weight))
 		}
-		out.lanes[r.lane] += int64(float64(us) / store.Weight(r.weight))
 		if r.newcomer && r.band >= 0 && r.band < len(out.newcomers) {
-			out.newcomers[r.band] += us
+			out.newcomers[r.band] += store.Overrun(r.started, r.ncCharg, now)
 		}
 	}
 	return out
@@ -167,7 +172,7 @@ func (o *queueOrder) overrunsAt(now time.Time) overruns {
 func (o *queueOrder) started(op *store.Operation) {
 	if op.Charged > 0 {
 		o.runs[op.ID] = runCharge{lane: op.Lane(), weight: op.Weight, started: op.StartedAt, charged: op.Charged,
-			band: op.ChargedBand - 1, newcomer: op.ChargedNewcomer}
+			band: op.ChargedBand - 1, newcomer: op.ChargedNewcomer, ncCharg: op.NewcomersCharged}
 	}
 }
 
@@ -177,17 +182,21 @@ func newQueueOrder() *queueOrder {
 }
 
 // turnOf is lane's turn at now, its work w at the head, its runs' overruns ov: start, the
-// virtual start of its next claim (store.LaneStart, its band's newcomers' when it has none), and
-// base, the same without the overruns, which a claim moves on from.
+// virtual start of its next claim in w's band (store.LaneStart: its turn there, store.TurnIn, or
+// its band's newcomers', store.NewcomersTurn, when it has none), and base, the same without the
+// overruns, which a claim moves on from.
 func (o *queueOrder) turnOf(lane string, w waiting, now time.Time, ov overruns) (t laneTurn, start, base int64) {
 	t, served := o.turns[lane]
 	band := w.band(now)
-	over := ov.lanes[lane]
+	v := o.vtime[band]
 	if !served {
-		over = ov.newcomers[band]
+		nc := o.newcomers[band]
+		return t, store.LaneStart(store.NewcomersTurn(nc, ov.newcomers[band], v, o.average), v),
+			store.LaneStart(store.NewcomersTurn(nc, 0, v, o.average), v)
 	}
-	return t, store.LaneStart(t.turn+over, served, o.newcomers[band]+over, o.vtime[band]),
-		store.LaneStart(t.turn, served, o.newcomers[band], o.vtime[band])
+	turn, has := t.in(band)
+	own := store.TurnIn(turn, has, v)
+	return t, store.LaneStart(own+ov.lanes[lane], v), store.LaneStart(own, v)
 }
 
 // band is the effective urgency w competes at, at now.
@@ -254,15 +263,22 @@ type claim struct {
 	newcomer bool
 }
 
-// change is the claim's change of its operation to running.
+// change is the claim's change of its operation to running. A newcomer's claim always charged
+// the newcomers' turn here (one process moves it).
 func (c claim) change() store.Change {
-	return store.Change{To: store.StatusRunning, Charged: c.charged, ChargedBand: c.band + 1, ChargedNewcomer: c.newcomer}
+	out := store.Change{To: store.StatusRunning, Charged: c.charged, ChargedBand: c.band + 1, ChargedNewcomer: c.newcomer}
+	if c.newcomer {
+		out.NewcomersCharged = c.charged
+	}
+	return out
 }
 
 // unclaimed is the run of a claim that was never written (its operation canceled meanwhile, or
 // its write failed): its end gives back what it charged but the least a claim costs.
 func (c claim) unclaimed() store.Run {
-	return store.Run{Lane: c.lane, Weight: c.weight, Charged: c.charged, Band: c.band, Newcomer: c.newcomer}
+	ch := c.change()
+	return store.Run{Lane: c.lane, Weight: c.weight, Charged: c.charged, Band: c.band, Newcomer: c.newcomer,
+		NewcomersCharged: ch.NewcomersCharged}
 }
 
 // next takes the first operation in the order out of it and gives its lane its turn; ok is false
@@ -407,7 +423,9 @@ func (o *queueOrder) takeAt(c choice, queued map[string]waiting, now time.Time) 
 		o.newcomers[band] = store.NewcomersAfter(o.newcomers[band], base, out.charged)
 	}
 	o.vtime[band] = max(o.vtime[band], start)
-	o.turns[c.lane] = laneTurn{turn: store.ChargedTurn(base, out.charged, c.pick.weight), hold: t.hold}
+	t.turns[band] = store.ChargedTurn(base, out.charged, c.pick.weight)
+	t.set |= 1 << band
+	o.turns[c.lane] = t
 	return out
 }
 
@@ -420,7 +438,9 @@ func (o *queueOrder) ran(r store.Run) {
 		vtime = o.vtime[r.Band]
 	}
 	if t, ok := o.turns[r.Lane]; ok {
-		t.turn = store.SettledTurn(t.turn, r.Delta(), vtime)
+		if turn, has := t.in(max(r.Band, 0)); has && r.InBand() {
+			t.turns[r.Band] = store.SettledTurn(turn, r.Delta(), vtime)
+		}
 		if r.Took > 0 {
 			t.hold = store.MovedHold(t.hold, r.Took)
 		}

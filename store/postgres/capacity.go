@@ -62,9 +62,10 @@ picks AS (SELECT DISTINCT ON (lane) lane, id FROM banded ORDER BY lane, e, own, 
 ` + runsSQL("$1") + `
 SELECT p.id, o.lane, CASE WHEN t.turn IS NULL THEN greatest(` + arrivalTurnSQL + `, nc.turn)
 	ELSE greatest(t.turn, ` + arrivalTurnSQL + `) END AS turn, o.e,
-	` + slotStartSQL(laneOverSQL("o.lane"), newcomersOverSQL("o.e")) + ` AS start, ` + slotStartSQL("0", "0") + ` AS base,
-	` + chargeSQL + ` AS charge, t.vturn IS NULL AS fresh, ` + vtimeSQL + ` AS vt, coalesce(nd.vturn, 0) AS dn
+	` + slotStartSQL("o.e", "coalesce(lo.over, 0)", "coalesce(no.over, 0)") + ` AS start, ` + slotStartSQL("o.e", "0", "0") + ` AS base,
+	` + chargeSQL + ` AS charge, t.vturns IS NULL AS fresh, ` + vtimeSQL + ` AS vt, coalesce(nd.vturn, 0) AS dn
 FROM lanes o JOIN picks p ON p.lane = o.lane ` + turnJoinsSQL("o.lane", "o.e") + `
+	LEFT JOIN lane_over lo ON lo.lane = o.lane LEFT JOIN nc_over no ON no.band = o.e
 ORDER BY o.e, 5, o.oldest LIMIT 1`
 
 // The rows of queue_lanes that keep, besides the newcomers' turns of schema 17 and before
@@ -79,7 +80,7 @@ const (
 	averageLane = newcomersLane + "average"
 )
 
-// turnJoinsSQL joins a lane's row (t) and its band's rows (nc, nd, v) and the average's (a) to a
+// turnJoinsSQL joins a lane's row (t), its band's rows (nc, nd, v) and the average's (a) to a
 // query, for the lane and band expressions given.
 func turnJoinsSQL(lane, band string) string {
 	return `LEFT JOIN queue_lanes t ON t.lane = ` + lane + `
@@ -96,17 +97,28 @@ const (
 	newcomersTurnSQL = `(coalesce(nc.vturn, 0) + coalesce(nd.vturn, 0))`
 )
 
-// slotStartSQL is store.LaneStart of a lane's row t (none: NULL columns) and its band's rows
-// (turnJoinsSQL), its runs' overruns over (its band's newcomers' ncOver for a lane without a turn
-// in slot time) added: a lane without vturn has none.
-func slotStartSQL(over, ncOver string) string {
-	return `CASE WHEN t.vturn IS NULL THEN greatest(` + newcomersTurnSQL + ` + ` + ncOver + `, ` + vtimeSQL + `)
-	ELSE greatest(t.vturn + ` + over + `, ` + vtimeSQL + `) END`
+// slotStartSQL is store.LaneStart in the band expression given of a lane's row t (none: NULL
+// columns) and the rows turnJoinsSQL joins: its turn there (store.TurnIn) with its runs'
+// overruns over, or, for a lane without vturn, its band's newcomers' turn with theirs, ncOver
+// (store.NewcomersTurn).
+func slotStartSQL(band, over, ncOver string) string {
+	return `CASE WHEN t.vturns IS NULL THEN greatest(least(` + newcomersTurnSQL + ` + ` + ncOver + `, ` + vtimeSQL + ` + ` + newcomersLeadSQL + `), ` + vtimeSQL + `)
+	ELSE greatest(` + turnInSQL("t", band) + ` + ` + over + `, ` + vtimeSQL + `) END`
 }
+
+// turnInSQL is store.TurnIn of a lane's row x in the band expression given: its vturns there
+// (vturns[band + 1]), or the band's virtual time.
+func turnInSQL(x, band string) string {
+	return `coalesce(` + x + `.vturns[` + band + ` + 1], ` + vtimeSQL + `)`
+}
+
+// newcomersLeadSQL is store.NewcomersLead of the average's row a.
+var newcomersLeadSQL = `10 * greatest(CASE WHEN a.hold > 0 THEN a.hold ELSE ` + strconv.FormatInt(store.DefaultHold, 10) + ` END, ` +
+	strconv.FormatInt(store.MinCharge, 10) + `)`
 
 // chargeSQL is store.ClaimCharge of a lane's row t and the average's row a: the lane's hold when
 // it has a turn in slot time and a run measured, else the queue's average.
-var chargeSQL = `greatest(CASE WHEN t.vturn IS NOT NULL AND t.hold > 0 THEN t.hold WHEN a.hold > 0 THEN a.hold
+var chargeSQL = `greatest(CASE WHEN t.vturns IS NOT NULL AND t.hold > 0 THEN t.hold WHEN a.hold > 0 THEN a.hold
 	ELSE ` + strconv.FormatInt(store.DefaultHold, 10) + ` END, ` + strconv.FormatInt(store.MinCharge, 10) + `)::bigint`
 
 // weightSQL is store.Weight of a weight column w.
@@ -114,32 +126,26 @@ func weightSQL(w string) string {
 	return `least(greatest(coalesce(` + w + `, 1), 1), ` + strconv.Itoa(store.MaxWeight) + `)::real::float8`
 }
 
-// runsSQL is the CTE of the claimed operations running at now, with what counts of them in their
-// turns beyond their claims' charges (store.Overrun: us), from the run's columns their claim
-// wrote (runColumnsSQL). A release before schema 18 writes none, and its runs count nothing; a
-// run's columns left by an earlier claim of this release count only while the same worker holds
-// the operation.
+// runsSQL are the CTEs of the claimed operations running at now, with what counts of them in
+// their turns beyond their claims' charges (store.Overrun: us for their lanes, ncus for their
+// band's newcomers), from the run's columns their claim wrote (runColumnsSQL), and their sums:
+// per lane, each over its weight (lane_over), and per band for the newcomers (nc_over). A
+// release before schema 18 writes none, and its runs count nothing; a run's columns left by an
+// earlier claim of this release count only while the same worker holds the operation.
 func runsSQL(now string) string {
+	elapsed := `floor(extract(epoch FROM ` + now + `::timestamptz - o.run_started_at) * 1000000)`
 	return `runs AS (SELECT ` + laneSQL + ` AS lane, ` + weightSQL("o.weight") + ` AS w, o.run_band AS band, o.run_newcomer AS newcomer,
-		greatest(floor(extract(epoch FROM ` + now + `::timestamptz - o.run_started_at) * 1000000) - o.run_charged, 0) AS us
-	FROM operations o WHERE o.status = 'running' AND o.run_charged > 0 AND o.holder = o.run_holder)`
+		greatest(` + elapsed + ` - o.run_charged, 0) AS us, greatest(` + elapsed + ` - coalesce(o.run_nc_charged, 0), 0) AS ncus
+	FROM operations o WHERE o.status = 'running' AND o.run_charged > 0 AND o.holder = o.run_holder),
+lane_over AS (SELECT lane, sum(floor(us / w))::bigint AS over FROM runs GROUP BY lane),
+nc_over AS (SELECT band, sum(ncus)::bigint AS over FROM runs WHERE newcomer GROUP BY band)`
 }
 
 // runColumnsSQL writes what a claim of operation $1 charged into its row, for runsSQL: the
-// holder, when it started, the charge, the band it was claimed in, whether it charged the band's
-// newcomers.
+// holder, when it started, the charge, the band it was claimed in, whether it was a newcomer's
+// and what it charged the band's newcomers.
 const runColumnsSQL = `UPDATE operations SET run_holder = $2, run_started_at = $3, run_charged = $4, run_band = $5,
-	run_newcomer = $6 WHERE id = $1`
-
-// laneOverSQL is the runs' overruns of the lane expression given, each over its weight, and
-// newcomersOverSQL those of the newcomers claimed in the band given.
-func laneOverSQL(lane string) string {
-	return `coalesce((SELECT sum(floor(r.us / r.w))::bigint FROM runs r WHERE r.lane = ` + lane + `), 0)`
-}
-
-func newcomersOverSQL(band string) string {
-	return `coalesce((SELECT sum(r.us)::bigint FROM runs r WHERE r.newcomer AND r.band = ` + band + `), 0)`
-}
+	run_newcomer = $6, run_nc_charged = $7 WHERE id = $1`
 
 // laneArrivalSQL is the arrival turn (arrivalTurnSQL) a claim by id (ClaimQueued) of a row x of
 // operations counts its lane's turn from, at $1 with the aging step $2, as Badger's
@@ -225,17 +231,18 @@ const arrivalTurnSQL = `(floor(extract(epoch FROM o.submitted_at) * 1000000)::bi
 // a run's end on another replica since src's snapshot counts.
 func laneTurnSQL(src string, now int) string {
 	next := `setval('queue_turn_seq', greatest(nextval('queue_turn_seq'), $` + strconv.Itoa(now) + `::bigint))`
-	return `INSERT INTO queue_lanes AS q (lane, turn, credit, weight, vturn)
+	return `INSERT INTO queue_lanes AS q (lane, turn, credit, weight, vturns)
 	SELECT s.lane, CASE WHEN 1 < s.w THEN s.arrival ELSE ` + next + ` END, CASE WHEN 1 < s.w THEN 1 ELSE 1 - s.w END, s.w,
-		s.base + s.inc
-	FROM (SELECT lane, arrival, base, inc, least(greatest(coalesce(weight, 1), 1), ` + strconv.Itoa(store.MaxWeight) + `)::real AS w
+		(SELECT array_agg(CASE WHEN i = s.e THEN s.base + s.inc END ORDER BY i) FROM generate_series(0, ` + strconv.Itoa(store.LeastUrgent) + `) i)
+	FROM (SELECT lane, arrival, base, inc, e, least(greatest(coalesce(weight, 1), 1), ` + strconv.Itoa(store.MaxWeight) + `)::real AS w
 		FROM ` + src + `) s
 	ON CONFLICT (lane) DO UPDATE SET
 		turn = CASE WHEN q.credit + 1 < excluded.weight THEN greatest(q.turn, excluded.turn)
 			WHEN 1 < excluded.weight THEN ` + next + ` ELSE excluded.turn END,
 		credit = CASE WHEN q.credit + 1 < excluded.weight THEN q.credit + 1 ELSE q.credit + 1 - excluded.weight END,
-		vturn = CASE WHEN q.vturn IS NULL THEN excluded.vturn
-			ELSE (SELECT greatest(q.vturn, x.vt) + x.inc FROM ` + src + ` x LIMIT 1) END,
+		vturns = CASE WHEN q.vturns IS NULL THEN excluded.vturns
+			ELSE (SELECT array_agg(CASE WHEN i = x.e THEN greatest(coalesce(q.vturns[i + 1], x.vt), x.vt) + x.inc ELSE q.vturns[i + 1] END
+				ORDER BY i) FROM generate_series(0, ` + strconv.Itoa(store.LeastUrgent) + `) i, (SELECT * FROM ` + src + ` LIMIT 1) x) END,
 		weight = excluded.weight, idle_since = NULL
 	RETURNING q.turn AS t`
 }
@@ -249,28 +256,34 @@ func laneTurnSQL(src string, now int) string {
 var takeTurnSQL = `WITH ` + runsSQL("$5") + `,
 one AS (SELECT ` + laneSQL + ` AS lane, CASE WHEN t.turn IS NULL THEN greatest($2::bigint, nc.turn)
 		ELSE greatest(t.turn, $2::bigint) END AS arrival, o.weight, $4::int AS e,
-		` + slotStartSQL(laneOverSQL(laneSQL), newcomersOverSQL("$4::int")) + ` AS start, ` + slotStartSQL("0", "0") + ` AS base,
-		` + chargeSQL + ` AS charge, t.vturn IS NULL AS fresh, ` + vtimeSQL + ` AS vt, coalesce(nd.vturn, 0) AS dn
-	FROM operations o ` + turnJoinsSQL(laneSQL, "$4::int") + ` WHERE o.id = $1),
+		` + slotStartSQL("$4::int", "coalesce(lo.over, 0)", "coalesce(no.over, 0)") + ` AS start, ` + slotStartSQL("$4::int", "0", "0") + ` AS base,
+		` + chargeSQL + ` AS charge, t.vturns IS NULL AS fresh, ` + vtimeSQL + ` AS vt, coalesce(nd.vturn, 0) AS dn
+	FROM operations o ` + turnJoinsSQL(laneSQL, "$4::int") + `
+		LEFT JOIN lane_over lo ON lo.lane = ` + laneSQL + ` LEFT JOIN nc_over no ON no.band = $4::int WHERE o.id = $1),
 claimed AS (SELECT *, greatest(floor(charge / ` + weightSQL("weight") + `)::bigint, 1) AS inc FROM one),
 turn AS (` + laneTurnSQL("claimed", 3) + `),
 ` + newcomersSQL("claimed", 3) + `
-SELECT charge, EXISTS (SELECT 1 FROM nc_moved) FROM claimed`
+SELECT charge, fresh, CASE WHEN EXISTS (SELECT 1 FROM nc_moved) THEN charge ELSE 0 END FROM claimed`
 
 // settleRunSQL and settleNewcomersSQL settle the turns of a run that ended (store.Run, as
-// Badger's queueOrder.ran), in this order, so that the ends of runs lock rows in one order: the
-// lane's turn in slot time ($1), when it has one, corrected by what the run cost beyond its
-// claim's charge ($2; store.SettledTurn, no earlier than its band's virtual time, $5 the band's
-// row) and its average taught the time it ran ($3 microseconds; none when 0); then its band's
-// newcomers' corrections ($2 the band's row, $3 the correction, $4 the band's virtual time's
-// row), when its claim charged the newcomers, and the queue's average ($5, $6 the time it ran),
-// passed over when another run's end holds it (SKIP LOCKED). A claim never locks a row of
-// corrections nor the average, so an end never waits for a claim but on its own lane's row.
+// Badger's queueOrder.ran), in this order, so that the ends of runs lock rows in one order.
+// settleRunSQL: the lane's turn in slot time ($1), when it has one, corrected by what the run
+// cost beyond its claim's charge ($2; store.SettledTurn, no earlier than the virtual time of the
+// band it was charged in), and its average taught the time it ran ($3 microseconds; none when
+// 0). settleNewcomersSQL: the newcomers' corrections of the band it was claimed in ($2, the row
+// of corrections; $1 the newcomers' row; $3 the correction, none when 0; $4 the band's virtual
+// time's row), then the queue's average ($5, taught $6, the time it ran; none when 0), passed
+// over when another run's end holds it (SKIP LOCKED). A claim never locks a row of corrections
+// nor the average, so an end waits for no claim but on its own lane's row, and two ends lock
+// the rows they share in the same order. The rows of corrections are one per band for the
+// whole fleet: the newcomers' runs' ends in one band commit one after another.
 var (
-	settleRunSQL = `UPDATE queue_lanes q SET vturn = greatest(q.vturn + $2::bigint,
-			least(q.vturn, coalesce((SELECT v.vturn FROM queue_lanes v WHERE v.lane = $4), 0))),
+	settleRunSQL = `UPDATE queue_lanes q SET vturns = CASE WHEN q.vturns[$4::int + 1] IS NULL THEN q.vturns
+			ELSE (SELECT array_agg(CASE WHEN i = $4::int THEN greatest(q.vturns[i + 1] + $2::bigint,
+				least(q.vturns[i + 1], coalesce((SELECT v.vturn FROM queue_lanes v WHERE v.lane = ('` + vtimeLane + `' || $4::int)), 0)))
+				ELSE q.vturns[i + 1] END ORDER BY i) FROM generate_series(0, ` + strconv.Itoa(store.LeastUrgent) + `) i) END,
 		hold = CASE WHEN $3::bigint > 0 THEN ` + movedHoldSQL("q.hold", "$3") + ` ELSE q.hold END
-	WHERE q.lane = $1 AND q.vturn IS NOT NULL`
+	WHERE q.lane = $1 AND q.vturns IS NOT NULL`
 	settleNewcomersSQL = `WITH debt AS (UPDATE queue_lanes q SET vturn = coalesce(q.vturn, 0) + greatest($3::bigint,
 			least(0, coalesce((SELECT v.vturn FROM queue_lanes v WHERE v.lane = $4), 0)
 				- coalesce((SELECT n.vturn FROM queue_lanes n WHERE n.lane = $1), 0) - coalesce(q.vturn, 0)))
@@ -291,7 +304,7 @@ func settleRun(ctx context.Context, w execer, r store.Run) error {
 	if r.InBand() {
 		band = strconv.Itoa(r.Band)
 	}
-	if _, err := w.Exec(ctx, settleRunSQL, store.LaneText(r.Lane), r.Delta(), r.Took, vtimeLane+band); err != nil {
+	if _, err := w.Exec(ctx, settleRunSQL, store.LaneText(r.Lane), r.Delta(), r.Took, r.Band); err != nil {
 		return err
 	}
 	var nd int64
@@ -326,7 +339,8 @@ claimed AS (SELECT o.doc, o.holder, o.lease_until, n.lane, n.turn AS arrival, o.
 	FROM operations o JOIN next n ON o.id = n.id WHERE o.status = 'queued' FOR UPDATE OF o SKIP LOCKED),
 turn AS (` + laneTurnSQL("claimed", 4) + `),
 ` + newcomersSQL("claimed", 4) + `
-SELECT n.id, c.doc, c.holder, c.lease_until, n.charge, n.e, EXISTS (SELECT 1 FROM nc_moved) FROM next n LEFT JOIN claimed c ON true`
+SELECT n.id, c.doc, c.holder, c.lease_until, n.charge, n.e, n.fresh, CASE WHEN EXISTS (SELECT 1 FROM nc_moved) THEN n.charge ELSE 0 END
+FROM next n LEFT JOIN claimed c ON true`
 
 // claimInOrder locks the first queued operation in the capacity order that no other claimer
 // holds and gives its lane its turn (claimSQL); nil when there is none.
@@ -338,7 +352,7 @@ func claimInOrder(ctx context.Context, tx pgx.Tx, now time.Time) (*store.Operati
 		var holder *string
 		var lease *time.Time
 		var c claimCharge
-		err := tx.QueryRow(ctx, claimSQL, now, agingStep, skipped, now.UnixMicro()).Scan(&id, &doc, &holder, &lease, &c.charged, &c.band, &c.newcomer)
+		err := tx.QueryRow(ctx, claimSQL, now, agingStep, skipped, now.UnixMicro()).Scan(&id, &doc, &holder, &lease, &c.charged, &c.band, &c.newcomer, &c.ncCharged)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, claimCharge{}, nil
 		}
@@ -356,17 +370,20 @@ func claimInOrder(ctx context.Context, tx pgx.Tx, now time.Time) (*store.Operati
 }
 
 // claimCharge is what a claim charged (store.Change.Charged): the charge, the band it was
-// claimed in, and whether it moved its band's newcomers' turn (a newcomer's claim that found
-// the row held by another claim did not, and its run's end corrects no newcomers' turn).
+// claimed in, whether it was a newcomer's, and what it charged its band's newcomers' turn (0 for
+// a newcomer's claim that found the row held by another claim: its run then counts there
+// whole, as it goes and at its end).
 type claimCharge struct {
-	charged  int64
-	band     int
-	newcomer bool
+	charged   int64
+	band      int
+	newcomer  bool
+	ncCharged int64
 }
 
 // change is the claim's change of its operation to running.
 func (c claimCharge) change() store.Change {
-	return store.Change{To: store.StatusRunning, Charged: c.charged, ChargedBand: c.band + 1, ChargedNewcomer: c.newcomer}
+	return store.Change{To: store.StatusRunning, Charged: c.charged, ChargedBand: c.band + 1, ChargedNewcomer: c.newcomer,
+		NewcomersCharged: c.ncCharged}
 }
 
 // NextQueued returns the operation ClaimNext would claim now, left queued (see store.Queue).
@@ -404,7 +421,7 @@ func (s *Store) ClaimQueued(id, worker string, lease time.Duration) (*store.Oper
 		}
 		band := store.EffectiveUrgency(op.Urgency, now.Sub(op.SubmittedAt))
 		c := claimCharge{band: band}
-		if err := tx.QueryRow(ctx, takeTurnSQL, id, arrival, now.UnixMicro(), band, now).Scan(&c.charged, &c.newcomer); err != nil {
+		if err := tx.QueryRow(ctx, takeTurnSQL, id, arrival, now.UnixMicro(), band, now).Scan(&c.charged, &c.newcomer, &c.ncCharged); err != nil {
 			return err
 		}
 		out, err = s.startClaimed(ctx, tx, op, c, worker, lease, now)
@@ -456,14 +473,14 @@ func (s *Store) QueuedByUrgency() ([8]int, error) {
 // positionSQL counts, per lane with claimable work at $1, the queued operations before and at
 // the effective urgency $3 of operation $4 of lane $5, whose own urgency is $6 (see
 // store.ScopeQueue).
-var positionSQL = `SELECT q.lane, ` + slotStartSQL("0", "0") + `,
+var positionSQL = `SELECT q.lane, ` + slotStartSQL("$3::int", "0", "0") + `,
 		count(*) FILTER (WHERE q.e < $3), count(*) FILTER (WHERE q.e = $3),
 		coalesce(min(q.id) FILTER (WHERE q.e = $3), ''),
-		count(*) FILTER (WHERE q.e = $3 AND q.lane = $5 AND (q.own, q.id) < ($6, $4)), t.vturn IS NULL
+		count(*) FILTER (WHERE q.e = $3 AND q.lane = $5 AND (q.own, q.id) < ($6, $4)), t.vturns IS NULL
 	FROM (SELECT ` + laneSQL + ` AS lane, o.id, ` + effectiveSQL + ` AS e, ` + ownSQL + ` AS own
 		FROM operations o WHERE ` + claimable + `) q
 	` + turnJoinsSQL("q.lane", "$3::int") + `
-	GROUP BY q.lane, t.vturn, nc.vturn, nd.vturn, v.vturn`
+	GROUP BY q.lane, t.vturns, nc.vturn, nd.vturn, v.vturn, a.hold`
 
 // QueuePosition estimates how many queued operations will be claimed before id (see
 // store.Queue): one pass over the queued operations, counted per scope.
@@ -523,7 +540,10 @@ func sweepCapacity(ctx context.Context, tx pgx.Tx, now time.Time) (turns, seats 
 		WHERE t.idle_since IS NULL AND `+idle+` LIMIT $1)`, sweepBatch, now); err != nil {
 		return 0, 0, err
 	}
-	tag, err := tx.Exec(ctx, `DELETE FROM queue_lanes WHERE lane IN (SELECT t.lane FROM queue_lanes t
+	// idle_since is checked again on the row deleted: a claim that cleared it since the
+	// statement's snapshot keeps the lane (PostgreSQL checks a row changed meanwhile against the
+	// DELETE's own condition, not the subquery's).
+	tag, err := tx.Exec(ctx, `DELETE FROM queue_lanes WHERE idle_since < $2 AND lane IN (SELECT t.lane FROM queue_lanes t
 		WHERE t.idle_since < $2 AND `+idle+` LIMIT $1)`, sweepBatch, now.Add(-store.KeepIdleLanesFor))
 	if err != nil {
 		return 0, 0, err

@@ -333,7 +333,7 @@ func TestNewcomersClaimsDoNotWaitForOneAnother(t *testing.T) {
 			var holder *string
 			var lease *time.Time
 			var c claimCharge
-			if err := tx.QueryRow(ctx, claimSQL, now, agingStep, []string{}, now.UnixMicro()).Scan(&id, &doc, &holder, &lease, &c.charged, &c.band, &c.newcomer); err != nil || doc == nil {
+			if err := tx.QueryRow(ctx, claimSQL, now, agingStep, []string{}, now.UnixMicro()).Scan(&id, &doc, &holder, &lease, &c.charged, &c.band, &c.newcomer, &c.ncCharged); err != nil || doc == nil {
 				t.Fatal(id, err)
 			}
 			other := map[string]string{"op_a1": "op_a2", "op_a2": "op_a1"}[id]

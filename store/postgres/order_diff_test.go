@@ -15,7 +15,7 @@ import (
 
 // The capacity order is one order (docs/backends.md, "The capacity order"), kept by two pieces of
 // code, Badger's in memory and PostgreSQL's in SQL: random scripts of accepts (lanes with and
-// without fairness keys, weights, urgencies 2..7, lifts), clock steps that age the work, claims,
+// without fairness keys, weights, urgencies 0..7, lifts), clock steps that age the work, claims,
 // claims by id of any operation, looks then claims by id, and runs that end (succeeded, or
 // requeued: their lanes' turns are corrected to the slot time they took) give the same claims,
 // in the same order, on both. The behaviour
@@ -70,7 +70,7 @@ func TestClaimOrderIsTheSameOnBothBackends(t *testing.T) {
 				}
 				op := store.Operation{ID: fmt.Sprintf("op_%08d", n), Scope: lane, Status: store.StatusQueued, Version: 1,
 					Method: "POST", Path: "/v1/x", SubmittedAt: clock.Now(), Retention: time.Hour,
-					Urgency: 2 + r.IntN(6), Lift: r.IntN(4)}
+					Urgency: r.IntN(8), Lift: r.IntN(4)}
 				if r.IntN(3) == 0 {
 					op.FairKey, op.Weight = "key:"+lane, []float64{2, 1.5, 1.2}[r.IntN(3)] // 1.2 is no float32
 				}

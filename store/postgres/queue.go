@@ -41,7 +41,7 @@ func (s *Store) startClaimed(ctx context.Context, tx pgx.Tx, op *store.Operation
 		return nil, err
 	}
 	if c.charged > 0 {
-		if _, err := p.Exec(ctx, runColumnsSQL, op.ID, op.Holder, op.StartedAt, c.charged, c.band, c.newcomer); err != nil {
+		if _, err := p.Exec(ctx, runColumnsSQL, op.ID, op.Holder, op.StartedAt, c.charged, c.band, c.newcomer, c.ncCharged); err != nil {
 			return nil, err
 		}
 	}

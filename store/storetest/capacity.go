@@ -35,11 +35,38 @@ var capacityTests = []test{
 	{"ACallersOwnPriorityMovesItNotAheadOfOtherLanes", testOwnUrgencyNotAcrossLanes},
 	{"ALaneThatPicksNewerWorkKeepsItsOldestWorksPlace", testOwnUrgencyKeepsTheLanesPlace},
 	{"ClaimingByIDWorkBehindAnAgedHeadOfItsGroup", testClaimByIDBehindAnAgedHead},
-	{"ClaimingByIDNewerWorkGivesTheLaneItsTurn", testClaimByIDTurnFromOlderWork},
+	{"ClaimingByIDNewerWorkGivesTheLaneItsTurnInItsBand", testClaimByIDTurnFromOlderWork},
 	{"LanesShareSlotTimeNotClaims", testLanesShareSlotTime},
 	{"FreshScopesWithLongRunsPayTheirSlotTime", testNewcomersPaySlotTime},
 	{"RunsCountInTheirTurnsAsTheyRun", testRunsCountAsTheyRun},
 	{"UrgentClaimsLeaveTheDefaultBandsTurnsAlone", testUrgentClaimsLeaveTheDefaultBand},
+	{"ALaneServedInOneBandWaitsItsTurnInAnother", testTurnInAnotherBand},
+}
+
+// A tenant served twenty times at the default urgency sends one urgent operation while another
+// lane's urgent backlog waits: the tenant's lead in its band counts in the urgent band, not its
+// turn there, so its operation is claimed within two of the band's claims. Read as it stood,
+// its turn was twenty runs ahead of the urgent band's, and the backlog went first until it
+// caught up.
+func testTurnInAnotherBand(t *testing.T, e *env) {
+	b := e.open()
+	e.acceptAt(t, b, "tenant", 0, 20, store.DefaultUrgency, time.Time{})
+	took := map[string]time.Duration{"tenant": 100 * time.Millisecond, "urgent": 100 * time.Millisecond}
+	for range 20 {
+		e.runNext(t, b, took, func(s string) string { return s })
+	}
+	e.acceptAt(t, b, "urgent", 100, 30, store.MostUrgent+1, time.Time{})
+	e.runNext(t, b, took, func(s string) string { return s })
+	e.acceptAt(t, b, "tenant", 200, 1, store.MostUrgent+1, time.Time{})
+	for i := range 10 {
+		if lane := e.runNext(t, b, took, func(s string) string { return s }); lane == "tenant" {
+			if i > 1 {
+				t.Fatalf("the tenant's urgent operation was claimed at the band's claim %d; want within 2", i+1)
+			}
+			return
+		}
+	}
+	t.Fatal("the tenant's urgent operation was not claimed in 10 of the band's claims")
 }
 
 // A backlog and a newer lane's one operation wait at the default urgency while a trusted urgent
@@ -205,9 +232,10 @@ func testClaimByIDBehindAnAgedHead(t *testing.T, e *env) {
 	}
 }
 
-// A weighted lane's first claim, by id, of work behind its older work gives the lane its turn
-// as any claim does: lane b, never served, goes next, on every backend (PostgreSQL once
-// counted the lane's turn from a newer group head where Badger did not).
+// A weighted lane's first claim, by id, of newer work aged less gives the lane its turn in that
+// work's band only: at its older work's band the lane starts level with lane b, never served,
+// and its older work goes first, then b's; on every backend (PostgreSQL once counted the lane's
+// turn from a newer group head where Badger did not).
 func testClaimByIDTurnFromOlderWork(t *testing.T, e *env) {
 	b := e.open()
 	put := func(i int, scope, key string, w float64, u int) {
@@ -227,11 +255,11 @@ func testClaimByIDTurnFromOlderWork(t *testing.T, e *env) {
 	if op := must(b.ClaimQueued(opID(1), "w1", time.Minute))(t); op == nil {
 		t.Fatalf("claiming %s by id found nothing", opID(1))
 	}
-	if op := must(b.ClaimNext("w1", time.Minute))(t); op == nil || op.ID != opID(3) {
-		t.Fatalf("claimed %+v next; want %s: lane h was served by the claim of %s", op, opID(3), opID(1))
-	}
 	if op := must(b.ClaimNext("w1", time.Minute))(t); op == nil || op.ID != opID(0) {
-		t.Fatalf("claimed %+v next; want %s", op, opID(0))
+		t.Fatalf("claimed %+v next; want %s: lane h's claim of %s was in another band", op, opID(0), opID(1))
+	}
+	if op := must(b.ClaimNext("w1", time.Minute))(t); op == nil || op.ID != opID(3) {
+		t.Fatalf("claimed %+v next; want %s", op, opID(3))
 	}
 }
 
@@ -512,7 +540,9 @@ func testPeekThenClaim(t *testing.T, e *env) {
 	e.acceptAt(t, b, "c", 9, 2, store.LeastUrgent, time.Time{})
 	e.acceptAt(t, b, "d", 11, 1, store.DefaultUrgency, e.clock.Now().Add(-time.Second))
 	got := peekThenClaim(t, b, other, 20)
-	want := []string{opID(8), opID(6), opID(0), opID(7), opID(1), opID(2), opID(3), opID(4), opID(5), opID(9), opID(10)}
+	// a's urgent claim is its turn in the urgent band only: at the default urgency a and b start
+	// level, and a's work is older.
+	want := []string{opID(8), opID(0), opID(6), opID(1), opID(7), opID(2), opID(3), opID(4), opID(5), opID(9), opID(10)}
 	if !slices.Equal(got, want) {
 		t.Fatalf("claimed %v,\nwant %v", got, want)
 	}
