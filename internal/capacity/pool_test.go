@@ -663,17 +663,23 @@ func TestPoolWaitingIsCountedAtTheUrgencyItWaitsAt(t *testing.T) {
 	}
 }
 
-// A new tenant whose calls never stop waiting (a client that sends its next call as one ends)
-// gets a lane of its own once served, and its share of the seats against a known tenant and a
-// stream of fresh identities: a third each. Kept among the newcomers while any of its calls
-// waited there, it stayed a newcomer for ever and got 28 of 600 seats.
-func TestPoolANewTenantThatAlwaysWaitsGetsALaneOfItsOwn(t *testing.T) {
+// poolWithAKnownTenant is a one-seat pool that served tenant "known" once, its seat now held by
+// another tenant's call (holder).
+func poolWithAKnownTenant() (*clockwork.FakeClock, *Pool, *Waiter) {
 	clock := clockwork.NewFakeClockAt(t0)
 	p := NewPool(clock, Config{Limit: 1})
 	first := p.Enqueue(Ask{Scope: "known", Since: clock.Now()})
 	clock.Advance(time.Second)
 	p.Release(first, clock.Now().Add(-time.Second), Sample{Status: 200})
-	holder := p.Enqueue(Ask{Scope: "holder", Since: clock.Now()})
+	return clock, p, p.Enqueue(Ask{Scope: "holder", Since: clock.Now()})
+}
+
+// A new tenant whose calls never stop waiting (a client that sends its next call as one ends)
+// gets a lane of its own once served, and its share of the seats against a known tenant and a
+// stream of fresh identities: a third each. Kept among the newcomers while any of its calls
+// waited there, it stayed a newcomer for ever and got 28 of 600 seats.
+func TestPoolANewTenantThatAlwaysWaitsGetsALaneOfItsOwn(t *testing.T) {
+	clock, p, holder := poolWithAKnownTenant()
 	waiting := map[*Waiter]string{}
 	fresh := 0
 	enqueue := func(scope string) {
@@ -725,12 +731,7 @@ func TestPoolANewTenantThatAlwaysWaitsGetsALaneOfItsOwn(t *testing.T) {
 // the newcomers' turns while its later calls took its own lane's: 25 of 41 seats. The burst's
 // next call goes behind the new key that waits longest among the newcomers.
 func TestPoolANewKeysBurstHoldsOneLane(t *testing.T) {
-	clock := clockwork.NewFakeClockAt(t0)
-	p := NewPool(clock, Config{Limit: 1})
-	first := p.Enqueue(Ask{Scope: "known", Since: clock.Now()})
-	clock.Advance(time.Second)
-	p.Release(first, clock.Now().Add(-time.Second), Sample{Status: 200})
-	holder := p.Enqueue(Ask{Scope: "holder", Since: clock.Now()})
+	clock, p, holder := poolWithAKnownTenant()
 	waiting := map[*Waiter]string{}
 	for range 20 {
 		waiting[p.Enqueue(Ask{Scope: "known", Since: clock.Now()})] = "known"
