@@ -260,7 +260,8 @@ func (op *Operation) UnmarshalJSON(b []byte) error {
 type ScopeQueue struct {
 	Scope string
 	// Turn orders the scopes' turns: the scope served least recently (lowest) goes first; a
-	// scope without a turn counts as NewcomerTurn gives, one with a turn as KnownTurn gives.
+	// scope without a turn counts as NewcomersTurn gives, one with a turn as TurnIn gives (both
+	// through LaneStart, in the band of the operation asked about).
 	Turn int64
 	// Before counts operations at a more urgent effective urgency than the operation's.
 	Before int
@@ -270,14 +271,14 @@ type ScopeQueue struct {
 	// Ahead counts those of Level claimed before the operation within its own lane: of a lower
 	// own urgency (OwnUrgency), or as low and older.
 	Ahead int
-	// Newcomer says the scope has no turn: it waits with the newcomers (NewcomerTurn).
+	// Newcomer says the scope has no turn: it waits with the newcomers (NewcomersTurn).
 	Newcomer bool
 }
 
 // EstimatePosition estimates how many queued operations are claimed before the operation of
 // scope own: all those more urgent, those of its own scope ahead of it, and from every other
 // scope at its level as many as the turns give them (one per turn, one more if the scope's turn
-// comes first). The newcomers (NewcomerTurn) take one turn between them, oldest first: when own
+// comes first). The newcomers (NewcomersTurn) take one turn between them, oldest first: when own
 // is one, each newcomer whose work is older goes first, once, and own's lane then takes its turns
 // as a known one, a newcomer after it going at each; when own is known, the newcomers count as
 // one scope. Waiting changes urgencies meanwhile, and a newcomer once served takes turns of its
@@ -428,7 +429,8 @@ func Overrun(started time.Time, charged int64, now time.Time) int64 {
 	if started.IsZero() {
 		return 0
 	}
-	return max(now.Sub(started).Microseconds()-charged, 0)
+	// In whole microseconds of each time, as PostgreSQL keeps them.
+	return max(now.Truncate(time.Microsecond).Sub(started.Truncate(time.Microsecond)).Microseconds()-charged, 0)
 }
 
 // SettledTurn is a turn corrected by delta, what a run cost beyond what its claim charged over

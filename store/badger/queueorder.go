@@ -148,18 +148,25 @@ type runCharge struct {
 }
 
 // overruns are what the runs count in the turns at a moment beyond their claims' charges: per
-// lane, over its weight, and per band's newcomers (store.Overrun).
+// lane and band claimed in, over the lane's weight, and per band's newcomers (store.Overrun). A
+// run counts in the band it was claimed in only, where its end settles it.
 type overruns struct {
-	lanes     map[string]int64
+	lanes     map[laneBand]int64
 	newcomers [store.LeastUrgent + 1]int64
+}
+
+// laneBand is a lane in a band.
+type laneBand struct {
+	lane string
+	band int
 }
 
 // overrunsAt counts the runs' overruns at now.
 func (o *queueOrder) overrunsAt(now time.Time) overruns {
-	out := overruns{lanes: map[string]int64{}}
+	out := overruns{lanes: map[laneBand]int64{}}
 	for _, r := range o.runs {
 		if us := store.Overrun(r.started, r.charged, now); us > 0 {
-			out.lanes[r.lane] += int64(float64(us) / store.Weight(r.weight))
+			out.lanes[laneBand{r.lane, r.band}] += int64(float64(us) / store.Weight(r.weight))
 		}
 		if r.newcomer && r.band >= 0 && r.band < len(out.newcomers) {
 			out.newcomers[r.band] += store.Overrun(r.started, r.ncCharg, now)
@@ -196,7 +203,20 @@ func (o *queueOrder) turnOf(lane string, w waiting, now time.Time, ov overruns) 
 	}
 	turn, has := t.in(band)
 	own := store.TurnIn(turn, has, v)
-	return t, store.LaneStart(own+ov.lanes[lane], v), store.LaneStart(own, v)
+	return t, store.LaneStart(own+ov.lanes[laneBand{lane, band}], v), store.LaneStart(own, v)
+}
+
+// baseIn is lane's turn in band b without its runs' overruns (turnOf's base), as PostgreSQL's
+// positionSQL reads it: what a queue position counts turns by, in the band of the operation
+// asked about.
+func (o *queueOrder) baseIn(lane string, b int) int64 {
+	t, served := o.turns[lane]
+	v := o.vtime[b]
+	if !served {
+		return store.LaneStart(store.NewcomersTurn(o.newcomers[b], 0, v, o.average), v)
+	}
+	turn, has := t.in(b)
+	return store.LaneStart(store.TurnIn(turn, has, v), v)
 }
 
 // band is the effective urgency w competes at, at now.
@@ -506,12 +526,8 @@ func (s *Store) QueuePosition(id string) (int, error) {
 		sq := lanes[w.lane]
 		if sq == nil {
 			_, served := q.order.turns[w.lane]
-			_, _, turn := q.order.turnOf(w.lane, w, now, overruns{})
-			sq = &store.ScopeQueue{Scope: w.lane, Turn: turn, Newcomer: !served}
+			sq = &store.ScopeQueue{Scope: w.lane, Turn: q.order.baseIn(w.lane, level), Newcomer: !served}
 			lanes[w.lane] = sq
-		} else {
-			_, _, turn := q.order.turnOf(w.lane, w, now, overruns{})
-			sq.Turn = min(sq.Turn, turn) // its oldest work's, whichever comes first here
 		}
 		countWaiting(sq, w, me, level, now)
 	}

@@ -13,7 +13,7 @@ import (
 )
 
 // The capacity order on PostgreSQL (docs/backends.md, "The capacity order"), the same as Badger's:
-// effective urgency, then the lanes' turns (queue_lanes; store.ClaimTurn), then oldest first. A
+// effective urgency, then the lanes' turns in slot time (queue_lanes; store.LaneStart), then oldest first. A
 // lane is an operation's fairness key, or its scope (laneSQL). Within a lane, the caller's own
 // urgency, then the oldest (store.OwnUrgency).
 
@@ -65,7 +65,7 @@ SELECT p.id, o.lane, CASE WHEN t.turn IS NULL THEN greatest(` + arrivalTurnSQL +
 	` + slotStartSQL("o.e", "coalesce(lo.over, 0)", "coalesce(no.over, 0)") + ` AS start, ` + slotStartSQL("o.e", "0", "0") + ` AS base,
 	` + chargeSQL + ` AS charge, t.vturns IS NULL AS fresh, ` + vtimeSQL + ` AS vt, coalesce(nd.vturn, 0) AS dn
 FROM lanes o JOIN picks p ON p.lane = o.lane ` + turnJoinsSQL("o.lane", "o.e") + `
-	LEFT JOIN lane_over lo ON lo.lane = o.lane LEFT JOIN nc_over no ON no.band = o.e
+	LEFT JOIN lane_over lo ON lo.lane = o.lane AND lo.band = o.e LEFT JOIN nc_over no ON no.band = o.e
 ORDER BY o.e, 5, o.oldest LIMIT 1`
 
 // The rows of queue_lanes that keep, besides the newcomers' turns of schema 17 and before
@@ -99,7 +99,7 @@ const (
 
 // slotStartSQL is store.LaneStart in the band expression given of a lane's row t (none: NULL
 // columns) and the rows turnJoinsSQL joins: its turn there (store.TurnIn) with its runs'
-// overruns over, or, for a lane without vturn, its band's newcomers' turn with theirs, ncOver
+// overruns over, or, for a lane without vturns, its band's newcomers' turn with theirs, ncOver
 // (store.NewcomersTurn).
 func slotStartSQL(band, over, ncOver string) string {
 	return `CASE WHEN t.vturns IS NULL THEN greatest(least(` + newcomersTurnSQL + ` + ` + ncOver + `, ` + vtimeSQL + ` + ` + newcomersLeadSQL + `), ` + vtimeSQL + `)
@@ -129,7 +129,8 @@ func weightSQL(w string) string {
 // runsSQL are the CTEs of the claimed operations running at now, with what counts of them in
 // their turns beyond their claims' charges (store.Overrun: us for their lanes, ncus for their
 // band's newcomers), from the run's columns their claim wrote (runColumnsSQL), and their sums:
-// per lane, each over its weight (lane_over), and per band for the newcomers (nc_over). A
+// per lane and band claimed in, each over its weight (lane_over: a run counts in the band where
+// its end settles it), and per band for the newcomers (nc_over). A
 // release before schema 18 writes none, and its runs count nothing; a run's columns left by an
 // earlier claim of this release count only while the same worker holds the operation.
 func runsSQL(now string) string {
@@ -137,7 +138,7 @@ func runsSQL(now string) string {
 	return `runs AS (SELECT ` + laneSQL + ` AS lane, ` + weightSQL("o.weight") + ` AS w, o.run_band AS band, o.run_newcomer AS newcomer,
 		greatest(` + elapsed + ` - o.run_charged, 0) AS us, greatest(` + elapsed + ` - coalesce(o.run_nc_charged, 0), 0) AS ncus
 	FROM operations o WHERE o.status = 'running' AND o.run_charged > 0 AND o.holder = o.run_holder),
-lane_over AS (SELECT lane, sum(floor(us / w))::bigint AS over FROM runs GROUP BY lane),
+lane_over AS (SELECT lane, band, sum(floor(us / w))::bigint AS over FROM runs GROUP BY lane, band),
 nc_over AS (SELECT band, sum(ncus)::bigint AS over FROM runs WHERE newcomer GROUP BY band)`
 }
 
@@ -164,7 +165,7 @@ var (
 )
 
 // newcomersLane prefixes the rows of queue_lanes that keep the newcomers' turns, one per band
-// (store.NewcomerTurn): lanes are fairness keys ("key:...") or scopes (hex digests), so none is
+// (store.NewcomersTurn; schema 17's store.NewcomerTurn): lanes are fairness keys ("key:...") or scopes (hex digests), so none is
 // ever an operation's. The rows are made at open and by the sweep (ensureNewcomers), never by a
 // claim: a claim that inserted one would wait for every claim holding it.
 const newcomersLane = "*newcomers:"
@@ -200,7 +201,8 @@ v_moved AS (UPDATE queue_lanes q SET vturn = greatest(coalesce(q.vturn, 0), s.st
 func ensureNewcomers(ctx context.Context, db querier) error {
 	// A band's virtual time made again (an early schema 12 build's sweep deleted the rows of
 	// lanes without work) starts at the latest of the others kept, not at zero, where every lane
-	// with a turn would be far ahead of it, and the newcomers first.
+	// with a turn would be far ahead of it, and the newcomers first: a guess (the bands' virtual
+	// times are not one clock), which the band's next claims correct.
 	_, err := db.Exec(ctx, `INSERT INTO queue_lanes (lane, turn, vturn) SELECT l, 0, CASE WHEN l LIKE '`+vtimeLane+`%'
 			THEN (SELECT max(vturn) FROM queue_lanes WHERE lane LIKE '`+vtimeLane+`%') END
 		FROM (SELECT `+newcomersLaneSQL("u")+` AS l
@@ -227,7 +229,7 @@ const arrivalTurnSQL = `(floor(extract(epoch FROM o.submitted_at) * 1000000)::bi
 // lane on two replicas at once each count. It returns the lane's turn after the claim (t), and
 // clears the sweep's note that the lane was idle. It also gives the lane its turn in slot time
 // (store.ChargedTurn): src's base moved on by its charge over the weight (inc), counted from the
-// locked latest vturn (and the band's virtual time vt) when the lane has one, so that a claim or
+// locked latest vturns (and the band's virtual time vt) when the lane has one, so that a claim or
 // a run's end on another replica since src's snapshot counts.
 func laneTurnSQL(src string, now int) string {
 	next := `setval('queue_turn_seq', greatest(nextval('queue_turn_seq'), $` + strconv.Itoa(now) + `::bigint))`
@@ -259,7 +261,7 @@ one AS (SELECT ` + laneSQL + ` AS lane, CASE WHEN t.turn IS NULL THEN greatest($
 		` + slotStartSQL("$4::int", "coalesce(lo.over, 0)", "coalesce(no.over, 0)") + ` AS start, ` + slotStartSQL("$4::int", "0", "0") + ` AS base,
 		` + chargeSQL + ` AS charge, t.vturns IS NULL AS fresh, ` + vtimeSQL + ` AS vt, coalesce(nd.vturn, 0) AS dn
 	FROM operations o ` + turnJoinsSQL(laneSQL, "$4::int") + `
-		LEFT JOIN lane_over lo ON lo.lane = ` + laneSQL + ` LEFT JOIN nc_over no ON no.band = $4::int WHERE o.id = $1),
+		LEFT JOIN lane_over lo ON lo.lane = ` + laneSQL + ` AND lo.band = $4::int LEFT JOIN nc_over no ON no.band = $4::int WHERE o.id = $1),
 claimed AS (SELECT *, greatest(floor(charge / ` + weightSQL("weight") + `)::bigint, 1) AS inc FROM one),
 turn AS (` + laneTurnSQL("claimed", 3) + `),
 ` + newcomersSQL("claimed", 3) + `

@@ -41,13 +41,42 @@ var capacityTests = []test{
 	{"RunsCountInTheirTurnsAsTheyRun", testRunsCountAsTheyRun},
 	{"UrgentClaimsLeaveTheDefaultBandsTurnsAlone", testUrgentClaimsLeaveTheDefaultBand},
 	{"ALaneServedInOneBandWaitsItsTurnInAnother", testTurnInAnotherBand},
+	{"ARunCountsInTheBandItWasClaimedIn", testRunCountsInItsBand},
+}
+
+// A tenant's default-urgency operation runs on, far past its charge, while its urgent work and
+// another lane's urgent backlog wait: the run counts in the default band only, where its end
+// charges it, so the tenant's urgent operation is claimed within two of the urgent band's
+// claims. Counted in every band, the run held the tenant back in the urgent band until it
+// ended, and its end charged nothing there.
+func testRunCountsInItsBand(t *testing.T, e *env) {
+	b := e.open()
+	e.acceptAt(t, b, "tenant", 0, 1, store.DefaultUrgency, time.Time{})
+	long := must(b.ClaimNext("w1", time.Hour))(t)
+	if long == nil || long.Scope != "tenant" {
+		t.Fatalf("claimed %+v, want the tenant's", long)
+	}
+	e.acceptAt(t, b, "urgent", 100, 30, store.MostUrgent+1, time.Time{})
+	took := map[string]time.Duration{"tenant": 100 * time.Millisecond, "urgent": 100 * time.Millisecond}
+	e.runNext(t, b, took, func(s string) string { return s })
+	e.clock.Advance(10 * time.Minute) // the tenant's run goes on
+	e.acceptAt(t, b, "tenant", 200, 1, store.MostUrgent+1, time.Time{})
+	for i := range 10 {
+		if lane := e.runNext(t, b, took, func(s string) string { return s }); lane == "tenant" {
+			if i > 1 {
+				t.Fatalf("the tenant's urgent operation was claimed at the band's claim %d; want within 2", i+1)
+			}
+			return
+		}
+	}
+	t.Fatal("the tenant's urgent operation was not claimed in 10 of the band's claims: its default-urgency run held it back")
 }
 
 // A tenant served twenty times at the default urgency sends one urgent operation while another
-// lane's urgent backlog waits: the tenant's lead in its band counts in the urgent band, not its
-// turn there, so its operation is claimed within two of the band's claims. Read as it stood,
-// its turn was twenty runs ahead of the urgent band's, and the backlog went first until it
-// caught up.
+// lane's urgent backlog waits: the tenant has no turn in the urgent band and starts at its
+// virtual time, so its operation is claimed within two of the band's claims. With one turn for
+// every band, its turn was twenty runs ahead of the urgent band's, and the backlog went first
+// until it caught up.
 func testTurnInAnotherBand(t *testing.T, e *env) {
 	b := e.open()
 	e.acceptAt(t, b, "tenant", 0, 20, store.DefaultUrgency, time.Time{})
@@ -428,7 +457,7 @@ func testClaimByIDTakesTheKeysTurn(t *testing.T, e *env) {
 }
 
 // A tenant with a backlog against a new scope (a fresh credential) per call, two arriving for
-// every claim: the new scopes share one turn (store.NewcomerTurn), so the backlog gets every
+// every claim: the new scopes share one turn (store.NewcomersTurn), so the backlog gets every
 // other claim, by ClaimNext and by a look then a claim by id alike. Each new scope counting as
 // served when it came, the backlog got 3 of 11 claims and ever fewer as the flood went on (its
 // k-th claim came after about 3^k new scopes'); a scope without a turn going first always, none
@@ -499,7 +528,7 @@ func testNewcomersTurnPerBand(t *testing.T, e *env) {
 }
 
 // A tenant whose operations come one at a time, each ending before the next, keeps its own turn
-// meanwhile (store.KnownTurn, store.KeepIdleLanes, store.KeepIdleLanesFor): against a backlog and
+// meanwhile (store.LaneStart, store.KeepIdleLanes, store.KeepIdleLanesFor): against a backlog and
 // two fresh scopes a claim, its next operation is claimed within three claims. When a lane left
 // without work forgot its turn at once, it waited with the newcomers behind every fresh scope
 // queued before it.
@@ -631,7 +660,7 @@ func testUrgentFirst(t *testing.T, e *env) {
 // two steps it still yields to newer u=3 work; after ten it ties with u=3 work and goes first
 // only by its scope's turn, and it never overtakes u=2. Scope c is served first, so that its
 // later claim, of a lane with a turn, leaves the newcomers' turn as b's first claim set it, and
-// a, never served, counts as served when it came (store.NewcomerTurn).
+// a, never served, waits in the newcomers' turn (store.NewcomersTurn).
 func testAging(t *testing.T, e *env) {
 	b := e.open()
 	e.acceptAt(t, b, "c", 4, 1, store.DefaultUrgency-1, time.Time{})
@@ -790,7 +819,7 @@ func testKnownLaneTurnIsTheClaimsTime(t *testing.T, e *env) {
 }
 
 // The position of another lane's operation is the same however often it is asked: a lane with a
-// turn counts from its oldest work (store.KnownTurn), whichever of its operations is met first.
+// turn is its own (store.LaneStart), whichever of its operations is met first.
 func testPositionOfAKnownLaneIsStable(t *testing.T, e *env) {
 	b := e.open()
 	e.acceptAt(t, b, "l", 0, 1, store.DefaultUrgency, time.Time{})
