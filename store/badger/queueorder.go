@@ -188,13 +188,19 @@ func newQueueOrder() *queueOrder {
 		idleAt: map[string]uint64{}, runs: map[string]runCharge{}}
 }
 
-// turnOf is lane's turn at now, its work w at the head, its runs' overruns ov: start, the
-// virtual start of its next claim in w's band (store.LaneStart: its turn there, store.TurnIn, or
-// its band's newcomers', store.NewcomersTurn, when it has none), and base, the same without the
-// overruns, which a claim moves on from.
+// turnOf is lane's turn at now, its work w at the head, its runs' overruns ov: turnIn in w's
+// band.
 func (o *queueOrder) turnOf(lane string, w waiting, now time.Time, ov overruns) (t laneTurn, start, base int64) {
+	return o.turnIn(lane, w.band(now), ov)
+}
+
+// turnIn is lane's turn in band, its runs' overruns ov: start, the virtual start of its next
+// claim there (store.LaneStart: its turn there, store.TurnIn, or its band's newcomers',
+// store.NewcomersTurn, when it has none), and base, the same without the overruns, which a
+// claim moves on from and a queue position counts by (in the band of the operation asked
+// about, as PostgreSQL's positionSQL reads it).
+func (o *queueOrder) turnIn(lane string, band int, ov overruns) (t laneTurn, start, base int64) {
 	t, served := o.turns[lane]
-	band := w.band(now)
 	v := o.vtime[band]
 	if !served {
 		nc := o.newcomers[band]
@@ -204,19 +210,6 @@ func (o *queueOrder) turnOf(lane string, w waiting, now time.Time, ov overruns) 
 	turn, has := t.in(band)
 	own := store.TurnIn(turn, has, v)
 	return t, store.LaneStart(own+ov.lanes[laneBand{lane, band}], v), store.LaneStart(own, v)
-}
-
-// baseIn is lane's turn in band b without its runs' overruns (turnOf's base), as PostgreSQL's
-// positionSQL reads it: what a queue position counts turns by, in the band of the operation
-// asked about.
-func (o *queueOrder) baseIn(lane string, b int) int64 {
-	t, served := o.turns[lane]
-	v := o.vtime[b]
-	if !served {
-		return store.LaneStart(store.NewcomersTurn(o.newcomers[b], 0, v, o.average), v)
-	}
-	turn, has := t.in(b)
-	return store.LaneStart(store.TurnIn(turn, has, v), v)
 }
 
 // band is the effective urgency w competes at, at now.
@@ -526,7 +519,8 @@ func (s *Store) QueuePosition(id string) (int, error) {
 		sq := lanes[w.lane]
 		if sq == nil {
 			_, served := q.order.turns[w.lane]
-			sq = &store.ScopeQueue{Scope: w.lane, Turn: q.order.baseIn(w.lane, level), Newcomer: !served}
+			_, _, turn := q.order.turnIn(w.lane, level, overruns{})
+			sq = &store.ScopeQueue{Scope: w.lane, Turn: turn, Newcomer: !served}
 			lanes[w.lane] = sq
 		}
 		countWaiting(sq, w, me, level, now)

@@ -128,7 +128,7 @@ func weightSQL(w string) string {
 
 // runsSQL are the CTEs of the claimed operations running at now, with what counts of them in
 // their turns beyond their claims' charges (store.Overrun: us for their lanes, ncus for their
-// band's newcomers), from the run's columns their claim wrote (runColumnsSQL), and their sums:
+// band's newcomers), from the run's columns their claim wrote (runColumnsSet), and their sums:
 // per lane and band claimed in, each over its weight (lane_over: a run counts in the band where
 // its end settles it), and per band for the newcomers (nc_over). A
 // release before schema 18 writes none, and its runs count nothing; a run's columns left by an
@@ -142,11 +142,11 @@ lane_over AS (SELECT lane, band, sum(floor(us / w))::bigint AS over FROM runs GR
 nc_over AS (SELECT band, sum(ncus)::bigint AS over FROM runs WHERE newcomer GROUP BY band)`
 }
 
-// runColumnsSQL writes what a claim of operation $1 charged into its row, for runsSQL: the
-// holder, when it started, the charge, the band it was claimed in, whether it was a newcomer's
-// and what it charged the band's newcomers.
-const runColumnsSQL = `UPDATE operations SET run_holder = $2, run_started_at = $3, run_charged = $4, run_band = $5,
-	run_newcomer = $6, run_nc_charged = $7 WHERE id = $1`
+// runColumnsSet completes putOpRun's update of a claimed operation's row with what its claim
+// charged, for runsSQL: the holder, when it started, the charge, the band it was claimed in,
+// whether it was a newcomer's and what it charged the band's newcomers ($16-$21).
+const runColumnsSet = `, run_holder = $16, run_started_at = $17, run_charged = $18, run_band = $19,
+	run_newcomer = $20, run_nc_charged = $21`
 
 // laneArrivalSQL is the arrival turn (arrivalTurnSQL) a claim by id (ClaimQueued) of a row x of
 // operations counts its lane's turn from, at $1 with the aging step $2, as Badger's
@@ -301,17 +301,22 @@ func movedHoldSQL(h, took string) string {
 }
 
 // settleRun settles run r's turns (settleRunSQL, settleNewcomersSQL) through w, in that order.
+// A statement that would change nothing (a run its claim charged nothing, that never started)
+// is not sent.
 func settleRun(ctx context.Context, w execer, r store.Run) error {
+	var nd int64
+	if r.Newcomer && r.InBand() {
+		nd = r.NewcomersDelta()
+	}
+	if r.Delta() == 0 && nd == 0 && r.Took <= 0 {
+		return nil
+	}
 	band := ""
 	if r.InBand() {
 		band = strconv.Itoa(r.Band)
 	}
 	if _, err := w.Exec(ctx, settleRunSQL, store.LaneText(r.Lane), r.Delta(), r.Took, r.Band); err != nil {
 		return err
-	}
-	var nd int64
-	if r.Newcomer && r.InBand() {
-		nd = r.NewcomersDelta()
 	}
 	_, err := w.Exec(ctx, settleNewcomersSQL, newcomersLane+band, debtLane+band, nd, vtimeLane+band, averageLane, r.Took)
 	return err

@@ -69,14 +69,25 @@ func getOpForUpdate(ctx context.Context, tx pgx.Tx, id string, now time.Time) (*
 
 // putOp inserts or rewrites op, its document and its columns.
 func putOp(ctx context.Context, db execer, op *store.Operation) error {
+	return putOpRun(ctx, db, op, nil)
+}
+
+// putOpRun is putOp, writing as well into the row what the claim that starts op charged (c; nil
+// for none), which runsSQL reads while it runs: one write of the row, not two.
+func putOpRun(ctx context.Context, db execer, op *store.Operation, c *claimCharge) error {
 	args, err := opArgs(op)
 	if err != nil {
 		return err
 	}
-	_, err = db.Exec(ctx, insertOp+`
+	sql := insertOp + `
 		ON CONFLICT (id) DO UPDATE SET status = $3, holder = $4, lease_until = $5, cancel_requested_at = $6,
 			expires_at = $7, purge_at = $8, doc = $9, urgency = $10, submitted_at = $11, queue_deadline = $12,
-			lane = $13, weight = $14, lift = $15`, args...)
+			lane = $13, weight = $14, lift = $15`
+	if c != nil {
+		sql += runColumnsSet
+		args = append(args, op.Holder, op.StartedAt, c.charged, c.band, c.newcomer, c.ncCharged)
+	}
+	_, err = db.Exec(ctx, sql, args...)
 	return err
 }
 

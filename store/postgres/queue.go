@@ -36,14 +36,16 @@ func (s *Store) ClaimNext(worker string, lease time.Duration) (*store.Operation,
 func (s *Store) startClaimed(ctx context.Context, tx pgx.Tx, op *store.Operation, c claimCharge, worker string, lease time.Duration, now time.Time) (*store.Operation, error) {
 	store.Apply(op, c.change(), now)
 	op.Holder, op.LeaseUntil = worker, now.Add(lease)
-	p := &pipeline{} // its row, its event and its run's charge in one round trip
-	if err := s.write(ctx, p, op, nil); err != nil {
+	p := &pipeline{} // its row, with its run's charge, and its event in one round trip
+	var run *claimCharge
+	if c.charged > 0 {
+		run = &c
+	}
+	if err := putOpRun(ctx, p, op, run); err != nil {
 		return nil, err
 	}
-	if c.charged > 0 {
-		if _, err := p.Exec(ctx, runColumnsSQL, op.ID, op.Holder, op.StartedAt, c.charged, c.band, c.newcomer, c.ncCharged); err != nil {
-			return nil, err
-		}
+	if err := s.announce(ctx, p, op, nil); err != nil {
+		return nil, err
 	}
 	if err := p.send(ctx, tx); err != nil {
 		return nil, err

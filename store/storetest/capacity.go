@@ -58,18 +58,10 @@ func testRunCountsInItsBand(t *testing.T, e *env) {
 	}
 	e.acceptAt(t, b, "urgent", 100, 30, store.MostUrgent+1, time.Time{})
 	took := map[string]time.Duration{"tenant": 100 * time.Millisecond, "urgent": 100 * time.Millisecond}
-	e.runNext(t, b, took, func(s string) string { return s })
+	e.runNext(t, b, took, sameLane)
 	e.clock.Advance(10 * time.Minute) // the tenant's run goes on
 	e.acceptAt(t, b, "tenant", 200, 1, store.MostUrgent+1, time.Time{})
-	for i := range 10 {
-		if lane := e.runNext(t, b, took, func(s string) string { return s }); lane == "tenant" {
-			if i > 1 {
-				t.Fatalf("the tenant's urgent operation was claimed at the band's claim %d; want within 2", i+1)
-			}
-			return
-		}
-	}
-	t.Fatal("the tenant's urgent operation was not claimed in 10 of the band's claims: its default-urgency run held it back")
+	e.expectRunWithin(t, b, took, "tenant", 2, "the tenant's urgent operation (its default-urgency run held it back)")
 }
 
 // A tenant served twenty times at the default urgency sends one urgent operation while another
@@ -82,21 +74,31 @@ func testTurnInAnotherBand(t *testing.T, e *env) {
 	e.acceptAt(t, b, "tenant", 0, 20, store.DefaultUrgency, time.Time{})
 	took := map[string]time.Duration{"tenant": 100 * time.Millisecond, "urgent": 100 * time.Millisecond}
 	for range 20 {
-		e.runNext(t, b, took, func(s string) string { return s })
+		e.runNext(t, b, took, sameLane)
 	}
 	e.acceptAt(t, b, "urgent", 100, 30, store.MostUrgent+1, time.Time{})
-	e.runNext(t, b, took, func(s string) string { return s })
+	e.runNext(t, b, took, sameLane)
 	e.acceptAt(t, b, "tenant", 200, 1, store.MostUrgent+1, time.Time{})
+	e.expectRunWithin(t, b, took, "tenant", 2, "the tenant's urgent operation")
+}
+
+// expectRunWithin runs operations one at a time (runNext, each its lane's time in took) and
+// fails unless one of lane's is claimed within the first n, what naming it.
+func (e *env) expectRunWithin(t *testing.T, b store.Backend, took map[string]time.Duration, lane string, n int, what string) {
+	t.Helper()
 	for i := range 10 {
-		if lane := e.runNext(t, b, took, func(s string) string { return s }); lane == "tenant" {
-			if i > 1 {
-				t.Fatalf("the tenant's urgent operation was claimed at the band's claim %d; want within 2", i+1)
+		if e.runNext(t, b, took, sameLane) == lane {
+			if i >= n {
+				t.Fatalf("%s was claimed at claim %d; want within %d", what, i+1, n)
 			}
 			return
 		}
 	}
-	t.Fatal("the tenant's urgent operation was not claimed in 10 of the band's claims")
+	t.Fatalf("%s was not claimed in 10 claims", what)
 }
+
+// sameLane is runNext's lane of a scope: the scope itself.
+func sameLane(scope string) string { return scope }
 
 // A backlog and a newer lane's one operation wait at the default urgency while a trusted urgent
 // lane is claimed twice for each of theirs: each band keeps its own virtual time, so the newer
@@ -135,7 +137,7 @@ func testRunsCountAsTheyRun(t *testing.T, e *env) {
 	e.acceptAt(t, b, "b", 100, 5, store.DefaultUrgency, time.Time{})
 	took := map[string]time.Duration{"a": 100 * time.Millisecond, "b": 100 * time.Millisecond}
 	for range 10 {
-		e.runNext(t, b, took, func(s string) string { return s })
+		e.runNext(t, b, took, sameLane)
 	}
 	e.acceptAt(t, b, "a", 10, 30, store.DefaultUrgency, time.Time{})
 	e.acceptAt(t, b, "b", 200, 30, store.DefaultUrgency, time.Time{})
@@ -209,7 +211,7 @@ func testLanesShareSlotTime(t *testing.T, e *env) {
 	slot := map[string]time.Duration{}
 	claims := map[string]int{}
 	for range 50 {
-		lane := e.runNext(t, b, took, func(s string) string { return s })
+		lane := e.runNext(t, b, took, sameLane)
 		slot[lane] += took[lane]
 		claims[lane]++
 	}
