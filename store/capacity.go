@@ -73,15 +73,18 @@ type SeatHandover interface {
 }
 
 // SeatWaiter is a call waiting for a shared seat, as the fleet orders it: its urgency (0..7),
-// then how long it has waited (a length of time, so that replicas' clocks need not agree) since
-// its turn came. Key is its fairness key: a SeatTurns storage counts the wait from the later of
-// when the call came (Waited ago) and its key's turn (the newcomers' for a key without one),
-// reading the turns as it compares the calls in line, and moves them on when the call takes a
-// seat.
+// then its turn, then how long it has waited (a length of time, so that replicas' clocks need
+// not agree). Without SeatTurns its turn is when it came (Waited ago) or, if later, when the
+// replica's turns say it came. Key is its fairness key: a SeatTurns storage ranks the call by
+// its key's turn in slot time (the newcomers' for a key without one, never before its band's
+// virtual time), reading the turns as it compares the calls in line, and moves them on when the
+// call takes a seat; calls at the same turn go in the order they came.
 type SeatWaiter struct {
 	Urgency int
 	Waited  time.Duration
 	Key     string
+	// Weight is Key's share of the seats against weight-1 keys (SeatTurns); below 1 is 1.
+	Weight float64
 	// Waiting counts the worker's calls waiting for a seat of the pool by urgency, this one
 	// included, as the line keeps them for SeatLine; all zero: not counted.
 	Waiting [8]int
@@ -97,15 +100,20 @@ type SeatLine interface {
 // SeatTurns is what a SharedSeats may do besides: keep the keys' turns for shared seats for the
 // whole fleet (docs/capacity.md, "Many replicas: `shared N`"), so that a key served on one
 // replica waits its turn on every other, and the newcomers (the keys without a turn, under
-// SeatNewcomers) share one turn across the fleet, not one per replica. A turn is when the key's
-// call last took a seat of the pool, noted by AcquireSeat, which orders the fleet's line by the
-// turns as they are when it compares (a turn read by each replica before it stood in line would
-// be stale by the next seat taken, and the replicas that had not looked since would rank ahead);
-// turns are forgotten KeepIdleLanesFor after.
+// SeatNewcomers) share one turn across the fleet, not one per replica. A turn is a time on the
+// storage's clock in slot time: a call that takes a seat (AcquireSeat) moves its key's turn on
+// from the later of the turn and the clock by the slot time the key's seats held lately, over
+// the pool's seats times the key's weight; a seat held longer than that counts in the turn while
+// it is held, and its release (ReleaseSeat, HandOverSeat) corrects the turn to the time it held.
+// So a key of long calls takes its seats less often than a key of short ones, and over a busy
+// pool the turns move as the clock does. AcquireSeat orders the fleet's line by the turns as they
+// are when it compares (a turn read by each replica before it stood in line would be stale by
+// the next seat taken, and the replicas that had not looked since would rank ahead); turns are
+// forgotten KeepIdleLanesFor after.
 type SeatTurns interface {
-	// SeatTurnsAgo returns how long ago, on the storage's clock, each of keys last took a seat of
-	// pool on any replica (a length of time, so that replicas' clocks need not agree); keys
-	// without a turn are absent.
+	// SeatTurnsAgo returns how long ago, on the storage's clock, each of keys' turns for seats
+	// of pool came, or less than none when it is still to come (a length of time, so that
+	// replicas' clocks need not agree); keys without a turn are absent.
 	SeatTurnsAgo(pool string, keys []string) (map[string]time.Duration, error)
 }
 

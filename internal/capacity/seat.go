@@ -111,7 +111,7 @@ func (p *Seats) WithShared(ctx context.Context, s *Seat, ask Ask, deadline time.
 	// fleet's seat idle while it waits for a local one (and a call that goes before those
 	// waiting is looked for at once all the same: Take).
 	if shared.waiters() == 0 {
-		h, err := shared.Take(ctx, now, urgency, keyOf(ask)) // one look
+		h, err := shared.Take(ctx, now, urgency, keyOf(ask), weightOf(ask)) // one look
 		if err == nil {
 			s.shared, s.from = h, shared
 			return s, nil
@@ -124,7 +124,7 @@ func (p *Seats) WithShared(ctx context.Context, s *Seat, ask Ask, deadline time.
 		}
 	}
 	s.GiveBack()
-	h, err := shared.Take(ctx, deadline, urgency, keyOf(ask))
+	h, err := shared.Take(ctx, deadline, urgency, keyOf(ask), weightOf(ask))
 	if err != nil {
 		return nil, err
 	}

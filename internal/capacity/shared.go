@@ -99,6 +99,7 @@ type SharedOptions struct {
 // sharedWaiter is a call waiting for a shared seat.
 type sharedWaiter struct {
 	key      string    // its fairness key (keyOf): keys take turns within a band
+	weight   float64   // the key's (weightOf): its share of the fleet's seats
 	urgency  int       // its band (Ask.Band): the most urgent is served first
 	came     time.Time // then the one waiting longest, here and across the fleet
 	deadline time.Time // zero: until its context ends
@@ -154,12 +155,12 @@ func (s *Shared) Rebind(st store.SharedSeats) {
 // SetLimit applies a reloaded `shared N`.
 func (s *Shared) SetLimit(n int) { s.limit.Store(int64(n)) }
 
-// Take waits for a shared seat for a call of fairness key key until ctx ends or deadline (zero:
-// none); it returns the seat. A waiter whose deadline passes gets ErrNoSeat once a look begun
+// Take waits for a shared seat for a call of fairness key key, of weight weight (below 1 is 1),
+// until ctx ends or deadline (zero: none); it returns the seat. A waiter whose deadline passes gets ErrNoSeat once a look begun
 // after it came found none. Seats found go to the most urgent waiter, then the one whose turn
 // comes first (turnLocked), then the one that came first.
-func (s *Shared) Take(ctx context.Context, deadline time.Time, urgency int, key string) (*Held, error) {
-	w := &sharedWaiter{key: key, urgency: urgency, came: s.clock.Now(), deadline: deadline, got: make(chan sharedGrant, 1)}
+func (s *Shared) Take(ctx context.Context, deadline time.Time, urgency int, key string, weight float64) (*Held, error) {
+	w := &sharedWaiter{key: key, weight: weight, urgency: urgency, came: s.clock.Now(), deadline: deadline, got: make(chan sharedGrant, 1)}
 	s.mu.Lock()
 	w.after = s.looks
 	s.waiting = append(s.waiting, w)
@@ -229,7 +230,7 @@ func (s *Shared) dropWaiterLocked(w *sharedWaiter) bool {
 func (s *Shared) answerLocked(i int, g sharedGrant) {
 	w := s.waiting[i]
 	s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
-	if g.seat != nil {
+	if g.seat != nil && s.on.Load().turns == nil { // the fleet's turns are read before each look
 		if lane := s.laneLocked(w); lane != w.key {
 			s.grantedLocked(lane) // the newcomers' turn moves on
 		}
@@ -280,12 +281,12 @@ func (s *Shared) grantedAtLocked(key string, at time.Time) {
 // keys keep the turns it knows.
 const maxTurnKeys = 256
 
-// readFleetTurns merges the fleet's turns of the keys waiting here (store.SeatTurns) into the
-// turns this replica knows, so that a key served on another replica waits its turn here, and
-// the newcomers' turn is the fleet's. They only choose between keys, so with one key waiting
-// (the most common case, a look after each seat) nothing is read: the storage ranks the place
-// in line by the fleet's turns itself. A failure leaves this replica's own turns: the look that
-// follows says whether the storage answers.
+// readFleetTurns reads the fleet's turns of the keys waiting here (store.SeatTurns), in slot
+// time, as the turns this replica orders its waiters by (turnLocked), so that a key served on
+// another replica waits its turn here, and the newcomers' turn is the fleet's. They only choose
+// between keys, so with one key waiting (the most common case, a look after each seat) nothing
+// is read: the storage ranks the place in line by the fleet's turns itself. A failure leaves the
+// turns of the latest read: the look that follows says whether the storage answers.
 func (s *Shared) readFleetTurns() {
 	turns := s.on.Load().turns
 	if turns == nil {
@@ -312,6 +313,11 @@ func (s *Shared) readFleetTurns() {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// A key without a turn (new, or forgotten) is a newcomer again: its turn read before goes.
+	for k := range seen {
+		delete(s.granted, k)
+	}
+	delete(s.granted, sharedNewcomers)
 	for k, d := range ago {
 		if k == store.SeatNewcomers {
 			k = sharedNewcomers
@@ -322,12 +328,19 @@ func (s *Shared) readFleetTurns() {
 	}
 }
 
-// turnLocked is when w's turn came: when it came, or when its lane (laneLocked) last got a seat
-// here if that is later (start-time fair queuing with times, as the durable queue keeps turns). A key whose
-// calls keep getting seats has its turn move on with each; a key that waits keeps the time its
-// call came, so it goes before the busy key's next call, whoever came first.
+// turnLocked is when w's turn comes. With the fleet's turns (store.SeatTurns), its lane's
+// (laneLocked) as the latest read gave it, in slot time: start-time fair queuing as the fleet's
+// line keeps it, where the calls of one lane, and lanes at the same turn, go in the order they
+// came (a lane never served is at the start). Else when it came, or when its lane last got a
+// seat here if that is later: a key whose calls keep getting seats has its turn move on with
+// each; a key that waits keeps the time its call came, so it goes before the busy key's next
+// call, whoever came first.
 func (s *Shared) turnLocked(w *sharedWaiter) time.Time {
-	if t, ok := s.granted[s.laneLocked(w)]; ok && t.After(w.came) {
+	t, ok := s.granted[s.laneLocked(w)]
+	if s.on.Load().turns != nil {
+		return t
+	}
+	if ok && t.After(w.came) {
 		return t
 	}
 	return w.came
@@ -486,7 +499,8 @@ func (s *Shared) askLocked() (*sharedWaiter, store.SeatWaiter) {
 	if s.on.Load().turns != nil {
 		from = best.came
 	}
-	return best, store.SeatWaiter{Urgency: best.urgency, Waited: s.clock.Since(from), Key: best.key, Waiting: s.waitingLocked()}
+	return best, store.SeatWaiter{Urgency: best.urgency, Waited: s.clock.Since(from), Key: best.key, Weight: best.weight,
+		Waiting: s.waitingLocked()}
 }
 
 // waitingLocked counts the calls waiting here by urgency.

@@ -44,7 +44,7 @@ func BenchmarkASharedSeatPassed(b *testing.B) {
 				go func() {
 					defer wg.Done()
 					for {
-						h, err := shared[r].Take(ctx, time.Time{}, 3, "key"+strconv.Itoa(g/2))
+						h, err := shared[r].Take(ctx, time.Time{}, 3, "key"+strconv.Itoa(g/2), 1)
 						if err != nil {
 							return
 						}

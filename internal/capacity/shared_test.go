@@ -291,7 +291,7 @@ func TestSharedSeatWaiterGetsNoSeatAtItsDeadlineOnTheClock(t *testing.T) {
 	deadline := began.Add(5 * sharedPoll)
 	answer := make(chan error, 1)
 	go func() {
-		_, err := s.Take(context.Background(), deadline, 3, "k")
+		_, err := s.Take(context.Background(), deadline, 3, "k", 1)
 		answer <- err
 	}()
 	pollUntil(t, clock, "the waiter answered", func() bool { return len(answer) > 0 })
@@ -313,7 +313,7 @@ func TestSharedSeatOfAnotherReplicaHoldsWhateverThisReplicasClockSays(t *testing
 		s := newTestShared(st, clock, time.Minute)
 		answer := make(chan error, 1)
 		go func() {
-			_, err := s.Take(context.Background(), clock.Now().Add(5*sharedPoll), 3, "k")
+			_, err := s.Take(context.Background(), clock.Now().Add(5*sharedPoll), 3, "k", 1)
 			answer <- err
 		}()
 		pollUntil(t, clock, "the waiter answered", func() bool { return len(answer) > 0 })
@@ -385,7 +385,7 @@ func newFleetCalls(t *testing.T, clock *clockwork.FakeClock, dsn string) *fleetC
 // waiting on s before it are served: it returns once the call stands in the fleet's line.
 func (f *fleetCalls) wait(name string, s *Shared, urgency int) {
 	go func() {
-		h, err := s.Take(context.Background(), time.Time{}, urgency, name)
+		h, err := s.Take(context.Background(), time.Time{}, urgency, name, 1)
 		if err != nil {
 			f.t.Error(err)
 		}
@@ -419,7 +419,7 @@ func TestSharedSeatKeysTakeTurnsAcrossTheFleet(t *testing.T) {
 	dsn := pgtest.Database(t)
 	stA, stB := openSeats(t, dsn, clock), openSeats(t, dsn, clock)
 	a, b := newReplicaShared(stA, clock, time.Minute, "a"), newReplicaShared(stB, clock, time.Minute, "b")
-	h, err := a.Take(context.Background(), time.Time{}, 3, "busy")
+	h, err := a.Take(context.Background(), time.Time{}, 3, "busy", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,7 +437,7 @@ func TestSharedSeatKeysTakeTurnsAcrossTheFleet(t *testing.T) {
 	wait := func(name, key string, s *Shared, n int) {
 		time.Sleep(250 * time.Millisecond)
 		go func() {
-			h, err := s.Take(context.Background(), time.Time{}, 3, key)
+			h, err := s.Take(context.Background(), time.Time{}, 3, key, 1)
 			if err != nil {
 				t.Error(err)
 			}
@@ -493,7 +493,7 @@ func TestSharedSeatThatCannotBeRenewedCutsItsCallBeforeItsLeaseEnds(t *testing.T
 	const lease, margin = 10 * time.Second, time.Second
 	s := newTestShared(st, clock, lease)
 	taken := clock.Now()
-	h, err := s.Take(context.Background(), time.Time{}, 3, "k")
+	h, err := s.Take(context.Background(), time.Time{}, 3, "k", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,7 +519,7 @@ func TestSharedSeatLostInStorageCutsItsCallAtTheNextRenewal(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(time.Now())
 	st := openSeats(t, pgtest.Database(t), clock)
 	s := newTestShared(st, clock, time.Minute)
-	h, err := s.Take(context.Background(), time.Time{}, 3, "k")
+	h, err := s.Take(context.Background(), time.Time{}, 3, "k", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -688,7 +688,7 @@ func (c *countedSeats) HandOverSeat(pool, seat, next, worker string, limit int, 
 func takeAndGive(s *Shared, key string) <-chan error {
 	answer := make(chan error, 1)
 	go func() {
-		h, err := s.Take(context.Background(), time.Time{}, 3, key)
+		h, err := s.Take(context.Background(), time.Time{}, 3, key, 1)
 		if err == nil {
 			s.Give(h)
 		}
@@ -701,7 +701,7 @@ func takeAndGive(s *Shared, key string) <-chan error {
 func takeLater(t *testing.T, s *Shared, key string) <-chan *Held {
 	got := make(chan *Held, 1)
 	go func() {
-		h, err := s.Take(context.Background(), time.Time{}, 3, key)
+		h, err := s.Take(context.Background(), time.Time{}, 3, key, 1)
 		if err != nil {
 			t.Error(err)
 		}
@@ -719,7 +719,7 @@ func TestASeatGivenBackWhileTheReplicasCallsWaitIsHandedOverInOneStep(t *testing
 	dsn := pgtest.Database(t)
 	st := &countedSeats{Store: openSeats(t, dsn, clock)}
 	s := newTestShared(st, clock, time.Minute)
-	h, err := s.Take(context.Background(), time.Time{}, 3, "first")
+	h, err := s.Take(context.Background(), time.Time{}, 3, "first", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -762,7 +762,7 @@ func twoReplicas(t *testing.T, wrap func(*postgres.Store) store.SharedSeats) (cl
 	dsn = pgtest.Database(t)
 	a = newReplicaShared(wrap(openSeats(t, dsn, clock)), clock, time.Minute, "a")
 	b = newReplicaShared(openSeats(t, dsn, clock), clock, time.Minute, "b")
-	h, err := a.Take(context.Background(), time.Time{}, 3, "first")
+	h, err := a.Take(context.Background(), time.Time{}, 3, "first", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -806,7 +806,7 @@ func TestACallThatGoesFirstIsStoodInTheFleetsLineAtOnce(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	wait := func(urgency int) {
-		go func() { _, _ = s.Take(ctx, time.Time{}, urgency, "k") }()
+		go func() { _, _ = s.Take(ctx, time.Time{}, urgency, "k", 1) }()
 	}
 	standing := func(urgency int) func() bool {
 		return func() bool {
@@ -832,7 +832,7 @@ func TestAfterAHandoverTheReplicasNextCallStandsInLineAtOnce(t *testing.T) {
 	b.SetLimit(2)
 	held := map[*Shared]*Held{}
 	for _, s := range []*Shared{a, b} {
-		h, err := s.Take(context.Background(), time.Time{}, 3, "first")
+		h, err := s.Take(context.Background(), time.Time{}, 3, "first", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -843,7 +843,7 @@ func TestAfterAHandoverTheReplicasNextCallStandsInLineAtOnce(t *testing.T) {
 	defer cancel() // b1 still waits
 	wait := func(name string, s *Shared, urgency, n int) {
 		go func() {
-			if _, err := s.Take(ctx, time.Time{}, urgency, name); err != nil {
+			if _, err := s.Take(ctx, time.Time{}, urgency, name, 1); err != nil {
 				if ctx.Err() == nil {
 					t.Error(err)
 				}
@@ -884,7 +884,7 @@ func TestSeatsGivenBackAtOnceAreHandedOverOneForEachCallWaiting(t *testing.T) {
 	s.SetLimit(2)
 	var held []*Held
 	for range 2 {
-		h, err := s.Take(context.Background(), time.Time{}, 3, "first")
+		h, err := s.Take(context.Background(), time.Time{}, 3, "first", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -998,7 +998,7 @@ func TestAHandoverWhoseAnswerWasLostLeavesNoPlaceInTheLine(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	left := make(chan error, 1)
 	go func() {
-		_, err := a.Take(ctx, time.Time{}, 7, "batch")
+		_, err := a.Take(ctx, time.Time{}, 7, "batch", 1)
 		left <- err
 	}()
 	pollUntil(t, clock, "a's call in the fleet's line", func() bool { return a.waiters() == 1 && inLine(t, dsn, "a") })
@@ -1195,7 +1195,7 @@ func TestSharedSeatsReboundToAnotherHandleKeepTheirSeats(t *testing.T) {
 	dsn := pgtest.Database(t)
 	old, next := openSeats(t, dsn, clock), openSeats(t, dsn, clock)
 	s := newTestShared(old, clock, 10*time.Second)
-	h, err := s.Take(context.Background(), time.Time{}, 3, "k")
+	h, err := s.Take(context.Background(), time.Time{}, 3, "k", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1225,7 +1225,7 @@ func TestSharedSeatsReboundToAnotherHandleKeepTheirSeats(t *testing.T) {
 		n, err := next.SeatsHeld("test")
 		return err == nil && n == 0
 	})
-	h2, err := s.Take(context.Background(), time.Time{}, 3, "k")
+	h2, err := s.Take(context.Background(), time.Time{}, 3, "k", 1)
 	if err != nil {
 		t.Fatalf("a seat after the rebind: %v", err)
 	}
@@ -1256,7 +1256,7 @@ func TestSharedSeatLookThatHangsFailsTheCallAfterItsWait(t *testing.T) {
 	begun := time.Now()
 	taken := make(chan error, 1)
 	go func() {
-		_, err := s.Take(context.Background(), begun.Add(100*time.Millisecond), 3, "k")
+		_, err := s.Take(context.Background(), begun.Add(100*time.Millisecond), 3, "k", 1)
 		taken <- err
 	}()
 	err := testkit.Receive(t, taken, "the call's answer while its look hangs")
@@ -1282,7 +1282,7 @@ func TestSharedSeatsShowTheFleetsWaiters(t *testing.T) {
 		s       *Shared
 		urgency int
 	}{{a, 3}, {a, 3}, {a, 7}, {b, 5}} {
-		go func() { _, _ = c.s.Take(ctx, time.Time{}, c.urgency, "k") }()
+		go func() { _, _ = c.s.Take(ctx, time.Time{}, c.urgency, "k", 1) }()
 	}
 	want := [8]int{3: 2, 5: 1, 7: 1}
 	pollUntil(t, clock, "the fleet's waiters counted on both replicas", func() bool {
@@ -1291,5 +1291,50 @@ func TestSharedSeatsShowTheFleetsWaiters(t *testing.T) {
 	})
 	if w := a.Snapshot().Waiting; w != [8]int{3: 2, 7: 1} {
 		t.Fatalf("replica a's own waiters %v", w)
+	}
+}
+
+// The fleet's line shares the shared seats' slot time between keys, seats handed over
+// included: on one seat, replica a's callers of a key of 300 ms calls and replica b's of a key
+// of 75 ms calls, two each, hand the seat over as they give it back (store.SeatHandover), and
+// the two keys hold it about as long as each other. With turns that count seats, the long
+// calls held it about four times as long. On the real clock, as the fleet's turns are kept.
+func TestSharedSeatsShareSlotTimeAcrossHandovers(t *testing.T) {
+	clock := clockwork.NewRealClock()
+	dsn := pgtest.Database(t)
+	a := newReplicaShared(openSeats(t, dsn, clock), clock, time.Minute, "a")
+	b := newReplicaShared(openSeats(t, dsn, clock), clock, time.Minute, "b")
+	ctx, stop := context.WithTimeout(context.Background(), 4*time.Second)
+	defer stop()
+	var held [2]atomic.Int64 // nanoseconds each key held the seat
+	var callers sync.WaitGroup
+	for i, c := range []struct {
+		s    *Shared
+		key  string
+		hold time.Duration
+	}{{a, "key:long", 300 * time.Millisecond}, {b, "key:short", 75 * time.Millisecond}} {
+		for range 2 {
+			callers.Go(func() {
+				for {
+					h, err := c.s.Take(ctx, time.Time{}, 3, c.key, 1)
+					if err != nil {
+						return
+					}
+					began := time.Now()
+					select {
+					case <-time.After(c.hold):
+					case <-ctx.Done():
+					}
+					held[i].Add(int64(time.Since(began)))
+					c.s.Give(h)
+				}
+			})
+		}
+	}
+	callers.Wait()
+	long, short := time.Duration(held[0].Load()), time.Duration(held[1].Load())
+	t.Logf("slot time: long calls %v, short calls %v", long, short)
+	if ratio := float64(long) / float64(short); ratio > 1.6 || ratio < 1/1.6 {
+		t.Fatalf("the long calls' key held the seat %.1f times as long as the short calls'; want about as long", ratio)
 	}
 }

@@ -580,8 +580,8 @@ func sweepCapacity(ctx context.Context, tx pgx.Tx, now time.Time) (turns, seats 
 	// (over 1,500 seats a second), so that they do not pile up.
 	for range seatTurnBatches {
 		tag, err := tx.Exec(ctx, `DELETE FROM seat_turns WHERE ctid = ANY(ARRAY(SELECT ctid FROM seat_turns
-			WHERE turn < clock_timestamp() - $1 * interval '1 microsecond' LIMIT $2 FOR UPDATE SKIP LOCKED))
-			AND turn < clock_timestamp() - $1 * interval '1 microsecond'`, store.KeepIdleLanesFor.Microseconds(), sweepBatch)
+			WHERE greatest(seen, turn) < clock_timestamp() - $1 * interval '1 microsecond' LIMIT $2 FOR UPDATE SKIP LOCKED))
+			AND greatest(seen, turn) < clock_timestamp() - $1 * interval '1 microsecond'`, store.KeepIdleLanesFor.Microseconds(), sweepBatch)
 		if err != nil || tag.RowsAffected() < sweepBatch {
 			return turns, seats, err
 		}

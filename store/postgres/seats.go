@@ -91,16 +91,17 @@ func (s *Store) acquireSeat(pool, freed, seat, worker string, limit int, lease t
 	err := s.query(func(ctx context.Context, db querier) error {
 		got = false
 		var look pgx.Batch
-		look.Queue(`SELECT set_config('lock_timeout', $1, true), set_config('`+lookAt+`', clock_timestamp()::text, true)`,
+		look.Queue(`SELECT set_config('lock_timeout', $1, true), set_config('`+lookAt+`', clock_timestamp()::text, true), `+genericPlans,
 			lookLockTimeout(s.opts.Timeout))
 		look.Queue(`SELECT pg_advisory_xact_lock($1, hashtext($2))`, seatLockClass, pool)
 		if freed != "" {
-			look.Queue(`DELETE FROM seats WHERE pool = $1 AND seat = $2`, pool, freed)
+			look.Queue(`WITH `+freeSeatSQL+` SELECT count(*) FROM freed`, pool, freed)
 		}
 		look.Queue(clearLapsed("seats", "pool = $1 AND NOT "+seatLive), pool)
 		look.Queue(clearLapsed("seat_waiters", "pool = $1 AND NOT "+waiterLive), pool)
 		look.Queue(takeSeatSQL, pool, seat, worker, limit, lease.Microseconds(), lineUrgency(w), w.Waited.Microseconds(),
-			waiterLease.Microseconds(), lineKey(w), freed != "", handoverReorder.Microseconds(), lineWaiting(w)).QueryRow(func(row pgx.Row) error { return row.Scan(&got) })
+			waiterLease.Microseconds(), lineKey(w), freed != "", handoverReorder.Microseconds(), lineWaiting(w),
+			max(w.Weight, 1)).QueryRow(func(row pgx.Row) error { return row.Scan(&got) })
 		return s.pool.SendBatch(ctx, &look).Close()
 	})
 	return got, err
@@ -117,6 +118,16 @@ func (s *Store) acquireSeat(pool, freed, seat, worker string, limit int, lease t
 // sharedPoll); docs/capacity.md, "Many replicas", has the benchmark.
 const handoverReorder = 20 * time.Millisecond
 
+// genericPlans has the rest of a look's or a release's transaction run its statements on
+// generic plans. Their statements are large (the line's order, the turns in slot time) and
+// run for every seat: PostgreSQL planned them anew at each run (a custom plan, as it does
+// while it weighs one against a generic plan), which took longer than running them; their
+// parameters never change the best plan (index lookups by pool and key), so the plan a
+// connection prepared once is kept. Through a pooler a statement is planned at each run all
+// the same (no statement is prepared there: pooledExecMode). BenchmarkASharedSeatPassed:
+// docs/capacity.md.
+const genericPlans = `set_config('plan_cache_mode', 'force_generic_plan', true)`
+
 // lookLockTimeout is how long a look waits for the pool's lock, and for any row it writes
 // (PostgreSQL's lock_timeout, in milliseconds, for the look's transaction only): half the call's
 // timeout. The replica stops waiting for an answer at the call's timeout, while PostgreSQL would
@@ -128,44 +139,51 @@ func lookLockTimeout(call time.Duration) string {
 
 // takeSeatSQL decides a look (acquireSeat) in one statement, under the pool's lock: $1 pool, $2
 // seat, $3 worker, $4 limit, $5 lease and $8 the place's lease (microseconds), $6 the call's
-// urgency in line, $7 how long it waited (microseconds), $9 its key (NULL: none). The seat is
-// taken when fewer than limit other live seats are held and it is held already (a renewal keeps
-// its place, whoever waits), or not as many better calls of other workers stand in line as
-// there are free seats: more urgent, then waiting longer since their turn came (lineTurnSQL),
-// then since they came, as the newcomers sharing a turn go oldest first (in a handover, $10 true,
-// a call of the same key and urgency only when it came more than $11 microseconds sooner:
-// handoverReorder), counting only workers
-// whose limit is above the seats held (replicas whose `shared N` differ, during a reload rolling
-// through the fleet, hold back no seat they cannot take). Taken, the call leaves the line and
-// its key's turn moves on (the newcomers' first, for a key without one: store.SeatTurns); else
-// it stands in line, its worker's one place moved to it. The statement's parts all see the
-// tables as they were before it: worker's own place is left out of the ranking. A look that
-// only stands its call in line ($10 false: it frees no seat) commits without waiting for the
-// WAL's flush (the next look stands the place again should a crash lose it); one that takes or
-// frees a seat commits as the server is set to.
+// urgency in line, $7 how long it waited (microseconds), $9 its key (NULL: none), $13 the key's
+// weight. The seat is taken when fewer than limit other live seats are held and it is held
+// already (a renewal keeps its place, whoever waits), or not as many better calls of other
+// workers stand in line as there are free seats (aheadSQL; in a handover, $10 true, a call of
+// the same key and urgency only when it came more than $11 microseconds sooner:
+// handoverReorder), counting only workers whose limit is above the seats held (replicas whose
+// `shared N` differ, during a reload rolling through the fleet, hold back no seat they cannot
+// take). Taken, the call leaves the line, and its lane's turn moves on from where it stood in
+// line by the take's charge (the newcomers' for a key without a turn, whose key then gets one),
+// as does its band's virtual time to where it stood (store.SeatTurns); else it stands in line,
+// its worker's one place moved to it. The statement's parts all see the tables as they were
+// before it: worker's own place is left out of the ranking. A look that only stands its call in
+// line ($10 false: it frees no seat) commits without waiting for the WAL's flush (the next look
+// stands the place again should a crash lose it); one that takes or frees a seat commits as the
+// server is set to.
 var takeSeatSQL = `WITH st AS (
 		SELECT count(*) FILTER (WHERE seat <> $2) AS held, coalesce(bool_or(seat = $2), false) AS renewal
 		FROM seats WHERE pool = $1 AND ` + seatLive + `),
 	me AS (SELECT $6::int AS urgency, ` + placeSinceSQL("$7", "$9") + ` AS since, ` + cameSQL("$7") + ` AS came,
-		$3::text AS worker, $9::text AS key),
+		$3::text AS worker, $9::text AS key, true AS slot_turns, ` + lineTagSQL("$9::text", "$6::int") + ` AS tag),
 	ahead AS (SELECT count(*) AS n FROM seat_waiters a, me, st
 		WHERE a.pool = $1 AND a.worker <> $3 AND a.seat_limit > st.held AND a.` + waiterLive + `
-		AND (a.urgency, ` + lineTurnSQL("a") + `, coalesce(a.came, a.since), a.worker) < (me.urgency, ` + lineTurnSQL("me") + `, me.came, me.worker)
+		AND ` + aheadSQL("a", "me") + `
 		AND NOT ($10::bool AND a.key = me.key AND a.urgency = me.urgency
 			AND coalesce(a.came, a.since) > me.came - $11 * interval '1 microsecond') IS TRUE),
 	d AS (SELECT st.held < $4 AND (st.renewal OR ahead.n < $4 - st.held) AS served, st.renewal FROM st, ahead),
-	place AS (INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, came, until, key, waiting)
-		SELECT $1, $3, me.urgency, $4, me.since, me.came, ` + leaseEnd(8) + `, me.key, $12::int[] FROM me, d WHERE NOT d.served` + placeInLine + `),
+	ch AS (SELECT floor(coalesce((SELECT t.hold FROM seat_turns t WHERE t.pool = $1 AND t.key = $9::text),
+			(SELECT t.hold FROM seat_turns t WHERE t.pool = $1 AND t.key = '` + seatAverage + `'), 0) / p.per)::bigint AS c, p.per,
+		$9::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM seat_turns WHERE pool = $1 AND key = $9::text) AS newcomer
+		FROM (SELECT greatest($4, 1) * greatest($13::float8, 1) AS per) p),
+	place AS (INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, came, until, key, waiting, slot_turns)
+		SELECT $1, $3, me.urgency, $4, me.since, me.came, ` + leaseEnd(8) + `, me.key, $12::int[], true FROM me, d WHERE NOT d.served` + placeInLine + `),
 	served AS (DELETE FROM seat_waiters WHERE pool = $1 AND worker = $3 AND (SELECT served AND NOT renewal FROM d)),
-	taken AS (INSERT INTO seats (pool, seat, worker, until) SELECT $1, $2, $3, ` + leaseEnd(5) + ` FROM d WHERE d.served
+	taken AS (INSERT INTO seats (pool, seat, worker, until, key, taken_at, charged, per, newcomer, band)
+		SELECT $1, $2, $3, ` + leaseEnd(5) + `, $9::text, clock_timestamp(), ch.c, ch.per, ch.newcomer, $6 FROM d, ch WHERE d.served
 		ON CONFLICT (pool, seat) DO UPDATE SET worker = $3, until = EXCLUDED.until),
-	newcomers AS (INSERT INTO seat_turns (pool, key, turn) SELECT $1, '` + store.SeatNewcomers + `', clock_timestamp() FROM d
-		WHERE d.served AND NOT d.renewal AND $9::text IS NOT NULL AND $9::text <> '` + store.SeatNewcomers + `'
-		AND NOT EXISTS (SELECT 1 FROM seat_turns WHERE pool = $1 AND key = $9::text)
-		ON CONFLICT (pool, key) DO UPDATE SET turn = EXCLUDED.turn),
-	turn AS (INSERT INTO seat_turns (pool, key, turn) SELECT $1, $9::text, clock_timestamp() FROM d
-		WHERE d.served AND NOT d.renewal AND $9::text IS NOT NULL
-		ON CONFLICT (pool, key) DO UPDATE SET turn = EXCLUDED.turn)
+	newcomers AS (INSERT INTO seat_turns (pool, key, turn, seen) SELECT $1, '` + store.SeatNewcomers + `', me.tag + ch.c * interval '1 microsecond', clock_timestamp()
+		FROM d, ch, me WHERE d.served AND NOT d.renewal AND ch.newcomer AND $9::text <> '` + store.SeatNewcomers + `'
+		ON CONFLICT (pool, key) DO UPDATE SET turn = ` + movedTurnSQL + `, seen = EXCLUDED.seen),
+	turn AS (INSERT INTO seat_turns (pool, key, turn, seen) SELECT $1, $9::text, me.tag + ch.c * interval '1 microsecond', clock_timestamp()
+		FROM d, ch, me WHERE d.served AND NOT d.renewal AND $9::text IS NOT NULL
+		ON CONFLICT (pool, key) DO UPDATE SET turn = ` + movedTurnSQL + `, seen = EXCLUDED.seen),
+	vtime AS (INSERT INTO seat_turns (pool, key, turn, seen) SELECT $1, ` + vtimeKeySQL("$6::int") + `, me.tag, clock_timestamp()
+		FROM d, me WHERE d.served AND NOT d.renewal
+		ON CONFLICT (pool, key) DO UPDATE SET turn = greatest(seat_turns.turn, EXCLUDED.turn), seen = EXCLUDED.seen)
 	SELECT served FROM d, (SELECT set_config('synchronous_commit', CASE WHEN d.served OR $10::bool THEN current_setting('synchronous_commit') ELSE 'off' END, true) FROM d) sync`
 
 // lineWaiting is w's worker's counts of calls waiting as its place keeps them: nil when not
@@ -218,13 +236,99 @@ func lineKey(w store.SeatWaiter) *string {
 	return nil
 }
 
-// keyTurnSQL is the fleet's turn of key expression k in pool $1 (store.SeatTurns): its own, the
-// newcomers' for a key without one, NULL for no key.
-func keyTurnSQL(k string) string {
+// The fleet's line for shared seats is start-time fair queuing over slot time (store.SeatTurns),
+// as the durable queue's order is (docs/backends.md, "The capacity order"): a key's turn (a row
+// of seat_turns, a time on the database's clock) moves on with each seat its calls take by the
+// slot time its seats held lately (hold; a key never measured is charged the pool's average,
+// the row seatAverage), over per: the pool's seats times the key's weight; a seat held past its
+// charge counts in its key's turn while it is held (turnNowSQL), and its release corrects the
+// turn to the time it held (freeSeatSQL). Each band has a virtual time (the row vtimeKeySQL of
+// the band): where the latest call taken in it stood in line. A call stands in line at the later
+// of its key's turn (the newcomers' for a key without one: keys without a turn share one) and
+// its band's virtual time (lineTagSQL), so a key that comes back after a while, or for the first
+// time, starts at the virtual time, not ahead of every key that kept calling, nor behind them.
+// A seat that lapses corrects nothing: its charge and what it counted while live stand.
+
+// seatAverage is the row of seat_turns whose hold is the pool's average hold, charged to a key
+// never measured: never a fairness key ("key:..."), a scope (a hex digest) nor SeatNewcomers.
+const seatAverage = "*average"
+
+// vtimeKeySQL is the key of the row of seat_turns that holds band u's virtual time.
+func vtimeKeySQL(u string) string { return `'*vtime:' || ` + u }
+
+// seatVtimeSQL is band u's virtual time in pool $1: its own, or when it has none (never a call taken
+// in it lately) the latest of the other bands', or the clock when no band has one.
+func seatVtimeSQL(u string) string {
+	return `coalesce((SELECT t.turn FROM seat_turns t WHERE t.pool = $1 AND t.key = ` + vtimeKeySQL(u) + `),
+		(SELECT max(t.turn) FROM seat_turns t WHERE t.pool = $1 AND t.key LIKE '*vtime:%'), clock_timestamp())`
+}
+
+// overrunSQL is what the live seats of turn row t (of pool $1) held past what their takes
+// charged, an interval of turn: its key's seats, or for the newcomers' row the seats taken in
+// their turn.
+func overrunSQL(t string) string {
+	return `coalesce((SELECT sum(greatest(floor(extract(epoch FROM clock_timestamp() - s.taken_at) * 1000000 / s.per) - s.charged, 0))
+		FROM seats s WHERE s.pool = $1 AND s.taken_at IS NOT NULL AND s.per > 0 AND s.` + seatLive + `
+		AND CASE WHEN ` + t + `.key = '` + store.SeatNewcomers + `' THEN s.newcomer ELSE s.key = ` + t + `.key END), 0)::float8 * interval '1 microsecond'`
+}
+
+// turnNowSQL is turn row t's turn as it is now: with what its live seats held past their charge.
+func turnNowSQL(t string) string { return t + `.turn + ` + overrunSQL(t) }
+
+// lineTagSQL is where a call of key k (NULL: none) and band u stands in pool $1's line: the later
+// of its key's turn as it is now, the newcomers' for a key without one, and its band's virtual
+// time; a call of no key stands at the virtual time.
+func lineTagSQL(k, u string) string {
+	return `greatest(CASE WHEN ` + k + ` IS NOT NULL THEN coalesce(
+		(SELECT ` + turnNowSQL("t") + ` FROM seat_turns t WHERE t.pool = $1 AND t.key = ` + k + `),
+		(SELECT ` + turnNowSQL("t") + ` FROM seat_turns t WHERE t.pool = $1 AND t.key = '` + store.SeatNewcomers + `')) END, ` + seatVtimeSQL(u) + `)`
+}
+
+// movedTurnSQL is the turn of an existing row of seat_turns moved on by a call that took a seat:
+// from where the call stood in line (me.tag: the later of the turn as it is now and the virtual
+// time), by the take's charge, less what the row's live seats count past their charge meanwhile
+// (their releases add it as they settle).
+var movedTurnSQL = `(SELECT me.tag FROM me) - ` + overrunSQL("seat_turns") + ` + (SELECT ch.c FROM ch) * interval '1 microsecond'`
+
+// aheadSQL says whether place a goes before call me in the line: more urgent, then standing
+// sooner (lineTagSQL), then come sooner, then by worker. A place of a binary of schema 19 or
+// before (slot_turns NULL) is compared as those binaries compare it with me, from their columns
+// (rawKeyTurnSQL), so that both replicas agree on which of the two goes first.
+func aheadSQL(a, me string) string {
+	return `CASE WHEN ` + a + `.slot_turns THEN
+		(` + a + `.urgency, ` + lineTagSQL(a+".key", a+".urgency") + `, coalesce(` + a + `.came, ` + a + `.since), ` + a + `.worker) <
+		(` + me + `.urgency, ` + me + `.tag, ` + me + `.came, ` + me + `.worker)
+	ELSE (` + a + `.urgency, ` + oldLineTurnSQL(a) + `, coalesce(` + a + `.came, ` + a + `.since), ` + a + `.worker) <
+		(` + me + `.urgency, ` + oldLineTurnSQL(me) + `, ` + me + `.came, ` + me + `.worker) END`
+}
+
+// rawKeyTurnSQL is key expression k's turn in pool $1 as the binaries of schema 16 to 19 read it:
+// its row's, the newcomers' for a key without one, NULL for no key.
+func rawKeyTurnSQL(k string) string {
 	return `CASE WHEN ` + k + ` IS NOT NULL THEN coalesce(
 		(SELECT t.turn FROM seat_turns t WHERE t.pool = $1 AND t.key = ` + k + `),
 		(SELECT t.turn FROM seat_turns t WHERE t.pool = $1 AND t.key = '` + store.SeatNewcomers + `')) END`
 }
+
+// freeSeatSQL is the common table expressions that give seat $2 of pool $1 back (freed, its
+// row) and correct its key's turn, and the newcomers' when it was taken in their turn, to the
+// slot time it held: moved on by what it held past its charge, or back by what it held less,
+// never back past its band's virtual time. The key's hold becomes the time it held, and the
+// pool's average moves an eighth of the way to it. Under the pool's lock, as a look's writes to
+// the turns are.
+var freeSeatSQL = `freed AS (DELETE FROM seats WHERE pool = $1 AND seat = $2 RETURNING key, taken_at, charged, per, newcomer, band),
+	run AS (SELECT key, newcomer, band, held, floor(held / per)::bigint - charged AS delta FROM (
+		SELECT key, coalesce(newcomer, false) AS newcomer, band, charged, per,
+			greatest(floor(extract(epoch FROM clock_timestamp() - taken_at) * 1000000), 0)::bigint AS held
+		FROM freed WHERE key IS NOT NULL AND taken_at IS NOT NULL AND per > 0 AND charged IS NOT NULL) f),
+	fix AS (UPDATE seat_turns t SET turn = CASE WHEN r.delta >= 0 THEN t.turn + r.delta * interval '1 microsecond'
+			ELSE greatest(t.turn + r.delta * interval '1 microsecond', least(t.turn,
+				(SELECT v.turn FROM seat_turns v WHERE v.pool = $1 AND v.key = ` + vtimeKeySQL("r.band") + `))) END,
+		hold = CASE WHEN t.key = r.key THEN r.held ELSE t.hold END, seen = clock_timestamp()
+		FROM run r WHERE t.pool = $1 AND (t.key = r.key OR r.newcomer AND t.key = '` + store.SeatNewcomers + `')),
+	average AS (INSERT INTO seat_turns (pool, key, turn, hold, seen) SELECT $1, '` + seatAverage + `', clock_timestamp(), held, clock_timestamp() FROM run
+		ON CONFLICT (pool, key) DO UPDATE SET turn = EXCLUDED.turn, seen = EXCLUDED.seen,
+			hold = (coalesce(seat_turns.hold, EXCLUDED.hold) * 7 + EXCLUDED.hold) / 8)`
 
 // lookAt is the setting, local to a look's transaction, that holds when the look began, on the
 // database's clock, before it waited for the pool's lock: a call's wait is told as of then
@@ -238,19 +342,18 @@ func cameSQL(waited string) string {
 	return `current_setting('` + lookAt + `')::timestamptz - ` + waited + ` * interval '1 microsecond'`
 }
 
-// placeSinceSQL is a place's since as it is stood in line: when its call came, or its key's turn
-// (key: NULL for none) if later. A schema 15 replica ranks places by since alone, so it reads a
-// place of this release as waiting from its turn, as its own places do; this release reads the
-// turns again as it compares (lineTurnSQL), since they move on.
+// placeSinceSQL is a place's since as it is stood in line, for the binaries of schema 19 and
+// before: when its call came, or its key's turn as they read it (key: NULL for none) if later.
+// A schema 15 replica ranks places by since alone; those of 16 to 19 read the turns again as
+// they compare (oldLineTurnSQL). This release ranks its own places by lineTagSQL.
 func placeSinceSQL(waited, key string) string {
-	return `greatest(` + cameSQL(waited) + `, ` + keyTurnSQL(key+`::text`) + `)`
+	return `greatest(` + cameSQL(waited) + `, ` + rawKeyTurnSQL(key+`::text`) + `)`
 }
 
-// lineTurnSQL is when the call of a place in line (alias x, in pool $1) counts as waiting from:
-// its since, or its key's turn if later (store.SeatTurns), read as the line is compared, so that
-// every place counts the turns as they are, not as they were at its replica's latest look.
-func lineTurnSQL(x string) string {
-	return `greatest(` + x + `.since, ` + keyTurnSQL(x+`.key`) + `)`
+// oldLineTurnSQL is when the binaries of schema 16 to 19 count the call of a place in line (alias
+// x, in pool $1) as waiting from: its since, or its key's turn if later.
+func oldLineTurnSQL(x string) string {
+	return `greatest(` + x + `.since, ` + rawKeyTurnSQL(x+`.key`) + `)`
 }
 
 // SeatTurnsAgo returns how long ago each of keys last took a seat of pool, on the database's
@@ -265,8 +368,8 @@ func (s *Store) SeatTurnsAgo(pool string, keys []string) (map[string]time.Durati
 		texts[i] = store.LaneText(k)
 	}
 	err := s.query(func(ctx context.Context, db querier) error {
-		rows, err := db.Query(ctx, `SELECT key, greatest(floor(extract(epoch FROM clock_timestamp() - turn) * 1000000), 0)::bigint
-			FROM seat_turns WHERE pool = $1 AND key = ANY($2)`, pool, texts)
+		rows, err := db.Query(ctx, `SELECT t.key, floor(extract(epoch FROM clock_timestamp() - (`+turnNowSQL("t")+`)) * 1000000)::bigint
+			FROM seat_turns t WHERE t.pool = $1 AND t.key = ANY($2)`, pool, texts)
 		if err != nil {
 			return err
 		}
@@ -292,7 +395,7 @@ var _ store.SeatTurns = (*Store)(nil)
 const placeInLine = `
 	ON CONFLICT (pool, worker) DO UPDATE SET urgency = EXCLUDED.urgency, seat_limit = EXCLUDED.seat_limit,
 		since = EXCLUDED.since, came = EXCLUDED.came, until = EXCLUDED.until, key = EXCLUDED.key,
-		waiting = EXCLUDED.waiting`
+		waiting = EXCLUDED.waiting, slot_turns = EXCLUDED.slot_turns`
 
 // lineUrgency is w's urgency in the fleet's line: aged by its wait as the queue ages it
 // (store.EffectiveUrgency).
@@ -321,10 +424,14 @@ func (s *Store) SeatsHeld(pool string) (int, error) {
 // call of theirs stands in the pool's line.
 func (s *Store) ReleaseSeat(pool, seat string) error {
 	return s.query(func(ctx context.Context, db querier) error {
-		var waited bool
-		err := db.QueryRow(ctx, `WITH freed AS (DELETE FROM seats WHERE pool = $1 AND seat = $2 RETURNING 1)
+		waited := false
+		var release pgx.Batch // one round trip, an implicit transaction, as a look's
+		release.Queue(`SELECT set_config('lock_timeout', $1, true), `+genericPlans, lookLockTimeout(s.opts.Timeout))
+		release.Queue(`SELECT pg_advisory_xact_lock($1, hashtext($2))`, seatLockClass, pool)
+		release.Queue(`WITH `+freeSeatSQL+`
 			SELECT EXISTS (SELECT 1 FROM freed) AND EXISTS (SELECT 1 FROM seat_waiters WHERE pool = $1 AND `+waiterLive+`)`,
-			pool, seat).Scan(&waited)
+			pool, seat).QueryRow(func(row pgx.Row) error { return row.Scan(&waited) })
+		err := s.pool.SendBatch(ctx, &release).Close()
 		if err == nil && waited {
 			s.seats.note(pool)
 		}

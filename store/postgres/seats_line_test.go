@@ -112,7 +112,7 @@ func TestClearingLapsedRowsNeverWaitsForAnotherTransaction(t *testing.T) {
 
 // A seat taken notes the fleet's turn of its call's key, and for a key without one the
 // newcomers' (on the database's clock, read back as how long ago); renewing a seat already held
-// moves neither; the sweep forgets a turn store.KeepIdleLanesFor after it was taken.
+// moves neither; the sweep forgets a turn store.KeepIdleLanesFor after it was last written.
 func TestSeatTurnsAreTheFleetsAndForgottenByTheSweep(t *testing.T) {
 	reps := replicas(t, 2, storetest.NewClock())
 	a, b := reps[0], reps[1]
@@ -127,7 +127,7 @@ func TestSeatTurnsAreTheFleetsAndForgottenByTheSweep(t *testing.T) {
 		t.Fatalf("turns seen from the other replica: %v; want acme's and the newcomers', just taken", ago)
 	}
 	ctx := context.Background()
-	if _, err := a.pool.Exec(ctx, `UPDATE seat_turns SET turn = turn - interval '11 minutes' WHERE key = 'key:acme'`); err != nil {
+	if _, err := a.pool.Exec(ctx, `UPDATE seat_turns SET turn = turn - interval '11 minutes', seen = seen - interval '11 minutes' WHERE key = 'key:acme'`); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := a.AcquireSeat("model", "s1", "A", 2, time.Minute, store.SeatWaiter{Urgency: 3, Key: "key:acme"}); !ok || err != nil {
