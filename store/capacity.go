@@ -101,15 +101,19 @@ type SeatLine interface {
 // whole fleet (docs/capacity.md, "Many replicas: `shared N`"), so that a key served on one
 // replica waits its turn on every other, and the newcomers (the keys without a turn, under
 // SeatNewcomers) share one turn across the fleet, not one per replica. A turn is a time on the
-// storage's clock in slot time: a call that takes a seat (AcquireSeat) moves its key's turn on
-// from the later of the turn and the clock by the slot time the key's seats held lately, over
-// the pool's seats times the key's weight; a seat held longer than that counts in the turn while
-// it is held, and its release (ReleaseSeat, HandOverSeat) corrects the turn to the time it held.
-// So a key of long calls takes its seats less often than a key of short ones, and over a busy
-// pool the turns move as the clock does. AcquireSeat orders the fleet's line by the turns as they
+// storage's clock moved by slot time (start-time fair queuing): a call that takes a seat
+// (AcquireSeat) moves its key's turn on, from where the call stood in line (the later of the
+// turn and its band's virtual time, the start of the latest call taken in the band), by the slot
+// time the key's latest seat held or the pool's average if longer, over the pool's seats times
+// the key's weight; a seat held longer than that counts in the turn while it is held, and its
+// release (ReleaseSeat, HandOverSeat) corrects the turn to the time it held. So a key of long
+// calls takes its seats less often than a key of short ones. The turns fall behind the clock
+// while several keys wait (the virtual time moves as the seats' time over the keys sharing
+// them), so they are compared with each other, never with when a call came. AcquireSeat orders
+// the fleet's line by the turns as they
 // are when it compares (a turn read by each replica before it stood in line would be stale by
 // the next seat taken, and the replicas that had not looked since would rank ahead); turns are
-// forgotten KeepIdleLanesFor after.
+// forgotten KeepIdleLanesFor after they were last written, unless a live seat counts in them.
 type SeatTurns interface {
 	// SeatTurnsAgo returns how long ago, on the storage's clock, each of keys' turns for seats
 	// of pool came, or less than none when it is still to come (a length of time, so that

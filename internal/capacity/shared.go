@@ -49,7 +49,8 @@ type Shared struct {
 	held     map[string]*Held
 	renewing bool // the renewer runs while any seat is held
 	// granted is when each key last got a seat here, for the keys' turns (at most
-	// maxGrantedKeys, the oldest forgotten first).
+	// maxGrantedKeys, the oldest forgotten first); with the fleet's turns, their turns as the
+	// latest read gave them (readFleetTurns).
 	granted map[string]time.Time
 }
 
@@ -311,21 +312,20 @@ func (s *Shared) readFleetTurns() {
 		s.log.Debug("reading the fleet's turns for shared seats", zap.Error(err))
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	// A key without a turn (new, or forgotten) is a newcomer again: its turn read before goes.
-	for k := range seen {
-		delete(s.granted, k)
-	}
-	delete(s.granted, sharedNewcomers)
+	// The turns read replace those of the latest read: a key without one (new, or forgotten) is
+	// a newcomer again, and a turn may have moved back (a seat that held less than its charge).
+	fleet := make(map[string]time.Time, len(ago))
 	for k, d := range ago {
 		if k == store.SeatNewcomers {
 			k = sharedNewcomers
 		} else if !seen[k] { // a key the storage mended (store.LaneText) is not this replica's
 			continue
 		}
-		s.grantedAtLocked(k, now.Add(-d))
+		fleet[k] = now.Add(-d)
 	}
+	s.mu.Lock()
+	s.granted = fleet
+	s.mu.Unlock()
 }
 
 // turnLocked is when w's turn comes. With the fleet's turns (store.SeatTurns), its lane's

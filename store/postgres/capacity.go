@@ -327,6 +327,14 @@ func settleRun(ctx context.Context, w execer, r store.Run) error {
 // queued (its worker would then wait for the next wake-up).
 const claimTries = 128
 
+// forgottenSeatTurn is the condition of a row of seat_turns the sweep forgets ($1: how long
+// after, in microseconds): neither written since (a take moves its turn to the clock, a release
+// its seen) nor counting a live seat's time (a key's seats, or the newcomers' for the seats taken
+// in their turn), which a call held longer than that would lose.
+const forgottenSeatTurn = `greatest(seen, turn) < clock_timestamp() - $1 * interval '1 microsecond'
+	AND NOT EXISTS (SELECT 1 FROM seats s WHERE s.pool = seat_turns.pool AND s.` + seatLive + `
+		AND (s.key = seat_turns.key OR seat_turns.key = '` + store.SeatNewcomers + `' AND s.newcomer))`
+
 // seatTurnBatches bounds the batches of the fleet's turns for shared seats one sweep forgets.
 const seatTurnBatches = 20
 
@@ -574,14 +582,14 @@ func sweepCapacity(ctx context.Context, tx pgx.Tx, now time.Time) (turns, seats 
 	if _, err = tx.Exec(ctx, clearLapsed("seat_waiters", "NOT "+waiterLive)); err != nil { // one row per replica and pool
 		return turns, seats, err
 	}
-	// The fleet's turns for shared seats, forgotten as the lanes' are (store.SeatTurns); those a
-	// seat taken holds at the moment are left to the next sweep. A credential minted per call
+	// The fleet's turns for shared seats, forgotten as the lanes' are (store.SeatTurns), but for
+	// those a live seat counts in (forgottenSeatTurn); a row another transaction holds is left to
+	// the next sweep. A credential minted per call
 	// leaves a turn per call: batches until none is left, up to seatTurnBatches of them a sweep
 	// (over 1,500 seats a second), so that they do not pile up.
 	for range seatTurnBatches {
 		tag, err := tx.Exec(ctx, `DELETE FROM seat_turns WHERE ctid = ANY(ARRAY(SELECT ctid FROM seat_turns
-			WHERE greatest(seen, turn) < clock_timestamp() - $1 * interval '1 microsecond' LIMIT $2 FOR UPDATE SKIP LOCKED))
-			AND greatest(seen, turn) < clock_timestamp() - $1 * interval '1 microsecond'`, store.KeepIdleLanesFor.Microseconds(), sweepBatch)
+			WHERE `+forgottenSeatTurn+` LIMIT $2 FOR UPDATE SKIP LOCKED)) AND `+forgottenSeatTurn, store.KeepIdleLanesFor.Microseconds(), sweepBatch)
 		if err != nil || tag.RowsAffected() < sweepBatch {
 			return turns, seats, err
 		}

@@ -158,16 +158,18 @@ var takeSeatSQL = `WITH st AS (
 		SELECT count(*) FILTER (WHERE seat <> $2) AS held, coalesce(bool_or(seat = $2), false) AS renewal
 		FROM seats WHERE pool = $1 AND ` + seatLive + `),
 	me AS (SELECT $6::int AS urgency, ` + placeSinceSQL("$7", "$9") + ` AS since, ` + cameSQL("$7") + ` AS came,
-		$3::text AS worker, $9::text AS key, true AS slot_turns, ` + lineTagSQL("$9::text", "$6::int") + ` AS tag),
-	ahead AS (SELECT count(*) AS n FROM seat_waiters a, me, st
+		$3::text AS worker, $9::text AS key, ` + lineTagSQL("$9::text", "$6::int") + ` AS tag),
+	older AS (SELECT EXISTS (SELECT 1 FROM seat_waiters o WHERE o.pool = $1 AND o.worker <> $3 AND o.` + waiterLive + `
+		AND o.slot_turns IS NOT TRUE) AS stand),
+	ahead AS (SELECT count(*) AS n FROM seat_waiters a, me, st, older
 		WHERE a.pool = $1 AND a.worker <> $3 AND a.seat_limit > st.held AND a.` + waiterLive + `
-		AND ` + aheadSQL("a", "me") + `
+		AND ` + aheadSQL("a", "me", "older.stand") + `
 		AND NOT ($10::bool AND a.key = me.key AND a.urgency = me.urgency
 			AND coalesce(a.came, a.since) > me.came - $11 * interval '1 microsecond') IS TRUE),
 	d AS (SELECT st.held < $4 AND (st.renewal OR ahead.n < $4 - st.held) AS served, st.renewal FROM st, ahead),
-	ch AS (SELECT floor(coalesce((SELECT t.hold FROM seat_turns t WHERE t.pool = $1 AND t.key = $9::text),
-			(SELECT t.hold FROM seat_turns t WHERE t.pool = $1 AND t.key = '` + seatAverage + `'), 0) / p.per)::bigint AS c, p.per,
-		$9::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM seat_turns WHERE pool = $1 AND key = $9::text) AS newcomer
+	ch AS (SELECT floor(coalesce(greatest((SELECT t.hold FROM seat_turns t WHERE t.pool = $1 AND t.key = $9::text),
+			(SELECT t.hold FROM seat_turns t WHERE t.pool = $1 AND t.key = '` + seatAverage + `')), 0) / p.per)::bigint AS c, p.per,
+		$9::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM seat_turns WHERE pool = $1 AND key = $9::text AND vturn IS NOT NULL) AS newcomer
 		FROM (SELECT greatest($4, 1) * greatest($13::float8, 1) AS per) p),
 	place AS (INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, came, until, key, waiting, slot_turns)
 		SELECT $1, $3, me.urgency, $4, me.since, me.came, ` + leaseEnd(8) + `, me.key, $12::int[], true FROM me, d WHERE NOT d.served` + placeInLine + `),
@@ -175,15 +177,17 @@ var takeSeatSQL = `WITH st AS (
 	taken AS (INSERT INTO seats (pool, seat, worker, until, key, taken_at, charged, per, newcomer, band)
 		SELECT $1, $2, $3, ` + leaseEnd(5) + `, $9::text, clock_timestamp(), ch.c, ch.per, ch.newcomer, $6 FROM d, ch WHERE d.served
 		ON CONFLICT (pool, seat) DO UPDATE SET worker = $3, until = EXCLUDED.until),
-	newcomers AS (INSERT INTO seat_turns (pool, key, turn, seen) SELECT $1, '` + store.SeatNewcomers + `', me.tag + ch.c * interval '1 microsecond', clock_timestamp()
+	newcomers AS (INSERT INTO seat_turns (pool, key, turn, vturn, seen)
+		SELECT $1, '` + store.SeatNewcomers + `', clock_timestamp(), me.tag + ch.c * interval '1 microsecond', clock_timestamp()
 		FROM d, ch, me WHERE d.served AND NOT d.renewal AND ch.newcomer AND $9::text <> '` + store.SeatNewcomers + `'
-		ON CONFLICT (pool, key) DO UPDATE SET turn = ` + movedTurnSQL + `, seen = EXCLUDED.seen),
-	turn AS (INSERT INTO seat_turns (pool, key, turn, seen) SELECT $1, $9::text, me.tag + ch.c * interval '1 microsecond', clock_timestamp()
+		ON CONFLICT (pool, key) DO UPDATE SET turn = EXCLUDED.turn, vturn = ` + movedTurnSQL + `, seen = EXCLUDED.seen),
+	turn AS (INSERT INTO seat_turns (pool, key, turn, vturn, seen)
+		SELECT $1, $9::text, clock_timestamp(), me.tag + ch.c * interval '1 microsecond', clock_timestamp()
 		FROM d, ch, me WHERE d.served AND NOT d.renewal AND $9::text IS NOT NULL
-		ON CONFLICT (pool, key) DO UPDATE SET turn = ` + movedTurnSQL + `, seen = EXCLUDED.seen),
-	vtime AS (INSERT INTO seat_turns (pool, key, turn, seen) SELECT $1, ` + vtimeKeySQL("$6::int") + `, me.tag, clock_timestamp()
+		ON CONFLICT (pool, key) DO UPDATE SET turn = EXCLUDED.turn, vturn = ` + movedTurnSQL + `, seen = EXCLUDED.seen),
+	vtime AS (INSERT INTO seat_turns (pool, key, turn, vturn, seen) SELECT $1, ` + vtimeKeySQL("$6::int") + `, clock_timestamp(), me.tag, clock_timestamp()
 		FROM d, me WHERE d.served AND NOT d.renewal
-		ON CONFLICT (pool, key) DO UPDATE SET turn = greatest(seat_turns.turn, EXCLUDED.turn), seen = EXCLUDED.seen)
+		ON CONFLICT (pool, key) DO UPDATE SET turn = EXCLUDED.turn, vturn = greatest(seat_turns.vturn, EXCLUDED.vturn), seen = EXCLUDED.seen)
 	SELECT served FROM d, (SELECT set_config('synchronous_commit', CASE WHEN d.served OR $10::bool THEN current_setting('synchronous_commit') ELSE 'off' END, true) FROM d) sync`
 
 // lineWaiting is w's worker's counts of calls waiting as its place keeps them: nil when not
@@ -238,16 +242,19 @@ func lineKey(w store.SeatWaiter) *string {
 
 // The fleet's line for shared seats is start-time fair queuing over slot time (store.SeatTurns),
 // as the durable queue's order is (docs/backends.md, "The capacity order"): a key's turn (a row
-// of seat_turns, a time on the database's clock) moves on with each seat its calls take by the
-// slot time its seats held lately (hold; a key never measured is charged the pool's average,
-// the row seatAverage), over per: the pool's seats times the key's weight; a seat held past its
-// charge counts in its key's turn while it is held (turnNowSQL), and its release corrects the
-// turn to the time it held (freeSeatSQL). Each band has a virtual time (the row vtimeKeySQL of
-// the band): where the latest call taken in it stood in line. A call stands in line at the later
-// of its key's turn (the newcomers' for a key without one: keys without a turn share one) and
-// its band's virtual time (lineTagSQL), so a key that comes back after a while, or for the first
-// time, starts at the virtual time, not ahead of every key that kept calling, nor behind them.
-// A seat that lapses corrects nothing: its charge and what it counted while live stand.
+// of seat_turns, its vturn: a time on the database's clock moved by slot time) moves on with
+// each seat its calls take by the slot time its seats held lately (hold), or the pool's average
+// (the row seatAverage) when that is longer, over per: the pool's seats times the key's weight;
+// a seat held past its charge counts in its key's turn while it is held (turnNowSQL), and its
+// release corrects the turn to the time it held (freeSeatSQL). Each band has a virtual time (the
+// row vtimeKeySQL of the band): where the latest call taken in it stood in line. A call stands
+// in line at the later of its key's turn (the newcomers' for a key without one: keys without a
+// turn share one) and its band's virtual time (lineTagSQL), so a key that comes back after a
+// while, or for the first time, starts at the virtual time, not ahead of every key that kept
+// calling, nor behind them. A row's turn is still when the key last took a seat, on the clock,
+// as a binary of schema 19 keeps it and reads it (oldLineTurnSQL); the sweep keeps a row while a
+// live seat counts in it. A seat that lapses (its replica died, and its call with it) takes back
+// what it counted while it was held: only a release settles it.
 
 // seatAverage is the row of seat_turns whose hold is the pool's average hold, charged to a key
 // never measured: never a fairness key ("key:..."), a scope (a hex digest) nor SeatNewcomers.
@@ -259,8 +266,8 @@ func vtimeKeySQL(u string) string { return `'*vtime:' || ` + u }
 // seatVtimeSQL is band u's virtual time in pool $1: its own, or when it has none (never a call taken
 // in it lately) the latest of the other bands', or the clock when no band has one.
 func seatVtimeSQL(u string) string {
-	return `coalesce((SELECT t.turn FROM seat_turns t WHERE t.pool = $1 AND t.key = ` + vtimeKeySQL(u) + `),
-		(SELECT max(t.turn) FROM seat_turns t WHERE t.pool = $1 AND t.key LIKE '*vtime:%'), clock_timestamp())`
+	return `coalesce((SELECT t.vturn FROM seat_turns t WHERE t.pool = $1 AND t.key = ` + vtimeKeySQL(u) + `),
+		(SELECT max(t.vturn) FROM seat_turns t WHERE t.pool = $1 AND t.key LIKE '*vtime:%'), clock_timestamp())`
 }
 
 // overrunSQL is what the live seats of turn row t (of pool $1) held past what their takes
@@ -273,7 +280,7 @@ func overrunSQL(t string) string {
 }
 
 // turnNowSQL is turn row t's turn as it is now: with what its live seats held past their charge.
-func turnNowSQL(t string) string { return t + `.turn + ` + overrunSQL(t) }
+func turnNowSQL(t string) string { return t + `.vturn + ` + overrunSQL(t) }
 
 // lineTagSQL is where a call of key k (NULL: none) and band u stands in pool $1's line: the later
 // of its key's turn as it is now, the newcomers' for a key without one, and its band's virtual
@@ -291,11 +298,14 @@ func lineTagSQL(k, u string) string {
 var movedTurnSQL = `(SELECT me.tag FROM me) - ` + overrunSQL("seat_turns") + ` + (SELECT ch.c FROM ch) * interval '1 microsecond'`
 
 // aheadSQL says whether place a goes before call me in the line: more urgent, then standing
-// sooner (lineTagSQL), then come sooner, then by worker. A place of a binary of schema 19 or
-// before (slot_turns NULL) is compared as those binaries compare it with me, from their columns
-// (rawKeyTurnSQL), so that both replicas agree on which of the two goes first.
-func aheadSQL(a, me string) string {
-	return `CASE WHEN ` + a + `.slot_turns THEN
+// sooner (lineTagSQL), then come sooner, then by worker. While a place of a binary of schema 19
+// or before (slot_turns NULL) stands in the line (older true), every place is compared as those
+// binaries compare them, from the columns they keep (oldLineTurnSQL: turn and since are still
+// theirs), so that the whole fleet keeps one order: compared by slot time among themselves and
+// by that rule against the older binary's places, three places could each rank another first,
+// and a free seat stand idle.
+func aheadSQL(a, me, older string) string {
+	return `CASE WHEN NOT ` + older + ` THEN
 		(` + a + `.urgency, ` + lineTagSQL(a+".key", a+".urgency") + `, coalesce(` + a + `.came, ` + a + `.since), ` + a + `.worker) <
 		(` + me + `.urgency, ` + me + `.tag, ` + me + `.came, ` + me + `.worker)
 	ELSE (` + a + `.urgency, ` + oldLineTurnSQL(a) + `, coalesce(` + a + `.came, ` + a + `.since), ` + a + `.worker) <
@@ -321,9 +331,9 @@ var freeSeatSQL = `freed AS (DELETE FROM seats WHERE pool = $1 AND seat = $2 RET
 		SELECT key, coalesce(newcomer, false) AS newcomer, band, charged, per,
 			greatest(floor(extract(epoch FROM clock_timestamp() - taken_at) * 1000000), 0)::bigint AS held
 		FROM freed WHERE key IS NOT NULL AND taken_at IS NOT NULL AND per > 0 AND charged IS NOT NULL) f),
-	fix AS (UPDATE seat_turns t SET turn = CASE WHEN r.delta >= 0 THEN t.turn + r.delta * interval '1 microsecond'
-			ELSE greatest(t.turn + r.delta * interval '1 microsecond', least(t.turn,
-				(SELECT v.turn FROM seat_turns v WHERE v.pool = $1 AND v.key = ` + vtimeKeySQL("r.band") + `))) END,
+	fix AS (UPDATE seat_turns t SET vturn = CASE WHEN r.delta >= 0 THEN t.vturn + r.delta * interval '1 microsecond'
+			ELSE greatest(t.vturn + r.delta * interval '1 microsecond', least(t.vturn,
+				(SELECT v.vturn FROM seat_turns v WHERE v.pool = $1 AND v.key = ` + vtimeKeySQL("r.band") + `))) END,
 		hold = CASE WHEN t.key = r.key THEN r.held ELSE t.hold END, seen = clock_timestamp()
 		FROM run r WHERE t.pool = $1 AND (t.key = r.key OR r.newcomer AND t.key = '` + store.SeatNewcomers + `')),
 	average AS (INSERT INTO seat_turns (pool, key, turn, hold, seen) SELECT $1, '` + seatAverage + `', clock_timestamp(), held, clock_timestamp() FROM run
@@ -356,8 +366,8 @@ func oldLineTurnSQL(x string) string {
 	return `greatest(` + x + `.since, ` + rawKeyTurnSQL(x+`.key`) + `)`
 }
 
-// SeatTurnsAgo returns how long ago each of keys last took a seat of pool, on the database's
-// clock (see store.SeatTurns).
+// SeatTurnsAgo returns how long ago each of keys' turns in slot time for seats of pool came, on
+// the database's clock, less than none when it is still to come (see store.SeatTurns).
 func (s *Store) SeatTurnsAgo(pool string, keys []string) (map[string]time.Duration, error) {
 	out := map[string]time.Duration{}
 	if len(keys) == 0 {
@@ -369,7 +379,7 @@ func (s *Store) SeatTurnsAgo(pool string, keys []string) (map[string]time.Durati
 	}
 	err := s.query(func(ctx context.Context, db querier) error {
 		rows, err := db.Query(ctx, `SELECT t.key, floor(extract(epoch FROM clock_timestamp() - (`+turnNowSQL("t")+`)) * 1000000)::bigint
-			FROM seat_turns t WHERE t.pool = $1 AND t.key = ANY($2)`, pool, texts)
+			FROM seat_turns t WHERE t.pool = $1 AND t.key = ANY($2) AND t.vturn IS NOT NULL`, pool, texts)
 		if err != nil {
 			return err
 		}

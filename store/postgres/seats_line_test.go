@@ -112,7 +112,8 @@ func TestClearingLapsedRowsNeverWaitsForAnotherTransaction(t *testing.T) {
 
 // A seat taken notes the fleet's turn of its call's key, and for a key without one the
 // newcomers' (on the database's clock, read back as how long ago); renewing a seat already held
-// moves neither; the sweep forgets a turn store.KeepIdleLanesFor after it was last written.
+// moves neither; the sweep forgets a turn store.KeepIdleLanesFor after it was last written, but
+// not while a live seat counts in it: a call held longer kept its key's turn.
 func TestSeatTurnsAreTheFleetsAndForgottenByTheSweep(t *testing.T) {
 	reps := replicas(t, 2, storetest.NewClock())
 	a, b := reps[0], reps[1]
@@ -127,23 +128,40 @@ func TestSeatTurnsAreTheFleetsAndForgottenByTheSweep(t *testing.T) {
 		t.Fatalf("turns seen from the other replica: %v; want acme's and the newcomers', just taken", ago)
 	}
 	ctx := context.Background()
-	if _, err := a.pool.Exec(ctx, `UPDATE seat_turns SET turn = turn - interval '11 minutes', seen = seen - interval '11 minutes' WHERE key = 'key:acme'`); err != nil {
-		t.Fatal(err)
+	age := func() {
+		t.Helper()
+		if _, err := a.pool.Exec(ctx, `UPDATE seat_turns SET turn = turn - interval '11 minutes', vturn = vturn - interval '11 minutes',
+			seen = seen - interval '11 minutes' WHERE key = 'key:acme'`); err != nil {
+			t.Fatal(err)
+		}
 	}
+	sweep := func() {
+		t.Helper()
+		if err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+			_, _, err := sweepCapacity(ctx, tx, time.Now())
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	age()
 	if ok, err := a.AcquireSeat("model", "s1", "A", 2, time.Minute, store.SeatWaiter{Urgency: 3, Key: "key:acme"}); !ok || err != nil {
 		t.Fatalf("renewal: %v %v", ok, err)
 	}
 	if ago, _ := b.SeatTurnsAgo("model", []string{"key:acme"}); ago["key:acme"] < 10*time.Minute {
 		t.Fatalf("a renewal moved acme's turn: %v ago", ago["key:acme"])
 	}
-	if err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
-		_, _, err := sweepCapacity(ctx, tx, time.Now())
-		return err
-	}); err != nil {
+	sweep()
+	if ago, _ := b.SeatTurnsAgo("model", []string{"key:acme", store.SeatNewcomers}); len(ago) != 2 {
+		t.Fatalf("after the sweep, acme's seat live: %v; want acme's turn and the newcomers'", ago)
+	}
+	if err := a.ReleaseSeat("model", "s1"); err != nil {
 		t.Fatal(err)
 	}
+	age()
+	sweep()
 	if ago, _ := b.SeatTurnsAgo("model", []string{"key:acme", store.SeatNewcomers}); len(ago) != 1 {
-		t.Fatalf("after the sweep: %v; want the newcomers' turn only", ago)
+		t.Fatalf("after the sweep, acme's seat released: %v; want the newcomers' turn only", ago)
 	}
 }
 

@@ -96,32 +96,44 @@ func TestAReplicaOfThePreviousSchemaAgreesOnTheLine(t *testing.T) {
 	}
 }
 
-// schema19TakeSQL is a schema 19 binary's look statement (its takeSeatSQL), whose turns count
-// seats: a place ranks from the later of its since and its key's turn as the row holds it, and
-// a seat taken moves its key's turn to the clock.
-var schema19TakeSQL = `WITH st AS (
+// schema19TakeSQL is a schema 19 binary's look statement (takeSeatSQL as release 3ce9097 sent
+// it, written out), whose turns count seats: a place ranks from the later of its since and its
+// key's turn as the row holds it, and a seat taken moves its key's turn to the clock.
+const schema19TakeSQL = `WITH st AS (
 		SELECT count(*) FILTER (WHERE seat <> $2) AS held, coalesce(bool_or(seat = $2), false) AS renewal
-		FROM seats WHERE pool = $1 AND ` + seatLive + `),
-	me AS (SELECT $6::int AS urgency, ` + placeSinceSQL("$7", "$9") + ` AS since, ` + cameSQL("$7") + ` AS came,
+		FROM seats WHERE pool = $1 AND until > clock_timestamp()),
+	me AS (SELECT $6::int AS urgency, greatest(current_setting('mulligan.look_at')::timestamptz - $7 * interval '1 microsecond', CASE WHEN $9::text IS NOT NULL THEN coalesce(
+		(SELECT t.turn FROM seat_turns t WHERE t.pool = $1 AND t.key = $9::text),
+		(SELECT t.turn FROM seat_turns t WHERE t.pool = $1 AND t.key = '*newcomers')) END) AS since, current_setting('mulligan.look_at')::timestamptz - $7 * interval '1 microsecond' AS came,
 		$3::text AS worker, $9::text AS key),
 	ahead AS (SELECT count(*) AS n FROM seat_waiters a, me, st
-		WHERE a.pool = $1 AND a.worker <> $3 AND a.seat_limit > st.held AND a.` + waiterLive + `
-		AND (a.urgency, ` + oldLineTurnSQL("a") + `, coalesce(a.came, a.since), a.worker) < (me.urgency, ` + oldLineTurnSQL("me") + `, me.came, me.worker)),
+		WHERE a.pool = $1 AND a.worker <> $3 AND a.seat_limit > st.held AND a.until > clock_timestamp()
+		AND (a.urgency, greatest(a.since, CASE WHEN a.key IS NOT NULL THEN coalesce(
+		(SELECT t.turn FROM seat_turns t WHERE t.pool = $1 AND t.key = a.key),
+		(SELECT t.turn FROM seat_turns t WHERE t.pool = $1 AND t.key = '*newcomers')) END), coalesce(a.came, a.since), a.worker) < (me.urgency, greatest(me.since, CASE WHEN me.key IS NOT NULL THEN coalesce(
+		(SELECT t.turn FROM seat_turns t WHERE t.pool = $1 AND t.key = me.key),
+		(SELECT t.turn FROM seat_turns t WHERE t.pool = $1 AND t.key = '*newcomers')) END), me.came, me.worker)
+		AND NOT ($10::bool AND a.key = me.key AND a.urgency = me.urgency
+			AND coalesce(a.came, a.since) > me.came - $11 * interval '1 microsecond') IS TRUE),
 	d AS (SELECT st.held < $4 AND (st.renewal OR ahead.n < $4 - st.held) AS served, st.renewal FROM st, ahead),
-	place AS (INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, came, until, key)
-		SELECT $1, $3, me.urgency, $4, me.since, me.came, ` + leaseEnd(8) + `, me.key FROM me, d WHERE NOT d.served
-		ON CONFLICT (pool, worker) DO UPDATE SET urgency = EXCLUDED.urgency, seat_limit = EXCLUDED.seat_limit,
-			since = EXCLUDED.since, came = EXCLUDED.came, until = EXCLUDED.until, key = EXCLUDED.key),
+	place AS (INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, came, until, key, waiting)
+		SELECT $1, $3, me.urgency, $4, me.since, me.came, clock_timestamp() + $8 * interval '1 microsecond', me.key, $12::int[] FROM me, d WHERE NOT d.served
+	ON CONFLICT (pool, worker) DO UPDATE SET urgency = EXCLUDED.urgency, seat_limit = EXCLUDED.seat_limit,
+		since = EXCLUDED.since, came = EXCLUDED.came, until = EXCLUDED.until, key = EXCLUDED.key,
+		waiting = EXCLUDED.waiting),
 	served AS (DELETE FROM seat_waiters WHERE pool = $1 AND worker = $3 AND (SELECT served AND NOT renewal FROM d)),
-	taken AS (INSERT INTO seats (pool, seat, worker, until) SELECT $1, $2, $3, ` + leaseEnd(5) + ` FROM d WHERE d.served
+	taken AS (INSERT INTO seats (pool, seat, worker, until) SELECT $1, $2, $3, clock_timestamp() + $5 * interval '1 microsecond' FROM d WHERE d.served
 		ON CONFLICT (pool, seat) DO UPDATE SET worker = $3, until = EXCLUDED.until),
+	newcomers AS (INSERT INTO seat_turns (pool, key, turn) SELECT $1, '*newcomers', clock_timestamp() FROM d
+		WHERE d.served AND NOT d.renewal AND $9::text IS NOT NULL AND $9::text <> '*newcomers'
+		AND NOT EXISTS (SELECT 1 FROM seat_turns WHERE pool = $1 AND key = $9::text)
+		ON CONFLICT (pool, key) DO UPDATE SET turn = EXCLUDED.turn),
 	turn AS (INSERT INTO seat_turns (pool, key, turn) SELECT $1, $9::text, clock_timestamp() FROM d
 		WHERE d.served AND NOT d.renewal AND $9::text IS NOT NULL
 		ON CONFLICT (pool, key) DO UPDATE SET turn = EXCLUDED.turn)
-	SELECT served FROM d`
+	SELECT served FROM d, (SELECT set_config('synchronous_commit', CASE WHEN d.served OR $10::bool THEN current_setting('synchronous_commit') ELSE 'off' END, true) FROM d) sync`
 
-// schema19Look is a schema 19 binary's AcquireSeat (without its newcomers' turn, which the test
-// does not reach).
+// schema19Look is a schema 19 binary's AcquireSeat, one seat in pool "model".
 func schema19Look(t *testing.T, s *Store, seat, worker string, w store.SeatWaiter) bool {
 	t.Helper()
 	got := false
@@ -131,8 +143,37 @@ func schema19Look(t *testing.T, s *Store, seat, worker string, w store.SeatWaite
 			return err
 		}
 		return tx.QueryRow(ctx, schema19TakeSQL, "model", seat, worker, 1, time.Minute.Microseconds(), lineUrgency(w),
-			w.Waited.Microseconds(), waiterLease.Microseconds(), lineKey(w)).Scan(&got)
+			w.Waited.Microseconds(), waiterLease.Microseconds(), lineKey(w), false, handoverReorder.Microseconds(), lineWaiting(w)).Scan(&got)
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// slotTurnsBehind sets the turns of pool "model" as they are under load: in slot time (vturn),
+// each key's and band 3's virtual time the given seconds back; on the clock (turn, what a schema
+// 19 binary reads), every key's 20 s back, older than any call of the tests came.
+func slotTurnsBehind(t *testing.T, s *Store, vtime int, keys map[string]int) {
+	t.Helper()
+	rows := [][]any{{"*vtime:3", vtime}}
+	for k, back := range keys {
+		rows = append(rows, []any{k, back})
+	}
+	for _, r := range rows {
+		if _, err := s.pool.Exec(context.Background(), `INSERT INTO seat_turns (pool, key, turn, vturn, seen)
+			VALUES ('model', $1, clock_timestamp() - interval '20 seconds', clock_timestamp() - $2 * interval '1 second', clock_timestamp())
+			ON CONFLICT (pool, key) DO UPDATE SET turn = EXCLUDED.turn, vturn = EXCLUDED.vturn, seen = EXCLUDED.seen`, r[0], r[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// look is a look of this release for a call of key that came waited ago, one seat in pool
+// "model".
+func look(t *testing.T, s *Store, seat, worker, key string, waited time.Duration) bool {
+	t.Helper()
+	got, err := s.AcquireSeat("model", seat, worker, 1, time.Minute, store.SeatWaiter{Urgency: 3, Waited: waited, Key: key})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,44 +182,64 @@ func schema19Look(t *testing.T, s *Store, seat, worker string, w store.SeatWaite
 
 // A replica of this release (N) and one of schema 19 (O), whose turns count seats, each stand a
 // call in line for the one shared seat. The turns in slot time lag the clock, as they do under
-// load: N's key's turn is a minute back, O's half a minute, the band's virtual time a minute
-// and a half. O's call came 5 s ago, N's 1 s ago. O ranks by the later of when a call came and
-// its key's turn: its own call first. So does N, comparing a place of O's as O does, and O takes
-// the seat that comes free. Ranked by slot time, N's call (its key's turn the earlier) went
-// first on N, and N took the seat O ranked as its own.
+// load: N's key's a minute back, O's half a minute, the band's virtual time a minute and a
+// half. O's call came 5 s ago, N's 1 s ago. O ranks by the later of when a call came and its
+// key's turn on the clock: its own call first. So does N while a place of O's stands in line,
+// and O takes the seat that comes free. Ranked by slot time, N's call (its key's turn the
+// earlier) went first on N, and N took the seat O ranked as its own.
 func TestAReplicaOfSchema19AgreesOnTheLine(t *testing.T) {
 	reps := replicas(t, 2, storetest.NewClock())
 	n, o := reps[0], reps[1]
 	if ok, err := n.AcquireSeat("model", "h", "H", 1, time.Minute, store.SeatWaiter{Urgency: 3}); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	if _, err := n.pool.Exec(context.Background(), `INSERT INTO seat_turns (pool, key, turn, seen) VALUES
-		('model', 'key:n', clock_timestamp() - interval '60 seconds', clock_timestamp()),
-		('model', 'key:o', clock_timestamp() - interval '30 seconds', clock_timestamp()),
-		('model', '*vtime:3', clock_timestamp() - interval '90 seconds', clock_timestamp())
-		ON CONFLICT (pool, key) DO UPDATE SET turn = EXCLUDED.turn, seen = EXCLUDED.seen`); err != nil {
-		t.Fatal(err)
-	}
-	lookN := func() bool {
-		got, err := n.AcquireSeat("model", "n1", "N", 1, time.Minute, store.SeatWaiter{Urgency: 3, Waited: time.Second, Key: "key:n"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
+	slotTurnsBehind(t, n, 90, map[string]int{"key:n": 60, "key:o": 30})
 	lookO := func() bool {
 		return schema19Look(t, o, "o1", "O", store.SeatWaiter{Urgency: 3, Waited: 5 * time.Second, Key: "key:o"})
 	}
-	if lookN() || lookO() { // the seat is held: both stand in line
+	if look(t, n, "n1", "N", "key:n", time.Second) || lookO() { // the seat is held: both stand in line
 		t.Fatal("took a held seat")
 	}
 	if err := n.ReleaseSeat("model", "h"); err != nil {
 		t.Fatal(err)
 	}
-	if lookN() {
+	if look(t, n, "n1", "N", "key:n", time.Second) {
 		t.Fatal("N took the seat O's call is due by O's order")
 	}
 	if !lookO() {
 		t.Fatal("neither replica took the free seat: each ranks the other's call first")
+	}
+}
+
+// Two replicas of this release (N1, N2) and one of schema 19 (O) stand a call each in line for
+// the one shared seat: N1's of key a came 0.1 s ago, N2's of key b 10 s ago, O's of key c 5 s
+// ago; in slot time a's turn is an hour back, b's 50 minutes, the band's virtual time an hour
+// and a half. O orders the calls b, c, a (by when they came: every key's turn on the clock is
+// older). Compared by slot time among themselves (a before b) and as O compares them against
+// O's, each replica counted one call ahead of its own, and nobody took the free seat. While a
+// place of O's stands in line, this release compares every place as O does, and b's takes it.
+func TestAFleetWithAReplicaOfSchema19KeepsOneOrder(t *testing.T) {
+	reps := replicas(t, 3, storetest.NewClock())
+	n1, n2, o := reps[0], reps[1], reps[2]
+	if ok, err := n1.AcquireSeat("model", "h", "H", 1, time.Minute, store.SeatWaiter{Urgency: 3}); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	slotTurnsBehind(t, n1, 5400, map[string]int{"key:a": 3600, "key:b": 3000, "key:c": 0})
+	lookO := func() bool {
+		return schema19Look(t, o, "o1", "O", store.SeatWaiter{Urgency: 3, Waited: 5 * time.Second, Key: "key:c"})
+	}
+	lookN1 := func() bool { return look(t, n1, "a1", "N1", "key:a", 100*time.Millisecond) }
+	lookN2 := func() bool { return look(t, n2, "b1", "N2", "key:b", 10*time.Second) }
+	if lookN1() || lookN2() || lookO() { // the seat is held: all stand in line
+		t.Fatal("took a held seat")
+	}
+	if err := n1.ReleaseSeat("model", "h"); err != nil {
+		t.Fatal(err)
+	}
+	if lookN1() || lookO() {
+		t.Fatal("a's or c's call took the seat b's is due by O's order")
+	}
+	if !lookN2() {
+		t.Fatal("nobody took the free seat: each replica ranks another's call ahead of its own")
 	}
 }

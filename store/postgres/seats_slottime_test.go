@@ -19,9 +19,10 @@ type seatTenant struct {
 	key    string
 	weight float64
 	hold   func(n int) time.Duration
-	took   atomic.Int64 // calls that took a seat
-	held   atomic.Int64 // seats held now
-	slot   atomic.Int64 // slot time its calls held, nanoseconds, counted at release
+	after  time.Duration // when its calls begin to come, from the start
+	took   atomic.Int64  // calls that took a seat
+	held   atomic.Int64  // seats held now
+	slot   atomic.Int64  // slot time its calls held, nanoseconds, counted at release
 }
 
 // runSeatTenants runs tenants, one replica each, on limit shared seats for d, then lets go of
@@ -39,6 +40,7 @@ func runSeatTenants(t *testing.T, limit int, d time.Duration, watch func(), tena
 	for i, k := range tenants {
 		st, worker := reps[i], fmt.Sprintf("replica-%d", i)
 		calls.Go(func() {
+			time.Sleep(k.after)
 			for n := 0; ctx.Err() == nil; {
 				seat := fmt.Sprintf("%s-%d", worker, n)
 				ok, err := st.AcquireSeat("model", seat, worker, limit, time.Minute,
@@ -107,14 +109,15 @@ func TestSharedSeatsShareSlotTimeByWeight(t *testing.T) {
 // whose calls turned from 100 ms to ones that do not end before the test does takes no more
 // than three of them against a key of 100 ms calls, which goes on getting seats. Counted only
 // at release, the long calls' key was charged 100 ms a seat, took turns with the other, and held
-// all four within a second.
+// all four within a second. The stuck key's calls come a moment after the other's, so that its
+// endless calls never find the other key not yet in line.
 func TestSharedSeatsCountASeatInItsTurnWhileItIsHeld(t *testing.T) {
 	stuck := &seatTenant{key: "key:stuck", hold: func(n int) time.Duration {
 		if n == 0 {
 			return 100 * time.Millisecond // measured as a key of short calls first
 		}
 		return time.Hour
-	}}
+	}, after: 300 * time.Millisecond}
 	brisk := &seatTenant{key: "key:brisk", hold: func(int) time.Duration { return 100 * time.Millisecond }}
 	var atEnd, briskLate int64 // read once runSeatTenants has waited for watch
 	watch := func() {
