@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/json"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -117,9 +118,14 @@ type SeatLine interface {
 type SeatTurns interface {
 	// SeatTurnsAgo returns how long ago, on the storage's clock, each of keys' turns for seats
 	// of pool came, or less than none when it is still to come (a length of time, so that
-	// replicas' clocks need not agree); keys without a turn are absent.
+	// replicas' clocks need not agree); keys without a turn are absent. A key SeatBandTime(u)
+	// asks for band u's virtual time.
 	SeatTurnsAgo(pool string, keys []string) (map[string]time.Duration, error)
 }
+
+// SeatBandTime is the key SeatTurns keeps band u's virtual time under: a call of the band stands
+// in line no sooner than it. Never a fairness key nor a scope, as SeatNewcomers.
+func SeatBandTime(u int) string { return "*vtime:" + strconv.Itoa(u) }
 
 // SeatNewcomers is the key SeatTurns keeps the newcomers' turn under: never a fairness key
 // ("key:...") nor a scope (a hex digest).

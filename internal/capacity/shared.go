@@ -52,6 +52,9 @@ type Shared struct {
 	// maxGrantedKeys, the oldest forgotten first); with the fleet's turns, their turns as the
 	// latest read gave them (readFleetTurns).
 	granted map[string]time.Time
+	// bands is each band's virtual time as the latest read of the fleet's turns gave it (zero:
+	// not read): a call stands no sooner than its band's.
+	bands [8]time.Time
 }
 
 // seatStore is the storage handle a Shared takes its seats from, with what it does besides.
@@ -296,6 +299,13 @@ func (s *Shared) readFleetTurns() {
 	s.mu.Lock()
 	keys := []string{store.SeatNewcomers}
 	seen := map[string]bool{}
+	var band [8]bool
+	for _, w := range s.waiting {
+		if u := min(max(w.urgency, 0), 7); !band[u] {
+			band[u] = true
+			keys = append(keys, store.SeatBandTime(u))
+		}
+	}
 	for _, w := range s.waiting {
 		if !seen[w.key] && w.key != "" && len(keys) < maxTurnKeys {
 			seen[w.key] = true
@@ -315,6 +325,12 @@ func (s *Shared) readFleetTurns() {
 	// The turns read replace those of the latest read: a key without one (new, or forgotten) is
 	// a newcomer again, and a turn may have moved back (a seat that held less than its charge).
 	fleet := make(map[string]time.Time, len(ago))
+	var bands [8]time.Time
+	for u := range bands {
+		if d, ok := ago[store.SeatBandTime(u)]; ok {
+			bands[u] = now.Add(-d)
+		}
+	}
 	for k, d := range ago {
 		if k == store.SeatNewcomers {
 			k = sharedNewcomers
@@ -324,20 +340,25 @@ func (s *Shared) readFleetTurns() {
 		fleet[k] = now.Add(-d)
 	}
 	s.mu.Lock()
-	s.granted = fleet
+	s.granted, s.bands = fleet, bands
 	s.mu.Unlock()
 }
 
 // turnLocked is when w's turn comes. With the fleet's turns (store.SeatTurns), its lane's
-// (laneLocked) as the latest read gave it, in slot time: start-time fair queuing as the fleet's
-// line keeps it, where the calls of one lane, and lanes at the same turn, go in the order they
-// came (a lane never served is at the start). Else when it came, or when its lane last got a
+// (laneLocked) as the latest read gave them, in slot time, or its band's virtual time if that
+// is later: start-time fair queuing as the fleet's line keeps it, where the calls of one lane,
+// and lanes at the same turn, go in the order they came here. The turns are read before each
+// look when calls of two keys or more wait; a look follows each seat granted, so a handover
+// picks its call by turns that count the latest grants. Else when it came, or when its lane last got a
 // seat here if that is later: a key whose calls keep getting seats has its turn move on with
 // each; a key that waits keeps the time its call came, so it goes before the busy key's next
 // call, whoever came first.
 func (s *Shared) turnLocked(w *sharedWaiter) time.Time {
 	t, ok := s.granted[s.laneLocked(w)]
 	if s.on.Load().turns != nil {
+		if b := s.bands[min(max(w.urgency, 0), 7)]; b.After(t) {
+			return b
+		}
 		return t
 	}
 	if ok && t.After(w.came) {
@@ -489,10 +510,11 @@ func (s *Shared) waiters() int {
 }
 
 // askLocked is the call a look stands in the fleet's line for this replica, its most urgent
-// waiter, and how the line ranks it. It stands as waiting since its turn came: a key whose calls
-// keep getting seats stands as if it had just come, behind another key's call that waits. With
-// the fleet's turns (store.SeatTurns) the storage counts them, as they are when it compares the
-// calls in line, from when the call came; else this replica's turns.
+// waiter, and how the line ranks it. With the fleet's turns (store.SeatTurns) the storage ranks
+// it by its key's turn in slot time, as the turns are when it compares the calls in line, then
+// by when it came (Waited). Else it stands as waiting since its turn came (turnLocked): a key
+// whose calls keep getting seats stands as if it had just come, behind another key's call that
+// waits.
 func (s *Shared) askLocked() (*sharedWaiter, store.SeatWaiter) {
 	best := s.waiting[s.mostUrgentLocked()]
 	from := s.turnLocked(best)

@@ -1334,7 +1334,57 @@ func TestSharedSeatsShareSlotTimeAcrossHandovers(t *testing.T) {
 	callers.Wait()
 	long, short := time.Duration(held[0].Load()), time.Duration(held[1].Load())
 	t.Logf("slot time: long calls %v, short calls %v", long, short)
-	if ratio := float64(long) / float64(short); ratio > 1.6 || ratio < 1/1.6 {
+	// The database counts a call's commits and round trips too, which the test does not: on a
+	// loaded machine the short calls' key is charged more than it measures. 4 when keys take
+	// turns.
+	if ratio := float64(long) / float64(short); ratio > 2 || ratio < 1/2.0 {
 		t.Fatalf("the long calls' key held the seat %.1f times as long as the short calls'; want about as long", ratio)
+	}
+}
+
+// A key that comes back after its turn fell behind stands at its band's virtual time on its
+// replica too, as the fleet's line stands it: on one replica, key a's turn in slot time is 9
+// minutes back (it was idle), key b's at the band's virtual time, and b's first call came
+// before a's; each call holds its seat 100 ms. Both keys stand at the virtual time, so b's call
+// goes first, having come first, then a's (b's turn has moved on by its call's time); the
+// second calls then stand at about the same turn. Ordered by the raw turns the replica read,
+// a's call went first, though it came later.
+func TestSharedSeatKeyBackFromIdleStandsAtTheVirtualTimeHere(t *testing.T) {
+	clock := clockwork.NewRealClock()
+	dsn := pgtest.Database(t)
+	st := openSeats(t, dsn, clock)
+	s := newTestShared(st, clock, time.Minute)
+	heldByOther(t, st)
+	pgtest.Count(t, dsn, `WITH turns AS (INSERT INTO seat_turns (pool, key, turn, vturn, hold, seen) VALUES
+		('test', 'key:a', clock_timestamp(), clock_timestamp() - interval '9 minutes', 100000, clock_timestamp()),
+		('test', 'key:b', clock_timestamp(), clock_timestamp() - interval '1 second', 100000, clock_timestamp()),
+		('test', '*vtime:3', clock_timestamp(), clock_timestamp() - interval '1 second', NULL, clock_timestamp()),
+		('test', '*average', clock_timestamp(), clock_timestamp(), 100000, clock_timestamp()) RETURNING 1)
+		SELECT count(*) FROM turns`)
+	served := make(chan string, 4)
+	for i, key := range []string{"key:b", "key:a", "key:b", "key:a"} {
+		name := key + "-" + strconv.Itoa(i/2+1)
+		go func() {
+			h, err := s.Take(context.Background(), time.Time{}, 3, key, 1)
+			if err != nil {
+				t.Error(err)
+				served <- name
+				return
+			}
+			served <- name
+			time.Sleep(100 * time.Millisecond)
+			s.Give(h)
+		}()
+		testkit.WaitFor(t, 10*time.Second, name+" waiting", func() bool { return s.waiters() == i+1 })
+	}
+	if err := st.ReleaseSeat("test", "other"); err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for range 4 {
+		order = append(order, testkit.Receive(t, served, "a call served"))
+	}
+	if want := []string{"key:b-1", "key:a-1"}; !slices.Equal(order[:2], want) {
+		t.Fatalf("served %v; want %v first", order, want)
 	}
 }

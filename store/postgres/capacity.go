@@ -546,7 +546,8 @@ func timeOrNull(t time.Time) *time.Time {
 // so (idle_since, which a claim clears), and forgets the turn once that is old enough, a batch
 // of each. It also deletes lapsed seats (on the database's clock, which leases them), the
 // places in line of replicas that stopped looking, those no look holds, and the fleet's turns
-// for shared seats taken over store.KeepIdleLanesFor ago (store.SeatTurns).
+// for shared seats last written over store.KeepIdleLanesFor ago that no live seat counts in
+// (store.SeatTurns).
 func sweepCapacity(ctx context.Context, tx pgx.Tx, now time.Time) (turns, seats int64, err error) {
 	const idle = `t.lane NOT LIKE '` + newcomersLane + `%'
 		AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.scope = t.lane AND o.lane IS NULL AND o.status IN ('queued', 'running'))

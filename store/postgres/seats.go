@@ -94,6 +94,7 @@ func (s *Store) acquireSeat(pool, freed, seat, worker string, limit int, lease t
 		look.Queue(`SELECT set_config('lock_timeout', $1, true), set_config('`+lookAt+`', clock_timestamp()::text, true), `+genericPlans,
 			lookLockTimeout(s.opts.Timeout))
 		look.Queue(`SELECT pg_advisory_xact_lock($1, hashtext($2))`, seatLockClass, pool)
+		look.Queue(setSeatsAt)
 		if freed != "" {
 			look.Queue(`WITH `+freeSeatSQL+` SELECT count(*) FROM freed`, pool, freed)
 		}
@@ -256,25 +257,35 @@ func lineKey(w store.SeatWaiter) *string {
 // live seat counts in it. A seat that lapses (its replica died, and its call with it) takes back
 // what it counted while it was held: only a release settles it.
 
+// seatsAt is the instant a look, or a read of the turns, reckons the seats' time at: when it got
+// the pool's lock (setSeatsAt), on the database's clock.
+const seatsAt = `current_setting('mulligan.seats_at')::timestamptz`
+
+// setSeatsAt sets seatsAt for the rest of the transaction.
+const setSeatsAt = `SELECT set_config('mulligan.seats_at', clock_timestamp()::text, true)`
+
 // seatAverage is the row of seat_turns whose hold is the pool's average hold, charged to a key
 // never measured: never a fairness key ("key:..."), a scope (a hex digest) nor SeatNewcomers.
 const seatAverage = "*average"
 
-// vtimeKeySQL is the key of the row of seat_turns that holds band u's virtual time.
+// vtimeKeySQL is the key of the row of seat_turns that holds band u's virtual time
+// (store.SeatBandTime).
 func vtimeKeySQL(u string) string { return `'*vtime:' || ` + u }
 
 // seatVtimeSQL is band u's virtual time in pool $1: its own, or when it has none (never a call taken
 // in it lately) the latest of the other bands', or the clock when no band has one.
 func seatVtimeSQL(u string) string {
 	return `coalesce((SELECT t.vturn FROM seat_turns t WHERE t.pool = $1 AND t.key = ` + vtimeKeySQL(u) + `),
-		(SELECT max(t.vturn) FROM seat_turns t WHERE t.pool = $1 AND t.key LIKE '*vtime:%'), clock_timestamp())`
+		(SELECT max(t.vturn) FROM seat_turns t WHERE t.pool = $1 AND t.key LIKE '*vtime:%'), ` + seatsAt + `)`
 }
 
 // overrunSQL is what the live seats of turn row t (of pool $1) held past what their takes
 // charged, an interval of turn: its key's seats, or for the newcomers' row the seats taken in
-// their turn.
+// their turn. It is reckoned at one instant (seatsAt) for every place a look compares: reckoned
+// as each is read, a place read later counted a little more of a long seat, and two replicas'
+// calls of one key, whose turns are the same, each ranked their own first.
 func overrunSQL(t string) string {
-	return `coalesce((SELECT sum(greatest(floor(extract(epoch FROM clock_timestamp() - s.taken_at) * 1000000 / s.per) - s.charged, 0))
+	return `coalesce((SELECT sum(greatest(floor(extract(epoch FROM ` + seatsAt + ` - s.taken_at) * 1000000 / s.per) - s.charged, 0))
 		FROM seats s WHERE s.pool = $1 AND s.taken_at IS NOT NULL AND s.per > 0 AND s.` + seatLive + `
 		AND CASE WHEN ` + t + `.key = '` + store.SeatNewcomers + `' THEN s.newcomer ELSE s.key = ` + t + `.key END), 0)::float8 * interval '1 microsecond'`
 }
@@ -331,7 +342,7 @@ var freeSeatSQL = `freed AS (DELETE FROM seats WHERE pool = $1 AND seat = $2 RET
 		SELECT key, coalesce(newcomer, false) AS newcomer, band, charged, per,
 			greatest(floor(extract(epoch FROM clock_timestamp() - taken_at) * 1000000), 0)::bigint AS held
 		FROM freed WHERE key IS NOT NULL AND taken_at IS NOT NULL AND per > 0 AND charged IS NOT NULL) f),
-	fix AS (UPDATE seat_turns t SET vturn = CASE WHEN r.delta >= 0 THEN t.vturn + r.delta * interval '1 microsecond'
+	fix AS (UPDATE seat_turns t SET vturn = CASE WHEN t.vturn IS NULL THEN NULL WHEN r.delta >= 0 THEN t.vturn + r.delta * interval '1 microsecond'
 			ELSE greatest(t.vturn + r.delta * interval '1 microsecond', least(t.vturn,
 				(SELECT v.vturn FROM seat_turns v WHERE v.pool = $1 AND v.key = ` + vtimeKeySQL("r.band") + `))) END,
 		hold = CASE WHEN t.key = r.key THEN r.held ELSE t.hold END, seen = clock_timestamp()
@@ -378,21 +389,22 @@ func (s *Store) SeatTurnsAgo(pool string, keys []string) (map[string]time.Durati
 		texts[i] = store.LaneText(k)
 	}
 	err := s.query(func(ctx context.Context, db querier) error {
-		rows, err := db.Query(ctx, `SELECT t.key, floor(extract(epoch FROM clock_timestamp() - (`+turnNowSQL("t")+`)) * 1000000)::bigint
-			FROM seat_turns t WHERE t.pool = $1 AND t.key = ANY($2) AND t.vturn IS NOT NULL`, pool, texts)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var k string
-			var us int64
-			if err := rows.Scan(&k, &us); err != nil {
-				return err
+		clear(out)
+		var read pgx.Batch // one round trip, an implicit transaction, as a look's
+		read.Queue(setSeatsAt)
+		read.Queue(`SELECT t.key, floor(extract(epoch FROM `+seatsAt+` - (`+turnNowSQL("t")+`)) * 1000000)::bigint
+			FROM seat_turns t WHERE t.pool = $1 AND t.key = ANY($2) AND t.vturn IS NOT NULL`, pool, texts).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var k string
+				var us int64
+				if err := rows.Scan(&k, &us); err != nil {
+					return err
+				}
+				out[k] = time.Duration(us) * time.Microsecond
 			}
-			out[k] = time.Duration(us) * time.Microsecond
-		}
-		return rows.Err()
+			return rows.Err()
+		})
+		return s.pool.SendBatch(ctx, &read).Close()
 	})
 	return out, err
 }

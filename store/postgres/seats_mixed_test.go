@@ -243,3 +243,24 @@ func TestAFleetWithAReplicaOfSchema19KeepsOneOrder(t *testing.T) {
 		t.Fatal("nobody took the free seat: each replica ranks another's call ahead of its own")
 	}
 }
+
+// A seat this release takes moves its key's turn on the clock to the take, as a schema 19
+// replica reads and sweeps it (seat_turns.turn), whatever its turn in slot time: here an hour
+// back, as under load. Written with the turn in slot time, a schema 19 sweep forgot the rows of
+// keys in use, and its line ranked this release's calls by when they came only.
+func TestATakeKeepsTheClockTurnASchema19ReplicaReads(t *testing.T) {
+	reps := replicas(t, 1, storetest.NewClock())
+	n := reps[0]
+	slotTurnsBehind(t, n, 5400, map[string]int{"key:n": 3600})
+	if !look(t, n, "n1", "N", "key:n", 0) {
+		t.Fatal("no seat, with none held")
+	}
+	var ago, behind time.Duration
+	if err := n.pool.QueryRow(context.Background(), `SELECT clock_timestamp() - turn, clock_timestamp() - vturn FROM seat_turns
+		WHERE pool = 'model' AND key = 'key:n'`).Scan(&ago, &behind); err != nil {
+		t.Fatal(err)
+	}
+	if ago > 5*time.Second || behind < 50*time.Minute {
+		t.Fatalf("after the take, the clock turn is %v back and the turn in slot time %v; want now and about an hour", ago, behind)
+	}
+}

@@ -85,7 +85,10 @@ func TestSharedSeatsShareSlotTimeNotTurns(t *testing.T) {
 	runSeatTenants(t, 1, 4*time.Second, nil, long, short)
 	l, s := time.Duration(long.slot.Load()), time.Duration(short.slot.Load())
 	t.Logf("slot time: long %v in %d calls, short %v in %d calls", l, long.took.Load(), s, short.took.Load())
-	if ratio := float64(l) / float64(s); ratio > 1.6 || ratio < 1/1.6 {
+	// The database counts a call's commits and round trips too, which the test does not: on a
+	// loaded machine the short calls' key is charged more than it measures. 4 when keys take
+	// turns.
+	if ratio := float64(l) / float64(s); ratio > 2 || ratio < 1/2.0 {
 		t.Fatalf("the long calls' key held the seat %.1f times as long as the short calls'; want about as long", ratio)
 	}
 }
