@@ -258,16 +258,9 @@ func (s *Shared) laneLocked(w *sharedWaiter) string {
 
 // grantedLocked notes that key got a seat now, forgetting the key granted longest ago past
 // maxGrantedKeys.
-func (s *Shared) grantedLocked(key string) { s.grantedAtLocked(key, s.clock.Now()) }
-
-// grantedAtLocked notes that key got a seat at, unless it got one later, forgetting the key
-// granted longest ago past maxGrantedKeys.
-func (s *Shared) grantedAtLocked(key string, at time.Time) {
+func (s *Shared) grantedLocked(key string) {
 	if s.granted == nil {
 		s.granted = map[string]time.Time{}
-	}
-	if t, ok := s.granted[key]; ok && !t.Before(at) {
-		return
 	}
 	if _, ok := s.granted[key]; !ok && len(s.granted) >= maxGrantedKeys {
 		oldest, at := "", time.Time{}
@@ -278,7 +271,7 @@ func (s *Shared) grantedAtLocked(key string, at time.Time) {
 		}
 		delete(s.granted, oldest)
 	}
-	s.granted[key] = at
+	s.granted[key] = s.clock.Now()
 }
 
 // maxTurnKeys bounds the keys whose fleet turns one look reads: past them, a replica's waiting

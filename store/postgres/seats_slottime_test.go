@@ -19,10 +19,12 @@ type seatTenant struct {
 	key    string
 	weight float64
 	hold   func(n int) time.Duration
-	after  time.Duration // when its calls begin to come, from the start
-	took   atomic.Int64  // calls that took a seat
-	held   atomic.Int64  // seats held now
-	slot   atomic.Int64  // slot time its calls held, nanoseconds, counted at release
+	after  *seatTenant   // its calls begin to come once after's first call took a seat; nil: at once
+	first  chan struct{} // closed once its first call took a seat
+	once   sync.Once
+	took   atomic.Int64 // calls that took a seat
+	held   atomic.Int64 // seats held now
+	slot   atomic.Int64 // slot time its calls held, nanoseconds, counted at release
 }
 
 // runSeatTenants runs tenants, one replica each, on limit shared seats for d, then lets go of
@@ -37,10 +39,19 @@ func runSeatTenants(t *testing.T, limit int, d time.Duration, watch func(), tena
 	if watch != nil {
 		calls.Go(watch)
 	}
+	for _, k := range tenants {
+		k.first = make(chan struct{})
+	}
 	for i, k := range tenants {
 		st, worker := reps[i], fmt.Sprintf("replica-%d", i)
 		calls.Go(func() {
-			time.Sleep(k.after)
+			if k.after != nil {
+				select {
+				case <-k.after.first:
+				case <-ctx.Done():
+					return
+				}
+			}
 			for n := 0; ctx.Err() == nil; {
 				seat := fmt.Sprintf("%s-%d", worker, n)
 				ok, err := st.AcquireSeat("model", seat, worker, limit, time.Minute,
@@ -54,6 +65,7 @@ func runSeatTenants(t *testing.T, limit int, d time.Duration, watch func(), tena
 					continue
 				}
 				k.took.Add(1)
+				k.once.Do(func() { close(k.first) })
 				k.held.Add(1)
 				hold := k.hold(n)
 				n++
@@ -112,16 +124,16 @@ func TestSharedSeatsShareSlotTimeByWeight(t *testing.T) {
 // whose calls turned from 100 ms to ones that do not end before the test does takes no more
 // than three of them against a key of 100 ms calls, which goes on getting seats. Counted only
 // at release, the long calls' key was charged 100 ms a seat, took turns with the other, and held
-// all four within a second. The stuck key's calls come a moment after the other's, so that its
-// endless calls never find the other key not yet in line.
+// all four within a second. The stuck key's calls come once the other's first took a seat, so
+// that its endless calls never find the other key not yet in line.
 func TestSharedSeatsCountASeatInItsTurnWhileItIsHeld(t *testing.T) {
-	stuck := &seatTenant{key: "key:stuck", hold: func(n int) time.Duration {
+	brisk := &seatTenant{key: "key:brisk", hold: func(int) time.Duration { return 100 * time.Millisecond }}
+	stuck := &seatTenant{key: "key:stuck", after: brisk, hold: func(n int) time.Duration {
 		if n == 0 {
 			return 100 * time.Millisecond // measured as a key of short calls first
 		}
 		return time.Hour
-	}, after: 300 * time.Millisecond}
-	brisk := &seatTenant{key: "key:brisk", hold: func(int) time.Duration { return 100 * time.Millisecond }}
+	}}
 	var atEnd, briskLate int64 // read once runSeatTenants has waited for watch
 	watch := func() {
 		time.Sleep(3 * time.Second)
