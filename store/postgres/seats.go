@@ -60,7 +60,8 @@ const waiterLease = time.Second
 // of other workers (see store.SharedSeats). Taking a seat already held renews it.
 //
 // Counting then inserting is a race between two replicas unless they take turns, so a look
-// holds the pool's advisory lock; it sends the lock and its statements in one round trip
+// that may take a seat holds the pool's advisory lock (one that only stands its call in line
+// needs none: lockIfFitSQL); it sends the lock and its statements in one round trip
 // (acquireSeat), so that the lock is held briefly and places in line (one second) do not lapse
 // while another replica waits for it.
 func (s *Store) AcquireSeat(pool, seat, worker string, limit int, lease time.Duration, w store.SeatWaiter) (bool, error) {
@@ -83,30 +84,62 @@ func (s *Store) HandOverSeat(pool, seat, next, worker string, limit int, lease t
 
 // acquireSeat is AcquireSeat, releasing seat freed first when it is not empty (HandOverSeat).
 // The look is one batch in one round trip, an implicit transaction: its lock timeout and its
-// start (lookAt), the pool's lock, the lapsed rows cleared, then one statement that counts the live seats, ranks the call against
+// start (lookAt), the pool's lock when the look may take a seat (lockIfFitSQL), the seat freed,
+// the lapsed rows cleared, then one statement that counts the live seats, ranks the call against
 // the others in line, and either takes the seat (leaving the line, moving the key's turn on) or
 // stands the call in line. The lock is thus held for no round trip at all.
 func (s *Store) acquireSeat(pool, freed, seat, worker string, limit int, lease time.Duration, w store.SeatWaiter) (bool, error) {
 	got := false
 	err := s.query(func(ctx context.Context, db querier) error {
 		got = false
+		args := []any{pool, seat, worker, limit, lease.Microseconds(), lineUrgency(w), w.Waited.Microseconds(),
+			waiterLease.Microseconds(), lineKey(w), freed != "", handoverReorder.Microseconds(), lineWaiting(w),
+			max(w.Weight, 1)}
 		var look pgx.Batch
 		look.Queue(`SELECT set_config('lock_timeout', $1, true), set_config('`+lookAt+`', clock_timestamp()::text, true), `+genericPlans,
 			lookLockTimeout(s.opts.Timeout))
-		look.Queue(`SELECT pg_advisory_xact_lock($1, hashtext($2))`, seatLockClass, pool)
+		look.Queue(setSeatsAt)
+		if freed != "" { // a handover frees a seat: it writes the turns, under the lock
+			look.Queue(`SELECT set_config('`+seatLocked+`', 'true', true), pg_advisory_xact_lock($1, hashtext($2))`, seatLockClass, pool)
+		} else {
+			look.Queue(lockIfFitSQL, append(args, seatLockClass)...)
+		}
 		look.Queue(setSeatsAt)
 		if freed != "" {
 			look.Queue(`WITH `+freeSeatSQL+` SELECT count(*) FROM freed`, pool, freed)
 		}
 		look.Queue(clearLapsed("seats", "pool = $1 AND NOT "+seatLive), pool)
 		look.Queue(clearLapsed("seat_waiters", "pool = $1 AND NOT "+waiterLive), pool)
-		look.Queue(takeSeatSQL, pool, seat, worker, limit, lease.Microseconds(), lineUrgency(w), w.Waited.Microseconds(),
-			waiterLease.Microseconds(), lineKey(w), freed != "", handoverReorder.Microseconds(), lineWaiting(w),
-			max(w.Weight, 1)).QueryRow(func(row pgx.Row) error { return row.Scan(&got) })
+		look.Queue(takeSeatSQL, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&got) })
 		return s.pool.SendBatch(ctx, &look).Close()
 	})
 	return got, err
 }
+
+// seatLocked is the setting, local to a look's transaction, that says whether it holds the
+// pool's lock: a look takes a seat only under it.
+const seatLocked = "mulligan.seat_locked"
+
+// lockIfFitSQL decides whether a look that frees no seat takes the pool's lock, and takes it:
+// with takeSeatSQL's parameters, and $14 the lock's class (seatLockClass). The lock serializes
+// the looks that may take a seat (counting the seats, then taking one, is a race between two
+// replicas otherwise) and everything that writes the turns. Most looks only stand their call in
+// line again: a poll while every seat is held, and the replicas a freed seat's notice woke whose
+// calls are not first. Those need no lock, and waiting for it behind one another they held back
+// the look that would take the seat, while the model server's slot behind it stood idle
+// (docs/capacity.md, "Many replicas"). So a look takes it when its call fits (seatDecisionSQL,
+// here before the lock: a free seat and not as many better calls in line), or when its replica
+// has no live place in line yet. A look without the lock only stands its place (takeSeatSQL
+// takes a seat only under it: seatLocked). Should a seat come free after the decision, its
+// release sees the place that was live then and tells the replicas (ReleaseSeat, HandOverSeat),
+// and the replica looks again; a first place is stood under the lock, so that no seat freed
+// meanwhile goes untold. ($5, $8, $12 and $13 are takeSeatSQL's, unused here: a statement's
+// parameters are numbered without gaps.)
+var lockIfFitSQL = `WITH ` + seatDecisionSQL + `
+	SELECT set_config('` + seatLocked + `', l.lock::text, true), CASE WHEN l.lock THEN pg_advisory_xact_lock($14, hashtext($1)) END
+	FROM (SELECT fit.fit
+		OR NOT EXISTS (SELECT 1 FROM seat_waiters w WHERE w.pool = $1 AND w.worker = $3 AND w.` + waiterLive + `) AS lock
+		FROM fit, (SELECT $5::bigint, $8::bigint, $12::int[], $13::float8) unused) l`
 
 // handoverReorder is how much sooner than a handover's own call another replica's call of the
 // same key and urgency may have come and still not go before it: within it, the seat stays on
@@ -138,16 +171,17 @@ func lookLockTimeout(call time.Duration) string {
 	return strconv.FormatInt(max(call/2, time.Millisecond).Milliseconds(), 10)
 }
 
-// takeSeatSQL decides a look (acquireSeat) in one statement, under the pool's lock: $1 pool, $2
+// seatDecisionSQL and takeSeatSQL decide a look (acquireSeat) in one statement: $1 pool, $2
 // seat, $3 worker, $4 limit, $5 lease and $8 the place's lease (microseconds), $6 the call's
 // urgency in line, $7 how long it waited (microseconds), $9 its key (NULL: none), $13 the key's
-// weight. The seat is taken when fewer than limit other live seats are held and it is held
-// already (a renewal keeps its place, whoever waits), or not as many better calls of other
+// weight. The call fits (seatDecisionSQL) when fewer than limit other live seats are held and
+// it is held already (a renewal keeps its place, whoever waits), or not as many better calls of other
 // workers stand in line as there are free seats (aheadSQL; in a handover, $10 true, a call of
 // the same key and urgency only when it came more than $11 microseconds sooner:
 // handoverReorder), counting only workers whose limit is above the seats held (replicas whose
 // `shared N` differ, during a reload rolling through the fleet, hold back no seat they cannot
-// take). Taken, the call leaves the line, and its lane's turn moves on from where it stood in
+// take). The seat is taken when the call fits and the look holds the pool's lock (seatLocked:
+// lockIfFitSQL); the ranking is left out when every seat is held. Taken, the call leaves the line, and its lane's turn moves on from where it stood in
 // line by the take's charge (the newcomers' for a key without a turn, whose key then gets one),
 // as does its band's virtual time to where it stood (store.SeatTurns); else it stands in line,
 // its worker's one place moved to it. The statement's parts all see the tables as they were
@@ -155,7 +189,7 @@ func lookLockTimeout(call time.Duration) string {
 // line ($10 false: it frees no seat) commits without waiting for the WAL's flush (the next look
 // stands the place again should a crash lose it); one that takes or frees a seat commits as the
 // server is set to.
-var takeSeatSQL = `WITH st AS (
+var seatDecisionSQL = `st AS (
 		SELECT count(*) FILTER (WHERE seat <> $2) AS held, coalesce(bool_or(seat = $2), false) AS renewal
 		FROM seats WHERE pool = $1 AND ` + seatLive + `),
 	me AS (SELECT $6::int AS urgency, ` + placeSinceSQL("$7", "$9") + ` AS since, ` + cameSQL("$7") + ` AS came,
@@ -167,7 +201,11 @@ var takeSeatSQL = `WITH st AS (
 		AND ` + aheadSQL("a", "me", "older.stand") + `
 		AND NOT ($10::bool AND a.key = me.key AND a.urgency = me.urgency
 			AND coalesce(a.came, a.since) > me.came - $11 * interval '1 microsecond') IS TRUE),
-	d AS (SELECT st.held < $4 AND (st.renewal OR ahead.n < $4 - st.held) AS served, st.renewal FROM st, ahead),
+	fit AS (SELECT st.held < $4 AND (st.renewal OR (SELECT ahead.n FROM ahead) < $4 - st.held) AS fit, st.renewal FROM st)`
+
+var takeSeatSQL = `WITH ` + seatDecisionSQL + `,
+	d AS (SELECT l.locked AND (SELECT fit.fit FROM fit) AS served, (SELECT st.renewal FROM st) AS renewal
+		FROM (SELECT current_setting('` + seatLocked + `')::bool AS locked) l),
 	ch AS (SELECT floor(coalesce(greatest((SELECT t.hold FROM seat_turns t WHERE t.pool = $1 AND t.key = $9::text),
 			(SELECT t.hold FROM seat_turns t WHERE t.pool = $1 AND t.key = '` + seatAverage + `')), 0) / p.per)::bigint AS c, p.per,
 		$9::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM seat_turns WHERE pool = $1 AND key = $9::text AND vturn IS NOT NULL) AS newcomer

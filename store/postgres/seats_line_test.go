@@ -202,6 +202,63 @@ func TestALookGivenUpOnDoesNothingAfter(t *testing.T) {
 	}
 }
 
+// A look that only stands its call in line again (every seat held, its replica's place in line
+// already live) does not wait for the pool's lock: behind the looks that may take a seat,
+// such looks (a poll while the seats are held, the replicas a freed seat's notice woke whose
+// calls are not first) held back the one that would take it. A look whose call fits waits for
+// the lock, and one of a replica without a place yet stands it under the lock (a release tells
+// the replicas of a freed seat only when a place stands in line). Before, each waited for it.
+func TestALookThatOnlyStandsInLineLeavesThePoolsLockAlone(t *testing.T) {
+	reps := replicas(t, 3, storetest.NewClock())
+	a, b, c := reps[0], reps[1], reps[2]
+	ctx := context.Background()
+	if ok, err := a.AcquireSeat("model", "h", "A", 1, time.Minute, store.SeatWaiter{Urgency: 3}); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if ok, err := b.AcquireSeat("model", "b1", "B", 1, time.Minute, store.SeatWaiter{Urgency: 3}); ok || err != nil {
+		t.Fatal("B's first look:", ok, err)
+	}
+	lock, err := a.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(ctx)
+	if _, err := lock.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext('model'))`, seatLockClass); err != nil {
+		t.Fatal(err)
+	}
+	look := func(st *Store, seat, worker string, urgency int) chan error {
+		done := make(chan error, 1)
+		go func() {
+			ok, err := st.AcquireSeat("model", seat, worker, 1, time.Minute, store.SeatWaiter{Urgency: urgency, Waited: time.Second})
+			if err == nil && ok {
+				err = errors.New("took a seat")
+			}
+			done <- err
+		}()
+		return done
+	}
+	// B's place is live and the one seat is held: its look stands the call again, lock or not.
+	if err := testkit.Receive(t, look(b, "b2", "B", 1), "B's look while the pool's lock is held"); err != nil {
+		t.Fatal(err)
+	}
+	var urgency int
+	if err := b.pool.QueryRow(ctx, `SELECT urgency FROM seat_waiters WHERE pool = 'model' AND worker = 'B'`).Scan(&urgency); err != nil || urgency != 1 {
+		t.Fatalf("B's place after its look without the lock: urgency %d (%v), want its new call's 1", urgency, err)
+	}
+	// C has no place yet: its look waits for the lock, as does one whose call fits.
+	first := look(c, "c1", "C", 3)
+	testkit.WaitFor(t, 10*time.Second, "C's first look waiting for the pool's lock", func() bool {
+		return count(t, a, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`) == 1
+	})
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := testkit.Receive(t, first, "C's first look"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A handover keeps its seat for its own call when another replica's call in line is of the same
 // key and urgency and came within handoverReorder sooner: the seat does not stand idle going to
 // the other replica and back. A call of that key that came longer before, one more urgent, one
