@@ -108,8 +108,8 @@ func (s *Store) acquireSeat(pool, freed, seat, worker string, limit int, lease t
 		if freed != "" {
 			look.Queue(`WITH `+freeSeatSQL+` SELECT count(*) FROM freed`, pool, freed)
 		}
-		look.Queue(clearLapsed("seats", "pool = $1 AND NOT "+seatLive), pool)
-		look.Queue(clearLapsed("seat_waiters", "pool = $1 AND NOT "+waiterLive), pool)
+		look.Queue(clearLapsed("seats", "pool = $1 AND NOT "+seatLive+" AND "+lockHeld), pool)
+		look.Queue(clearLapsed("seat_waiters", "pool = $1 AND NOT "+waiterLive+" AND "+lockHeld), pool)
 		look.Queue(takeSeatSQL, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&got) })
 		return s.pool.SendBatch(ctx, &look).Close()
 	})
@@ -117,8 +117,14 @@ func (s *Store) acquireSeat(pool, freed, seat, worker string, limit int, lease t
 }
 
 // seatLocked is the setting, local to a look's transaction, that says whether it holds the
-// pool's lock: a look takes a seat only under it.
+// pool's lock: a look takes a seat, and clears lapsed rows, only under it.
 const seatLocked = "mulligan.seat_locked"
+
+// lockHeld is true in a look that holds the pool's lock (seatLocked). A look without it writes
+// its own place in line and nothing else: clearing another replica's lapsed place, it held that
+// row while it waited for its own, which a look under the lock that had cleared its lapsed place
+// held while it waited for the other's (a deadlock, and a call answered 503).
+const lockHeld = `current_setting('` + seatLocked + `')::bool`
 
 // lockIfFitSQL decides whether a look that frees no seat takes the pool's lock, and takes it:
 // with takeSeatSQL's parameters, and $14 the lock's class (seatLockClass). The lock serializes
@@ -128,18 +134,27 @@ const seatLocked = "mulligan.seat_locked"
 // calls are not first. Those need no lock, and waiting for it behind one another they held back
 // the look that would take the seat, while the model server's slot behind it stood idle
 // (docs/capacity.md, "Many replicas"). So a look takes it when its call fits (seatDecisionSQL,
-// here before the lock: a free seat and not as many better calls in line), or when its replica
-// has no live place in line yet. A look without the lock only stands its place (takeSeatSQL
-// takes a seat only under it: seatLocked). Should a seat come free after the decision, its
+// here before the lock: a free seat and not as many better calls in line; not reckoned when it
+// locks anyway), or when its replica has no place in line that stands for placeMargin yet. A
+// look without the lock only stands its place (takeSeatSQL takes a seat, and the look clears
+// lapsed rows, only under it: lockHeld). Should a seat come free after the decision, its
 // release sees the place that was live then and tells the replicas (ReleaseSeat, HandOverSeat),
 // and the replica looks again; a first place is stood under the lock, so that no seat freed
-// meanwhile goes untold. ($5, $8, $12 and $13 are takeSeatSQL's, unused here: a statement's
+// meanwhile goes untold. Where no notice comes (a pooler without a direct connection for
+// LISTEN, a listener reconnecting), the replica finds the seat at its next poll, as it would
+// any seat freed. ($5, $8, $12 and $13 are takeSeatSQL's, unused here: a statement's
 // parameters are numbered without gaps.)
 var lockIfFitSQL = `WITH ` + seatDecisionSQL + `
 	SELECT set_config('` + seatLocked + `', l.lock::text, true), CASE WHEN l.lock THEN pg_advisory_xact_lock($14, hashtext($1)) END
-	FROM (SELECT fit.fit
-		OR NOT EXISTS (SELECT 1 FROM seat_waiters w WHERE w.pool = $1 AND w.worker = $3 AND w.` + waiterLive + `) AS lock
-		FROM fit, (SELECT $5::bigint, $8::bigint, $12::int[], $13::float8) unused) l`
+	FROM (SELECT NOT EXISTS (SELECT 1 FROM seat_waiters w WHERE w.pool = $1 AND w.worker = $3
+			AND w.until > clock_timestamp() + ` + placeMargin + `) OR (SELECT fit.fit FROM fit) AS lock
+		FROM (SELECT $5::bigint, $8::bigint, $12::int[], $13::float8) unused) l`
+
+// placeMargin is how long a replica's place in line must still stand for a look to stand it
+// again without the pool's lock: a release that ran while it was no longer live, and before the
+// look's new place committed, would tell no replica of the seat it freed (found at the next
+// poll, 20 ms later). A place is stood again at every look, every 20 ms at most while calls wait.
+const placeMargin = `interval '500 milliseconds'`
 
 // handoverReorder is how much sooner than a handover's own call another replica's call of the
 // same key and urgency may have come and still not go before it: within it, the seat stays on

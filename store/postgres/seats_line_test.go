@@ -203,13 +203,18 @@ func TestALookGivenUpOnDoesNothingAfter(t *testing.T) {
 }
 
 // A look that only stands its call in line again (every seat held, its replica's place in line
-// already live) does not wait for the pool's lock: behind the looks that may take a seat,
-// such looks (a poll while the seats are held, the replicas a freed seat's notice woke whose
-// calls are not first) held back the one that would take it. A look whose call fits waits for
-// the lock, and one of a replica without a place yet stands it under the lock (a release tells
-// the replicas of a freed seat only when a place stands in line). Before, each waited for it.
+// standing) does not wait for the pool's lock: behind the looks that may take a seat, such
+// looks (a poll while the seats are held, the replicas a freed seat's notice woke whose calls
+// are not first) held back the one that would take it. A look of a replica without a place yet
+// stands it under the lock (a release tells the replicas of a freed seat only when a place
+// stands in line). Before, each waited for it. Without the lock, a look writes its own place
+// and nothing else.
 func TestALookThatOnlyStandsInLineLeavesThePoolsLockAlone(t *testing.T) {
-	reps := replicas(t, 3, storetest.NewClock())
+	dsn := pgtest.Database(t)
+	var reps []*Store
+	for range 3 { // a lock timeout (half the call's) well past any stall of a loaded machine
+		reps = append(reps, openTest(t, dsn, Options{Timeout: 20 * time.Second}))
+	}
 	a, b, c := reps[0], reps[1], reps[2]
 	ctx := context.Background()
 	if ok, err := a.AcquireSeat("model", "h", "A", 1, time.Minute, store.SeatWaiter{Urgency: 3}); !ok || err != nil {
@@ -217,6 +222,10 @@ func TestALookThatOnlyStandsInLineLeavesThePoolsLockAlone(t *testing.T) {
 	}
 	if ok, err := b.AcquireSeat("model", "b1", "B", 1, time.Minute, store.SeatWaiter{Urgency: 3}); ok || err != nil {
 		t.Fatal("B's first look:", ok, err)
+	}
+	// B's place stands as if its replica kept looking, however slow the machine.
+	if _, err := b.pool.Exec(ctx, `UPDATE seat_waiters SET until = clock_timestamp() + interval '1 minute' WHERE worker = 'B'`); err != nil {
+		t.Fatal(err)
 	}
 	lock, err := a.pool.Begin(ctx)
 	if err != nil {
@@ -237,15 +246,29 @@ func TestALookThatOnlyStandsInLineLeavesThePoolsLockAlone(t *testing.T) {
 		}()
 		return done
 	}
-	// B's place is live and the one seat is held: its look stands the call again, lock or not.
+	// A lapsed place and a lapsed seat of a replica gone.
+	if _, err := b.pool.Exec(ctx, `INSERT INTO seat_waiters (pool, worker, urgency, seat_limit, since, until)
+		VALUES ('model', 'X', 3, 1, clock_timestamp(), clock_timestamp() - interval '1 second')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(ctx, `INSERT INTO seats (pool, seat, worker, until) VALUES ('model', 'x', 'X', clock_timestamp() - interval '1 second')`); err != nil {
+		t.Fatal(err)
+	}
+	// The one seat is held: B's look stands its new call, lock or not.
 	if err := testkit.Receive(t, look(b, "b2", "B", 1), "B's look while the pool's lock is held"); err != nil {
 		t.Fatal(err)
+	}
+	// It wrote its own place and nothing else: clearing X's lapsed rows, it would hold them
+	// while it waited for its own place, which a look under the lock that cleared B's lapsed
+	// place would hold while it waited for X's.
+	if n := count(t, b, `SELECT count(*) FROM seat_waiters WHERE worker = 'X'`) + count(t, b, `SELECT count(*) FROM seats WHERE worker = 'X'`); n != 2 {
+		t.Fatalf("the look without the lock cleared %d lapsed rows of another replica", 2-n)
 	}
 	var urgency int
 	if err := b.pool.QueryRow(ctx, `SELECT urgency FROM seat_waiters WHERE pool = 'model' AND worker = 'B'`).Scan(&urgency); err != nil || urgency != 1 {
 		t.Fatalf("B's place after its look without the lock: urgency %d (%v), want its new call's 1", urgency, err)
 	}
-	// C has no place yet: its look waits for the lock, as does one whose call fits.
+	// C has no place yet: its look waits for the lock.
 	first := look(c, "c1", "C", 3)
 	testkit.WaitFor(t, 10*time.Second, "C's first look waiting for the pool's lock", func() bool {
 		return count(t, a, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
@@ -256,6 +279,39 @@ func TestALookThatOnlyStandsInLineLeavesThePoolsLockAlone(t *testing.T) {
 	}
 	if err := testkit.Receive(t, first, "C's first look"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A look takes a seat only under the pool's lock (seatLocked), whatever else it decided: with a
+// free seat and nobody in line, the look's statement run without the lock stands the call in
+// line and takes nothing.
+func TestALookTakesASeatOnlyUnderThePoolsLock(t *testing.T) {
+	st := openTest(t, pgtest.Database(t), Options{})
+	for _, locked := range []bool{false, true} {
+		got := false
+		err := st.do(func(ctx context.Context, tx pgx.Tx) error {
+			for _, q := range []string{
+				`SELECT set_config('` + lookAt + `', clock_timestamp()::text, true)`, setSeatsAt,
+				`SELECT set_config('` + seatLocked + `', '` + fmt.Sprint(locked) + `', true)`,
+			} {
+				if _, err := tx.Exec(ctx, q); err != nil {
+					return err
+				}
+			}
+			w := store.SeatWaiter{Urgency: 3, Key: "k"}
+			return tx.QueryRow(ctx, takeSeatSQL, "model", fmt.Sprint("seat-", locked), "A", 1, time.Minute.Microseconds(),
+				lineUrgency(w), int64(0), waiterLease.Microseconds(), lineKey(w), false, handoverReorder.Microseconds(),
+				lineWaiting(w), 1.0).Scan(&got)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != locked {
+			t.Fatalf("a look with the pool's lock %v took the free seat: %v", locked, got)
+		}
+		if n := count(t, st, `SELECT count(*) FROM seats WHERE pool = 'model'`); n != map[bool]int{false: 0, true: 1}[locked] {
+			t.Fatalf("with the pool's lock %v, %d seats held", locked, n)
+		}
 	}
 }
 
