@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"math"
+	"math/bits"
 	"slices"
 	"time"
 )
@@ -18,7 +19,8 @@ import (
 // chosen per answer so that the length of a generation does not read as a queue: the time to
 // the first byte of an event stream (the wait for a slot plus the prefill, whatever the length
 // of what follows); else the latency over the answer's usage.completion_tokens, times those
-// tokens; else the whole latency. Each kind keeps its own floor. Only 2xx answers are samples:
+// tokens; else the whole latency. Each kind keeps its own floor, and the time per token one for
+// each length of answer (tokenKind: a short answer's is mostly prefill). Only 2xx answers are samples:
 // a 4xx, a 500 or a cut call says nothing about the queue. A sample below its floor (a cached
 // or tiny answer, too fast to have waited) waited nothing: it never lowers the floor, and one
 // far below it (tooFast) is no sample at all; a floor is measured leaving out the samples far
@@ -44,10 +46,24 @@ type signalKind int
 
 const (
 	kindFirstEvent signalKind = iota // time to the first byte of an event stream
-	kindPerToken                     // latency per output token (usage.completion_tokens)
 	kindLatency                      // the whole latency
-	kindCount
+	// kindPerToken is the latency per output token (usage.completion_tokens) of an answer of one
+	// token; kindPerToken+b of an answer of 2^b to 2^(b+1)-1 tokens (tokenKind). Each length
+	// has its floor: a short answer's time is mostly its prefill, which a long generation's
+	// time per token leaves out.
+	kindPerToken
+	kindCount = kindPerToken + tokenLengths
 )
+
+// tokenLengths is how many lengths of answers, by powers of two of their tokens, keep a floor
+// per token each: 1, 2-3, 4-7, ... and the last, 4096 tokens and more. Within one length the
+// prefill's share of the time per token varies less than twofold.
+const tokenLengths = 13
+
+// tokenKind is the signal of an answer of n output tokens (n > 0).
+func tokenKind(n int) signalKind {
+	return kindPerToken + signalKind(min(bits.Len(uint(n))-1, tokenLengths-1))
+}
 
 // floor is one kind's signal without a queue, in seconds (per token for kindPerToken).
 type floor struct {
@@ -92,7 +108,7 @@ func (s Sample) kind() (signalKind, float64, bool) {
 	case s.Stream && s.FirstByte > 0:
 		return kindFirstEvent, max(s.FirstByte.Seconds(), 1e-6), true
 	case s.Tokens > 0:
-		return kindPerToken, max(s.Latency.Seconds(), 1e-6) / float64(s.Tokens), true
+		return tokenKind(s.Tokens), max(s.Latency.Seconds(), 1e-6) / float64(s.Tokens), true
 	}
 	return kindLatency, max(s.Latency.Seconds(), 1e-6), true
 }
@@ -100,7 +116,7 @@ func (s Sample) kind() (signalKind, float64, bool) {
 // waited is how long the call waited in the server's queue by its signal v over the floor.
 func (s Sample) waited(kind signalKind, v, floor float64) float64 {
 	w := max(v-floor, 0)
-	if kind == kindPerToken {
+	if kind >= kindPerToken {
 		w *= float64(s.Tokens)
 	}
 	return min(w, max(s.Latency.Seconds(), 1e-6))

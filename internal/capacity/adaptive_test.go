@@ -394,6 +394,9 @@ func TestAdaptiveLimitKeepsSlotsBusyForMixedLengthsAndFastErrors(t *testing.T) {
 		{"answers with usage, 1 in 100 instant", tiny, 0},
 		{"answers with usage, half instant answers without usage from the start", halfInstant, 0},
 		{"answers with usage, a third one-token answers", oneToken, 0},
+		{"one-token answers only", func(*rand.Rand) simJob {
+			return simJob{service: 40 * time.Millisecond, tokens: 1, status: 200, slot: true}
+		}, 0},
 		{"event streams, half instant answers without usage from the start", halfInstantStreams, 0},
 		{"100 ms answers without usage, half instant from the start", halfInstantUniform, 0},
 	} {
@@ -465,5 +468,45 @@ func TestFairTurnsChargeSlotTimeSoShortCallsPassALongFloodAtTheSameBand(t *testi
 	}
 	if u < 0.9 {
 		t.Fatalf("slots busy %.1f %% while work waited; want at least 90 %%", 100*u)
+	}
+}
+
+// With no queue anywhere (a model server with more slots than the limit's maximum), answers of
+// one token and long generations mixed read as no wait: a one-token answer's time is mostly its
+// prefill (here 20 ms of a 30 ms answer), three times a long generation's time per token, and
+// read per token against the long ones' floor, 200 of them in a row after long generations
+// took the limit from its maximum, 64, to 37 until the next floor measurement. Each length
+// (by powers of two of its tokens) has its floor per token.
+func TestAdaptiveLimitReadsShortAnswersPrefillAsNoWait(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	unqueued := func(n int) Sample { // 20 ms of prefill, 10 ms a token, no queue
+		return Sample{Latency: 20*time.Millisecond + time.Duration(n)*10*time.Millisecond, Tokens: n, Status: 200}
+	}
+	long := func() int { return int(math.Round(50 * math.Pow(10, rng.Float64()))) } // 50..500 tokens
+	a := NewAdaptive(1, 64)
+	for range 2100 { // long generations first: the limit grows to its maximum (past a probe)
+		s := unqueued(long())
+		s.InFlight = a.Current()
+		a.Update(s)
+	}
+	if a.Current() != 64 || a.probe.left != 0 {
+		t.Fatalf("long generations with no queue left the limit at %d, want 64", a.Current())
+	}
+	lowest := 64
+	for i := range 3000 { // then a third of the answers one token long, 200 in a row first
+		n := long()
+		if i < 200 || rng.IntN(3) == 0 {
+			n = 1
+		}
+		s := unqueued(n)
+		s.InFlight = a.Current()
+		a.Update(s)
+		if a.probe.left == 0 {
+			lowest = min(lowest, a.Current())
+		}
+	}
+	t.Logf("the limit's lowest outside the floor probes: %d", lowest)
+	if lowest < 60 {
+		t.Fatalf("answers of one token with no queue took the limit to %d (outside the floor probes), want it about 64", lowest)
 	}
 }
