@@ -29,7 +29,8 @@ import (
 // The floor is measured as Envoy measures its minRTT: every probeEvery samples the limit drops
 // to its minimum for a few calls, so the model server's own queue drains and the calls that
 // follow show the signal without a queue; the floor is their median, so one stray fast answer
-// cannot set it. Kept from calls under load instead, the floor would climb with the very queue
+// cannot set it (a length of answer that the probe saw fewer than minLengthSamples answers of
+// is scaled with the others instead: measureLengths). Kept from calls under load instead, the floor would climb with the very queue
 // it is meant to detect.
 type Adaptive struct {
 	min, max float64
@@ -57,15 +58,21 @@ const (
 
 // tokenLengths is how many lengths of answers, by powers of two of their tokens, keep a floor
 // per token each: 1, 2-3, 4-7, ... and the last, 4096 tokens and more. Within one length the
-// prefill's share of the time per token varies less than twofold.
+// prefill's share of the time per token varies less than twofold for one prompt length; the
+// prompt's own length still moves the prefill (docs/capacity.md, "Not there yet").
 const tokenLengths = 13
+
+// minLengthSamples is how many of a probe's answers of one length re-measure its floor: fewer
+// (a probe's seven spread over several lengths) leave the floor as it was, so that one answer a
+// little fast or slow does not set it.
+const minLengthSamples = 3
 
 // tokenKind is the signal of an answer of n output tokens (n > 0).
 func tokenKind(n int) signalKind {
 	return kindPerToken + signalKind(min(bits.Len(uint(n))-1, tokenLengths-1))
 }
 
-// floor is one kind's signal without a queue, in seconds (per token for kindPerToken).
+// floor is one kind's signal without a queue, in seconds (per token from kindPerToken on).
 type floor struct {
 	value float64   // 0 until measured
 	boot  []float64 // the first samples, until there are enough to set value
@@ -209,14 +216,50 @@ func (a *Adaptive) probing(kind signalKind, v float64, inFlight int) bool {
 		a.probe.left--
 	}
 	if a.probe.left == 0 {
-		for k, got := range a.probe.got {
+		for k, got := range a.probe.got[:kindPerToken] {
 			if len(got) > 0 {
 				a.floors[k].value = floorOf(got)
 			}
 		}
+		a.measureLengths()
 		a.limit, a.wait, a.took = a.probe.saved, 0, 0
 	}
 	return true
+}
+
+// measureLengths sets the floors per token of the lengths of answer from a probe's answers with
+// usage. Seven answers spread over several lengths, one each: a length's floor set by one
+// answer 10 % fast or slow read every answer of that length after as waiting or not, and an
+// unqueued limit of 64 fell under 32 for 6-9 % of the answers of noisy generations. So a length
+// with minLengthSamples answers in the probe is measured by them (floorOf); the others that have
+// a floor are scaled by the median of every answer's ratio to its length's floor, so that a
+// model server grown slower or faster moves the floors of lengths seldom seen too; a length
+// without a floor yet takes its answers' (measured with no queue, unlike a first boot).
+func (a *Adaptive) measureLengths() {
+	lengths := a.probe.got[kindPerToken:]
+	var ratios []float64
+	for i, got := range lengths {
+		if f := a.floors[kindPerToken+signalKind(i)].value; f > 0 {
+			for _, v := range got {
+				ratios = append(ratios, v/f)
+			}
+		}
+	}
+	scale := 1.0
+	if len(ratios) >= minLengthSamples {
+		scale = median(ratios)
+	}
+	for i, got := range lengths {
+		f := &a.floors[kindPerToken+signalKind(i)]
+		switch {
+		case len(got) >= minLengthSamples:
+			f.value = floorOf(got)
+		case f.value > 0:
+			f.value *= scale
+		case len(got) > 0:
+			f.value = floorOf(got)
+		}
+	}
 }
 
 // tooFast is how much faster than the calls a floor measures a sample is too fast to be one of
