@@ -227,14 +227,7 @@ func TestALookThatOnlyStandsInLineLeavesThePoolsLockAlone(t *testing.T) {
 	if _, err := b.pool.Exec(ctx, `UPDATE seat_waiters SET until = clock_timestamp() + interval '1 minute' WHERE worker = 'B'`); err != nil {
 		t.Fatal(err)
 	}
-	lock, err := a.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Rollback(ctx)
-	if _, err := lock.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext('model'))`, seatLockClass); err != nil {
-		t.Fatal(err)
-	}
+	lock := holdPoolLock(t, a)
 	look := func(st *Store, seat, worker string, urgency int) chan error {
 		done := make(chan error, 1)
 		go func() {
@@ -417,14 +410,7 @@ func TestALookTellsItsCallsWaitFromBeforeTheLock(t *testing.T) {
 	if ok, err := a.AcquireSeat("model", "h", "A", 1, time.Minute, store.SeatWaiter{Urgency: 3}); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	lock, err := a.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Rollback(ctx)
-	if _, err := lock.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext('model'))`, seatLockClass); err != nil {
-		t.Fatal(err)
-	}
+	lock := holdPoolLock(t, a)
 	var began time.Time
 	if err := a.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&began); err != nil {
 		t.Fatal(err)
@@ -487,4 +473,20 @@ func TestLineCountsTheFleetsWaitersByUrgency(t *testing.T) {
 	if got, err := b.SeatWaitersByUrgency("model"); err != nil || got != [8]int{5: 1} {
 		t.Fatalf("after A took the seat: %v %v; want B's one call at 5", got, err)
 	}
+}
+
+// holdPoolLock begins a transaction on st that holds the lock of pool "model" until it ends
+// (rolled back at the test's end at the latest).
+func holdPoolLock(t *testing.T, st *Store) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := st.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext('model'))`, seatLockClass); err != nil {
+		t.Fatal(err)
+	}
+	return tx
 }
