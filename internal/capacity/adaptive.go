@@ -39,6 +39,7 @@ type Adaptive struct {
 	wait     float64 // recent wait in the server's queue, seconds (exponentially weighted)
 	took     float64 // recent latency, seconds (exponentially weighted)
 	samples  int
+	fast     int // samples far faster than their floor in a row (tooFast), none other between
 	probe    probe
 }
 
@@ -170,9 +171,16 @@ func (a *Adaptive) Update(s Sample) int {
 		// Far faster than its floor (a cached answer, a model list): a call unlike those the
 		// floor measures, which tells nothing of the queue, nor counts towards the next probe.
 		// Counted as a wait of nothing, each was one more step of the limit, down after a queue
-		// showed: fifty took it from 34 to 3.
+		// showed: fifty took it from 34 to 3. But probeEvery of them in a row, and no other
+		// sample, say the floor is no longer these calls' (measured on calls far slower, a
+		// prompt much longer, none of which come any more): a probe measures it again. Else
+		// the limit never moved again, neither up nor down, whatever the queue.
+		if a.fast++; a.fast >= probeEvery {
+			a.startProbe()
+		}
 		return a.Current()
 	}
+	a.fast = 0
 	if a.probing(kind, v, s.InFlight) {
 		return a.Current()
 	}
@@ -199,6 +207,12 @@ func (a *Adaptive) Update(s Sample) int {
 	return a.Current()
 }
 
+// startProbe begins a floor measurement: the limit at its minimum for probeSamples calls.
+func (a *Adaptive) startProbe() {
+	a.probe = probe{left: probeSamples, got: make([][]float64, kindCount), saved: a.limit}
+	a.limit, a.fast = a.min, 0
+}
+
 // probing runs the floor measurement: it starts one every probeEvery samples and reports
 // whether this sample belonged to one.
 func (a *Adaptive) probing(kind signalKind, v float64, inFlight int) bool {
@@ -207,8 +221,7 @@ func (a *Adaptive) probing(kind signalKind, v float64, inFlight int) bool {
 		if a.samples%probeEvery != 0 || a.limit <= a.min {
 			return false
 		}
-		a.probe = probe{left: probeSamples, got: make([][]float64, kindCount), saved: a.limit}
-		a.limit = a.min
+		a.startProbe()
 		return true
 	}
 	if float64(inFlight) <= a.min { // a call that ran with the queue drained

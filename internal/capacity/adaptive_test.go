@@ -580,3 +580,33 @@ func TestAdaptiveFloorsPerLengthHoldForNoisyAndShiftingAnswers(t *testing.T) {
 		}
 	}
 }
+
+// A floor measured on calls far slower than those that come later (the first calls' prompts
+// were long, or the model was swapped for a faster one) is measured again: the calls that
+// follow are each too fast to be a sample, but 500 of them in a row and nothing else start a
+// probe. Before, no sample ever counted again, and the limit never moved, whatever the queue.
+func TestAdaptiveFloorFarAboveEveryCallIsMeasuredAgain(t *testing.T) {
+	a := NewAdaptive(1, 64)
+	for range probeSamples { // the floor: 600 ms calls
+		a.Update(ok(600*time.Millisecond, 1))
+	}
+	if f := a.floors[kindLatency].value; f != 0.6 {
+		t.Fatalf("floor %v after 600 ms calls", f)
+	}
+	for range 2 * probeEvery { // then only 20 ms calls, a queue or not
+		a.Update(ok(20*time.Millisecond, a.Current()))
+	}
+	if f := a.floors[kindLatency].value; f > 0.021 {
+		t.Fatalf("after %d calls of 20 ms the floor is still %v s", 2*probeEvery, f)
+	}
+	before := a.Current()
+	if before < 8 {
+		t.Fatalf("calls of 20 ms with no queue left the limit at %d", before)
+	}
+	for range 100 { // a queue: the calls now take three times as long
+		a.Update(ok(60*time.Millisecond, a.Current()))
+	}
+	if a.Current() >= before {
+		t.Fatalf("the limit did not come down from %d behind a queue", before)
+	}
+}
