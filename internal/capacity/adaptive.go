@@ -218,7 +218,7 @@ func (a *Adaptive) startProbe() {
 func (a *Adaptive) probing(kind signalKind, v float64, inFlight int) bool {
 	a.samples++
 	if a.probe.left == 0 {
-		if a.samples%probeEvery != 0 || a.limit <= a.min {
+		if a.samples%probeEvery != 0 {
 			return false
 		}
 		a.startProbe()

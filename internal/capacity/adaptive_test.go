@@ -610,3 +610,26 @@ func TestAdaptiveFloorFarAboveEveryCallIsMeasuredAgain(t *testing.T) {
 		t.Fatalf("the limit did not come down from %d behind a queue", before)
 	}
 }
+
+// A floor measured among instant answers (health checks through the pool first, or a probe of
+// them after a night of nothing else) reads every real call after as waiting its whole time,
+// and the limit stays at its minimum; the probes go on there, so the next measures the real calls and the limit grows
+// again. Before, no probe started at the minimum, and the limit stayed there for good.
+func TestAdaptiveLimitAtItsMinimumStillMeasuresTheFloor(t *testing.T) {
+	a := NewAdaptive(4, 64) // `limit auto 4 64`
+	for range probeSamples { // instant answers first: a floor of a millisecond
+		a.Update(ok(time.Millisecond, 4))
+	}
+	for range 2 * probeEvery { // then 100 ms calls, with no queue
+		a.Update(ok(100*time.Millisecond, a.Current()))
+	}
+	if f := a.floors[kindLatency].value; f < 0.05 {
+		t.Fatalf("after %d calls of 100 ms the floor is still %v s", 2*probeEvery, f)
+	}
+	for range 200 {
+		a.Update(ok(100*time.Millisecond, a.Current()))
+	}
+	if a.Current() < 8 {
+		t.Fatalf("calls of 100 ms with no queue left the limit at %d", a.Current())
+	}
+}

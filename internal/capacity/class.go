@@ -46,7 +46,7 @@ func (c *Class) Validate() error {
 		return fmt.Errorf("capacity: class %q needs a header field name to match, got %q", c.Name, c.Header)
 	case c.Urgency != nil && (*c.Urgency < store.MostUrgent || *c.Urgency > store.LeastUrgent):
 		return fmt.Errorf("capacity: class %q: urgency must be from 0 to 7, got %d", c.Name, *c.Urgency)
-	case c.Weight != 0 && (c.Weight < 1 || c.Weight > MaxClassWeight):
+	case c.Weight != 0 && !(c.Weight >= 1 && c.Weight <= MaxClassWeight): // NaN too
 		return fmt.Errorf("capacity: class %q: weight must be from 1 to %d, got %v", c.Name, MaxClassWeight, c.Weight)
 	}
 	return nil

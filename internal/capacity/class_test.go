@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -51,6 +52,8 @@ func TestClassesAndFairKeysThatDoNotParseAreRefused(t *testing.T) {
 		{Name: "a", Header: "X", Urgency: &nine},
 		{Name: "a", Header: "X", Weight: 0.5},
 		{Name: "a", Header: "X", Weight: MaxClassWeight + 1},
+		{Name: "a", Header: "X", Weight: math.NaN()}, // "NaN" parses as a number
+		{Name: "a", Header: "X", Weight: math.Inf(1)},
 	} {
 		if c.Validate() == nil {
 			t.Errorf("%+v: accepted", c)

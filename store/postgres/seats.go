@@ -94,11 +94,11 @@ func (s *Store) acquireSeat(pool, freed, seat, worker string, limit int, lease t
 		got = false
 		args := []any{pool, seat, worker, limit, lease.Microseconds(), lineUrgency(w), w.Waited.Microseconds(),
 			waiterLease.Microseconds(), lineKey(w), freed != "", handoverReorder.Microseconds(), lineWaiting(w),
-			max(w.Weight, 1)}
+			store.Weight(w.Weight)}
 		var look pgx.Batch
-		look.Queue(`SELECT set_config('lock_timeout', $1, true), set_config('`+lookAt+`', clock_timestamp()::text, true), `+genericPlans,
-			lookLockTimeout(s.opts.Timeout))
-		look.Queue(setSeatsAt)
+		// seatsAt is set for the decision before the lock, and again once the lock is held.
+		look.Queue(`SELECT set_config('lock_timeout', $1, true), set_config('`+lookAt+`', clock_timestamp()::text, true), `+genericPlans+
+			`, `+seatsAtNow, lookLockTimeout(s.opts.Timeout))
 		if freed != "" { // a handover frees a seat: it writes the turns, under the lock
 			look.Queue(`SELECT set_config('`+seatLocked+`', 'true', true), pg_advisory_xact_lock($1, hashtext($2))`, seatLockClass, pool)
 		} else {
@@ -314,8 +314,10 @@ func lineKey(w store.SeatWaiter) *string {
 // the pool's lock (setSeatsAt), on the database's clock.
 const seatsAt = `current_setting('mulligan.seats_at')::timestamptz`
 
-// setSeatsAt sets seatsAt for the rest of the transaction.
-const setSeatsAt = `SELECT set_config('mulligan.seats_at', clock_timestamp()::text, true)`
+// setSeatsAt sets seatsAt for the rest of the transaction (seatsAtNow in a statement's list).
+const setSeatsAt = `SELECT ` + seatsAtNow
+
+const seatsAtNow = `set_config('mulligan.seats_at', clock_timestamp()::text, true)`
 
 // seatAverage is the row of seat_turns whose hold is the pool's average hold, charged to a key
 // never measured: never a fairness key ("key:..."), a scope (a hex digest) nor SeatNewcomers.
