@@ -616,7 +616,7 @@ func TestAdaptiveFloorFarAboveEveryCallIsMeasuredAgain(t *testing.T) {
 // and the limit stays at its minimum; the probes go on there, so the next measures the real calls and the limit grows
 // again. Before, no probe started at the minimum, and the limit stayed there for good.
 func TestAdaptiveLimitAtItsMinimumStillMeasuresTheFloor(t *testing.T) {
-	a := NewAdaptive(4, 64) // `limit auto 4 64`
+	a := NewAdaptive(4, 64)  // `limit auto 4 64`
 	for range probeSamples { // instant answers first: a floor of a millisecond
 		a.Update(ok(time.Millisecond, 4))
 	}
