@@ -304,8 +304,9 @@ func lineKey(w store.SeatWaiter) *string {
 // row vtimeKeySQL of the band): where the latest call taken in it stood in line. A call stands
 // in line at the later of its key's turn (the newcomers' for a key without one: keys without a
 // turn share one) and its band's virtual time (lineTagSQL), so a key that comes back after a
-// while, or for the first time, starts at the virtual time, not ahead of every key that kept
-// calling, nor behind them. A row's turn is still when the key last took a seat, on the clock,
+// while starts at the virtual time, not ahead of every key that kept calling, nor behind them;
+// a key seen for the first time no sooner than that (credentials minted per call move the
+// newcomers' one turn on together). A row's turn is still when the key last took a seat, on the clock,
 // as a binary of schema 19 keeps it and reads it (oldLineTurnSQL); the sweep keeps a row while a
 // live seat counts in it. A seat that lapses (its replica died, and its call with it) takes back
 // what it counted while it was held: only a release settles it.
